@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything moec needs to build and test on Debian 12 (bookworm).
+# Idempotent: when every package is already present it only checks and exits.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config python3
+  llvm-22 llvm-22-dev llvm-22-tools lld-22 liblld-22-dev
+  libmlir-22-dev mlir-22-tools
+  nlohmann-json3-dev libcli11-dev catch2 zlib1g-dev libzstd-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=""
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -qq
+$sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
