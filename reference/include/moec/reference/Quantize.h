@@ -1,0 +1,62 @@
+//===- Quantize.h - per-1x32 FP8 and MXFP4 block quantisers -----*- C++ -*-===//
+//
+// Block quantisers along K (the contraction dimension): 32 consecutive
+// elements of a row share one E8M0 scale byte. Scales are stored row-major,
+// [rows, K / 32], one byte per block; FP8 elements one byte each, [rows, K];
+// MXFP4 elements two per byte, [rows, K / 2], element 2j in the low nibble.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOEC_REFERENCE_QUANTIZE_H
+#define MOEC_REFERENCE_QUANTIZE_H
+
+#include <cstdint>
+
+namespace moec::ref {
+
+/// Elements that share one E8M0 scale (OCP MX block size).
+constexpr int64_t kBlockSize = 32;
+
+/// Smallest block maximum the activation recipe uses (FP32 1e-4, as
+/// DeepSeek V4 clamps amax in float32).
+constexpr double kActivationAmaxFloor = static_cast<double>(1e-4f);
+
+/// E8M0 scale code of one activation block, DeepSeek V4 recipe:
+///   scale = 2^ceil(log2(max(amax, 1e-4) / 448)), biased exponent clamped to
+///   [1, 254].
+/// ceil(log2(.)) is evaluated exactly (see ceilLog2Ratio), so for every
+/// finite amax the scaled block fits in [-448, 448]: it never saturates.
+/// A non-finite amax (the block holds NaN or infinity) gives 0xFF.
+uint8_t activationScaleCode(double amax);
+
+/// Quantises one row of `k` values (k % 32 == 0) to FP8 E4M3FN with one
+/// activation scale per 32 elements (recipe above): element = RNE(x / scale)
+/// to E4M3FN. A block that holds NaN or infinity gets scale 0xFF and NaN
+/// element codes, so it dequantises to NaN.
+void quantizeFp8Row(const double *values, int64_t k, uint8_t *codes,
+                    uint8_t *scales);
+
+/// Exact dequantisation of an FP8 row: code value * 2^(scale - 127).
+void dequantizeFp8Row(const uint8_t *codes, const uint8_t *scales, int64_t k,
+                      double *values);
+
+/// E8M0 scale code of one MXFP4 weight block, RoundUp recipe:
+///   scale = ceil_pow2(amax / 6) = 2^ceil(log2(amax / 6)),
+/// biased exponent clamped to [0, 254]; amax == 0 gives code 0 (2^-127, the
+/// block is all zeros anyway); non-finite amax gives 0xFF.
+uint8_t weightScaleCode(double amax);
+
+/// Quantises one row of `k` values (k % 32 == 0) to MXFP4: scale per block by
+/// the RoundUp recipe above, elements RNE(x / scale) to E2M1, saturating at 6
+/// (which RoundUp never needs except when the scale is clamped at 2^127).
+/// A block that holds NaN or infinity gets scale 0xFF and zero elements.
+/// `packed` receives k / 2 bytes (element 2j in the low nibble).
+void quantizeMxfp4Row(const double *values, int64_t k, uint8_t *packed,
+                      uint8_t *scales);
+
+/// Exact dequantisation of an MXFP4 row: E2M1 value * 2^(scale - 127).
+void dequantizeMxfp4Row(const uint8_t *packed, const uint8_t *scales,
+                        int64_t k, double *values);
+
+} // namespace moec::ref
+
+#endif // MOEC_REFERENCE_QUANTIZE_H

@@ -1,0 +1,357 @@
+//===- Stages.cpp - W13 and W2 grouped-GEMM stages ------------------------===//
+
+#include "moec/reference/Stages.h"
+
+#include "moec/reference/Formats.h"
+#include "moec/reference/Parallel.h"
+#include "moec/reference/Quantize.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+namespace moec::ref {
+
+ExpertRows DenseWeights::expertRows(int64_t expert, int64_t rowBegin,
+                                    int64_t /*rowCount*/,
+                                    WeightScratch & /*scratch*/) const {
+  int64_t row = expert * rows_ + rowBegin;
+  return {format_, elements_ + row * weightRowBytes(format_, depth_),
+          scales_ + row * (depth_ / kBlockSize)};
+}
+
+ExpertRows AppendedExpertWeights::expertRows(int64_t expert, int64_t rowBegin,
+                                             int64_t rowCount,
+                                             WeightScratch &scratch) const {
+  if (expert < routed_.numExperts())
+    return routed_.expertRows(expert, rowBegin, rowCount, scratch);
+  return appended_.expertRows(0, rowBegin, rowCount, scratch);
+}
+
+ActivationRows ActivationRows::fp8(const uint8_t *codes, const uint8_t *scales,
+                                   int64_t rows, int64_t depth) {
+  ActivationRows a;
+  a.kind = Kind::Fp8;
+  a.codes = codes;
+  a.scales = scales;
+  a.rows = rows;
+  a.depth = depth;
+  return a;
+}
+
+ActivationRows ActivationRows::bfloat16(const uint16_t *bits, int64_t rows,
+                                        int64_t depth) {
+  ActivationRows a;
+  a.kind = Kind::Bf16;
+  a.bf16 = bits;
+  a.rows = rows;
+  a.depth = depth;
+  return a;
+}
+
+ActivationRows ActivationRows::float64(const double *values, int64_t rows,
+                                       int64_t depth) {
+  ActivationRows a;
+  a.kind = Kind::Float64;
+  a.values = values;
+  a.rows = rows;
+  a.depth = depth;
+  return a;
+}
+
+void ActivationRows::dequantizeRow(int64_t row, double *out) const {
+  switch (kind) {
+  case Kind::Fp8:
+    dequantizeFp8Row(codes + row * depth, scales + row * (depth / kBlockSize),
+                     depth, out);
+    return;
+  case Kind::Bf16:
+    for (int64_t i = 0; i < depth; ++i)
+      out[i] = decodeBf16(bf16[row * depth + i]);
+    return;
+  case Kind::Float64:
+    std::copy(values + row * depth, values + (row + 1) * depth, out);
+    return;
+  }
+}
+
+int64_t gateRowOf(const GluConfig &glu, int64_t intermediate, int64_t j) {
+  if (glu.interleave <= 0 || glu.interleave >= intermediate)
+    return j;
+  int64_t g = glu.interleave;
+  return (j / g) * 2 * g + j % g;
+}
+
+int64_t upRowOf(const GluConfig &glu, int64_t intermediate, int64_t j) {
+  if (glu.interleave <= 0 || glu.interleave >= intermediate)
+    return intermediate + j;
+  return gateRowOf(glu, intermediate, j) + glu.interleave;
+}
+
+double gatedActivation(double gate, double up, double clampLimit) {
+  if (clampLimit > 0.0) {
+    gate = std::min(gate, clampLimit);
+    up = std::clamp(up, -clampLimit, clampLimit);
+  }
+  return gate / (1.0 + std::exp(-gate)) * up;
+}
+
+namespace {
+
+/// Decoded values of every E2M1 code and every E4M3FN code.
+struct DecodeTables {
+  std::array<double, 16> e2m1;
+  std::array<double, 256> fp8;
+  DecodeTables() {
+    for (int code = 0; code < 16; ++code)
+      e2m1[code] = decodeE2M1(static_cast<uint8_t>(code));
+    for (int code = 0; code < 256; ++code)
+      fp8[code] = decodeFp8E4M3(static_cast<uint8_t>(code));
+  }
+};
+
+const DecodeTables &decodeTables() {
+  static const DecodeTables tables;
+  return tables;
+}
+
+/// Routes of one expert, gathered from consecutive tiles of the list.
+struct ExpertSegment {
+  int32_t expert;
+  std::vector<int32_t> routes;
+};
+
+std::vector<ExpertSegment> segmentsOf(const SortedRoutes &sorted) {
+  std::vector<ExpertSegment> segments;
+  for (int64_t tile = 0; tile < sorted.numTiles(); ++tile) {
+    int32_t expert = sorted.tileExperts[tile];
+    if (segments.empty() || segments.back().expert != expert)
+      segments.push_back({expert, {}});
+    for (int64_t i = 0; i < sorted.mTile; ++i) {
+      int32_t route = sorted.routeIds[tile * sorted.mTile + i];
+      if (!sorted.isPadding(route))
+        segments.back().routes.push_back(route);
+    }
+  }
+  return segments;
+}
+
+/// Weight rows handled by one work item.
+constexpr int64_t kRowsPerItem = 32;
+
+/// Per-thread buffers of the GEMM.
+struct GemmScratch {
+  WeightScratch weights;
+  std::vector<double> aRows;
+  std::vector<double> bValues;
+  std::vector<double> bScales;
+};
+
+/// out[route * weights.rows() + n] = A[route / routesPerARow] . B[expert, n]
+/// for every listed route, in the accumulation order of Stages.h.
+Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
+                   const WeightSource &weights, const SortedRoutes &sorted,
+                   double *out, int numThreads, const char *stage) {
+  const int64_t depth = weights.depth();
+  const int64_t rows = weights.rows();
+  std::string prefix = std::string(stage) + ": ";
+  if (depth <= 0 || depth % kBlockSize != 0)
+    return Status::error(prefix + "K = " + std::to_string(depth) +
+                         " must be a positive multiple of 32");
+  if (a.depth != depth)
+    return Status::error(prefix + "A has K = " + std::to_string(a.depth) +
+                         " but the weights have K = " + std::to_string(depth));
+  if (routesPerARow <= 0)
+    return Status::error(prefix + "routes per A row must be positive");
+  if (Status status = validateSortedRoutes(sorted, weights.numExperts()); !status)
+    return Status::error(prefix + status.message());
+  for (int32_t route : sorted.routeIds)
+    if (!sorted.isPadding(route) && route / routesPerARow >= a.rows)
+      return Status::error(prefix + "route " + std::to_string(route) +
+                           " reads A row " +
+                           std::to_string(route / routesPerARow) +
+                           " but A has " + std::to_string(a.rows) + " rows");
+
+  std::vector<ExpertSegment> segments = segmentsOf(sorted);
+  const int64_t chunks = (rows + kRowsPerItem - 1) / kRowsPerItem;
+  const int64_t blocks = depth / kBlockSize;
+  const DecodeTables &tables = decodeTables();
+  std::vector<GemmScratch> scratch(resolveThreadCount(numThreads));
+
+  parallelFor(
+      static_cast<int64_t>(segments.size()) * chunks, numThreads,
+      [&](int worker, int64_t item) {
+        const ExpertSegment &segment = segments[item / chunks];
+        if (segment.routes.empty())
+          return;
+        int64_t rowBegin = (item % chunks) * kRowsPerItem;
+        int64_t rowCount = std::min(kRowsPerItem, rows - rowBegin);
+        GemmScratch &local = scratch[worker];
+        const int64_t count = static_cast<int64_t>(segment.routes.size());
+        local.aRows.resize(count * depth);
+        for (int64_t m = 0; m < count; ++m)
+          a.dequantizeRow(segment.routes[m] / routesPerARow,
+                          local.aRows.data() + m * depth);
+        ExpertRows b = weights.expertRows(segment.expert, rowBegin, rowCount,
+                                          local.weights);
+        const int64_t rowBytes = weightRowBytes(b.format, depth);
+        local.bValues.resize(depth);
+        local.bScales.resize(blocks);
+        for (int64_t n = 0; n < rowCount; ++n) {
+          const uint8_t *elements = b.elements + n * rowBytes;
+          if (b.format == WeightFormat::Mxfp4) {
+            for (int64_t k = 0; k < depth; k += 2) {
+              uint8_t pair = elements[k / 2];
+              local.bValues[k] = tables.e2m1[pair & 0xF];
+              local.bValues[k + 1] = tables.e2m1[pair >> 4];
+            }
+          } else {
+            for (int64_t k = 0; k < depth; ++k)
+              local.bValues[k] = tables.fp8[elements[k]];
+          }
+          for (int64_t block = 0; block < blocks; ++block)
+            local.bScales[block] = decodeE8M0(b.scales[n * blocks + block]);
+          const double *bValues = local.bValues.data();
+          for (int64_t m = 0; m < count; ++m) {
+            const double *aRow = local.aRows.data() + m * depth;
+            double accumulator = 0.0;
+            for (int64_t block = 0; block < blocks; ++block) {
+              const double *aBlock = aRow + block * kBlockSize;
+              const double *bBlock = bValues + block * kBlockSize;
+              double blockSum = 0.0;
+              for (int64_t i = 0; i < kBlockSize; ++i)
+                blockSum += aBlock[i] * bBlock[i];
+              accumulator += blockSum * local.bScales[block];
+            }
+            out[static_cast<int64_t>(segment.routes[m]) * rows + rowBegin + n] =
+                accumulator;
+          }
+        }
+      });
+  return Status();
+}
+
+} // namespace
+
+Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
+                   const WeightSource &w13, const SortedRoutes &sorted,
+                   const GluConfig &glu, const W13Outputs &outputs,
+                   int numThreads) {
+  const int64_t twoI = w13.rows();
+  if (twoI <= 0 || twoI % 2 != 0)
+    return Status::error("W13 stage: W13 rows (2I) = " + std::to_string(twoI) +
+                         " must be positive and even");
+  const int64_t intermediate = twoI / 2;
+  if (glu.interleave > 0 && glu.interleave < intermediate &&
+      intermediate % glu.interleave != 0)
+    return Status::error("W13 stage: gate/up interleave " +
+                         std::to_string(glu.interleave) + " does not divide I = " +
+                         std::to_string(intermediate));
+  if ((outputs.intermediateCodes || outputs.intermediateScales) &&
+      intermediate % kBlockSize != 0)
+    return Status::error("W13 stage: I = " + std::to_string(intermediate) +
+                         " must be a multiple of 32 to quantise the intermediate");
+  std::vector<double> preActivation(
+      static_cast<size_t>(sorted.numRoutes) * twoI, 0.0);
+  if (Status status = groupedGemm(a, routesPerARow, w13, sorted,
+                                  preActivation.data(), numThreads, "W13 stage");
+      !status)
+    return status;
+
+  std::vector<int32_t> listed;
+  for (int32_t route : sorted.routeIds)
+    if (!sorted.isPadding(route))
+      listed.push_back(route);
+  parallelFor(static_cast<int64_t>(listed.size()), numThreads,
+              [&](int, int64_t item) {
+                int64_t route = listed[item];
+                const double *h = preActivation.data() + route * twoI;
+                if (outputs.preActivation)
+                  for (int64_t n = 0; n < twoI; ++n)
+                    outputs.preActivation[route * twoI + n] = roundToFloat(h[n]);
+                std::vector<double> act(intermediate);
+                for (int64_t j = 0; j < intermediate; ++j)
+                  act[j] = gatedActivation(h[gateRowOf(glu, intermediate, j)],
+                                           h[upRowOf(glu, intermediate, j)],
+                                           glu.clampLimit);
+                if (outputs.activation)
+                  std::copy(act.begin(), act.end(),
+                            outputs.activation + route * intermediate);
+                if (outputs.intermediateCodes && outputs.intermediateScales)
+                  quantizeFp8Row(act.data(), intermediate,
+                                 outputs.intermediateCodes + route * intermediate,
+                                 outputs.intermediateScales +
+                                     route * (intermediate / kBlockSize));
+              });
+  return Status();
+}
+
+Status runW13Stage(const uint8_t *aCodes, const uint8_t *aScales,
+                   int64_t numTokens, int64_t topk, const uint8_t *bPacked,
+                   const uint8_t *bScales, int64_t numExperts, int64_t hidden,
+                   int64_t intermediate, const SortedRoutes &sorted,
+                   const GluConfig &glu, const W13Outputs &outputs,
+                   int numThreads) {
+  if (hidden % kBlockSize != 0 || hidden <= 0)
+    return Status::error("W13 stage: H = " + std::to_string(hidden) +
+                         " must be a positive multiple of 32");
+  if (topk <= 0 || sorted.numRoutes != numTokens * topk)
+    return Status::error("W13 stage: sorted routes cover " +
+                         std::to_string(sorted.numRoutes) + " routes, expected " +
+                         std::to_string(numTokens) + " tokens x topk " +
+                         std::to_string(topk));
+  DenseWeights weights(WeightFormat::Mxfp4, bPacked, bScales, numExperts,
+                       2 * intermediate, hidden);
+  return runW13Stage(ActivationRows::fp8(aCodes, aScales, numTokens, hidden),
+                     topk, weights, sorted, glu, outputs, numThreads);
+}
+
+Status runW2Stage(const ActivationRows &a, const WeightSource &w2,
+                  const SortedRoutes &sorted, double *out, int numThreads) {
+  return groupedGemm(a, 1, w2, sorted, out, numThreads, "W2 stage");
+}
+
+Status runW2Stage(const uint8_t *aCodes, const uint8_t *aScales,
+                  const uint8_t *bPacked, const uint8_t *bScales,
+                  int64_t numExperts, int64_t hidden, int64_t intermediate,
+                  const SortedRoutes &sorted, float *out, int numThreads) {
+  if (intermediate % kBlockSize != 0 || intermediate <= 0)
+    return Status::error("W2 stage: I = " + std::to_string(intermediate) +
+                         " must be a positive multiple of 32");
+  DenseWeights weights(WeightFormat::Mxfp4, bPacked, bScales, numExperts,
+                       hidden, intermediate);
+  std::vector<double> rows(static_cast<size_t>(sorted.numRoutes) * hidden, 0.0);
+  if (Status status =
+          runW2Stage(ActivationRows::fp8(aCodes, aScales, sorted.numRoutes,
+                                         intermediate),
+                     weights, sorted, rows.data(), numThreads);
+      !status)
+    return status;
+  for (int32_t route : sorted.routeIds)
+    if (!sorted.isPadding(route))
+      for (int64_t n = 0; n < hidden; ++n)
+        out[static_cast<int64_t>(route) * hidden + n] =
+            roundToFloat(rows[static_cast<int64_t>(route) * hidden + n]);
+  return Status();
+}
+
+void combineRoutes(const double *routeRows, const int32_t *topkIds,
+                   const float *topkWeights, int64_t numTokens, int64_t topk,
+                   int64_t numExperts, int64_t hidden, double *out) {
+  for (int64_t token = 0; token < numTokens; ++token) {
+    double *row = out + token * hidden;
+    std::fill(row, row + hidden, 0.0);
+    for (int64_t k = 0; k < topk; ++k) {
+      int64_t route = token * topk + k;
+      if (!isValidExpert(topkIds[route], numExperts))
+        continue;
+      double weight = topkWeights[route];
+      const double *source = routeRows + route * hidden;
+      for (int64_t n = 0; n < hidden; ++n)
+        row[n] += weight * source[n];
+    }
+  }
+}
+
+} // namespace moec::ref
