@@ -1,0 +1,48 @@
+//===- KernelAbi.h - argument layout of generated kernels -------*- C++ -*-===//
+///
+/// \file
+/// The kernel ABI as data: the codegen builds each gpu.func signature from
+/// this list and the compiler writes the same list into the bundle manifest,
+/// so the runtime and the engine see exactly what the kernel expects.
+/// Plain C++, no MLIR dependency.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_CODEGEN_KERNELABI_H
+#define MOEC_CODEGEN_KERNELABI_H
+
+#include <string>
+#include <vector>
+
+namespace moec {
+
+/// One kernel argument. Buffers are passed as bare 64-bit global pointers,
+/// scalars by value.
+struct KernelArg {
+  enum class Kind { Buffer, I32 };
+  enum class Access { Read, Write, ReadWrite, Value };
+  std::string name;
+  Kind kind;
+  /// Element type as stored in memory: "f8E4M3FN", "f4E2M1FN x2",
+  /// "f8E8M0FNU", "i32", "bf16".
+  std::string dtype;
+  Access access;
+  /// Shape in terms of the problem, for documentation and checks, e.g.
+  /// "[num_routes, I]".
+  std::string shape;
+};
+
+/// Arguments, launch geometry rule and workgroup size of one kernel.
+struct KernelAbi {
+  std::vector<KernelArg> args;
+  /// Grid rule per dimension, as text a user can evaluate ("H / 128").
+  std::string gridX, gridY, gridZ;
+  unsigned workgroupSize = 0;
+};
+
+const char *toString(KernelArg::Kind kind);
+const char *toString(KernelArg::Access access);
+
+} // namespace moec
+
+#endif // MOEC_CODEGEN_KERNELABI_H

@@ -1,0 +1,33 @@
+//===- KernelBuilders.h - moe stage op -> gpu.func builders -----*- C++ -*-===//
+
+#ifndef MOEC_CODEGEN_KERNELBUILDERS_H
+#define MOEC_CODEGEN_KERNELBUILDERS_H
+
+#include "moec/Codegen/KernelAbi.h"
+
+#include "mlir/Support/LLVM.h"
+
+namespace mlir {
+class OpBuilder;
+namespace gpu {
+class GPUModuleOp;
+} // namespace gpu
+} // namespace mlir
+
+namespace moec {
+namespace moe {
+class W2Op;
+} // namespace moe
+
+/// The argument list and launch rule of the W2 kernel for `op`.
+KernelAbi getW2KernelAbi(moe::W2Op op);
+
+/// Builds the gpu.module holding the W2 kernel for `op` at the builder's
+/// insertion point. Fails (with a diagnostic on `op`) when the configuration
+/// cannot be generated.
+mlir::FailureOr<mlir::gpu::GPUModuleOp> buildW2Kernel(mlir::OpBuilder &builder,
+                                                      moe::W2Op op);
+
+} // namespace moec
+
+#endif // MOEC_CODEGEN_KERNELBUILDERS_H

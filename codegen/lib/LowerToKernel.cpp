@@ -1,0 +1,52 @@
+//===- LowerToKernel.cpp - moe stage ops -> gpu.module --------------------===//
+///
+/// \file
+/// The moe-lower-to-kernel pass: every stage op becomes a gpu.module holding
+/// its kernel. The per-stage builders live in their own files.
+///
+//===----------------------------------------------------------------------===//
+
+#include "moec/Codegen/KernelBuilders.h"
+#include "moec/Codegen/Passes.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
+
+#include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace moec {
+#define GEN_PASS_DEF_MOELOWERTOKERNEL
+#include "moec/Codegen/Passes.h.inc"
+} // namespace moec
+
+using namespace mlir;
+
+namespace moec {
+namespace {
+
+struct MoeLowerToKernelPass final
+    : impl::MoeLowerToKernelBase<MoeLowerToKernelPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<moe::W2Op> stages;
+    module.walk([&](moe::W2Op op) { stages.push_back(op); });
+    if (stages.empty())
+      return;
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    UnitAttr::get(&getContext()));
+    OpBuilder builder(&getContext());
+    for (moe::W2Op op : stages) {
+      builder.setInsertionPoint(op);
+      if (failed(buildW2Kernel(builder, op)))
+        return signalPassFailure();
+      op.erase();
+    }
+  }
+};
+
+} // namespace
+} // namespace moec

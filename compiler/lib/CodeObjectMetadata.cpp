@@ -1,0 +1,119 @@
+//===- CodeObjectMetadata.cpp - resources from NT_AMDGPU_METADATA ---------===//
+
+#include "moec/Compiler/CodeObjectMetadata.h"
+
+#include "llvm/BinaryFormat/ELF.h"
+#include "llvm/BinaryFormat/MsgPackDocument.h"
+#include "llvm/Object/ELF.h"
+#include "llvm/Object/ELFTypes.h"
+
+using namespace llvm;
+
+namespace {
+
+using ELF64LE = object::ELF64LE;
+
+/// Reads an unsigned integer field of a kernel map; absent fields are 0
+/// (the backend omits, for example, .agpr_count on chips without AGPRs).
+Expected<uint32_t> readCount(msgpack::MapDocNode &kernel, StringRef field) {
+  auto it = kernel.find(field);
+  if (it == kernel.end())
+    return 0u;
+  msgpack::DocNode &node = it->second;
+  if (node.getKind() == msgpack::Type::UInt)
+    return static_cast<uint32_t>(node.getUInt());
+  if (node.getKind() == msgpack::Type::Int && node.getInt() >= 0)
+    return static_cast<uint32_t>(node.getInt());
+  return createStringError("metadata field " + field.str() +
+                           " is not an unsigned integer");
+}
+
+Expected<std::string> readString(msgpack::MapDocNode &kernel, StringRef field) {
+  auto it = kernel.find(field);
+  if (it == kernel.end() || it->second.getKind() != msgpack::Type::String)
+    return createStringError("metadata field " + field.str() +
+                             " is missing or not a string");
+  return it->second.getString().str();
+}
+
+Expected<moec::KernelResources> readKernel(msgpack::MapDocNode &kernel) {
+  moec::KernelResources out;
+  auto name = readString(kernel, ".name");
+  if (!name)
+    return name.takeError();
+  out.name = *name;
+  auto symbol = readString(kernel, ".symbol");
+  if (!symbol)
+    return symbol.takeError();
+  out.symbol = *symbol;
+  struct Field {
+    const char *key;
+    uint32_t *slot;
+  } fields[] = {{".vgpr_count", &out.vgprCount},
+                {".agpr_count", &out.agprCount},
+                {".sgpr_count", &out.sgprCount},
+                {".group_segment_fixed_size", &out.ldsBytes},
+                {".private_segment_fixed_size", &out.privateSegmentBytes},
+                {".vgpr_spill_count", &out.vgprSpillCount},
+                {".sgpr_spill_count", &out.sgprSpillCount},
+                {".wavefront_size", &out.wavefrontSize},
+                {".max_flat_workgroup_size", &out.maxFlatWorkgroupSize}};
+  for (Field &field : fields) {
+    auto value = readCount(kernel, field.key);
+    if (!value)
+      return value.takeError();
+    *field.slot = *value;
+  }
+  return out;
+}
+
+} // namespace
+
+Expected<std::vector<moec::KernelResources>>
+moec::readKernelResources(ArrayRef<uint8_t> hsaco) {
+  auto file = object::ELFFile<ELF64LE>::create(
+      StringRef(reinterpret_cast<const char *>(hsaco.data()), hsaco.size()));
+  if (!file)
+    return file.takeError();
+  if (file->getHeader().e_machine != ELF::EM_AMDGPU)
+    return createStringError("not an AMDGPU code object");
+  auto sections = file->sections();
+  if (!sections)
+    return sections.takeError();
+
+  for (const auto &section : *sections) {
+    if (section.sh_type != ELF::SHT_NOTE)
+      continue;
+    Error noteError = Error::success();
+    for (const auto &note : file->notes(section, noteError)) {
+      if (note.getName() != "AMDGPU" || note.getType() != ELF::NT_AMDGPU_METADATA)
+        continue;
+      ArrayRef<uint8_t> desc = note.getDesc(section.sh_addralign);
+      msgpack::Document document;
+      if (!document.readFromBlob(
+              StringRef(reinterpret_cast<const char *>(desc.data()), desc.size()),
+              /*Multi=*/false))
+        return createStringError("malformed NT_AMDGPU_METADATA msgpack");
+      msgpack::DocNode &root = document.getRoot();
+      if (root.getKind() != msgpack::Type::Map)
+        return createStringError("NT_AMDGPU_METADATA root is not a map");
+      auto kernels = root.getMap().find("amdhsa.kernels");
+      if (kernels == root.getMap().end() ||
+          kernels->second.getKind() != msgpack::Type::Array)
+        return createStringError("NT_AMDGPU_METADATA has no amdhsa.kernels");
+      std::vector<KernelResources> result;
+      for (msgpack::DocNode &kernel : kernels->second.getArray()) {
+        if (kernel.getKind() != msgpack::Type::Map)
+          return createStringError("amdhsa.kernels entry is not a map");
+        auto resources = readKernel(kernel.getMap());
+        if (!resources)
+          return resources.takeError();
+        result.push_back(std::move(*resources));
+      }
+      return result;
+    }
+    if (noteError)
+      return std::move(noteError);
+  }
+  return createStringError("no NT_AMDGPU_METADATA note in the code object");
+}

@@ -1,0 +1,91 @@
+//===- Lowering.cpp - moe ops -> kernel IR -> LLVM dialect ----------------===//
+
+#include "moec/Compiler/Pipeline.h"
+#include "moec/Codegen/Passes.h"
+
+#include "mlir/Conversion/GPUToROCDL/GPUToROCDLPass.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+std::string moec::getKernelToLLVMPipeline(const TargetInfo &target) {
+  // index-bitwidth=32: every offset the kernels compute fits 32 bits, and
+  // 64-bit index math costs two VGPRs and extra instructions per value.
+  std::string chip = target.arch;
+  return "gpu.module(convert-scf-to-cf,convert-gpu-to-rocdl{chipset=" + chip +
+         " runtime=HIP use-bare-ptr-memref-call-conv=true index-bitwidth=32},"
+         "reconcile-unrealized-casts)";
+}
+
+LogicalResult moec::lowerToKernelIR(ModuleOp module) {
+  PassManager pm(module.getContext());
+  pm.addPass(createMoeLowerToKernel());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  return pm.run(module);
+}
+
+LogicalResult moec::lowerKernelIRToLLVM(ModuleOp module,
+                                        const TargetInfo &target) {
+  // Keep in step with getKernelToLLVMPipeline().
+  PassManager pm(module.getContext());
+  OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  kernels.addPass(createSCFToControlFlowPass());
+  ConvertGpuOpsToROCDLOpsOptions rocdl;
+  rocdl.chipset = target.arch;
+  rocdl.runtime = gpu::amd::Runtime::HIP;
+  rocdl.useBarePtrCallConv = true;
+  rocdl.indexBitwidth = 32;
+  kernels.addPass(createConvertGpuOpsToROCDLOps(rocdl));
+  kernels.addPass(createReconcileUnrealizedCastsPass());
+  return pm.run(module);
+}
+
+llvm::Expected<std::unique_ptr<llvm::Module>>
+moec::translateToLLVMIR(gpu::GPUModuleOp gpuModule, llvm::LLVMContext &context,
+                        const TargetInfo &target) {
+  // Translate the gpu.module op itself: mlir-translate on the enclosing
+  // builtin.module would skip it.
+  std::unique_ptr<llvm::Module> module =
+      translateModuleToLLVMIR(gpuModule, context, gpuModule.getName());
+  if (!module)
+    return llvm::createStringError("failed to translate gpu.module @" +
+                                   gpuModule.getName().str() + " to LLVM IR");
+  module->setTargetTriple(llvm::Triple(target.triple));
+  return std::move(module);
+}
+
+llvm::Expected<std::vector<uint8_t>>
+moec::compileKernel(ModuleOp kernelIR, llvm::StringRef kernelName,
+                    const TargetInfo &target) {
+  // Lower a clone holding just this kernel, so the caller's kernel IR stays
+  // intact (the emulator and other kernels still need it).
+  OwningOpRef<ModuleOp> single = ModuleOp::create(kernelIR.getLoc());
+  single.get()->setAttrs(kernelIR->getAttrDictionary());
+  auto source = kernelIR.lookupSymbol<gpu::GPUModuleOp>(kernelName);
+  if (!source)
+    return llvm::createStringError("no gpu.module @" + kernelName.str());
+  single->getBody()->push_back(source->clone());
+  if (failed(lowerKernelIRToLLVM(*single, target)))
+    return llvm::createStringError("lowering kernel @" + kernelName.str() +
+                                   " to the LLVM dialect failed");
+  auto lowered = single->lookupSymbol<gpu::GPUModuleOp>(kernelName);
+  llvm::LLVMContext context;
+  auto module = translateToLLVMIR(lowered, context, target);
+  if (!module)
+    return module.takeError();
+  auto object = emitObject(**module, target);
+  if (!object)
+    return object.takeError();
+  return linkHsaco(*object);
+}

@@ -1,0 +1,111 @@
+//===- MoeAttrs.td - moe dialect attributes ----------------*- tablegen -*-===//
+
+#ifndef MOEC_DIALECT_MOE_MOEATTRS_TD
+#define MOEC_DIALECT_MOE_MOEATTRS_TD
+
+include "moec/Dialect/Moe/MoeBase.td"
+
+def Moe_MfmaShape : I32EnumAttr<"MfmaShape", "scaled MFMA instruction shape", [
+    I32EnumAttrCase<"m16n16k128", 0>,
+    I32EnumAttrCase<"m32n32k64", 1>
+  ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+def Moe_MfmaShapeAttr : EnumAttr<Moe_Dialect, Moe_MfmaShape, "mfma_shape">;
+
+def Moe_MfmaOrientation : I32EnumAttr<"MfmaOrientation",
+    "which GEMM operand feeds the MFMA A source", [
+    I32EnumAttrCase<"a_major", 0>,
+    I32EnumAttrCase<"b_major", 1>
+  ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+def Moe_MfmaOrientationAttr
+    : EnumAttr<Moe_Dialect, Moe_MfmaOrientation, "mfma_orientation">;
+
+def Moe_CachePolicy : I32EnumAttr<"CachePolicy",
+    "cache policy of weight (B) loads", [
+    I32EnumAttrCase<"cached", 0>,
+    I32EnumAttrCase<"nt", 1>
+  ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+def Moe_CachePolicyAttr : EnumAttr<Moe_Dialect, Moe_CachePolicy, "cache_policy">;
+
+def Moe_ProblemAttr : Moe_Attr<"Problem", "problem"> {
+  let summary = "shape and data types of one MoE layer";
+  let description = [{
+    The layer a kernel is built for. `hidden` is the model dimension H,
+    `intermediate` the (TP-local, padded) expert intermediate dimension I,
+    `experts` the total routed expert count, `top_k` the routes per token and
+    `ep` the expert-parallel group size; each rank owns `experts / ep`
+    consecutive experts. `activation`, `weight` and `output` are the element
+    types of the GEMM A operand, the B operand and the result.
+
+    ```mlir
+    #moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6,
+                 ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$hidden,
+    "int64_t":$intermediate,
+    "int64_t":$experts,
+    "int64_t":$top_k,
+    DefaultValuedParameter<"int64_t", "1">:$ep,
+    "::mlir::Type":$activation,
+    "::mlir::Type":$weight,
+    "::mlir::Type":$output
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Experts owned by one rank of the expert-parallel group.
+    int64_t getLocalExperts() const { return getExperts() / getEp(); }
+  }];
+}
+
+def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
+  let summary = "tile configuration of one GEMM stage";
+  let description = [{
+    The tuning knobs of a GEMM stage. `m`, `n`, `k` are the workgroup tile
+    (rows of the sorted route list, output columns, reduction step); `waves`
+    is the number of 64-lane waves per workgroup, which split the N tile
+    evenly. `mfma` picks the scaled MFMA instruction, `orientation` which
+    operand feeds its A source (`b_major` puts the weights there, so each lane
+    ends up owning consecutive output columns), and `b_cache` the cache policy
+    of weight loads (`nt` marks them non-temporal: weights are streamed once
+    per tile and should not evict activations).
+
+    ```mlir
+    #moe.tile<m = 32, n = 128, k = 256, waves = 4, mfma = m16n16k128,
+              orientation = a_major, b_cache = nt>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$m,
+    "int64_t":$n,
+    DefaultValuedParameter<"int64_t", "256">:$k,
+    DefaultValuedParameter<"int64_t", "4">:$waves,
+    DefaultValuedParameter<"::moec::moe::MfmaShape",
+                           "::moec::moe::MfmaShape::m16n16k128">:$mfma,
+    DefaultValuedParameter<"::moec::moe::MfmaOrientation",
+                           "::moec::moe::MfmaOrientation::a_major">:$orientation,
+    DefaultValuedParameter<"::moec::moe::CachePolicy",
+                           "::moec::moe::CachePolicy::cached">:$b_cache
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// MFMA tile rows and columns (16 or 32) and reduction depth (128 or 64).
+    int64_t getMfmaM() const;
+    int64_t getMfmaK() const;
+    /// Output columns each wave owns.
+    int64_t getWaveN() const { return getN() / getWaves(); }
+  }];
+}
+
+#endif // MOEC_DIALECT_MOE_MOEATTRS_TD

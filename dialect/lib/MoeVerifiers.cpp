@@ -1,0 +1,136 @@
+//===- MoeVerifiers.cpp - legality rules of moe attributes and ops --------===//
+///
+/// \file
+/// Every rule names the field it is about, because the message ends up in
+/// front of someone editing a tuning table.
+///
+//===----------------------------------------------------------------------===//
+
+#include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/Target/TargetInfo.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace moec::moe;
+
+//===----------------------------------------------------------------------===//
+// ProblemAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+ProblemAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                    int64_t hidden, int64_t intermediate, int64_t experts,
+                    int64_t topK, int64_t ep, Type activation, Type weight,
+                    Type output) {
+  auto positive = [&](int64_t value, StringRef field) -> LogicalResult {
+    if (value > 0)
+      return success();
+    return emitError() << "problem." << field << " must be positive, got "
+                       << value;
+  };
+  if (failed(positive(hidden, "hidden")) ||
+      failed(positive(intermediate, "intermediate")) ||
+      failed(positive(experts, "experts")) ||
+      failed(positive(topK, "top_k")) || failed(positive(ep, "ep")))
+    return failure();
+  // MX scales cover 32 elements along K; both GEMMs reduce over H or I.
+  if (hidden % 32 != 0)
+    return emitError() << "problem.hidden (" << hidden
+                       << ") must be a multiple of the 32-element MX block";
+  if (intermediate % 32 != 0)
+    return emitError() << "problem.intermediate (" << intermediate
+                       << ") must be a multiple of the 32-element MX block";
+  if (experts % ep != 0)
+    return emitError() << "problem.experts (" << experts
+                       << ") must be divisible by problem.ep (" << ep << ")";
+  if (topK > experts)
+    return emitError() << "problem.top_k (" << topK
+                       << ") exceeds problem.experts (" << experts << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TileAttr
+//===----------------------------------------------------------------------===//
+
+int64_t TileAttr::getMfmaM() const {
+  return getMfma() == MfmaShape::m16n16k128 ? 16 : 32;
+}
+int64_t TileAttr::getMfmaK() const {
+  return getMfma() == MfmaShape::m16n16k128 ? 128 : 64;
+}
+
+LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t m, int64_t n, int64_t k, int64_t waves,
+                               MfmaShape mfma, MfmaOrientation orientation,
+                               CachePolicy bCache) {
+  if (!llvm::is_contained({16, 32, 64, 128}, m))
+    return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
+  if (!llvm::is_contained({64, 128, 256, 512}, n))
+    return emitError() << "tile.n must be one of 64, 128, 256, 512, got " << n;
+  if (k < 128 || k % 128 != 0)
+    return emitError() << "tile.k must be a positive multiple of 128, got "
+                       << k;
+  if (!llvm::is_contained({1, 2, 4, 8}, waves))
+    return emitError() << "tile.waves must be one of 1, 2, 4, 8, got "
+                       << waves;
+  int64_t mfmaDim = mfma == MfmaShape::m16n16k128 ? 16 : 32;
+  if (m % mfmaDim != 0)
+    return emitError() << "tile.m (" << m << ") must be a multiple of the "
+                       << "MFMA M (" << mfmaDim << ") of tile.mfma";
+  if ((n / waves) % mfmaDim != 0 || n % waves != 0)
+    return emitError() << "tile.n (" << n << ") split over tile.waves ("
+                       << waves << ") must give each wave a multiple of the "
+                       << "MFMA N (" << mfmaDim << ") columns";
+  // Each wave holds an (m x n/waves) FP32 accumulator; with operands it must
+  // fit the unified 512-entry register file of a lane.
+  int64_t accumulatorRegs = m * (n / waves) / 64;
+  if (accumulatorRegs > 448)
+    return emitError() << "tile (m " << m << " x n " << n << " over " << waves
+                       << " waves) needs " << accumulatorRegs
+                       << " accumulator registers per lane; at most 448 fit";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// W2Op
+//===----------------------------------------------------------------------===//
+
+int64_t W2Op::getLdsBytes() {
+  TileAttr tile = getTile();
+  // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes.
+  return tile.getM() * tile.getK() + tile.getN() * tile.getK() / 2;
+}
+
+LogicalResult W2Op::verify() {
+  ProblemAttr problem = getProblem();
+  TileAttr tile = getTile();
+  if (!isa<Float8E4M3FNType>(problem.getActivation()))
+    return emitOpError("problem.activation must be f8E4M3FN for W2, got ")
+           << problem.getActivation();
+  if (!isa<Float4E2M1FNType>(problem.getWeight()))
+    return emitOpError("problem.weight must be f4E2M1FN for W2, got ")
+           << problem.getWeight();
+  if (!problem.getOutput().isBF16())
+    return emitOpError("problem.output must be bf16 for W2, got ")
+           << problem.getOutput();
+  // W2 computes [routes, I] x [I, H]: N is the hidden size, K the
+  // intermediate size.
+  if (problem.getHidden() % tile.getN() != 0)
+    return emitOpError("tile.n (")
+           << tile.getN() << ") must divide problem.hidden ("
+           << problem.getHidden() << "), the N of W2";
+  if (problem.getIntermediate() % tile.getK() != 0)
+    return emitOpError("tile.k (")
+           << tile.getK() << ") must divide problem.intermediate ("
+           << problem.getIntermediate() << "), the K of W2";
+  const moec::TargetInfo &target = moec::TargetInfo::gfx950();
+  if (getLdsBytes() > target.ldsBytes)
+    return emitOpError("tile (m ")
+           << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
+           << ") stages " << getLdsBytes() << " bytes of LDS; " << target.arch
+           << " has " << target.ldsBytes;
+  return success();
+}
