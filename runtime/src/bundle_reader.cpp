@@ -1,0 +1,333 @@
+//===- bundle_reader.cpp - mmap reader that verifies before use -*- C++ -*-===//
+#include "moec/bundle.h"
+#include "moec/hash.h"
+
+#include "byte_io.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace moec::rt {
+
+using namespace bundle_format;
+using detail::alignUpChecked;
+using detail::loadLE32;
+using detail::loadLE64;
+
+namespace {
+
+const char *sectionName(uint32_t kind) {
+  switch (kind) {
+  case kSectionKindManifest:
+    return "manifest";
+  case kSectionKindCodeObjectTable:
+    return "code-object table";
+  case kSectionKindCodeObjects:
+    return "code-object section";
+  }
+  return "section";
+}
+
+bool allZero(const uint8_t *p, uint64_t size) {
+  for (uint64_t i = 0; i < size; ++i)
+    if (p[i])
+      return false;
+  return true;
+}
+
+struct SectionRecord {
+  uint32_t kind = 0, flags = 0;
+  uint64_t offset = 0, size = 0, checksum = 0;
+};
+
+} // namespace
+
+Bundle::~Bundle() {
+  if (base_)
+    ::munmap(const_cast<uint8_t *>(base_), size_);
+}
+
+std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error,
+                                     const BundleOpenOptions &options) {
+  std::unique_ptr<Bundle> bundle(new Bundle());
+  bundle->path_ = path;
+  auto fail = [&](const std::string &what) -> std::unique_ptr<Bundle> {
+    error = path + ": " + what;
+    return nullptr;
+  };
+
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return fail(std::string("cannot open: ") + std::strerror(errno));
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    int savedErrno = errno;
+    ::close(fd);
+    return fail(std::string("cannot stat: ") + std::strerror(savedErrno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return fail("not a regular file");
+  }
+  const uint64_t actualSize = static_cast<uint64_t>(info.st_size);
+  if (actualSize < kHeaderSize) {
+    ::close(fd);
+    return fail("truncated: " + std::to_string(actualSize) +
+                " bytes, shorter than the " + std::to_string(kHeaderSize) +
+                "-byte header");
+  }
+  void *mapping = ::mmap(nullptr, actualSize, PROT_READ, MAP_PRIVATE, fd, 0);
+  int mapErrno = errno;
+  ::close(fd);
+  if (mapping == MAP_FAILED)
+    return fail(std::string("mmap failed: ") + std::strerror(mapErrno));
+  bundle->base_ = static_cast<const uint8_t *>(mapping);
+  bundle->size_ = actualSize;
+  const uint8_t *base = bundle->base_;
+
+  // Header: magic, version, size, then its own checksum before any field is
+  // trusted.
+  if (std::memcmp(base, kMagic, sizeof(kMagic)) != 0)
+    return fail("not a moec bundle (bad magic)");
+  const uint32_t version = loadLE32(base + 8);
+  if (version != kVersion)
+    return fail("unsupported bundle format version " + std::to_string(version) +
+                " (this runtime reads version " + std::to_string(kVersion) + ")");
+  const uint32_t headerSize = loadLE32(base + 12);
+  if (headerSize != kHeaderSize)
+    return fail("header size " + std::to_string(headerSize) + ", expected " +
+                std::to_string(kHeaderSize));
+  uint8_t headerCopy[kHeaderSize];
+  std::memcpy(headerCopy, base, kHeaderSize);
+  std::memset(headerCopy + kHeaderChecksumOffset, 0, 8);
+  if (xxh64(headerCopy, kHeaderSize) != loadLE64(base + kHeaderChecksumOffset))
+    return fail("header checksum mismatch");
+
+  const uint64_t declaredSize = loadLE64(base + 16);
+  if (declaredSize != actualSize)
+    return fail(declaredSize > actualSize
+                    ? "truncated: header says " + std::to_string(declaredSize) +
+                          " bytes, file has " + std::to_string(actualSize)
+                    : "trailing data: header says " + std::to_string(declaredSize) +
+                          " bytes, file has " + std::to_string(actualSize));
+  if (loadLE32(base + 24) != kSectionCount)
+    return fail("section count " + std::to_string(loadLE32(base + 24)) +
+                ", expected " + std::to_string(kSectionCount));
+  const uint32_t alignment = loadLE32(base + 28);
+  if (alignment < kMinCodeObjectAlignment || alignment > 65536 ||
+      (alignment & (alignment - 1)))
+    return fail("invalid code-object alignment " + std::to_string(alignment));
+  bundle->codeObjectAlignment_ = alignment;
+  if (!allZero(base + 40, 8) ||
+      !allZero(base + kSectionTableOffset + kSectionCount * kSectionEntrySize,
+               kHeaderSize - kSectionTableOffset - kSectionCount * kSectionEntrySize))
+    return fail("reserved header bytes are not zero");
+
+  SectionRecord sections[kSectionCount];
+  for (uint32_t s = 0; s < kSectionCount; ++s) {
+    const uint8_t *entry = base + kSectionTableOffset + s * kSectionEntrySize;
+    sections[s] = {loadLE32(entry), loadLE32(entry + 4), loadLE64(entry + 8),
+                   loadLE64(entry + 16), loadLE64(entry + 24)};
+    if (sections[s].kind != s + 1)
+      return fail("section " + std::to_string(s) + " has kind " +
+                  std::to_string(sections[s].kind) + ", expected " +
+                  std::to_string(s + 1) + " (" + sectionName(s + 1) + ")");
+    if (sections[s].flags != 0)
+      return fail(std::string(sectionName(s + 1)) + ": unknown flags " +
+                  std::to_string(sections[s].flags));
+    if (sections[s].offset > actualSize ||
+        sections[s].size > actualSize - sections[s].offset)
+      return fail(std::string(sectionName(s + 1)) + " [" +
+                  std::to_string(sections[s].offset) + ", +" +
+                  std::to_string(sections[s].size) + ") exceeds the file size " +
+                  std::to_string(actualSize));
+  }
+  const SectionRecord &manifestSection = sections[0];
+  const SectionRecord &tableSection = sections[1];
+  const SectionRecord &objectSection = sections[2];
+
+  // The layout is fully determined by the sizes; check every offset and that
+  // the gaps are zero, so no byte of the file is unchecked.
+  uint64_t expected = kHeaderSize;
+  if (manifestSection.offset != expected)
+    return fail("manifest offset " + std::to_string(manifestSection.offset) +
+                ", expected " + std::to_string(expected));
+  alignUpChecked(manifestSection.offset + manifestSection.size, kTableAlignment,
+                 expected);
+  if (tableSection.offset != expected)
+    return fail("code-object table offset " + std::to_string(tableSection.offset) +
+                ", expected " + std::to_string(expected));
+  alignUpChecked(tableSection.offset + tableSection.size, alignment, expected);
+  if (objectSection.offset != expected)
+    return fail("code-object section offset " + std::to_string(objectSection.offset) +
+                ", expected " + std::to_string(expected));
+  if (objectSection.offset + objectSection.size != actualSize)
+    return fail("code-object section ends at " +
+                std::to_string(objectSection.offset + objectSection.size) +
+                ", file size is " + std::to_string(actualSize));
+  const uint64_t manifestEnd = manifestSection.offset + manifestSection.size;
+  const uint64_t tableEnd = tableSection.offset + tableSection.size;
+  if (!allZero(base + manifestEnd, tableSection.offset - manifestEnd) ||
+      !allZero(base + tableEnd, objectSection.offset - tableEnd))
+    return fail("padding between sections is not zero");
+
+  if (xxh64(base + manifestSection.offset, manifestSection.size) !=
+      manifestSection.checksum)
+    return fail("manifest checksum mismatch");
+  if (xxh64(base + tableSection.offset, tableSection.size) != tableSection.checksum)
+    return fail("code-object table checksum mismatch");
+  const bool verifyObjectsNow = options.codeObjects == CodeObjectVerification::AtOpen;
+  if (verifyObjectsNow &&
+      xxh64(base + objectSection.offset, objectSection.size) != objectSection.checksum)
+    return fail("code-object section checksum mismatch");
+
+  // Code-object table.
+  if (tableSection.size < kCodeObjectTableHeaderSize)
+    return fail("code-object table is " + std::to_string(tableSection.size) +
+                " bytes, shorter than its header");
+  const uint8_t *table = base + tableSection.offset;
+  const uint32_t count = loadLE32(table);
+  const uint32_t entrySize = loadLE32(table + 4);
+  if (entrySize != kCodeObjectEntrySize)
+    return fail("code-object table entry size " + std::to_string(entrySize) +
+                ", expected " + std::to_string(kCodeObjectEntrySize));
+  if (tableSection.size !=
+      kCodeObjectTableHeaderSize + uint64_t(kCodeObjectEntrySize) * count)
+    return fail("code-object table size " + std::to_string(tableSection.size) +
+                " does not match its " + std::to_string(count) + " entries");
+  if (!allZero(table + 8, 8))
+    return fail("code-object table reserved bytes are not zero");
+  bundle->codeObjects_.resize(count);
+  uint64_t end = objectSection.offset;
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint8_t *entry = table + kCodeObjectTableHeaderSize + i * kCodeObjectEntrySize;
+    CodeObjectEntry &object = bundle->codeObjects_[i];
+    object.offset = loadLE64(entry);
+    object.size = loadLE64(entry + 8);
+    object.checksum = loadLE64(entry + 16);
+    const uint32_t flags = loadLE32(entry + 24);
+    const std::string name = "code object " + std::to_string(i);
+    if (flags != kCodeObjectFlagsRawElf)
+      return fail(name + ": unsupported encoding flags " + std::to_string(flags));
+    if (loadLE32(entry + 28) != 0)
+      return fail(name + ": reserved bytes are not zero");
+    alignUpChecked(end, alignment, expected);
+    if (object.offset != expected)
+      return fail(name + ": offset " + std::to_string(object.offset) +
+                  ", expected " + std::to_string(expected));
+    if (object.size == 0 || object.size > actualSize - object.offset)
+      return fail(name + ": size " + std::to_string(object.size) +
+                  " is empty or runs past the end of the file");
+    end = object.offset + object.size;
+  }
+  if (end != actualSize)
+    return fail("code objects end at " + std::to_string(end) + ", file size is " +
+                std::to_string(actualSize));
+  bundle->verified_.reset(new std::atomic<uint8_t>[count]);
+  for (uint32_t i = 0; i < count; ++i)
+    bundle->verified_[i].store(0, std::memory_order_relaxed);
+  if (verifyObjectsNow) {
+    // The section checksum covered every byte; also check each entry's own
+    // checksum so a table/section mismatch cannot slip through.
+    for (uint32_t i = 0; i < count; ++i) {
+      const CodeObjectEntry &object = bundle->codeObjects_[i];
+      if (xxh64(base + object.offset, object.size) != object.checksum)
+        return fail("code object " + std::to_string(i) + " checksum mismatch");
+      bundle->verified_[i].store(1, std::memory_order_relaxed);
+    }
+  }
+
+  // Manifest.
+  bundle->manifestText_ = std::string_view(
+      reinterpret_cast<const char *>(base + manifestSection.offset),
+      manifestSection.size);
+  std::string why;
+  if (!parseManifest(bundle->manifestText_, count, bundle->manifest_, why))
+    return fail("manifest: " + why);
+  if (bundle->manifest_.bundleFormatVersion != kVersion)
+    return fail("manifest: bundle_format.version is " +
+                std::to_string(bundle->manifest_.bundleFormatVersion) +
+                ", header says " + std::to_string(kVersion));
+  if (!Selector::build(bundle->manifest_.selection, bundle->manifest_.configs.size(),
+                       bundle->selector_, why))
+    return fail("manifest: " + why);
+  return bundle;
+}
+
+bool Bundle::codeObject(uint32_t index, CodeObjectView &out,
+                        std::string &error) const {
+  if (index >= codeObjects_.size()) {
+    error = path_ + ": code object " + std::to_string(index) + " out of range (" +
+            std::to_string(codeObjects_.size()) + " code objects)";
+    return false;
+  }
+  const CodeObjectEntry &object = codeObjects_[index];
+  if (!verified_[index].load(std::memory_order_acquire)) {
+    if (xxh64(base_ + object.offset, object.size) != object.checksum) {
+      error = path_ + ": code object " + std::to_string(index) + " checksum mismatch";
+      return false;
+    }
+    verified_[index].store(1, std::memory_order_release);
+  }
+  out.data = base_ + object.offset;
+  out.size = object.size;
+  out.checksum = object.checksum;
+  return true;
+}
+
+int64_t Bundle::findKernel(std::string_view name) const {
+  for (size_t i = 0; i < manifest_.kernels.size(); ++i)
+    if (manifest_.kernels[i].name == name)
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
+bool Bundle::applySelectionOverrides(std::string_view overrideJson,
+                                     OverrideReport &report, std::string &error) {
+  try {
+    std::vector<SelectionTableOverride> overrides;
+    if (!parseSelectionOverrides(overrideJson, manifest_.configs, overrides, error))
+      return false;
+    std::vector<SelectionTable> tables = selector_.tables();
+    OverrideReport result;
+    if (!mergeSelectionOverrides(tables, overrides, manifest_.configs.size(), result,
+                                 error))
+      return false;
+    Selector rebuilt;
+    if (!Selector::build(std::move(tables), manifest_.configs.size(), rebuilt, error))
+      return false;
+    selector_ = std::move(rebuilt);
+    report = std::move(result);
+    return true;
+  } catch (const std::exception &e) {
+    error = std::string("override: ") + e.what();
+  } catch (...) {
+    error = "override: unexpected error";
+  }
+  return false;
+}
+
+bool Bundle::applySelectionOverridesFile(const std::string &overridePath,
+                                         OverrideReport &report,
+                                         std::string &error) {
+  std::ifstream file(overridePath, std::ios::binary);
+  if (!file) {
+    error = overridePath + ": cannot open: " + std::strerror(errno);
+    return false;
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (!applySelectionOverrides(text.str(), report, error)) {
+    error = overridePath + ": " + error;
+    return false;
+  }
+  return true;
+}
+
+} // namespace moec::rt

@@ -1,0 +1,228 @@
+//===- bundle_writer.cpp - deterministic, atomic bundle writer --*- C++ -*-===//
+#include "moec/bundle.h"
+#include "moec/hash.h"
+
+#include "byte_io.h"
+#include "json_fields.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace moec::rt {
+
+using namespace bundle_format;
+using detail::alignUpChecked;
+using detail::storeLE32;
+using detail::storeLE64;
+
+namespace {
+
+bool isPowerOfTwo(uint32_t value) { return value && !(value & (value - 1)); }
+
+bool canonicalManifest(std::string_view manifestJson, uint32_t codeObjectCount,
+                       std::string &canonical, Manifest &parsed,
+                       std::string &error) {
+  detail::Json root;
+  if (!detail::parseJsonText(manifestJson, root, error)) {
+    error = "manifest: " + error;
+    return false;
+  }
+  if (!root.is_object()) {
+    error = "manifest: expected a JSON object";
+    return false;
+  }
+  root["bundle_format"] = detail::Json{{"version", kVersion}};
+  // nlohmann::json objects keep keys sorted, and dump() has no whitespace:
+  // the canonical form. dump() throws on invalid UTF-8 (caught by caller).
+  canonical = root.dump(-1, ' ', /*ensure_ascii=*/false);
+  if (!parseManifest(canonical, codeObjectCount, parsed, error)) {
+    error = "manifest: " + error;
+    return false;
+  }
+  return true;
+}
+
+bool serializeImpl(std::string_view manifestJson,
+                   const std::vector<std::vector<uint8_t>> &codeObjects,
+                   std::vector<uint8_t> &out, std::string &error,
+                   const BundleWriteOptions &options) {
+  const uint32_t alignment = options.codeObjectAlignment;
+  if (!isPowerOfTwo(alignment) || alignment < kMinCodeObjectAlignment ||
+      alignment > 65536) {
+    error = "code object alignment " + std::to_string(alignment) +
+            " must be a power of two in [256, 65536]";
+    return false;
+  }
+  if (codeObjects.size() > UINT32_MAX) {
+    error = "too many code objects";
+    return false;
+  }
+  const uint32_t count = static_cast<uint32_t>(codeObjects.size());
+  std::vector<bool> used(count, false);
+  for (uint32_t i = 0; i < count; ++i) {
+    const std::vector<uint8_t> &object = codeObjects[i];
+    if (object.size() < 4 || std::memcmp(object.data(), "\x7f" "ELF", 4) != 0) {
+      error = "code object " + std::to_string(i) + ": not an ELF image (" +
+              std::to_string(object.size()) + " bytes)";
+      return false;
+    }
+  }
+
+  std::string manifestText;
+  Manifest manifest;
+  if (!canonicalManifest(manifestJson, count, manifestText, manifest, error))
+    return false;
+  for (const KernelInfo &kernel : manifest.kernels)
+    used[kernel.codeObject] = true;
+  for (uint32_t i = 0; i < count; ++i)
+    if (!used[i]) {
+      error = "code object " + std::to_string(i) + ": not used by any kernel";
+      return false;
+    }
+
+  // Layout: header | manifest | pad to 8 | table | pad to alignment | objects.
+  const uint64_t manifestOffset = kHeaderSize;
+  const uint64_t manifestSize = manifestText.size();
+  uint64_t tableOffset = 0, objectsOffset = 0;
+  const uint64_t tableSize =
+      kCodeObjectTableHeaderSize + uint64_t(kCodeObjectEntrySize) * count;
+  alignUpChecked(manifestOffset + manifestSize, kTableAlignment, tableOffset);
+  alignUpChecked(tableOffset + tableSize, alignment, objectsOffset);
+  std::vector<uint64_t> objectOffsets(count);
+  uint64_t end = objectsOffset;
+  for (uint32_t i = 0; i < count; ++i) {
+    alignUpChecked(end, alignment, objectOffsets[i]);
+    end = objectOffsets[i] + codeObjects[i].size();
+  }
+  const uint64_t objectsSize = end - objectsOffset;
+  const uint64_t fileSize = end;
+
+  std::vector<uint8_t> bytes(fileSize, 0);
+  std::memcpy(bytes.data() + manifestOffset, manifestText.data(), manifestSize);
+  uint8_t *table = bytes.data() + tableOffset;
+  storeLE32(table, count);
+  storeLE32(table + 4, kCodeObjectEntrySize);
+  for (uint32_t i = 0; i < count; ++i) {
+    const std::vector<uint8_t> &object = codeObjects[i];
+    std::memcpy(bytes.data() + objectOffsets[i], object.data(), object.size());
+    uint8_t *entry = table + kCodeObjectTableHeaderSize + i * kCodeObjectEntrySize;
+    storeLE64(entry, objectOffsets[i]);
+    storeLE64(entry + 8, object.size());
+    storeLE64(entry + 16, xxh64(object.data(), object.size()));
+    storeLE32(entry + 24, kCodeObjectFlagsRawElf);
+  }
+
+  uint8_t *header = bytes.data();
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  storeLE32(header + 8, kVersion);
+  storeLE32(header + 12, kHeaderSize);
+  storeLE64(header + 16, fileSize);
+  storeLE32(header + 24, kSectionCount);
+  storeLE32(header + 28, alignment);
+  struct Section {
+    uint32_t kind;
+    uint64_t offset, size;
+  } sections[kSectionCount] = {
+      {kSectionKindManifest, manifestOffset, manifestSize},
+      {kSectionKindCodeObjectTable, tableOffset, tableSize},
+      {kSectionKindCodeObjects, objectsOffset, objectsSize},
+  };
+  for (uint32_t s = 0; s < kSectionCount; ++s) {
+    uint8_t *entry = header + kSectionTableOffset + s * kSectionEntrySize;
+    storeLE32(entry, sections[s].kind);
+    storeLE64(entry + 8, sections[s].offset);
+    storeLE64(entry + 16, sections[s].size);
+    storeLE64(entry + 24, xxh64(bytes.data() + sections[s].offset, sections[s].size));
+  }
+  storeLE64(header + kHeaderChecksumOffset, xxh64(header, kHeaderSize));
+  out = std::move(bytes);
+  return true;
+}
+
+bool writeAll(int fd, const uint8_t *data, size_t size, std::string &why) {
+  while (size > 0) {
+    ssize_t written = ::write(fd, data, size);
+    if (written < 0) {
+      if (errno == EINTR)
+        continue;
+      why = std::string("write failed: ") + std::strerror(errno);
+      return false;
+    }
+    data += written;
+    size -= static_cast<size_t>(written);
+  }
+  return true;
+}
+
+std::string parentDirectory(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos)
+    return ".";
+  if (slash == 0)
+    return "/";
+  return path.substr(0, slash);
+}
+
+} // namespace
+
+bool serializeBundle(std::string_view manifestJson,
+                     const std::vector<std::vector<uint8_t>> &codeObjects,
+                     std::vector<uint8_t> &out, std::string &error,
+                     const BundleWriteOptions &options) {
+  try {
+    return serializeImpl(manifestJson, codeObjects, out, error, options);
+  } catch (const std::exception &e) {
+    error = std::string("bundle: ") + e.what();
+  } catch (...) {
+    error = "bundle: unexpected error";
+  }
+  return false;
+}
+
+bool writeBundle(const std::string &path, std::string_view manifestJson,
+                 const std::vector<std::vector<uint8_t>> &codeObjects,
+                 std::string &error, const BundleWriteOptions &options) {
+  std::vector<uint8_t> bytes;
+  if (!serializeBundle(manifestJson, codeObjects, bytes, error, options)) {
+    error = path + ": " + error;
+    return false;
+  }
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    error = path + ": cannot create " + temporary + ": " + std::strerror(errno);
+    return false;
+  }
+  std::string why;
+  bool ok = writeAll(fd, bytes.data(), bytes.size(), why);
+  if (ok && ::fsync(fd) != 0) {
+    why = std::string("fsync failed: ") + std::strerror(errno);
+    ok = false;
+  }
+  if (::close(fd) != 0 && ok) {
+    why = std::string("close failed: ") + std::strerror(errno);
+    ok = false;
+  }
+  if (ok && ::rename(temporary.c_str(), path.c_str()) != 0) {
+    why = std::string("rename failed: ") + std::strerror(errno);
+    ok = false;
+  }
+  if (!ok) {
+    ::unlink(temporary.c_str());
+    error = path + ": " + why;
+    return false;
+  }
+  // Persist the rename itself; failure here does not undo a complete write.
+  int directory = ::open(parentDirectory(path).c_str(), O_RDONLY | O_CLOEXEC);
+  if (directory >= 0) {
+    (void)::fsync(directory);
+    ::close(directory);
+  }
+  return true;
+}
+
+} // namespace moec::rt

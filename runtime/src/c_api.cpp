@@ -1,0 +1,418 @@
+//===- c_api.cpp - C API over the C++ runtime -------------------*- C++ -*-===//
+//
+// Every entry point catches everything: no exception crosses the C API.
+//
+//===----------------------------------------------------------------------===//
+#include "moec/moec_runtime.h"
+
+#include "moec/bundle.h"
+#include "moec/hip_loader.h"
+
+#include <new>
+#include <string>
+#include <sys/stat.h>
+
+using namespace moec::rt;
+
+struct moec_bundle_t {
+  std::unique_ptr<Bundle> bundle;
+};
+
+struct moec_device_t {
+  std::unique_ptr<HipDevice> device;
+};
+
+struct moec_executable_t {
+  moec_executable_t(const HipDevice &device, const Bundle &bundle)
+      : loader(device, bundle) {}
+  KernelLoader loader;
+};
+
+namespace {
+
+thread_local std::string lastError;
+
+moec_status_t fail(moec_status_t status, std::string message) {
+  try {
+    lastError = std::move(message);
+  } catch (...) {
+  }
+  return status;
+}
+
+template <typename Body>
+moec_status_t guarded(Body &&body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return fail(MOEC_STATUS_INTERNAL, "out of memory");
+  } catch (const std::exception &e) {
+    return fail(MOEC_STATUS_INTERNAL, e.what());
+  } catch (...) {
+    return fail(MOEC_STATUS_INTERNAL, "unexpected error");
+  }
+}
+
+moec_status_t classifyDeviceError(const std::string &message) {
+  if (message.rfind("no HIP runtime", 0) == 0 ||
+      message.find(": missing symbol ") != std::string::npos)
+    return MOEC_STATUS_NO_HIP_RUNTIME;
+  if (message.rfind("no device", 0) == 0)
+    return MOEC_STATUS_NO_DEVICE;
+  if (message.rfind("device ", 0) == 0)
+    return MOEC_STATUS_INVALID_ARGUMENT;
+  return MOEC_STATUS_HIP_ERROR;
+}
+
+} // namespace
+
+extern "C" {
+
+const char *moec_last_error_message(void) { return lastError.c_str(); }
+
+const char *moec_status_name(moec_status_t status) {
+  switch (status) {
+  case MOEC_STATUS_OK:
+    return "MOEC_STATUS_OK";
+  case MOEC_STATUS_INVALID_ARGUMENT:
+    return "MOEC_STATUS_INVALID_ARGUMENT";
+  case MOEC_STATUS_NOT_FOUND:
+    return "MOEC_STATUS_NOT_FOUND";
+  case MOEC_STATUS_IO_ERROR:
+    return "MOEC_STATUS_IO_ERROR";
+  case MOEC_STATUS_CORRUPT_BUNDLE:
+    return "MOEC_STATUS_CORRUPT_BUNDLE";
+  case MOEC_STATUS_SELECTION_MISS:
+    return "MOEC_STATUS_SELECTION_MISS";
+  case MOEC_STATUS_NO_HIP_RUNTIME:
+    return "MOEC_STATUS_NO_HIP_RUNTIME";
+  case MOEC_STATUS_NO_DEVICE:
+    return "MOEC_STATUS_NO_DEVICE";
+  case MOEC_STATUS_HIP_ERROR:
+    return "MOEC_STATUS_HIP_ERROR";
+  case MOEC_STATUS_RESOURCE_EXCEEDED:
+    return "MOEC_STATUS_RESOURCE_EXCEEDED";
+  case MOEC_STATUS_INTERNAL:
+    return "MOEC_STATUS_INTERNAL";
+  }
+  return "MOEC_STATUS_UNKNOWN";
+}
+
+moec_status_t moec_bundle_open(const char *path, moec_bundle_t **out_bundle) {
+  return guarded([&]() -> moec_status_t {
+    if (!path || !out_bundle)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_open: null argument");
+    struct stat info;
+    if (::stat(path, &info) != 0)
+      return fail(MOEC_STATUS_IO_ERROR, std::string(path) + ": cannot open");
+    std::string error;
+    std::unique_ptr<Bundle> bundle = Bundle::open(path, error);
+    if (!bundle)
+      return fail(MOEC_STATUS_CORRUPT_BUNDLE, error);
+    *out_bundle = new moec_bundle_t{std::move(bundle)};
+    return MOEC_STATUS_OK;
+  });
+}
+
+void moec_bundle_close(moec_bundle_t *bundle) { delete bundle; }
+
+moec_status_t moec_bundle_apply_overrides(moec_bundle_t *bundle,
+                                          const char *override_path,
+                                          uint32_t *out_rows_changed) {
+  return guarded([&]() -> moec_status_t {
+    if (!bundle || !override_path)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_bundle_apply_overrides: null argument");
+    OverrideReport report;
+    std::string error;
+    if (!bundle->bundle->applySelectionOverridesFile(override_path, report, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    if (out_rows_changed)
+      *out_rows_changed = report.replaced + report.added;
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_bundle_target_arch(const moec_bundle_t *bundle,
+                                      const char **out_arch) {
+  if (!bundle || !out_arch)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_target_arch: null argument");
+  *out_arch = bundle->bundle->manifest().target.arch.c_str();
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_bundle_kernel_count(const moec_bundle_t *bundle,
+                                       uint32_t *out_count) {
+  if (!bundle || !out_count)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_kernel_count: null argument");
+  *out_count = static_cast<uint32_t>(bundle->bundle->manifest().kernels.size());
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_bundle_kernel_info(const moec_bundle_t *bundle,
+                                      uint32_t kernel_index,
+                                      moec_kernel_info_t *out_info) {
+  if (!bundle || !out_info)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_kernel_info: null argument");
+  const auto &kernels = bundle->bundle->manifest().kernels;
+  if (kernel_index >= kernels.size())
+    return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                "kernel " + std::to_string(kernel_index) + " out of range (" +
+                    std::to_string(kernels.size()) + " kernels)");
+  const KernelInfo &kernel = kernels[kernel_index];
+  moec_kernel_info_t info;
+  info.name = kernel.name.c_str();
+  info.symbol = kernel.symbol.c_str();
+  info.stage = kernel.stage.c_str();
+  info.content_hash = kernel.contentHash.c_str();
+  info.code_object = kernel.codeObject;
+  for (int d = 0; d < 3; ++d)
+    info.workgroup_size[d] = kernel.launch.workgroupSize[d];
+  info.arg_count = static_cast<uint32_t>(kernel.abi.size());
+  const KernelResources &r = kernel.resources;
+  info.resources = {r.vgpr,      r.agpr,      r.sgpr,          r.ldsBytes,
+                    r.privateSegmentBytes, r.vgprSpill, r.sgprSpill,
+                    r.wavefrontSize, r.maxFlatWorkgroupSize};
+  *out_info = info;
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_bundle_find_kernel(const moec_bundle_t *bundle, const char *name,
+                                      uint32_t *out_kernel_index) {
+  return guarded([&]() -> moec_status_t {
+    if (!bundle || !name || !out_kernel_index)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_find_kernel: null argument");
+    int64_t index = bundle->bundle->findKernel(name);
+    if (index < 0)
+      return fail(MOEC_STATUS_NOT_FOUND, std::string("no kernel named '") + name + "'");
+    *out_kernel_index = static_cast<uint32_t>(index);
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_bundle_kernel_arg(const moec_bundle_t *bundle,
+                                     uint32_t kernel_index, uint32_t arg_index,
+                                     const char **out_name,
+                                     moec_arg_kind_t *out_kind) {
+  return guarded([&]() -> moec_status_t {
+    if (!bundle || !out_name || !out_kind)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_kernel_arg: null argument");
+    const auto &kernels = bundle->bundle->manifest().kernels;
+    if (kernel_index >= kernels.size() || arg_index >= kernels[kernel_index].abi.size())
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "kernel " + std::to_string(kernel_index) + " argument " +
+                      std::to_string(arg_index) + " out of range");
+    const KernelArgInfo &arg = kernels[kernel_index].abi[arg_index];
+    *out_name = arg.name.c_str();
+    *out_kind = static_cast<moec_arg_kind_t>(arg.kind);
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_bundle_config_count(const moec_bundle_t *bundle,
+                                       uint32_t *out_count) {
+  if (!bundle || !out_count)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_config_count: null argument");
+  *out_count = static_cast<uint32_t>(bundle->bundle->manifest().configs.size());
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_bundle_config_info(const moec_bundle_t *bundle,
+                                      uint32_t config_index,
+                                      moec_config_info_t *out_info) {
+  if (!bundle || !out_info)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_config_info: null argument");
+  const auto &configs = bundle->bundle->manifest().configs;
+  if (config_index >= configs.size())
+    return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                "configuration " + std::to_string(config_index) + " out of range");
+  const ConfigInfo &config = configs[config_index];
+  out_info->id = config.id.c_str();
+  out_info->provenance = provenanceName(config.provenance);
+  out_info->kernel_count = static_cast<uint32_t>(config.kernels.size());
+  out_info->kernels = config.kernels.data();
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_bundle_code_object(const moec_bundle_t *bundle,
+                                      uint32_t code_object_index,
+                                      const void **out_data, size_t *out_size) {
+  return guarded([&]() -> moec_status_t {
+    if (!bundle || !out_data || !out_size)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_code_object: null argument");
+    if (code_object_index >= bundle->bundle->codeObjectCount())
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "code object " + std::to_string(code_object_index) + " out of range");
+    CodeObjectView view;
+    std::string error;
+    if (!bundle->bundle->codeObject(code_object_index, view, error))
+      return fail(MOEC_STATUS_CORRUPT_BUNDLE, error);
+    *out_data = view.data;
+    *out_size = view.size;
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_bundle_resolve_table(const moec_bundle_t *bundle,
+                                        const char *network, uint32_t ep,
+                                        uint32_t workspace, moec_table_t *out_table) {
+  return guarded([&]() -> moec_status_t {
+    if (!bundle || !network || !out_table)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_bundle_resolve_table: null argument");
+    TableHandle handle;
+    std::string error;
+    if (!bundle->bundle->selector().resolveTable(network, ep, workspace, handle, error))
+      return fail(MOEC_STATUS_NOT_FOUND, bundle->bundle->path() + ": " + error);
+    out_table->index = handle.index;
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_bundle_select(const moec_bundle_t *bundle, moec_table_t table,
+                                 uint32_t m, moec_selection_t *out_selection) {
+  if (!bundle || !out_selection)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_select: null argument");
+  const Selector &selector = bundle->bundle->selector();
+  if (table.index >= selector.tables().size())
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_select: invalid table handle");
+  const Selection selection = selector.select(TableHandle{table.index}, m);
+  if (selection.status == SelectStatus::Miss) {
+    const SelectionTable &t = selector.tables()[table.index];
+    return guarded([&]() -> moec_status_t {
+      return fail(MOEC_STATUS_SELECTION_MISS,
+                  describeTableKey(t.network, t.ep, t.workspace) + ": m " +
+                      std::to_string(m) + " is above the largest row (m " +
+                      std::to_string(t.rows.back().m) + ") and above_max is 'error'");
+    });
+  }
+  const ConfigInfo &config = bundle->bundle->manifest().configs[selection.config];
+  out_selection->config = selection.config;
+  out_selection->row = selection.row;
+  out_selection->row_m = selection.rowM;
+  out_selection->exact = selection.exact ? 1 : 0;
+  out_selection->fallback = selection.status == SelectStatus::Fallback ? 1 : 0;
+  out_selection->kernel_count = static_cast<uint32_t>(config.kernels.size());
+  out_selection->kernels = config.kernels.data();
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_device_create(const char *hip_library, int ordinal,
+                                 moec_device_t **out_device) {
+  return guarded([&]() -> moec_status_t {
+    if (!out_device)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_create: null argument");
+    std::vector<std::string> candidates =
+        hip_library ? std::vector<std::string>{hip_library}
+                    : defaultHipLibraryCandidates();
+    std::string error;
+    std::unique_ptr<HipLibrary> library = HipLibrary::load(candidates, error);
+    if (!library)
+      return fail(classifyDeviceError(error), error);
+    std::unique_ptr<HipDevice> device =
+        HipDevice::create(std::move(library), ordinal, error);
+    if (!device)
+      return fail(classifyDeviceError(error), error);
+    *out_device = new moec_device_t{std::move(device)};
+    return MOEC_STATUS_OK;
+  });
+}
+
+void moec_device_release(moec_device_t *device) { delete device; }
+
+moec_status_t moec_device_compute_units(const moec_device_t *device,
+                                        uint32_t *out_count) {
+  if (!device || !out_count)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_compute_units: null argument");
+  *out_count = static_cast<uint32_t>(device->device->computeUnits());
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_executable_create(moec_device_t *device, const moec_bundle_t *bundle,
+                                     moec_executable_t **out_executable) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !bundle || !out_executable)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_executable_create: null argument");
+    *out_executable = new moec_executable_t(*device->device, *bundle->bundle);
+    return MOEC_STATUS_OK;
+  });
+}
+
+void moec_executable_release(moec_executable_t *executable) { delete executable; }
+
+namespace {
+
+moec_status_t loadChecked(moec_executable_t *executable, uint32_t kernel_index,
+                          const Bundle &bundle) {
+  const auto &kernels = bundle.manifest().kernels;
+  if (kernel_index >= kernels.size())
+    return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                "kernel " + std::to_string(kernel_index) + " out of range (" +
+                    std::to_string(kernels.size()) + " kernels)");
+  std::string error;
+  if (!executable->loader.checkResources(kernels[kernel_index], error))
+    return fail(MOEC_STATUS_RESOURCE_EXCEEDED, error);
+  if (!executable->loader.loadKernel(kernel_index, error))
+    return fail(error.find("checksum mismatch") != std::string::npos
+                    ? MOEC_STATUS_CORRUPT_BUNDLE
+                    : MOEC_STATUS_HIP_ERROR,
+                error);
+  return MOEC_STATUS_OK;
+}
+
+} // namespace
+
+moec_status_t moec_executable_load_kernel(moec_executable_t *executable,
+                                          uint32_t kernel_index) {
+  return guarded([&]() -> moec_status_t {
+    if (!executable)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_executable_load_kernel: null argument");
+    return loadChecked(executable, kernel_index, executable->loader.bundle());
+  });
+}
+
+moec_status_t moec_executable_launch(moec_executable_t *executable,
+                                     uint32_t kernel_index, const uint32_t grid[3],
+                                     const moec_kernel_arg_t *args,
+                                     uint32_t arg_count, void *stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!executable || !grid || (arg_count > 0 && !args))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_executable_launch: null argument");
+    const Bundle &bundle = executable->loader.bundle();
+    moec_status_t status = loadChecked(executable, kernel_index, bundle);
+    if (status != MOEC_STATUS_OK)
+      return status;
+    const KernelInfo &kernel = bundle.manifest().kernels[kernel_index];
+    std::vector<KernelArgValue> values(arg_count);
+    for (uint32_t i = 0; i < arg_count; ++i) {
+      switch (args[i].kind) {
+      case MOEC_ARG_BUFFER:
+        values[i] = KernelArgValue::buffer(args[i].value.buffer);
+        break;
+      case MOEC_ARG_I32:
+        values[i] = KernelArgValue::int32(args[i].value.i32);
+        break;
+      case MOEC_ARG_I64:
+        values[i] = KernelArgValue::int64(args[i].value.i64);
+        break;
+      default:
+        return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                    kernel.name + ": argument " + std::to_string(i) + " has an unknown kind");
+      }
+    }
+    std::vector<uint8_t> kernarg;
+    std::string error;
+    if (!packKernelArguments(kernel, values.data(), values.size(), kernarg, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    if (!executable->loader.launch(kernel_index, {grid[0], grid[1], grid[2]},
+                                   values.data(), values.size(), stream, error))
+      return fail(error.find("grid dimensions") != std::string::npos
+                      ? MOEC_STATUS_INVALID_ARGUMENT
+                      : MOEC_STATUS_HIP_ERROR,
+                  error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+} // extern "C"

@@ -1,0 +1,243 @@
+//===- json_fields.cpp - typed JSON field access ----------------*- C++ -*-===//
+#include "json_fields.h"
+
+namespace moec::rt::detail {
+
+bool parseJsonText(std::string_view text, Json &out, std::string &error) {
+  Json parsed = Json::parse(text.begin(), text.end(), /*cb=*/nullptr,
+                            /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    // Re-run with exceptions only to obtain the position and reason.
+    try {
+      Json ignored = Json::parse(text.begin(), text.end());
+      (void)ignored;
+      error = "invalid JSON";
+    } catch (const Json::exception &e) {
+      error = std::string("invalid JSON: ") + e.what();
+    } catch (...) {
+      error = "invalid JSON";
+    }
+    return false;
+  }
+  out = std::move(parsed);
+  return true;
+}
+
+std::string fieldPath(const std::string &where, std::string_view key) {
+  if (where.empty())
+    return std::string(key);
+  std::string path = where;
+  path += '.';
+  path += key;
+  return path;
+}
+
+std::string indexPath(const std::string &where, size_t index) {
+  return where + "[" + std::to_string(index) + "]";
+}
+
+bool expectObject(const Json &value, const std::string &where, std::string &error) {
+  if (value.is_object())
+    return true;
+  error = (where.empty() ? std::string("manifest") : where) + ": expected an object";
+  return false;
+}
+
+bool expectArray(const Json &value, const std::string &where, std::string &error) {
+  if (value.is_array())
+    return true;
+  error = where + ": expected an array";
+  return false;
+}
+
+const Json *findField(const Json &object, std::string_view key) {
+  if (!object.is_object())
+    return nullptr;
+  auto it = object.find(std::string(key));
+  return it == object.end() ? nullptr : &*it;
+}
+
+bool readString(const Json &object, std::string_view key, const std::string &where,
+                bool required, std::string &out, std::string &error) {
+  const Json *field = findField(object, key);
+  if (!field) {
+    if (!required)
+      return true;
+    error = fieldPath(where, key) + ": missing";
+    return false;
+  }
+  if (!field->is_string()) {
+    error = fieldPath(where, key) + ": expected a string";
+    return false;
+  }
+  out = field->get_ref<const std::string &>();
+  return true;
+}
+
+bool readUnsigned(const Json &object, std::string_view key,
+                  const std::string &where, bool required, uint64_t maxValue,
+                  uint64_t &out, std::string &error) {
+  const Json *field = findField(object, key);
+  if (!field) {
+    if (!required)
+      return true;
+    error = fieldPath(where, key) + ": missing";
+    return false;
+  }
+  uint64_t value = 0;
+  if (field->is_number_unsigned()) {
+    value = field->get<uint64_t>();
+  } else if (field->is_number_integer() && field->get<int64_t>() >= 0) {
+    value = static_cast<uint64_t>(field->get<int64_t>());
+  } else {
+    error = fieldPath(where, key) + ": expected an unsigned integer";
+    return false;
+  }
+  if (value > maxValue) {
+    error = fieldPath(where, key) + ": " + std::to_string(value) +
+            " is out of range (max " + std::to_string(maxValue) + ")";
+    return false;
+  }
+  out = value;
+  return true;
+}
+
+bool readU32(const Json &object, std::string_view key, const std::string &where,
+             bool required, uint32_t &out, std::string &error) {
+  uint64_t value = out;
+  if (!readUnsigned(object, key, where, required, UINT32_MAX, value, error))
+    return false;
+  out = static_cast<uint32_t>(value);
+  return true;
+}
+
+namespace {
+
+bool parseFamily(const std::string &text, KernelFamily &out) {
+  if (text == "megamoe")
+    out = KernelFamily::MegaMoe;
+  else if (text == "tp")
+    out = KernelFamily::Tp;
+  else if (text == "fhmoe")
+    out = KernelFamily::FhMoe;
+  else
+    return false;
+  return true;
+}
+
+bool parseTransport(const std::string &text, Transport &out) {
+  if (text == "fixed-slot")
+    out = Transport::FixedSlot;
+  else if (text == "compact")
+    out = Transport::Compact;
+  else if (text == "none")
+    out = Transport::None;
+  else
+    return false;
+  return true;
+}
+
+bool parseAboveMax(const std::string &text, AboveMaxPolicy &out) {
+  if (text == "largest")
+    out = AboveMaxPolicy::Largest;
+  else if (text == "error")
+    out = AboveMaxPolicy::Error;
+  else
+    return false;
+  return true;
+}
+
+} // namespace
+
+bool parseSelectionTableJson(const Json &value, const std::string &where,
+                             const std::vector<ConfigInfo> &configs, bool partial,
+                             SelectionTable &out, TableFieldsPresent &present,
+                             std::string &error) {
+  if (!expectObject(value, where, error))
+    return false;
+  SelectionTable table;
+  if (!readString(value, "network", where, true, table.network, error) ||
+      !readU32(value, "ep", where, true, table.ep, error) ||
+      !readU32(value, "workspace", where, true, table.workspace, error))
+    return false;
+
+  std::string text;
+  present = TableFieldsPresent{};
+  if (findField(value, "family") || !partial) {
+    if (!readString(value, "family", where, true, text, error))
+      return false;
+    if (!parseFamily(text, table.family)) {
+      error = fieldPath(where, "family") + ": unknown family '" + text +
+              "' (expected megamoe, tp or fhmoe)";
+      return false;
+    }
+    present.family = true;
+  }
+  if (findField(value, "transport") || !partial) {
+    if (!readString(value, "transport", where, true, text, error))
+      return false;
+    if (!parseTransport(text, table.transport)) {
+      error = fieldPath(where, "transport") + ": unknown transport '" + text +
+              "' (expected fixed-slot, compact or none)";
+      return false;
+    }
+    present.transport = true;
+  }
+  if (findField(value, "above_max") || !partial) {
+    if (!readString(value, "above_max", where, true, text, error))
+      return false;
+    if (!parseAboveMax(text, table.aboveMax)) {
+      error = fieldPath(where, "above_max") + ": unknown policy '" + text +
+              "' (expected largest or error)";
+      return false;
+    }
+    present.aboveMax = true;
+  }
+
+  const Json *rows = findField(value, "rows");
+  const std::string rowsPath = fieldPath(where, "rows");
+  if (!rows) {
+    error = rowsPath + ": missing";
+    return false;
+  }
+  if (!expectArray(*rows, rowsPath, error))
+    return false;
+  table.rows.reserve(rows->size());
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const Json &rowJson = (*rows)[i];
+    const std::string rowPath = indexPath(rowsPath, i);
+    if (!expectObject(rowJson, rowPath, error))
+      return false;
+    SelectionRow row;
+    if (!readU32(rowJson, "m", rowPath, true, row.m, error))
+      return false;
+    const Json *config = findField(rowJson, "config");
+    if (!config) {
+      error = fieldPath(rowPath, "config") + ": missing";
+      return false;
+    }
+    if (config->is_string()) {
+      const std::string &id = config->get_ref<const std::string &>();
+      size_t found = configs.size();
+      for (size_t c = 0; c < configs.size(); ++c)
+        if (configs[c].id == id) {
+          found = c;
+          break;
+        }
+      if (found == configs.size()) {
+        error = fieldPath(rowPath, "config") + ": no configuration with id '" + id + "'";
+        return false;
+      }
+      row.config = static_cast<uint32_t>(found);
+    } else if (!readU32(rowJson, "config", rowPath, true, row.config, error)) {
+      error = fieldPath(rowPath, "config") +
+              ": expected a configuration index or id string";
+      return false;
+    }
+    table.rows.push_back(row);
+  }
+  out = std::move(table);
+  return true;
+}
+
+} // namespace moec::rt::detail

@@ -1,0 +1,431 @@
+//===- manifest.cpp - manifest schema v1 parsing and validation -*- C++ -*-===//
+#include "moec/manifest.h"
+
+#include "json_fields.h"
+#include "moec/selection.h"
+
+#include <unordered_set>
+
+namespace moec::rt {
+
+using detail::expectArray;
+using detail::expectObject;
+using detail::fieldPath;
+using detail::findField;
+using detail::indexPath;
+using detail::Json;
+using detail::readString;
+using detail::readU32;
+
+const char *kernelFamilyName(KernelFamily family) noexcept {
+  switch (family) {
+  case KernelFamily::MegaMoe:
+    return "megamoe";
+  case KernelFamily::Tp:
+    return "tp";
+  case KernelFamily::FhMoe:
+    return "fhmoe";
+  }
+  return "?";
+}
+
+const char *transportName(Transport transport) noexcept {
+  switch (transport) {
+  case Transport::FixedSlot:
+    return "fixed-slot";
+  case Transport::Compact:
+    return "compact";
+  case Transport::None:
+    return "none";
+  }
+  return "?";
+}
+
+const char *aboveMaxPolicyName(AboveMaxPolicy policy) noexcept {
+  return policy == AboveMaxPolicy::Largest ? "largest" : "error";
+}
+
+const char *provenanceName(Provenance provenance) noexcept {
+  return provenance == Provenance::Measured ? "measured" : "model-ranked";
+}
+
+const char *argKindName(ArgKind kind) noexcept {
+  switch (kind) {
+  case ArgKind::Buffer:
+    return "buffer";
+  case ArgKind::I32:
+    return "i32";
+  case ArgKind::I64:
+    return "i64";
+  }
+  return "?";
+}
+
+const char *argAccessName(ArgAccess access) noexcept {
+  switch (access) {
+  case ArgAccess::None:
+    return "none";
+  case ArgAccess::Read:
+    return "read";
+  case ArgAccess::Write:
+    return "write";
+  case ArgAccess::ReadWrite:
+    return "readwrite";
+  }
+  return "?";
+}
+
+namespace {
+
+/// An optional object field: absent -> nullptr and true; wrong type -> false.
+bool optionalObject(const Json &parent, std::string_view key,
+                    const std::string &where, const Json *&out,
+                    std::string &error) {
+  out = findField(parent, key);
+  if (!out)
+    return true;
+  return expectObject(*out, fieldPath(where, key), error);
+}
+
+bool parseTarget(const Json &root, Manifest &m, std::string &error) {
+  const Json *target = findField(root, "target");
+  if (!target) {
+    error = "target: missing";
+    return false;
+  }
+  if (!expectObject(*target, "target", error))
+    return false;
+  return readString(*target, "arch", "target", true, m.target.arch, error) &&
+         readString(*target, "features", "target", false, m.target.features, error) &&
+         readU32(*target, "code_object_version", "target", false,
+                 m.target.codeObjectVersion, error);
+}
+
+bool parseCompiler(const Json &root, Manifest &m, std::string &error) {
+  const Json *compiler = nullptr;
+  if (!optionalObject(root, "compiler", "", compiler, error))
+    return false;
+  if (!compiler)
+    return true;
+  const std::string where = "compiler";
+  return readString(*compiler, "name", where, false, m.compiler.name, error) &&
+         readString(*compiler, "version", where, false, m.compiler.version, error) &&
+         readString(*compiler, "llvm", where, false, m.compiler.llvm, error) &&
+         readString(*compiler, "fingerprint", where, false, m.compiler.fingerprint,
+                    error);
+}
+
+bool parseNumerics(const Json &root, Manifest &m, std::string &error) {
+  const Json *numerics = nullptr;
+  if (!optionalObject(root, "numerics", "", numerics, error))
+    return false;
+  if (!numerics)
+    return true;
+  for (auto it = numerics->begin(); it != numerics->end(); ++it)
+    m.numerics.emplace_back(it.key(), it.value().is_string()
+                                          ? it.value().get<std::string>()
+                                          : it.value().dump());
+  return true;
+}
+
+bool parseSources(const Json &root, Manifest &m, std::string &error) {
+  const Json *sources = findField(root, "sources");
+  if (!sources)
+    return true;
+  if (!expectArray(*sources, "sources", error))
+    return false;
+  for (size_t i = 0; i < sources->size(); ++i) {
+    const std::string where = indexPath("sources", i);
+    const Json &entry = (*sources)[i];
+    SourceFile source;
+    if (!expectObject(entry, where, error) ||
+        !readString(entry, "path", where, true, source.path, error) ||
+        !readString(entry, "hash", where, false, source.hash, error))
+      return false;
+    m.sources.push_back(std::move(source));
+  }
+  return true;
+}
+
+bool parseArgument(const Json &entry, const std::string &where,
+                   KernelArgInfo &arg, std::string &error) {
+  std::string kind, access;
+  if (!expectObject(entry, where, error) ||
+      !readString(entry, "name", where, true, arg.name, error) ||
+      !readString(entry, "kind", where, true, kind, error) ||
+      !readString(entry, "dtype", where, false, arg.dtype, error) ||
+      !readString(entry, "access", where, false, access, error))
+    return false;
+  if (kind == "buffer")
+    arg.kind = ArgKind::Buffer;
+  else if (kind == "i32")
+    arg.kind = ArgKind::I32;
+  else if (kind == "i64")
+    arg.kind = ArgKind::I64;
+  else {
+    error = fieldPath(where, "kind") + ": unknown argument kind '" + kind +
+            "' (expected buffer, i32 or i64)";
+    return false;
+  }
+  if (access.empty())
+    arg.access = ArgAccess::None;
+  else if (access == "read")
+    arg.access = ArgAccess::Read;
+  else if (access == "write")
+    arg.access = ArgAccess::Write;
+  else if (access == "readwrite")
+    arg.access = ArgAccess::ReadWrite;
+  else {
+    error = fieldPath(where, "access") + ": unknown access '" + access +
+            "' (expected read, write or readwrite)";
+    return false;
+  }
+  return true;
+}
+
+bool parseLaunch(const Json &kernel, const std::string &kernelPath,
+                 LaunchInfo &launch, std::string &error) {
+  const std::string where = fieldPath(kernelPath, "launch");
+  const Json *launchJson = findField(kernel, "launch");
+  if (!launchJson) {
+    error = where + ": missing";
+    return false;
+  }
+  if (!expectObject(*launchJson, where, error))
+    return false;
+  const std::string sizePath = fieldPath(where, "workgroup_size");
+  const Json *size = findField(*launchJson, "workgroup_size");
+  if (!size) {
+    error = sizePath + ": missing";
+    return false;
+  }
+  if (!size->is_array() || size->size() != 3) {
+    error = sizePath + ": expected an array of 3 unsigned integers";
+    return false;
+  }
+  uint64_t total = 1;
+  for (size_t d = 0; d < 3; ++d) {
+    const Json &dim = (*size)[d];
+    if (!dim.is_number_integer() || dim.get<int64_t>() < 1 ||
+        dim.get<int64_t>() > 1024) {
+      error = indexPath(sizePath, d) + ": expected an integer in [1, 1024]";
+      return false;
+    }
+    launch.workgroupSize[d] = static_cast<uint32_t>(dim.get<int64_t>());
+    total *= launch.workgroupSize[d];
+  }
+  if (total > 1024) {
+    error = sizePath + ": " + std::to_string(total) +
+            " threads per workgroup (max 1024)";
+    return false;
+  }
+  const Json *grid = nullptr;
+  if (!optionalObject(*launchJson, "grid", where, grid, error))
+    return false;
+  if (grid) {
+    const std::string gridPath = fieldPath(where, "grid");
+    if (!readString(*grid, "x", gridPath, false, launch.gridX, error) ||
+        !readString(*grid, "y", gridPath, false, launch.gridY, error) ||
+        !readString(*grid, "z", gridPath, false, launch.gridZ, error))
+      return false;
+  }
+  return true;
+}
+
+bool parseResources(const Json &kernel, const std::string &kernelPath,
+                    KernelResources &r, std::string &error) {
+  const std::string where = fieldPath(kernelPath, "resources");
+  const Json *resources = findField(kernel, "resources");
+  if (!resources) {
+    error = where + ": missing";
+    return false;
+  }
+  if (!expectObject(*resources, where, error))
+    return false;
+  return readU32(*resources, "vgpr", where, true, r.vgpr, error) &&
+         readU32(*resources, "agpr", where, false, r.agpr, error) &&
+         readU32(*resources, "sgpr", where, true, r.sgpr, error) &&
+         readU32(*resources, "lds_bytes", where, true, r.ldsBytes, error) &&
+         readU32(*resources, "private_segment_bytes", where, false,
+                 r.privateSegmentBytes, error) &&
+         readU32(*resources, "vgpr_spill", where, false, r.vgprSpill, error) &&
+         readU32(*resources, "sgpr_spill", where, false, r.sgprSpill, error) &&
+         readU32(*resources, "wavefront_size", where, false, r.wavefrontSize,
+                 error) &&
+         readU32(*resources, "max_flat_workgroup_size", where, false,
+                 r.maxFlatWorkgroupSize, error);
+}
+
+bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
+                  std::string &error) {
+  const Json *kernels = findField(root, "kernels");
+  if (!kernels) {
+    error = "kernels: missing";
+    return false;
+  }
+  if (!expectArray(*kernels, "kernels", error))
+    return false;
+  std::unordered_set<std::string> names;
+  m.kernels.reserve(kernels->size());
+  for (size_t i = 0; i < kernels->size(); ++i) {
+    const std::string where = indexPath("kernels", i);
+    const Json &entry = (*kernels)[i];
+    KernelInfo kernel;
+    if (!expectObject(entry, where, error) ||
+        !readString(entry, "name", where, true, kernel.name, error) ||
+        !readString(entry, "symbol", where, true, kernel.symbol, error) ||
+        !readU32(entry, "code_object", where, true, kernel.codeObject, error) ||
+        !readString(entry, "stage", where, false, kernel.stage, error) ||
+        !readString(entry, "content_hash", where, false, kernel.contentHash, error))
+      return false;
+    if (kernel.name.empty() || kernel.symbol.empty()) {
+      error = where + ": name and symbol must not be empty";
+      return false;
+    }
+    if (!names.insert(kernel.name).second) {
+      error = fieldPath(where, "name") + ": duplicate kernel name '" + kernel.name + "'";
+      return false;
+    }
+    if (kernel.codeObject >= codeObjectCount) {
+      error = fieldPath(where, "code_object") + ": index " +
+              std::to_string(kernel.codeObject) + " but the bundle has " +
+              std::to_string(codeObjectCount) + " code objects";
+      return false;
+    }
+    const Json *config = nullptr;
+    if (!optionalObject(entry, "config", where, config, error))
+      return false;
+    if (config)
+      for (auto it = config->begin(); it != config->end(); ++it)
+        kernel.config.emplace_back(it.key(), it.value().dump());
+    if (const Json *abi = findField(entry, "abi")) {
+      const std::string abiPath = fieldPath(where, "abi");
+      if (!expectArray(*abi, abiPath, error))
+        return false;
+      for (size_t a = 0; a < abi->size(); ++a) {
+        KernelArgInfo arg;
+        if (!parseArgument((*abi)[a], indexPath(abiPath, a), arg, error))
+          return false;
+        kernel.abi.push_back(std::move(arg));
+      }
+    }
+    if (!parseLaunch(entry, where, kernel.launch, error) ||
+        !parseResources(entry, where, kernel.resources, error))
+      return false;
+    m.kernels.push_back(std::move(kernel));
+  }
+  return true;
+}
+
+bool parseConfigs(const Json &root, Manifest &m, std::string &error) {
+  const Json *configs = findField(root, "configs");
+  if (!configs) {
+    error = "configs: missing";
+    return false;
+  }
+  if (!expectArray(*configs, "configs", error))
+    return false;
+  std::unordered_set<std::string> ids;
+  for (size_t i = 0; i < configs->size(); ++i) {
+    const std::string where = indexPath("configs", i);
+    const Json &entry = (*configs)[i];
+    ConfigInfo config;
+    std::string provenance;
+    if (!expectObject(entry, where, error) ||
+        !readString(entry, "id", where, true, config.id, error) ||
+        !readString(entry, "provenance", where, false, provenance, error))
+      return false;
+    if (!ids.insert(config.id).second) {
+      error = fieldPath(where, "id") + ": duplicate configuration id '" + config.id + "'";
+      return false;
+    }
+    if (provenance.empty() || provenance == "measured")
+      config.provenance = Provenance::Measured;
+    else if (provenance == "model-ranked")
+      config.provenance = Provenance::ModelRanked;
+    else {
+      error = fieldPath(where, "provenance") + ": unknown provenance '" +
+              provenance + "' (expected measured or model-ranked)";
+      return false;
+    }
+    const std::string kernelsPath = fieldPath(where, "kernels");
+    const Json *kernels = findField(entry, "kernels");
+    if (!kernels) {
+      error = kernelsPath + ": missing";
+      return false;
+    }
+    if (!expectArray(*kernels, kernelsPath, error))
+      return false;
+    if (kernels->empty()) {
+      error = kernelsPath + ": a configuration needs at least one kernel";
+      return false;
+    }
+    for (size_t k = 0; k < kernels->size(); ++k) {
+      const Json &index = (*kernels)[k];
+      if (!index.is_number_integer() || index.get<int64_t>() < 0 ||
+          static_cast<uint64_t>(index.get<int64_t>()) >= m.kernels.size()) {
+        error = indexPath(kernelsPath, k) + ": expected a kernel index below " +
+                std::to_string(m.kernels.size());
+        return false;
+      }
+      config.kernels.push_back(static_cast<uint32_t>(index.get<int64_t>()));
+    }
+    m.configs.push_back(std::move(config));
+  }
+  return true;
+}
+
+bool parseSelection(const Json &root, Manifest &m, std::string &error) {
+  const Json *selection = findField(root, "selection");
+  if (!selection) {
+    error = "selection: missing";
+    return false;
+  }
+  if (!expectArray(*selection, "selection", error))
+    return false;
+  for (size_t i = 0; i < selection->size(); ++i) {
+    SelectionTable table;
+    detail::TableFieldsPresent present;
+    if (!detail::parseSelectionTableJson((*selection)[i], indexPath("selection", i),
+                                         m.configs, /*partial=*/false, table,
+                                         present, error))
+      return false;
+    m.selection.push_back(std::move(table));
+  }
+  return validateSelectionTables(m.selection, m.configs.size(), error);
+}
+
+} // namespace
+
+bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
+                   Manifest &out, std::string &error) {
+  try {
+    Json root;
+    if (!detail::parseJsonText(jsonText, root, error))
+      return false;
+    if (!expectObject(root, "", error))
+      return false;
+    Manifest m;
+    if (const Json *format = findField(root, "bundle_format")) {
+      if (!expectObject(*format, "bundle_format", error) ||
+          !readU32(*format, "version", "bundle_format", true,
+                   m.bundleFormatVersion, error))
+        return false;
+    }
+    if (!parseTarget(root, m, error) || !parseCompiler(root, m, error) ||
+        !parseNumerics(root, m, error) || !parseSources(root, m, error) ||
+        !parseKernels(root, codeObjectCount, m, error) ||
+        !parseConfigs(root, m, error) || !parseSelection(root, m, error))
+      return false;
+    out = std::move(m);
+    return true;
+  } catch (const std::exception &e) {
+    error = std::string("manifest: ") + e.what();
+    return false;
+  } catch (...) {
+    error = "manifest: unexpected error";
+    return false;
+  }
+}
+
+} // namespace moec::rt
