@@ -208,7 +208,11 @@ Status runFhMoe(const FhMoeConfig &config, const WeightSource &routedW13,
   extended.topkWeights.resize(batch.tokens * topk);
   for (int64_t token = 0; token < batch.tokens; ++token) {
     for (int64_t k = 0; k < shape.topk; ++k) {
-      extended.topkIds[token * topk + k] = batch.topkIds[token * shape.topk + k];
+      // Routed slots keep family 2's validity: an id >= E (E included) is
+      // invalid there, so it must not silently reach the shared expert.
+      int32_t expert = batch.topkIds[token * shape.topk + k];
+      extended.topkIds[token * topk + k] =
+          isValidExpert(expert, shape.experts) ? expert : -1;
       extended.topkWeights[token * topk + k] =
           batch.topkWeights[token * shape.topk + k];
     }

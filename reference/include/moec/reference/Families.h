@@ -112,7 +112,9 @@ struct FhMoeConfig {
   /// With the shared expert, every token gets one extra route in slot
   /// k = topk (the last), expert id E, routing weight exactly 1.0; the
   /// layer then has E + 1 experts and topk + 1 routes per token (DSV4 Pro:
-  /// 385 and 7). Without it, the layer is family 2 unchanged.
+  /// 385 and 7). Routed slots stay valid only for ids in [0, E) (an id of E
+  /// in a routed slot is invalid, as in family 2). Without the shared
+  /// expert, the layer is family 2 unchanged.
   bool includeSharedExpert = true;
 };
 

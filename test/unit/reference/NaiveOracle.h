@@ -1,0 +1,59 @@
+// A second, naive formulation of the MoE layer, written independently of the
+// oracle: straight loops per token and per top-k slot, fully dequantised
+// weight matrices, one plain dot product over all of K, no sorting, no
+// dispatch, no tiles. Only the format decoders/encoders of Formats.h are
+// shared (they are tested exhaustively on their own).
+#ifndef MOEC_TEST_REFERENCE_NAIVE_ORACLE_H
+#define MOEC_TEST_REFERENCE_NAIVE_ORACLE_H
+
+#include <cstdint>
+#include <vector>
+
+namespace naive {
+
+/// One expert matrix [rows, depth], fully dequantised.
+struct Matrix {
+  int64_t rows = 0, depth = 0;
+  std::vector<double> values;
+  double at(int64_t row, int64_t k) const { return values[row * depth + k]; }
+};
+
+/// Dequantises expert `expert` of a packed MXFP4 tensor [E, rows, depth/2].
+Matrix fromMxfp4(const std::vector<uint8_t> &packed,
+                 const std::vector<uint8_t> &scales, int64_t expert,
+                 int64_t rows, int64_t depth);
+/// Dequantises an FP8 matrix [rows, depth] with [rows, depth/32] scales.
+Matrix fromFp8(const std::vector<uint8_t> &codes,
+               const std::vector<uint8_t> &scales, int64_t rows, int64_t depth);
+
+/// Quantise-then-dequantise a vector with the DeepSeek V4 1x32 FP8 recipe,
+/// written from the recipe text: scale = smallest power of two s with
+/// 448 * s >= max(amax, 1e-4), then RNE(x / s) to E4M3FN.
+std::vector<double> fakeQuantFp8(const std::vector<double> &values);
+
+struct Layer {
+  int64_t hidden = 0, intermediate = 0;
+  /// Gate/up interleave G (0 = gate rows then up rows) and clamp (0 = off).
+  int64_t interleave = 0;
+  double clampLimit = 0.0;
+  /// Whether input and intermediate are FP8-quantised (quantisation-faithful).
+  bool quantize = false;
+  /// One entry per expert id (FHMoE: the shared expert last).
+  std::vector<Matrix> w13, w2;
+};
+
+/// out[t] = sum over slots with a valid expert of weight * W2(act(W13 x)),
+/// in double. hidden: BF16 bits [tokens, H].
+std::vector<double> runLayer(const Layer &layer,
+                             const std::vector<uint16_t> &hidden,
+                             const std::vector<int32_t> &ids,
+                             const std::vector<float> &weights, int64_t tokens,
+                             int64_t topk);
+
+/// The unweighted W2 output of one token through one expert.
+std::vector<double> expertOutput(const Layer &layer, const std::vector<double> &x,
+                                 int64_t expert);
+
+} // namespace naive
+
+#endif
