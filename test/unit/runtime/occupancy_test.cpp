@@ -1,0 +1,131 @@
+#include "moec/target_info.h"
+
+#include <catch2/catch.hpp>
+
+using namespace moec::rt;
+
+namespace {
+
+OccupancyEstimate estimate(uint32_t vgpr, uint32_t agpr, uint32_t sgpr, uint32_t lds,
+                           uint32_t workgroupSize) {
+  KernelResourceUse use;
+  use.archVgprs = vgpr;
+  use.agprs = agpr;
+  use.sgprs = sgpr;
+  use.ldsBytes = lds;
+  use.workgroupSize = workgroupSize;
+  return estimateOccupancy(gfx950TargetInfo(), use);
+}
+
+} // namespace
+
+TEST_CASE("gfx950 facts", "[occupancy]") {
+  const TargetInfo &t = gfx950TargetInfo();
+  CHECK(std::string(t.arch) == "gfx950");
+  CHECK(t.computeUnits == 256);
+  CHECK(t.maxWavesPerCu() == 32);
+  CHECK(t.ldsBytesPerCu == 163840);
+  CHECK(lookupTargetInfo("gfx950") == &t);
+  CHECK(lookupTargetInfo("gfx950:sramecc+:xnack-") == &t);
+  CHECK(lookupTargetInfo("gfx942") == nullptr);
+}
+
+TEST_CASE("VGPR limit follows the FACTS.md table", "[occupancy]") {
+  // N <= 64: 8, <= 72: 7, <= 80: 6, <= 96: 5, <= 128: 4, <= 168: 3, <= 256: 2, <= 512: 1.
+  struct Case {
+    uint32_t vgpr, waves;
+  } cases[] = {{1, 8},   {64, 8},   {65, 7},   {72, 7},   {73, 6},  {80, 6},
+               {81, 5},  {96, 5},   {97, 4},   {128, 4},  {129, 3}, {168, 3},
+               {169, 2}, {256, 2},  {257, 1},  {512, 1}};
+  for (const Case &c : cases) {
+    INFO("vgpr " << c.vgpr);
+    CHECK(estimate(c.vgpr, 0, 32, 0, 64).vgprWavesPerSimd == c.waves);
+  }
+}
+
+TEST_CASE("AGPRs are added after aligning arch VGPRs to 4", "[occupancy]") {
+  // 90 -> 92, + 64 = 156 -> granule 160 -> 512 / 160 = 3 waves.
+  OccupancyEstimate e = estimate(90, 64, 40, 0, 256);
+  CHECK(e.vgprWavesPerSimd == 3);
+  CHECK(e.wavesPerSimd == 3);
+  CHECK(e.limiter == OccupancyLimiter::Vgpr);
+  CHECK(e.resourceCeilingPercent == Approx(37.5));
+  // 256 + 256 fills the unified file: one wave.
+  CHECK(estimate(256, 256, 40, 0, 64).wavesPerSimd == 1);
+  // 61 -> 64, + 0 AGPRs used: max(arch, agpr) rule = 61 -> 64 -> 8 waves.
+  CHECK(estimate(61, 0, 40, 0, 64).vgprWavesPerSimd == 8);
+  // 61 -> 64 + 8 AGPRs = 72 -> 7 waves.
+  CHECK(estimate(61, 8, 40, 0, 64).vgprWavesPerSimd == 7);
+}
+
+TEST_CASE("SGPR limit follows LLVM's table", "[occupancy]") {
+  CHECK(estimate(32, 0, 80, 0, 64).sgprWavesPerSimd == 8); // 10, capped at 8
+  CHECK(estimate(32, 0, 100, 0, 64).sgprWavesPerSimd == 8);
+  OccupancyEstimate e = estimate(64, 0, 104, 0, 64);
+  CHECK(e.sgprWavesPerSimd == 7);
+  CHECK(e.wavesPerSimd == 7);
+  CHECK(e.limiter == OccupancyLimiter::Sgpr);
+  CHECK(e.workgroupsPerCu == 28); // 7 waves x 4 SIMDs of one-wave groups
+}
+
+TEST_CASE("a 256-thread kernel with 128 VGPRs", "[occupancy]") {
+  OccupancyEstimate e = estimate(128, 0, 40, 0, 256);
+  CHECK(e.wavesPerWorkgroup == 4);
+  CHECK(e.vgprWavesPerSimd == 4);
+  CHECK(e.ldsWavesPerSimd == 8); // 8 workgroups x 4 waves / 4 SIMDs
+  CHECK(e.wavesPerSimd == 4);
+  CHECK(e.limiter == OccupancyLimiter::Vgpr);
+  CHECK(e.workgroupsPerCu == 4); // 16 wave slots / 4 waves
+  CHECK(e.resourceCeilingPercent == Approx(50.0));
+  // Launch ceiling: 100 workgroups x 4 waves over 256 CUs x 32 slots.
+  CHECK(launchCeilingPercent(gfx950TargetInfo(), e, 100) == Approx(100.0 * 400 / 8192));
+  // Enough workgroups: capped by the resource ceiling.
+  CHECK(launchCeilingPercent(gfx950TargetInfo(), e, 100000) == Approx(50.0));
+}
+
+TEST_CASE("LDS limit rounds to the 1280-byte granule", "[occupancy]") {
+  // 65536 -> 66560; 163840 / 66560 = 2 workgroups x 4 waves / 4 SIMDs = 2.
+  OccupancyEstimate e = estimate(32, 0, 32, 65536, 256);
+  CHECK(e.ldsWavesPerSimd == 2);
+  CHECK(e.wavesPerSimd == 2);
+  CHECK(e.limiter == OccupancyLimiter::Lds);
+  CHECK(e.workgroupsPerCu == 2);
+  CHECK(e.resourceCeilingPercent == Approx(25.0));
+  // 81920 fits exactly twice; 81921 rounds to 83200 and fits once.
+  CHECK(estimate(32, 0, 32, 81920, 256).workgroupsPerCu == 2);
+  CHECK(estimate(32, 0, 32, 81921, 256).workgroupsPerCu == 1);
+  // All of LDS, two-wave groups: ceil(1 x 2 / 4) = 1 wave per SIMD.
+  OccupancyEstimate full = estimate(32, 0, 32, 163840, 128);
+  CHECK(full.wavesPerSimd == 1);
+  CHECK(full.limiter == OccupancyLimiter::Lds);
+  // A tiny LDS user with one-wave groups is not limited (128 fit; 32 slots).
+  OccupancyEstimate tiny = estimate(32, 0, 32, 1, 64);
+  CHECK(tiny.wavesPerSimd == 8);
+  CHECK(tiny.limiter == OccupancyLimiter::None);
+  CHECK(tiny.workgroupsPerCu == 32);
+}
+
+TEST_CASE("workgroup slots limit 7-wave groups", "[occupancy]") {
+  // 448 threads = 7 waves; min(32 / 7, 16) = 4 groups -> ceil(28 / 4) = 7 waves.
+  OccupancyEstimate e = estimate(32, 0, 32, 0, 448);
+  CHECK(e.wavesPerSimd == 7);
+  CHECK(e.limiter == OccupancyLimiter::WorkgroupSlots);
+  CHECK(e.workgroupsPerCu == 4);
+}
+
+TEST_CASE("unlaunchable kernels are reported, not estimated", "[occupancy]") {
+  OccupancyEstimate e = estimate(32, 0, 32, 163841, 64);
+  CHECK(e.limiter == OccupancyLimiter::Invalid);
+  CHECK(e.wavesPerSimd == 0);
+  CHECK(std::string(e.problem) == "LDS use exceeds the LDS per CU");
+  CHECK(estimate(300, 300, 32, 0, 64).limiter == OccupancyLimiter::Invalid);
+  CHECK(estimate(32, 0, 109, 0, 64).limiter == OccupancyLimiter::Invalid);
+  CHECK(estimate(32, 0, 32, 0, 0).limiter == OccupancyLimiter::Invalid);
+  CHECK(estimate(32, 0, 32, 0, 1025).limiter == OccupancyLimiter::Invalid);
+  // 1024 threads (16 waves, 4 per SIMD) x 256 VGPRs needs 1024 VGPRs per lane.
+  OccupancyEstimate big = estimate(256, 0, 32, 0, 1024);
+  CHECK(big.limiter == OccupancyLimiter::Invalid);
+  CHECK(std::string(big.problem) == "workgroup needs more wave slots than the registers allow");
+  CHECK(estimate(128, 0, 32, 0, 1024).workgroupsPerCu == 1);
+  CHECK(std::string(occupancyLimiterName(OccupancyLimiter::Lds)) == "lds");
+}

@@ -1,0 +1,176 @@
+#include "test_support.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <dirent.h>
+#include <fstream>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace moec::test {
+
+TempDir::TempDir() {
+  const char *base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/moec-rt-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (!::mkdtemp(buffer.data()))
+    throw std::runtime_error("mkdtemp failed");
+  path_ = buffer.data();
+}
+
+TempDir::~TempDir() {
+  for (const std::string &entry : entries()) {
+    std::string full = file(entry);
+    struct stat info;
+    if (::lstat(full.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+      // One level of subdirectories is enough for these tests.
+      DIR *dir = ::opendir(full.c_str());
+      if (dir) {
+        while (dirent *e = ::readdir(dir))
+          if (std::string(e->d_name) != "." && std::string(e->d_name) != "..")
+            ::unlink((full + "/" + e->d_name).c_str());
+        ::closedir(dir);
+      }
+      ::rmdir(full.c_str());
+    } else {
+      ::unlink(full.c_str());
+    }
+  }
+  ::rmdir(path_.c_str());
+}
+
+std::vector<std::string> TempDir::entries() const {
+  std::vector<std::string> names;
+  DIR *dir = ::opendir(path_.c_str());
+  if (!dir)
+    return names;
+  while (dirent *entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name != "." && name != "..")
+      names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<uint8_t> syntheticCodeObject(size_t size, uint8_t seed) {
+  std::vector<uint8_t> bytes(size);
+  const uint8_t magic[4] = {0x7f, 'E', 'L', 'F'};
+  uint32_t state = 0x9e3779b9u ^ seed;
+  for (size_t i = 0; i < size; ++i) {
+    state = state * 1664525u + 1013904223u;
+    bytes[i] = i < 4 ? magic[i] : static_cast<uint8_t>(state >> 24);
+  }
+  return bytes;
+}
+
+nlohmann::json kernelJson(const std::string &name, uint32_t codeObject,
+                          uint32_t vgpr, uint32_t ldsBytes) {
+  using nlohmann::json;
+  return json{
+      {"name", name},
+      {"symbol", name + "_kernel"},
+      {"code_object", codeObject},
+      {"stage", "w2"},
+      {"config", {{"block_m", 32}, {"block_n", 128}, {"b_nt", "nt"}}},
+      {"abi",
+       json::array({{{"name", "a"}, {"kind", "buffer"}, {"dtype", "f8E4M3FN"}, {"access", "read"}},
+                    {{"name", "out"}, {"kind", "buffer"}, {"dtype", "bf16"}, {"access", "write"}},
+                    {{"name", "m"}, {"kind", "i32"}},
+                    {{"name", "stride"}, {"kind", "i64"}}})},
+      {"launch",
+       {{"workgroup_size", {256, 1, 1}},
+        {"grid", {{"x", "ceil(m / 32)"}, {"y", "n / 128"}, {"z", "1"}}}}},
+      {"resources",
+       {{"vgpr", vgpr},
+        {"agpr", 0},
+        {"sgpr", 40},
+        {"lds_bytes", ldsBytes},
+        {"private_segment_bytes", 0},
+        {"vgpr_spill", 0},
+        {"sgpr_spill", 0},
+        {"wavefront_size", 64},
+        {"max_flat_workgroup_size", 256}}},
+      {"content_hash", "0123456789abcdef"},
+      {"unknown_future_field", {{"tolerated", true}}},
+  };
+}
+
+nlohmann::json sampleManifest() {
+  using nlohmann::json;
+  json manifest = {
+      {"target", {{"arch", "gfx950"}, {"features", "sramecc+:xnack-"}, {"code_object_version", 6}}},
+      {"compiler",
+       {{"name", "moec"}, {"version", "0.1.0"}, {"llvm", "22.1.8"}, {"fingerprint", "abcdef01"}}},
+      {"numerics", {{"activation_quant", "e8m0-ceil-1x32"}, {"accumulate", "f32"}}},
+      {"sources", json::array({{{"path", "tuning_tables/flash.txt"}, {"hash", "00ff"}}})},
+      {"kernels", json::array({kernelJson("moe2_w2_t32x128_aaaa0001", 0, 128, 65536),
+                               kernelJson("moe2_w2_t64x128_aaaa0002", 0, 96, 32768),
+                               kernelJson("moe2_w2_t128x256_aaaa0003", 1, 200, 98304)})},
+      {"configs", json::array({{{"id", "small"}, {"kernels", {0}}, {"provenance", "measured"}},
+                               {{"id", "medium"}, {"kernels", {1, 0}}, {"provenance", "measured"}},
+                               {{"id", "large"}, {"kernels", {2}}, {"provenance", "model-ranked"}}})},
+      {"selection",
+       json::array(
+           {{{"network", "flash"}, {"family", "megamoe"}, {"ep", 4}, {"workspace", 1024},
+             {"transport", "fixed-slot"}, {"above_max", "largest"},
+             {"rows", json::array({{{"m", 6}, {"config", 0}},
+                                   {{"m", 12}, {"config", 1}},
+                                   {{"m", 24}, {"config", 1}},
+                                   {{"m", 64}, {"config", 2}}})}},
+            {{"network", "flash"}, {"family", "megamoe"}, {"ep", 4}, {"workspace", 16384},
+             {"transport", "compact"}, {"above_max", "error"},
+             {"rows", json::array({{{"m", 64}, {"config", 1}},
+                                   {{"m", 512}, {"config", 2}},
+                                   {{"m", 4096}, {"config", 2}}})}},
+            {{"network", "flash"}, {"family", "megamoe"}, {"ep", 2}, {"workspace", 512},
+             {"transport", "fixed-slot"}, {"above_max", "largest"},
+             {"rows", json::array({{{"m", 1}, {"config", 0}}, {{"m", 8}, {"config", 2}}})}}})},
+  };
+  return manifest;
+}
+
+std::vector<std::vector<uint8_t>> sampleCodeObjects() {
+  return {syntheticCodeObject(1500, 1), syntheticCodeObject(5000, 2)};
+}
+
+nlohmann::json manifestWithRows(const std::vector<uint32_t> &ms,
+                                const std::string &aboveMax) {
+  using nlohmann::json;
+  json manifest = sampleManifest();
+  json rows = json::array();
+  for (uint32_t m : ms)
+    rows.push_back({{"m", m}, {"config", 0}});
+  manifest["selection"] = json::array(
+      {{{"network", "flash"}, {"family", "megamoe"}, {"ep", 4}, {"workspace", 1024},
+        {"transport", "fixed-slot"}, {"above_max", aboveMax}, {"rows", rows}}});
+  return manifest;
+}
+
+std::vector<uint8_t> readFile(const std::string &path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(file)),
+                              std::istreambuf_iterator<char>());
+}
+
+void writeFile(const std::string &path, const std::vector<uint8_t> &bytes) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file.write(reinterpret_cast<const char *>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+}
+
+void writeTextFile(const std::string &path, const std::string &text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+}
+
+bool fileExists(const std::string &path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+} // namespace moec::test

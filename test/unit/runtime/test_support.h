@@ -1,0 +1,53 @@
+//===- test_support.h - bundles built by the tests themselves ---*- C++ -*-===//
+#ifndef MOEC_TEST_RUNTIME_SUPPORT_H
+#define MOEC_TEST_RUNTIME_SUPPORT_H
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moec::test {
+
+/// A fresh directory under $TMPDIR, removed with its files on destruction.
+class TempDir {
+public:
+  TempDir();
+  ~TempDir();
+  const std::string &path() const { return path_; }
+  std::string file(const std::string &name) const { return path_ + "/" + name; }
+  /// Names of the entries in the directory, sorted.
+  std::vector<std::string> entries() const;
+
+private:
+  std::string path_;
+};
+
+/// A synthetic code object: ELF magic, then `size - 4` bytes from `seed`.
+std::vector<uint8_t> syntheticCodeObject(size_t size, uint8_t seed);
+
+/// One kernel entry of schema v1 with plausible fields.
+nlohmann::json kernelJson(const std::string &name, uint32_t codeObject,
+                          uint32_t vgpr, uint32_t ldsBytes);
+
+/// A manifest with 3 kernels in 2 code objects, 3 configs and 3 tables:
+///  flash ep4 ws1024 (fixed-slot, above_max largest) rows m 6, 12, 24, 64;
+///  flash ep4 ws16384 (compact, above_max error) rows m 64, 512, 4096;
+///  flash ep2 ws512 (fixed-slot, largest) rows m 1, 8.
+nlohmann::json sampleManifest();
+/// The two code objects sampleManifest() refers to.
+std::vector<std::vector<uint8_t>> sampleCodeObjects();
+
+/// A manifest of one config and one table with the given rows (m, config 0).
+nlohmann::json manifestWithRows(const std::vector<uint32_t> &ms,
+                                const std::string &aboveMax = "largest");
+
+std::vector<uint8_t> readFile(const std::string &path);
+void writeFile(const std::string &path, const std::vector<uint8_t> &bytes);
+void writeTextFile(const std::string &path, const std::string &text);
+bool fileExists(const std::string &path);
+
+} // namespace moec::test
+
+#endif
