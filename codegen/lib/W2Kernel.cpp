@@ -385,9 +385,10 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
       for (int64_t a = 0; a < layout.accPerLane; a += 4) {
         // accRow(a) = (a / 4) * 4 * groups + 4 * g + a % 4.
         Value rowOfFour = add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
-        Value quad = vector::ExtractStridedSliceOp::create(
-            b, loc, acc, ArrayRef<int64_t>{a}, ArrayRef<int64_t>{4},
-            ArrayRef<int64_t>{1});
+        // A shuffle rather than extract_strided_slice: it lowers to LLVM
+        // without the vector unrolling patterns.
+        Value quad = vector::ShuffleOp::create(
+            b, loc, acc, acc, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
         Value quadBf16 = arith::TruncFOp::create(b, loc, bf16x4, quad);
         if (bMajor) {
           // Four consecutive output columns of one row: one 8-byte store.

@@ -45,7 +45,7 @@ struct TempFile {
 } // namespace
 
 llvm::Expected<std::vector<uint8_t>>
-moec::emitObject(llvm::Module &module, const TargetInfo &target) {
+moec::emitObject(llvm::Module &module, const CompileTarget &target) {
   initializeAmdgpuTarget();
   llvm::Triple triple(target.triple);
   std::string error;
@@ -56,12 +56,12 @@ moec::emitObject(llvm::Module &module, const TargetInfo &target) {
                                    ": " + error);
   llvm::TargetOptions options;
   std::unique_ptr<llvm::TargetMachine> machine(
-      llvmTarget->createTargetMachine(triple, target.arch, target.features,
+      llvmTarget->createTargetMachine(triple, target.chip.arch, target.features,
                                       options, llvm::Reloc::PIC_, std::nullopt,
                                       llvm::CodeGenOptLevel::Aggressive));
   if (!machine)
     return llvm::createStringError("cannot create a target machine for " +
-                                   std::string(target.arch));
+                                   std::string(target.chip.arch));
   module.setDataLayout(machine->createDataLayout());
 
   // The MLIR translation is unoptimised; run the standard O3 pipeline first.

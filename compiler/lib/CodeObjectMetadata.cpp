@@ -36,8 +36,9 @@ Expected<std::string> readString(msgpack::MapDocNode &kernel, StringRef field) {
   return it->second.getString().str();
 }
 
-Expected<moec::KernelResources> readKernel(msgpack::MapDocNode &kernel) {
-  moec::KernelResources out;
+Expected<moec::CodeObjectKernel> readKernel(msgpack::MapDocNode &kernel) {
+  moec::CodeObjectKernel out;
+  moec::rt::KernelResources &r = out.resources;
   auto name = readString(kernel, ".name");
   if (!name)
     return name.takeError();
@@ -49,15 +50,15 @@ Expected<moec::KernelResources> readKernel(msgpack::MapDocNode &kernel) {
   struct Field {
     const char *key;
     uint32_t *slot;
-  } fields[] = {{".vgpr_count", &out.vgprCount},
-                {".agpr_count", &out.agprCount},
-                {".sgpr_count", &out.sgprCount},
-                {".group_segment_fixed_size", &out.ldsBytes},
-                {".private_segment_fixed_size", &out.privateSegmentBytes},
-                {".vgpr_spill_count", &out.vgprSpillCount},
-                {".sgpr_spill_count", &out.sgprSpillCount},
-                {".wavefront_size", &out.wavefrontSize},
-                {".max_flat_workgroup_size", &out.maxFlatWorkgroupSize}};
+  } fields[] = {{".vgpr_count", &r.vgpr},
+                {".agpr_count", &r.agpr},
+                {".sgpr_count", &r.sgpr},
+                {".group_segment_fixed_size", &r.ldsBytes},
+                {".private_segment_fixed_size", &r.privateSegmentBytes},
+                {".vgpr_spill_count", &r.vgprSpill},
+                {".sgpr_spill_count", &r.sgprSpill},
+                {".wavefront_size", &r.wavefrontSize},
+                {".max_flat_workgroup_size", &r.maxFlatWorkgroupSize}};
   for (Field &field : fields) {
     auto value = readCount(kernel, field.key);
     if (!value)
@@ -69,7 +70,7 @@ Expected<moec::KernelResources> readKernel(msgpack::MapDocNode &kernel) {
 
 } // namespace
 
-Expected<std::vector<moec::KernelResources>>
+Expected<std::vector<moec::CodeObjectKernel>>
 moec::readKernelResources(ArrayRef<uint8_t> hsaco) {
   auto file = object::ELFFile<ELF64LE>::create(
       StringRef(reinterpret_cast<const char *>(hsaco.data()), hsaco.size()));
@@ -101,7 +102,7 @@ moec::readKernelResources(ArrayRef<uint8_t> hsaco) {
       if (kernels == root.getMap().end() ||
           kernels->second.getKind() != msgpack::Type::Array)
         return createStringError("NT_AMDGPU_METADATA has no amdhsa.kernels");
-      std::vector<KernelResources> result;
+      std::vector<CodeObjectKernel> result;
       for (msgpack::DocNode &kernel : kernels->second.getArray()) {
         if (kernel.getKind() != msgpack::Type::Map)
           return createStringError("amdhsa.kernels entry is not a map");

@@ -18,10 +18,10 @@
 
 using namespace mlir;
 
-std::string moec::getKernelToLLVMPipeline(const TargetInfo &target) {
+std::string moec::getKernelToLLVMPipeline(const CompileTarget &target) {
   // index-bitwidth=32: every offset the kernels compute fits 32 bits, and
   // 64-bit index math costs two VGPRs and extra instructions per value.
-  std::string chip = target.arch;
+  std::string chip = target.chip.arch;
   return "gpu.module(convert-scf-to-cf,convert-gpu-to-rocdl{chipset=" + chip +
          " runtime=HIP use-bare-ptr-memref-call-conv=true index-bitwidth=32},"
          "reconcile-unrealized-casts)";
@@ -36,13 +36,13 @@ LogicalResult moec::lowerToKernelIR(ModuleOp module) {
 }
 
 LogicalResult moec::lowerKernelIRToLLVM(ModuleOp module,
-                                        const TargetInfo &target) {
+                                        const CompileTarget &target) {
   // Keep in step with getKernelToLLVMPipeline().
   PassManager pm(module.getContext());
   OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
   kernels.addPass(createSCFToControlFlowPass());
   ConvertGpuOpsToROCDLOpsOptions rocdl;
-  rocdl.chipset = target.arch;
+  rocdl.chipset = target.chip.arch;
   rocdl.runtime = gpu::amd::Runtime::HIP;
   rocdl.useBarePtrCallConv = true;
   rocdl.indexBitwidth = 32;
@@ -53,7 +53,7 @@ LogicalResult moec::lowerKernelIRToLLVM(ModuleOp module,
 
 llvm::Expected<std::unique_ptr<llvm::Module>>
 moec::translateToLLVMIR(gpu::GPUModuleOp gpuModule, llvm::LLVMContext &context,
-                        const TargetInfo &target) {
+                        const CompileTarget &target) {
   // Translate the gpu.module op itself: mlir-translate on the enclosing
   // builtin.module would skip it.
   std::unique_ptr<llvm::Module> module =
@@ -67,7 +67,7 @@ moec::translateToLLVMIR(gpu::GPUModuleOp gpuModule, llvm::LLVMContext &context,
 
 llvm::Expected<std::vector<uint8_t>>
 moec::compileKernel(ModuleOp kernelIR, llvm::StringRef kernelName,
-                    const TargetInfo &target) {
+                    const CompileTarget &target) {
   // Lower a clone holding just this kernel, so the caller's kernel IR stays
   // intact (the emulator and other kernels still need it).
   OwningOpRef<ModuleOp> single = ModuleOp::create(kernelIR.getLoc());

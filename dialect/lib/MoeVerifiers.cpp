@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Dialect/Moe/MoeDialect.h"
-#include "moec/Target/TargetInfo.h"
+#include "moec/target_info.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
@@ -126,11 +126,11 @@ LogicalResult W2Op::verify() {
     return emitOpError("tile.k (")
            << tile.getK() << ") must divide problem.intermediate ("
            << problem.getIntermediate() << "), the K of W2";
-  const moec::TargetInfo &target = moec::TargetInfo::gfx950();
-  if (getLdsBytes() > target.ldsBytes)
+  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
+  if (getLdsBytes() > target.ldsBytesPerCu)
     return emitOpError("tile (m ")
            << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
            << ") stages " << getLdsBytes() << " bytes of LDS; " << target.arch
-           << " has " << target.ldsBytes;
+           << " has " << target.ldsBytesPerCu;
   return success();
 }

@@ -10,6 +10,8 @@
 #ifndef MOEC_COMPILER_CODEOBJECTMETADATA_H
 #define MOEC_COMPILER_CODEOBJECTMETADATA_H
 
+#include "moec/manifest.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
@@ -19,23 +21,16 @@
 
 namespace moec {
 
-/// Resource usage of one kernel as the code object declares it.
-struct KernelResources {
+/// One kernel as the code object declares it; the resource record is the
+/// runtime's, so what the compiler reads is what the manifest carries.
+struct CodeObjectKernel {
   std::string name;
   std::string symbol;
-  uint32_t vgprCount = 0;
-  uint32_t agprCount = 0;
-  uint32_t sgprCount = 0;
-  uint32_t ldsBytes = 0;
-  uint32_t privateSegmentBytes = 0;
-  uint32_t vgprSpillCount = 0;
-  uint32_t sgprSpillCount = 0;
-  uint32_t wavefrontSize = 0;
-  uint32_t maxFlatWorkgroupSize = 0;
+  rt::KernelResources resources;
 };
 
 /// Every kernel described by the metadata note of `hsaco`, in note order.
-llvm::Expected<std::vector<KernelResources>>
+llvm::Expected<std::vector<CodeObjectKernel>>
 readKernelResources(llvm::ArrayRef<uint8_t> hsaco);
 
 } // namespace moec

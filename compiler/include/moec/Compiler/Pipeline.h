@@ -9,7 +9,7 @@
 #ifndef MOEC_COMPILER_PIPELINE_H
 #define MOEC_COMPILER_PIPELINE_H
 
-#include "moec/Target/TargetInfo.h"
+#include "moec/Compiler/CompileTarget.h"
 
 #include "mlir/Support/LLVM.h"
 #include "llvm/Support/Error.h"
@@ -35,7 +35,7 @@ namespace moec {
 
 /// The pass pipeline from kernel IR to the LLVM dialect, as text, so it can
 /// be replayed with moe-opt.
-std::string getKernelToLLVMPipeline(const TargetInfo &target);
+std::string getKernelToLLVMPipeline(const CompileTarget &target);
 
 /// Runs moe-lower-to-kernel (and cleanups) on `module` in place: afterwards
 /// it holds one gpu.module of kernel IR per stage op.
@@ -44,17 +44,17 @@ mlir::LogicalResult lowerToKernelIR(mlir::ModuleOp module);
 /// Lowers the kernel IR of `module` (as produced by lowerToKernelIR) to the
 /// LLVM dialect in place.
 mlir::LogicalResult lowerKernelIRToLLVM(mlir::ModuleOp module,
-                                        const TargetInfo &target);
+                                        const CompileTarget &target);
 
 /// Translates one lowered gpu.module into an LLVM module with the target's
 /// triple and data layout set.
 llvm::Expected<std::unique_ptr<llvm::Module>>
 translateToLLVMIR(mlir::gpu::GPUModuleOp gpuModule, llvm::LLVMContext &context,
-                  const TargetInfo &target);
+                  const CompileTarget &target);
 
 /// Optimises `module` at O3 and emits an AMDGPU relocatable object.
 llvm::Expected<std::vector<uint8_t>> emitObject(llvm::Module &module,
-                                                const TargetInfo &target);
+                                                const CompileTarget &target);
 
 /// Links a relocatable object into an HSACO shared object with lld, in
 /// process and with --no-undefined. Serialised: lld keeps global state.
@@ -64,7 +64,7 @@ llvm::Expected<std::vector<uint8_t>> linkHsaco(const std::vector<uint8_t> &objec
 /// link the one gpu.module named `kernelName` of `kernelIR`.
 llvm::Expected<std::vector<uint8_t>>
 compileKernel(mlir::ModuleOp kernelIR, llvm::StringRef kernelName,
-              const TargetInfo &target);
+              const CompileTarget &target);
 
 } // namespace moec
 

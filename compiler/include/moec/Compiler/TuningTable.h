@@ -1,0 +1,92 @@
+//===- TuningTable.h - the tuning-table text format -------------*- C++ -*-===//
+///
+/// \file
+/// Parses and validates a tuning table (docs/table-format.md). Plain C++: the
+/// table is checked before any MLIR is built, and every error names the file,
+/// the line and the field.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_COMPILER_TUNINGTABLE_H
+#define MOEC_COMPILER_TUNINGTABLE_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moec {
+
+/// Where something was written, for error messages.
+struct SourceLine {
+  std::string file;
+  int line = 0;
+};
+
+/// `problem NAME family=... hidden=... intermediate=... experts=... top_k=... ep=...`
+struct TableProblem {
+  std::string name;
+  std::string family;
+  int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
+  SourceLine where;
+};
+
+/// `kernel NAME stage=w2 problem=P m=.. n=.. [k=..] [waves=..] [mfma=..]
+/// [orientation=..] [b_cache=..]`. Knobs stay as text until the dialect
+/// verifies them, so its messages are the single source of legality.
+struct TableKernel {
+  std::string name;
+  std::string stage;
+  std::string problem;
+  std::map<std::string, std::string> knobs;
+  SourceLine where;
+};
+
+/// `config NAME kernels=K1,K2 [provenance=measured|model-ranked]`
+struct TableConfig {
+  std::string name;
+  std::vector<std::string> kernels;
+  std::string provenance = "model-ranked";
+  SourceLine where;
+};
+
+struct TableRow {
+  int64_t m = 0;
+  std::string config;
+  SourceLine where;
+};
+
+/// `select network=.. family=.. ep=.. workspace=.. transport=.. above_max=..`
+/// followed by its `row m=.. config=..` lines.
+struct TableSelection {
+  std::string network, family, transport, aboveMax = "largest";
+  int64_t ep = 1, workspace = 0;
+  std::vector<TableRow> rows;
+  SourceLine where;
+};
+
+struct TuningTable {
+  std::string path;
+  std::vector<TableProblem> problems;
+  std::vector<TableKernel> kernels;
+  std::vector<TableConfig> configs;
+  std::vector<TableSelection> selections;
+
+  const TableProblem *findProblem(const std::string &name) const;
+  const TableKernel *findKernel(const std::string &name) const;
+  const TableConfig *findConfig(const std::string &name) const;
+};
+
+/// Parses `text` (read from `path`) and checks names, references and row
+/// order. On failure returns false and sets `error` to one line
+/// "path:line: field 'f': what is wrong".
+bool parseTuningTable(const std::string &path, const std::string &text,
+                      TuningTable &table, std::string &error);
+
+/// Reads and parses the file at `path`.
+bool readTuningTable(const std::string &path, TuningTable &table,
+                     std::string &error);
+
+} // namespace moec
+
+#endif // MOEC_COMPILER_TUNINGTABLE_H

@@ -1,0 +1,368 @@
+//===- TuningTable.cpp - the tuning-table text format ---------------------===//
+
+#include "moec/Compiler/TuningTable.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace moec {
+namespace {
+
+/// One `key=value` field of a line.
+struct Field {
+  std::string key, value;
+};
+
+/// Parser state: the file, the line being read and the first error.
+class TableParser {
+public:
+  TableParser(const std::string &path, TuningTable &table)
+      : path(path), table(table) {}
+
+  bool parse(const std::string &text);
+  std::string error;
+
+private:
+  bool fail(const std::string &field, const std::string &message) {
+    std::ostringstream os;
+    os << path << ":" << line << ": ";
+    if (!field.empty())
+      os << "field '" << field << "': ";
+    os << message;
+    error = os.str();
+    return false;
+  }
+  SourceLine here() const { return {path, line}; }
+
+  bool parseLine(const std::string &directive, const std::string &name,
+                 std::vector<Field> &fields);
+  bool parseProblem(const std::string &name, std::vector<Field> &fields);
+  bool parseKernel(const std::string &name, std::vector<Field> &fields);
+  bool parseConfig(const std::string &name, std::vector<Field> &fields);
+  bool parseSelect(std::vector<Field> &fields);
+  bool parseRow(std::vector<Field> &fields);
+  bool checkReferences();
+
+  /// Takes the field `key` out of `fields`; absent gives false.
+  bool take(std::vector<Field> &fields, const std::string &key,
+            std::string &value) {
+    auto it = std::find_if(fields.begin(), fields.end(),
+                           [&](const Field &f) { return f.key == key; });
+    if (it == fields.end())
+      return false;
+    value = it->value;
+    fields.erase(it);
+    return true;
+  }
+  bool takeRequired(std::vector<Field> &fields, const std::string &key,
+                    std::string &value) {
+    if (take(fields, key, value))
+      return true;
+    return fail(key, "missing");
+  }
+  bool takeInt(std::vector<Field> &fields, const std::string &key,
+               int64_t &value, bool required, int64_t min = 1) {
+    std::string text;
+    if (!take(fields, key, text))
+      return required ? fail(key, "missing") : true;
+    // strtoll, not stoll: the compiler is built without exceptions.
+    errno = 0;
+    char *end = nullptr;
+    value = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || end != text.c_str() + text.size())
+      return fail(key, "expected an integer, got '" + text + "'");
+    if (value < min)
+      return fail(key, "must be at least " + std::to_string(min) + ", got " +
+                           text);
+    return true;
+  }
+  bool noneLeft(const std::vector<Field> &fields) {
+    if (fields.empty())
+      return true;
+    return fail(fields.front().key, "unknown field");
+  }
+
+  const std::string &path;
+  TuningTable &table;
+  int line = 0;
+};
+
+bool TableParser::parse(const std::string &text) {
+  std::istringstream input(text);
+  std::string raw;
+  bool sawHeader = false;
+  while (std::getline(input, raw)) {
+    ++line;
+    if (auto hash = raw.find('#'); hash != std::string::npos)
+      raw.resize(hash);
+    std::istringstream words(raw);
+    std::string directive, word, name;
+    if (!(words >> directive))
+      continue;
+    if (!sawHeader) {
+      std::string version;
+      words >> version;
+      if (directive != "moec-table" || version != "1")
+        return fail("", "expected the header 'moec-table 1'");
+      sawHeader = true;
+      continue;
+    }
+    std::vector<Field> fields;
+    while (words >> word) {
+      auto eq = word.find('=');
+      if (eq == std::string::npos) {
+        if (!name.empty() || !fields.empty())
+          return fail("", "expected key=value, got '" + word + "'");
+        name = word;
+        continue;
+      }
+      Field field{word.substr(0, eq), word.substr(eq + 1)};
+      if (field.key.empty() || field.value.empty())
+        return fail(field.key, "expected key=value, got '" + word + "'");
+      for (const Field &seen : fields)
+        if (seen.key == field.key)
+          return fail(field.key, "given twice");
+      fields.push_back(field);
+    }
+    if (!parseLine(directive, name, fields))
+      return false;
+  }
+  if (!sawHeader) {
+    line = 1;
+    return fail("", "empty table: expected the header 'moec-table 1'");
+  }
+  return checkReferences();
+}
+
+bool TableParser::parseLine(const std::string &directive,
+                            const std::string &name,
+                            std::vector<Field> &fields) {
+  bool named = directive == "problem" || directive == "kernel" ||
+               directive == "config";
+  if (named && name.empty())
+    return fail("", "'" + directive + "' needs a name");
+  if (!named && !name.empty())
+    return fail("", "'" + directive + "' takes no name, got '" + name + "'");
+  if (directive == "problem")
+    return parseProblem(name, fields);
+  if (directive == "kernel")
+    return parseKernel(name, fields);
+  if (directive == "config")
+    return parseConfig(name, fields);
+  if (directive == "select")
+    return parseSelect(fields);
+  if (directive == "row")
+    return parseRow(fields);
+  return fail("", "unknown directive '" + directive +
+                      "' (expected problem, kernel, config, select or row)");
+}
+
+bool TableParser::parseProblem(const std::string &name,
+                               std::vector<Field> &fields) {
+  if (table.findProblem(name))
+    return fail("", "problem '" + name + "' defined twice");
+  TableProblem p;
+  p.name = name;
+  p.where = here();
+  if (!takeRequired(fields, "family", p.family))
+    return false;
+  if (p.family != "megamoe" && p.family != "tp" && p.family != "fhmoe")
+    return fail("family", "expected megamoe, tp or fhmoe, got '" + p.family + "'");
+  if (!takeInt(fields, "hidden", p.hidden, true) ||
+      !takeInt(fields, "intermediate", p.intermediate, true) ||
+      !takeInt(fields, "experts", p.experts, true) ||
+      !takeInt(fields, "top_k", p.topK, true) ||
+      !takeInt(fields, "ep", p.ep, false))
+    return false;
+  table.problems.push_back(p);
+  return noneLeft(fields);
+}
+
+bool TableParser::parseKernel(const std::string &name,
+                              std::vector<Field> &fields) {
+  if (table.findKernel(name))
+    return fail("", "kernel '" + name + "' defined twice");
+  TableKernel k;
+  k.name = name;
+  k.where = here();
+  if (!takeRequired(fields, "stage", k.stage) ||
+      !takeRequired(fields, "problem", k.problem))
+    return false;
+  if (k.stage != "w2")
+    return fail("stage", "unsupported stage '" + k.stage + "' (expected w2)");
+  static const std::set<std::string> knobs = {
+      "m", "n", "k", "waves", "mfma", "orientation", "b_cache"};
+  for (const Field &f : fields) {
+    if (!knobs.count(f.key))
+      return fail(f.key, "unknown knob of a " + k.stage + " kernel");
+    k.knobs[f.key] = f.value;
+  }
+  for (const char *required : {"m", "n"})
+    if (!k.knobs.count(required))
+      return fail(required, "missing");
+  table.kernels.push_back(k);
+  return true;
+}
+
+bool TableParser::parseConfig(const std::string &name,
+                              std::vector<Field> &fields) {
+  if (table.findConfig(name))
+    return fail("", "config '" + name + "' defined twice");
+  TableConfig c;
+  c.name = name;
+  c.where = here();
+  std::string list;
+  if (!takeRequired(fields, "kernels", list))
+    return false;
+  std::istringstream items(list);
+  std::string item;
+  while (std::getline(items, item, ','))
+    if (!item.empty())
+      c.kernels.push_back(item);
+  if (c.kernels.empty())
+    return fail("kernels", "needs at least one kernel");
+  take(fields, "provenance", c.provenance);
+  if (c.provenance != "measured" && c.provenance != "model-ranked")
+    return fail("provenance", "expected measured or model-ranked, got '" +
+                                  c.provenance + "'");
+  table.configs.push_back(c);
+  return noneLeft(fields);
+}
+
+bool TableParser::parseSelect(std::vector<Field> &fields) {
+  TableSelection s;
+  s.where = here();
+  if (!takeRequired(fields, "network", s.network) ||
+      !takeRequired(fields, "family", s.family) ||
+      !takeInt(fields, "ep", s.ep, true) ||
+      !takeInt(fields, "workspace", s.workspace, true) ||
+      !takeRequired(fields, "transport", s.transport))
+    return false;
+  if (s.transport != "fixed-slot" && s.transport != "compact" &&
+      s.transport != "none")
+    return fail("transport", "expected fixed-slot, compact or none, got '" +
+                                 s.transport + "'");
+  take(fields, "above_max", s.aboveMax);
+  if (s.aboveMax != "largest" && s.aboveMax != "error")
+    return fail("above_max", "expected largest or error, got '" + s.aboveMax + "'");
+  for (const TableSelection &other : table.selections)
+    if (other.network == s.network && other.ep == s.ep &&
+        other.workspace == s.workspace)
+      return fail("workspace", "selection table for network " + s.network +
+                                   " ep " + std::to_string(s.ep) +
+                                   " workspace " + std::to_string(s.workspace) +
+                                   " already defined at line " +
+                                   std::to_string(other.where.line));
+  table.selections.push_back(s);
+  return noneLeft(fields);
+}
+
+bool TableParser::parseRow(std::vector<Field> &fields) {
+  if (table.selections.empty())
+    return fail("", "'row' before any 'select'");
+  TableRow r;
+  r.where = here();
+  if (!takeInt(fields, "m", r.m, true) ||
+      !takeRequired(fields, "config", r.config))
+    return false;
+  TableSelection &s = table.selections.back();
+  for (const TableRow &other : s.rows)
+    if (other.m == r.m)
+      return fail("m", "row m=" + std::to_string(r.m) +
+                           " already given at line " +
+                           std::to_string(other.where.line));
+  s.rows.push_back(r);
+  return noneLeft(fields);
+}
+
+bool TableParser::checkReferences() {
+  for (const TableKernel &k : table.kernels)
+    if (!table.findProblem(k.problem)) {
+      line = k.where.line;
+      return fail("problem", "unknown problem '" + k.problem + "'");
+    }
+  std::set<std::string> usedConfigs, usedKernels;
+  for (const TableSelection &s : table.selections) {
+    if (s.rows.empty()) {
+      line = s.where.line;
+      return fail("", "selection table has no rows");
+    }
+    for (const TableRow &r : s.rows) {
+      if (!table.findConfig(r.config)) {
+        line = r.where.line;
+        return fail("config", "unknown config '" + r.config + "'");
+      }
+      usedConfigs.insert(r.config);
+    }
+  }
+  for (const TableConfig &c : table.configs) {
+    line = c.where.line;
+    if (!usedConfigs.count(c.name))
+      return fail("", "config '" + c.name +
+                          "' is not selected by any row, so no key reaches it");
+    for (const std::string &k : c.kernels) {
+      if (!table.findKernel(k))
+        return fail("kernels", "unknown kernel '" + k + "'");
+      usedKernels.insert(k);
+    }
+  }
+  for (const TableKernel &k : table.kernels)
+    if (!usedKernels.count(k.name)) {
+      line = k.where.line;
+      return fail("", "kernel '" + k.name + "' is used by no config");
+    }
+  if (table.selections.empty()) {
+    line = 1;
+    return fail("", "the table has no 'select' section");
+  }
+  return true;
+}
+
+template <typename T>
+const T *findByName(const std::vector<T> &items, const std::string &name) {
+  for (const T &item : items)
+    if (item.name == name)
+      return &item;
+  return nullptr;
+}
+
+} // namespace
+
+const TableProblem *TuningTable::findProblem(const std::string &name) const {
+  return findByName(problems, name);
+}
+const TableKernel *TuningTable::findKernel(const std::string &name) const {
+  return findByName(kernels, name);
+}
+const TableConfig *TuningTable::findConfig(const std::string &name) const {
+  return findByName(configs, name);
+}
+
+bool parseTuningTable(const std::string &path, const std::string &text,
+                      TuningTable &table, std::string &error) {
+  table = TuningTable();
+  table.path = path;
+  TableParser parser(path, table);
+  if (parser.parse(text))
+    return true;
+  error = parser.error;
+  return false;
+}
+
+bool readTuningTable(const std::string &path, TuningTable &table,
+                     std::string &error) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    error = path + ": cannot open the tuning table";
+    return false;
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parseTuningTable(path, text.str(), table, error);
+}
+
+} // namespace moec

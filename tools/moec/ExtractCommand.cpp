@@ -1,0 +1,98 @@
+//===- ExtractCommand.cpp - moec extract BUNDLE -o DIR --------------------===//
+//
+// Writes every code object as a plain .hsaco (one per kernel, named after
+// it) plus the manifest, so llvm-objdump and llvm-readobj can read them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+
+#include "moec/bundle.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <unistd.h>
+
+namespace {
+
+struct ExtractArgs {
+  std::string bundle;
+  std::string directory;
+};
+
+/// Writes `size` bytes to `path` through a temporary file and a rename.
+bool writeAtomically(const std::filesystem::path &path, const void *data,
+                     size_t size, std::string &error) {
+  std::filesystem::path temporary =
+      path.string() + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char *>(data), static_cast<std::streamsize>(size));
+    if (!out) {
+      error = temporary.string() + ": write failed";
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    error = path.string() + ": " + ec.message();
+    std::filesystem::remove(temporary, ec);
+    return false;
+  }
+  return true;
+}
+
+int runExtract(const ExtractArgs &args) {
+  std::string error;
+  auto bundle = moec::rt::Bundle::open(args.bundle, error);
+  if (!bundle) {
+    std::cerr << "moec: " << error << "\n";
+    return moec::cli::kBadInput;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(args.directory, ec);
+  if (ec) {
+    std::cerr << "moec: " << args.directory << ": " << ec.message() << "\n";
+    return moec::cli::kBadInput;
+  }
+  std::filesystem::path dir(args.directory);
+  for (const moec::rt::KernelInfo &kernel : bundle->manifest().kernels) {
+    moec::rt::CodeObjectView view;
+    if (!bundle->codeObject(kernel.codeObject, view, error)) {
+      std::cerr << "moec: " << error << "\n";
+      return moec::cli::kBadInput;
+    }
+    if (!writeAtomically(dir / (kernel.name + ".hsaco"), view.data, view.size,
+                         error)) {
+      std::cerr << "moec: " << error << "\n";
+      return moec::cli::kCheckFailed;
+    }
+    std::cout << (dir / (kernel.name + ".hsaco")).string() << "\n";
+  }
+  std::string_view manifest = bundle->manifestText();
+  if (!writeAtomically(dir / "manifest.json", manifest.data(), manifest.size(),
+                       error)) {
+    std::cerr << "moec: " << error << "\n";
+    return moec::cli::kCheckFailed;
+  }
+  return moec::cli::kSuccess;
+}
+
+} // namespace
+
+void addExtractCommand(CLI::App &app, int &exitStatus) {
+  auto args = std::make_shared<ExtractArgs>();
+  CLI::App *cmd = app.add_subcommand(
+      "extract", "Write the code objects as plain .hsaco files and the manifest");
+  cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
+  cmd->add_option("-o,--output", args->directory, "directory to write into")
+      ->required();
+  cmd->callback([args, &exitStatus] { exitStatus = runExtract(*args); });
+}

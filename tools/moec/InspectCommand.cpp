@@ -1,0 +1,98 @@
+//===- InspectCommand.cpp - moec inspect BUNDLE [--json] ------------------===//
+
+#include "Commands.h"
+
+#include "moec/bundle.h"
+#include "moec/target_info.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+struct InspectArgs {
+  std::string bundle;
+  bool json = false;
+};
+
+moec::rt::OccupancyEstimate occupancyOf(const moec::rt::KernelInfo &kernel) {
+  const moec::rt::TargetInfo &chip = moec::rt::gfx950TargetInfo();
+  moec::rt::KernelResourceUse use;
+  use.archVgprs = kernel.resources.vgpr;
+  use.agprs = kernel.resources.agpr;
+  use.sgprs = kernel.resources.sgpr;
+  use.ldsBytes = kernel.resources.ldsBytes;
+  use.workgroupSize = kernel.launch.workgroupSize[0] *
+                      kernel.launch.workgroupSize[1] *
+                      kernel.launch.workgroupSize[2];
+  return moec::rt::estimateOccupancy(chip, use);
+}
+
+int runInspect(const InspectArgs &args) {
+  std::string error;
+  auto bundle = moec::rt::Bundle::open(args.bundle, error);
+  if (!bundle) {
+    std::cerr << "moec: " << error << "\n";
+    return moec::cli::kBadInput;
+  }
+  const moec::rt::Manifest &manifest = bundle->manifest();
+  if (args.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const moec::rt::KernelInfo &k : manifest.kernels) {
+      moec::rt::OccupancyEstimate occ = occupancyOf(k);
+      const moec::rt::KernelResources &r = k.resources;
+      out.push_back({{"name", k.name},
+                     {"symbol", k.symbol},
+                     {"stage", k.stage},
+                     {"vgpr", r.vgpr},
+                     {"agpr", r.agpr},
+                     {"sgpr", r.sgpr},
+                     {"lds_bytes", r.ldsBytes},
+                     {"private_segment_bytes", r.privateSegmentBytes},
+                     {"vgpr_spill", r.vgprSpill},
+                     {"sgpr_spill", r.sgprSpill},
+                     {"wavefront_size", r.wavefrontSize},
+                     {"workgroup_size", k.launch.workgroupSize[0]},
+                     {"waves_per_simd", occ.wavesPerSimd},
+                     {"occupancy_limiter",
+                      moec::rt::occupancyLimiterName(occ.limiter)},
+                     {"resource_ceiling_percent", occ.resourceCeilingPercent}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return moec::cli::kSuccess;
+  }
+  std::printf("%s: %zu kernels, %u code objects, target %s, %llu bytes\n",
+              args.bundle.c_str(), manifest.kernels.size(),
+              bundle->codeObjectCount(), manifest.target.arch.c_str(),
+              static_cast<unsigned long long>(bundle->fileSize()));
+  std::printf("%-58s %5s %4s %4s %4s %7s %7s %6s %4s %9s %5s\n", "kernel",
+              "stage", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
+              "wg", "waves/SIMD", "occ%");
+  for (const moec::rt::KernelInfo &k : manifest.kernels) {
+    moec::rt::OccupancyEstimate occ = occupancyOf(k);
+    const moec::rt::KernelResources &r = k.resources;
+    char spills[16], waves[24];
+    std::snprintf(spills, sizeof(spills), "%u/%u", r.vgprSpill, r.sgprSpill);
+    std::snprintf(waves, sizeof(waves), "%u (%s)", occ.wavesPerSimd,
+                  moec::rt::occupancyLimiterName(occ.limiter));
+    std::printf("%-58s %5s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
+                k.name.c_str(), k.stage.c_str(), r.vgpr, r.agpr, r.sgpr,
+                r.ldsBytes, r.privateSegmentBytes, spills,
+                k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);
+  }
+  return moec::cli::kSuccess;
+}
+
+} // namespace
+
+void addInspectCommand(CLI::App &app, int &exitStatus) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App *cmd = app.add_subcommand(
+      "inspect", "Registers, LDS, scratch, spills and occupancy of every kernel");
+  cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->callback([args, &exitStatus] { exitStatus = runInspect(*args); });
+}

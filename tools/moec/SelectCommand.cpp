@@ -1,0 +1,158 @@
+//===- SelectCommand.cpp - moec select BUNDLE --ep --workspace --m --------===//
+
+#include "Commands.h"
+
+#include "moec/bundle.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <set>
+
+namespace {
+
+struct SelectArgs {
+  std::string bundle;
+  std::string network;
+  uint32_t ep = 1;
+  uint32_t workspace = 0;
+  uint32_t m = 0;
+  bool ranges = false;
+  bool json = false;
+};
+
+const char *statusName(moec::rt::SelectStatus status) {
+  switch (status) {
+  case moec::rt::SelectStatus::Hit: return "hit";
+  case moec::rt::SelectStatus::Fallback: return "fallback";
+  case moec::rt::SelectStatus::Miss: return "miss";
+  }
+  return "miss";
+}
+
+int runSelect(const SelectArgs &args, bool haveM) {
+  using namespace moec::rt;
+  std::string error;
+  auto bundle = Bundle::open(args.bundle, error);
+  if (!bundle) {
+    std::cerr << "moec: " << error << "\n";
+    return moec::cli::kBadInput;
+  }
+  const Manifest &manifest = bundle->manifest();
+  std::string network = args.network;
+  if (network.empty()) {
+    std::set<std::string> networks;
+    for (const SelectionTable &t : manifest.selection)
+      networks.insert(t.network);
+    if (networks.size() != 1) {
+      std::cerr << "moec: " << args.bundle
+                << ": the bundle serves several networks; pass --network\n";
+      return moec::cli::kBadInput;
+    }
+    network = *networks.begin();
+  }
+  TableHandle handle;
+  if (!bundle->selector().resolveTable(network, args.ep, args.workspace, handle,
+                                       error)) {
+    std::cerr << "moec: " << args.bundle << ": " << error << "\n";
+    return moec::cli::kCheckFailed;
+  }
+  const SelectionTable &table = bundle->selector().tables()[handle.index];
+
+  if (args.ranges || !haveM) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const RowRange &range : bundle->selector().rowRanges(handle)) {
+      const ConfigInfo &config = manifest.configs[range.config];
+      if (args.json) {
+        rows.push_back({{"m", range.m},
+                        {"m_low", range.mLow},
+                        {"m_high", range.mHigh},
+                        {"above_max_fallback", range.servesAboveMax},
+                        {"config", config.id}});
+        continue;
+      }
+      std::cout << "m " << range.mLow << ".." << range.mHigh
+                << (range.servesAboveMax ? "+ (fallback above)" : "")
+                << " -> row m=" << range.m << " config " << config.id << "\n";
+    }
+    if (args.json)
+      std::cout << rows.dump(2) << "\n";
+    return moec::cli::kSuccess;
+  }
+
+  Selection selection = bundle->selector().select(handle, args.m);
+  if (selection.status == SelectStatus::Miss) {
+    std::cerr << "moec: " << args.bundle << ": m " << args.m
+              << " is above the largest row of "
+              << describeTableKey(table.network, table.ep, table.workspace)
+              << " and its policy is above_max=error\n";
+    return moec::cli::kCheckFailed;
+  }
+  const ConfigInfo &config = manifest.configs[selection.config];
+  if (args.json) {
+    nlohmann::json kernels = nlohmann::json::array();
+    for (uint32_t k : config.kernels) {
+      const KernelInfo &kernel = manifest.kernels[k];
+      kernels.push_back({{"name", kernel.name},
+                         {"symbol", kernel.symbol},
+                         {"stage", kernel.stage},
+                         {"workgroup_size", kernel.launch.workgroupSize},
+                         {"grid", {kernel.launch.gridX, kernel.launch.gridY,
+                                   kernel.launch.gridZ}}});
+    }
+    nlohmann::json out = {
+        {"network", table.network},
+        {"ep", table.ep},
+        {"workspace_class", table.workspace},
+        {"transport", transportName(table.transport)},
+        {"m", args.m},
+        {"status", statusName(selection.status)},
+        {"row_m", selection.rowM},
+        {"exact", selection.exact},
+        {"config", config.id},
+        {"provenance", provenanceName(config.provenance)},
+        {"kernels", kernels}};
+    std::cout << out.dump(2) << "\n";
+    return moec::cli::kSuccess;
+  }
+  std::cout << "table " << describeTableKey(table.network, table.ep,
+                                             table.workspace)
+            << " (" << kernelFamilyName(table.family) << ", "
+            << transportName(table.transport) << ")\n"
+            << "m " << args.m << " -> row m=" << selection.rowM << " ("
+            << statusName(selection.status)
+            << (selection.exact ? ", exact" : ", nearest") << ")\n"
+            << "config " << config.id << " ("
+            << provenanceName(config.provenance) << ")\n";
+  for (uint32_t k : config.kernels) {
+    const KernelInfo &kernel = manifest.kernels[k];
+    std::cout << "  " << kernel.stage << ": " << kernel.name << "  grid ("
+              << kernel.launch.gridX << ", " << kernel.launch.gridY << ", "
+              << kernel.launch.gridZ << ") x " << kernel.launch.workgroupSize[0]
+              << " lanes\n";
+  }
+  return moec::cli::kSuccess;
+}
+
+} // namespace
+
+void addSelectCommand(CLI::App &app, int &exitStatus) {
+  auto args = std::make_shared<SelectArgs>();
+  CLI::App *cmd = app.add_subcommand(
+      "select", "Show which configuration and kernels a key selects");
+  cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
+  cmd->add_option("--network", args->network,
+                  "network name (optional when the bundle serves one)");
+  cmd->add_option("--ep", args->ep, "expert-parallel size")->required();
+  cmd->add_option("--workspace", args->workspace, "workspace capacity (rows)")
+      ->required();
+  CLI::Option *m = cmd->add_option("--m", args->m,
+                                   "max source tokens per rank (0: empty ranks)");
+  cmd->add_flag("--ranges", args->ranges,
+                "list the M range every row of the table serves");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->callback([args, m, &exitStatus] {
+    exitStatus = runSelect(*args, m->count() > 0);
+  });
+}
