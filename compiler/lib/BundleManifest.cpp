@@ -23,13 +23,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string hex64(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx",
-                static_cast<unsigned long long>(value));
-  return text;
-}
-
 std::string baseName(const std::string &path) {
   size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -41,7 +34,7 @@ std::string compilerFingerprint(const CompileTarget &target) {
                          ";" + target.triple + ";" + target.chip.arch + ";" +
                          target.features + ";" +
                          getKernelToLLVMPipeline(target) + ";O3";
-  return hex64(rt::xxh64(identity.data(), identity.size()));
+  return hashHex(identity.data(), identity.size());
 }
 
 Json kernelJson(const CompiledKernel &kernel, size_t codeObject) {
@@ -107,7 +100,7 @@ std::string buildManifestJson(const TuningTable &table,
       {"output", "bf16, round to nearest even"}};
   manifest["sources"] = Json::array(
       {{{"path", baseName(table.path)},
-        {"hash", hex64(rt::xxh64(tableText.data(), tableText.size()))}}});
+        {"hash", hashHex(tableText.data(), tableText.size())}}});
 
   Json kernels = Json::array();
   for (size_t i = 0; i < compiled.kernels.size(); ++i)

@@ -1,11 +1,11 @@
 //===- TableCompiler.cpp - tuning table -> compiled kernels ---------------===//
 
 #include "moec/Compiler/TableCompiler.h"
-#include "moec/Codegen/KernelBuilders.h"
 #include "moec/Compiler/CodeObjectMetadata.h"
 #include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Compiler/Registration.h"
+#include "moec/Compiler/StageBuilder.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/hash.h"
 
@@ -23,109 +23,12 @@
 using namespace mlir;
 
 namespace moec {
-namespace {
-
-std::string hex64(uint64_t value) {
+std::string hashHex(const void *data, size_t size) {
   char text[17];
   std::snprintf(text, sizeof(text), "%016llx",
-                static_cast<unsigned long long>(value));
+                static_cast<unsigned long long>(rt::xxh64(data, size)));
   return text;
 }
-
-/// Turns the knobs of a table kernel into dialect attributes. Values are
-/// parsed here; their legality is the dialect verifier's job.
-class KernelAttrBuilder {
-public:
-  KernelAttrBuilder(MLIRContext &context, const TableKernel &kernel,
-                    std::string &error)
-      : context(context), kernel(kernel), error(error) {}
-
-  bool fail(const std::string &field, const std::string &message) {
-    error = kernel.where.file + ":" + std::to_string(kernel.where.line) +
-            ": field '" + field + "': " + message;
-    return false;
-  }
-
-  bool integer(const char *field, int64_t fallback, int64_t &value) {
-    auto it = kernel.knobs.find(field);
-    if (it == kernel.knobs.end()) {
-      value = fallback;
-      return true;
-    }
-    errno = 0;
-    char *end = nullptr;
-    value = std::strtoll(it->second.c_str(), &end, 10);
-    if (errno != 0 || end != it->second.c_str() + it->second.size())
-      return fail(field, "expected an integer, got '" + it->second + "'");
-    return true;
-  }
-
-  /// Reads an enumerated knob with `parse` (absent: `fallback`).
-  template <typename Enum>
-  bool enumeration(const char *field, Enum fallback,
-                   function_ref<std::optional<Enum>(llvm::StringRef)> parse,
-                   const char *choices, Enum &value) {
-    auto it = kernel.knobs.find(field);
-    if (it == kernel.knobs.end()) {
-      value = fallback;
-      return true;
-    }
-    std::optional<Enum> parsed = parse(it->second);
-    if (!parsed)
-      return fail(field, "expected one of " + std::string(choices) + ", got '" +
-                             it->second + "'");
-    value = *parsed;
-    return true;
-  }
-
-  MLIRContext &context;
-  const TableKernel &kernel;
-  std::string &error;
-};
-
-/// Table spelling of the MFMA shape: "16x16x128" or "32x32x64".
-std::optional<moe::MfmaShape> parseMfmaShape(llvm::StringRef text) {
-  if (text == "16x16x128")
-    return moe::MfmaShape::m16n16k128;
-  if (text == "32x32x64")
-    return moe::MfmaShape::m32n32k64;
-  return std::nullopt;
-}
-
-/// The readable, knob-encoding symbol of a W2 kernel.
-std::string w2Symbol(moe::ProblemAttr problem, moe::TileAttr tile) {
-  std::string s = "moe2_afp8_wfp4_bf16_e" +
-                  std::to_string(problem.getLocalExperts()) + "_h" +
-                  std::to_string(problem.getHidden()) + "_i" +
-                  std::to_string(problem.getIntermediate()) + "_t" +
-                  std::to_string(tile.getM()) + "x" +
-                  std::to_string(tile.getN()) + "x" +
-                  std::to_string(tile.getK()) + "_w" +
-                  std::to_string(tile.getWaves());
-  if (tile.getMfma() == moe::MfmaShape::m32n32k64)
-    s += "_mfma32";
-  if (tile.getOrientation() == moe::MfmaOrientation::b_major)
-    s += "_bmajor";
-  if (tile.getBCache() == moe::CachePolicy::nt)
-    s += "_bnt";
-  return s;
-}
-
-std::vector<std::pair<std::string, std::string>> w2Config(moe::TileAttr tile) {
-  return {
-      {"b_cache", moe::stringifyCachePolicy(tile.getBCache()).str()},
-      {"b_layout", "w2_expert_n_k_e2m1x2_low_nibble_first"},
-      {"k", std::to_string(tile.getK())},
-      {"m", std::to_string(tile.getM())},
-      {"mfma", tile.getMfma() == moe::MfmaShape::m16n16k128 ? "16x16x128"
-                                                            : "32x32x64"},
-      {"n", std::to_string(tile.getN())},
-      {"orientation", moe::stringifyMfmaOrientation(tile.getOrientation()).str()},
-      {"waves", std::to_string(tile.getWaves())},
-  };
-}
-
-} // namespace
 
 std::vector<std::vector<uint8_t>> collectCodeObjects(const CompiledTable &compiled) {
   std::vector<std::vector<uint8_t>> objects;
@@ -161,60 +64,39 @@ CompileStatus compileTable(const TuningTable &table,
   compiled = CompiledTable();
 
   for (const TableKernel &kernel : table.kernels) {
-    const TableProblem *p = table.findProblem(kernel.problem);
-    Location loc = FileLineColLoc::get(&context, kernel.where.file,
-                                       kernel.where.line, 1);
-    KernelAttrBuilder knobs(context, kernel, error);
-    int64_t m, n, k, waves;
-    moe::MfmaShape shape;
-    moe::MfmaOrientation orientation;
-    moe::CachePolicy bCache;
-    if (!knobs.integer("m", 0, m) || !knobs.integer("n", 0, n) ||
-        !knobs.integer("k", 256, k) || !knobs.integer("waves", 4, waves) ||
-        !knobs.enumeration<moe::MfmaShape>(
-            "mfma", moe::MfmaShape::m16n16k128, parseMfmaShape,
-            "16x16x128, 32x32x64", shape) ||
-        !knobs.enumeration<moe::MfmaOrientation>(
-            "orientation", moe::MfmaOrientation::a_major,
-            [](llvm::StringRef text) { return moe::symbolizeMfmaOrientation(text); },
-            "a_major, b_major", orientation) ||
-        !knobs.enumeration<moe::CachePolicy>(
-            "b_cache", moe::CachePolicy::cached,
-            [](llvm::StringRef text) { return moe::symbolizeCachePolicy(text); },
-            "cached, nt", bCache))
+    const TableProblem *problem = table.findProblem(kernel.problem);
+    StageSpec spec{kernel.stage, kernel.knobs, kernel.where};
+    for (const char *field : {"hidden", "intermediate", "experts", "top_k", "ep"})
+      if (kernel.knobs.count(field)) {
+        error = kernel.where.file + ":" + std::to_string(kernel.where.line) +
+                ": field '" + field + "': belongs on the problem line";
+        return CompileStatus::BadInput;
+      }
+    spec.fields["hidden"] = std::to_string(problem->hidden);
+    spec.fields["intermediate"] = std::to_string(problem->intermediate);
+    spec.fields["experts"] = std::to_string(problem->experts);
+    spec.fields["top_k"] = std::to_string(problem->topK);
+    spec.fields["ep"] = std::to_string(problem->ep);
+    StageDescription description;
+    Operation *op = buildStageOp(builder, spec, description, error);
+    if (!op)
       return CompileStatus::BadInput;
-
-    auto emitError = [&] { return ::mlir::emitError(loc); };
-    auto problem = moe::ProblemAttr::getChecked(
-        emitError, &context, p->hidden, p->intermediate, p->experts, p->topK,
-        p->ep, Type(builder.getType<Float8E4M3FNType>()),
-        Type(builder.getType<Float4E2M1FNType>()), Type(builder.getBF16Type()));
-    auto tile = moe::TileAttr::getChecked(emitError, &context, m, n, k, waves,
-                                          shape, orientation, bCache);
-    if (!problem || !tile) {
-      error = firstDiagnostic;
-      return CompileStatus::BadInput;
-    }
-    std::string symbol = w2Symbol(problem, tile);
     auto existing = std::find_if(
         compiled.kernels.begin(), compiled.kernels.end(),
-        [&](const CompiledKernel &c) { return c.symbol == symbol; });
+        [&](const CompiledKernel &c) { return c.symbol == description.symbol; });
     if (existing != compiled.kernels.end()) {
+      // Same problem and knobs: one binary serves both table names.
+      op->erase();
       existing->tableNames.push_back(kernel.name);
       compiled.kernelIndex[kernel.name] = existing - compiled.kernels.begin();
       continue;
     }
-    auto op = moe::W2Op::create(builder, loc, symbol, problem, tile);
-    if (failed(op.verify())) {
-      error = firstDiagnostic;
-      return CompileStatus::BadInput;
-    }
     CompiledKernel entry;
     entry.tableNames = {kernel.name};
-    entry.symbol = symbol;
+    entry.symbol = description.symbol;
     entry.stage = kernel.stage;
-    entry.config = w2Config(tile);
-    entry.abi = getW2KernelAbi(op);
+    entry.config = description.fields;
+    entry.abi = description.abi;
     entry.where = kernel.where;
     compiled.kernelIndex[kernel.name] = compiled.kernels.size();
     compiled.kernels.push_back(std::move(entry));
@@ -263,7 +145,7 @@ CompileStatus compileTable(const TuningTable &table,
               std::to_string(target.chip.ldsBytesPerCu);
       return CompileStatus::CheckFailed;
     }
-    kernel.contentHash = hex64(rt::xxh64(kernel.hsaco.data(), kernel.hsaco.size()));
+    kernel.contentHash = hashHex(kernel.hsaco.data(), kernel.hsaco.size());
     kernel.name = kernel.symbol + "_" + kernel.contentHash.substr(0, 8);
   }
   return CompileStatus::Ok;

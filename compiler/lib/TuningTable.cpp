@@ -192,18 +192,10 @@ bool TableParser::parseKernel(const std::string &name,
   if (!takeRequired(fields, "stage", k.stage) ||
       !takeRequired(fields, "problem", k.problem))
     return false;
-  if (k.stage != "w2")
-    return fail("stage", "unsupported stage '" + k.stage + "' (expected w2)");
-  static const std::set<std::string> knobs = {
-      "m", "n", "k", "waves", "mfma", "orientation", "b_cache"};
-  for (const Field &f : fields) {
-    if (!knobs.count(f.key))
-      return fail(f.key, "unknown knob of a " + k.stage + " kernel");
+  // Knob names and values are checked when the stage op is built
+  // (StageBuilder), with this line in the message.
+  for (const Field &f : fields)
     k.knobs[f.key] = f.value;
-  }
-  for (const char *required : {"m", "n"})
-    if (!k.knobs.count(required))
-      return fail(required, "missing");
   table.kernels.push_back(k);
   return true;
 }

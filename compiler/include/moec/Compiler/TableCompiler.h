@@ -47,6 +47,9 @@ struct CompiledTable {
   std::map<std::string, size_t> kernelIndex;
 };
 
+/// XXH64 of `size` bytes as 16 hex digits: content hashes and fingerprints.
+std::string hashHex(const void *data, size_t size);
+
 /// Exit-status classes of a compile (docs/cli.md).
 enum class CompileStatus { Ok = 0, CheckFailed = 1, BadInput = 2 };
 
