@@ -25,5 +25,6 @@ void addInspectCommand(CLI::App &app, int &exitStatus);
 void addSelectCommand(CLI::App &app, int &exitStatus);
 void addExtractCommand(CLI::App &app, int &exitStatus);
 void addReferenceCommand(CLI::App &app, int &exitStatus);
+void addRunCommand(CLI::App &app, int &exitStatus);
 
 #endif // MOEC_TOOLS_MOEC_COMMANDS_H

@@ -18,6 +18,9 @@ int main(int argc, char **argv) {
 #ifdef MOEC_HAVE_REFERENCE
   addReferenceCommand(app, exitStatus);
 #endif
+#ifdef MOEC_HAVE_EMULATOR
+  addRunCommand(app, exitStatus);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &help) {
