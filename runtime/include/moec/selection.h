@@ -98,19 +98,19 @@ public:
       result.status = SelectStatus::Fallback;
       row = span.rowCount - 1;
     } else {
-      // First row whose upper bound is >= m; the last bound is maxM >= m.
+      // First row whose upper bound is >= m (the last bound is maxM >= m).
+      // Branch-free lower bound: the step is masked arithmetic rather than
+      // a branch, so a random m costs no branch mispredictions.
       const uint32_t *bounds = rowUpperBound_.data() + span.firstRow;
-      uint32_t low = 0, count = span.rowCount;
-      while (count > 0) {
-        uint32_t half = count / 2;
-        if (bounds[low + half] < m) {
-          low += half + 1;
-          count -= half + 1;
-        } else {
-          count = half;
-        }
+      const uint32_t *first = bounds;
+      uint32_t length = span.rowCount;
+      while (length > 1) {
+        const uint32_t half = length / 2;
+        const uint32_t advance = 0u - static_cast<uint32_t>(first[half - 1] < m);
+        first += half & advance;
+        length -= half;
       }
-      row = low;
+      row = static_cast<uint32_t>(first - bounds) + (*first < m ? 1u : 0u);
       result.status = SelectStatus::Hit;
     }
     result.row = row;
