@@ -13,14 +13,25 @@ namespace {
 
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
-/// E2M1 magnitude code (0..7) for a 7-bit random value: cumulative counts
-/// 18, 26, 24, 20, 16, 12, 8, 4 of 128 for 0, .5, 1, 1.5, 2, 3, 4, 6.
-uint8_t magnitudeCode(uint8_t random7) {
-  static const uint8_t kCumulative[8] = {18, 44, 68, 88, 104, 116, 124, 128};
-  uint8_t code = 0;
-  while (random7 >= kCumulative[code])
-    ++code;
-  return code;
+/// E2M1 code for a random byte: bit 7 is the sign, bits 6:0 pick the
+/// magnitude with counts 18, 26, 24, 20, 16, 12, 8, 4 of 128 for 0, .5, 1,
+/// 1.5, 2, 3, 4, 6 (a table, because this runs for billions of elements).
+struct CodeTable {
+  uint8_t codes[256];
+  CodeTable() {
+    static const uint8_t kCumulative[8] = {18, 44, 68, 88, 104, 116, 124, 128};
+    for (int byte = 0; byte < 256; ++byte) {
+      uint8_t magnitude = 0;
+      while ((byte & 0x7F) >= kCumulative[magnitude])
+        ++magnitude;
+      codes[byte] = static_cast<uint8_t>((byte & 0x80 ? 0x8 : 0) | magnitude);
+    }
+  }
+};
+
+const CodeTable &codeTable() {
+  static const CodeTable table;
+  return table;
 }
 
 } // namespace
@@ -149,6 +160,7 @@ ExpertRows GeneratedMxfp4Weights::expertRows(int64_t expert, int64_t rowBegin,
                                              WeightScratch &scratch) const {
   const int64_t rowBytes = depth_ / 2;
   const int64_t blocks = depth_ / kBlockSize;
+  const CodeTable &table = codeTable();
   scratch.elements.resize(rowCount * rowBytes);
   scratch.scales.resize(rowCount * blocks);
   for (int64_t n = 0; n < rowCount; ++n) {
@@ -162,20 +174,17 @@ ExpertRows GeneratedMxfp4Weights::expertRows(int64_t expert, int64_t rowBegin,
     for (int64_t byte = 0; byte < rowBytes; byte += 4) {
       uint64_t bits = random_.bits(rowIndex * (rowBytes / 4 + 1) + byte / 4);
       for (int64_t j = 0; j < 4 && byte + j < rowBytes; ++j) {
-        uint8_t low = static_cast<uint8_t>(bits >> (16 * j));
-        uint8_t high = static_cast<uint8_t>(bits >> (16 * j + 8));
-        uint8_t even = static_cast<uint8_t>((low & 0x80 ? 0x8 : 0) |
-                                            magnitudeCode(low & 0x7F));
-        uint8_t odd = static_cast<uint8_t>((high & 0x80 ? 0x8 : 0) |
-                                           magnitudeCode(high & 0x7F));
-        int64_t k = 2 * (byte + j);
-        if (zero || k >= validDepth_)
-          even = 0;
-        if (zero || k + 1 >= validDepth_)
-          odd = 0;
+        uint8_t even = table.codes[static_cast<uint8_t>(bits >> (16 * j))];
+        uint8_t odd = table.codes[static_cast<uint8_t>(bits >> (16 * j + 8))];
         elements[byte + j] = packE2M1Pair(even, odd);
       }
     }
+    // Padding (zero rows, columns past validDepth) is cleared afterwards so
+    // the hot loop above stays branch-free.
+    if (zero)
+      std::fill(elements, elements + rowBytes, uint8_t(0));
+    for (int64_t k = validDepth_; k < depth_; ++k)
+      elements[k / 2] &= (k % 2) ? 0x0F : 0xF0;
     for (int64_t block = 0; block < blocks; ++block) {
       uint64_t bits =
           random_.bits((uint64_t(1) << 62) + rowIndex * blocks + block);

@@ -29,6 +29,19 @@ ExpertRows AppendedExpertWeights::expertRows(int64_t expert, int64_t rowBegin,
   return appended_.expertRows(0, rowBegin, rowCount, scratch);
 }
 
+namespace {
+/// Values of the 256 E4M3FN codes.
+const double *fp8DecodeTable() {
+  static const std::array<double, 256> table = [] {
+    std::array<double, 256> values{};
+    for (int code = 0; code < 256; ++code)
+      values[code] = decodeFp8E4M3(static_cast<uint8_t>(code));
+    return values;
+  }();
+  return table.data();
+}
+} // namespace
+
 ActivationRows ActivationRows::fp8(const uint8_t *codes, const uint8_t *scales,
                                    int64_t rows, int64_t depth) {
   ActivationRows a;
@@ -62,10 +75,15 @@ ActivationRows ActivationRows::float64(const double *values, int64_t rows,
 
 void ActivationRows::dequantizeRow(int64_t row, double *out) const {
   switch (kind) {
-  case Kind::Fp8:
-    dequantizeFp8Row(codes + row * depth, scales + row * (depth / kBlockSize),
-                     depth, out);
+  case Kind::Fp8: {
+    // Table lookups: this runs for every route and weight-row chunk.
+    const double *fp8 = fp8DecodeTable();
+    const uint8_t *rowCodes = codes + row * depth;
+    const uint8_t *rowScales = scales + row * (depth / kBlockSize);
+    for (int64_t i = 0; i < depth; ++i)
+      out[i] = fp8[rowCodes[i]] * decodeE8M0(rowScales[i / kBlockSize]);
     return;
+  }
   case Kind::Bf16:
     for (int64_t i = 0; i < depth; ++i)
       out[i] = decodeBf16(bf16[row * depth + i]);
@@ -103,11 +121,14 @@ namespace {
 struct DecodeTables {
   std::array<double, 16> e2m1;
   std::array<double, 256> fp8;
+  std::array<double, 256> e8m0;
   DecodeTables() {
     for (int code = 0; code < 16; ++code)
       e2m1[code] = decodeE2M1(static_cast<uint8_t>(code));
     for (int code = 0; code < 256; ++code)
       fp8[code] = decodeFp8E4M3(static_cast<uint8_t>(code));
+    for (int code = 0; code < 256; ++code)
+      e8m0[code] = decodeE8M0(static_cast<uint8_t>(code));
   }
 };
 
@@ -117,28 +138,76 @@ const DecodeTables &decodeTables() {
 }
 
 /// Routes of one expert, gathered from consecutive tiles of the list.
+/// `slots` are the routes' positions among all listed (non-padding) entries,
+/// the row index of the compact GEMM output.
 struct ExpertSegment {
   int32_t expert;
   std::vector<int32_t> routes;
+  std::vector<int64_t> slots;
 };
 
 std::vector<ExpertSegment> segmentsOf(const SortedRoutes &sorted) {
   std::vector<ExpertSegment> segments;
+  int64_t slot = 0;
   for (int64_t tile = 0; tile < sorted.numTiles(); ++tile) {
     int32_t expert = sorted.tileExperts[tile];
     if (segments.empty() || segments.back().expert != expert)
-      segments.push_back({expert, {}});
+      segments.push_back({expert, {}, {}});
     for (int64_t i = 0; i < sorted.mTile; ++i) {
       int32_t route = sorted.routeIds[tile * sorted.mTile + i];
-      if (!sorted.isPadding(route))
+      if (!sorted.isPadding(route)) {
         segments.back().routes.push_back(route);
+        segments.back().slots.push_back(slot++);
+      }
     }
   }
   return segments;
 }
 
+/// The listed (non-padding) route ids in list order.
+std::vector<int32_t> listedRoutes(const SortedRoutes &sorted) {
+  std::vector<int32_t> listed;
+  for (int32_t route : sorted.routeIds)
+    if (!sorted.isPadding(route))
+      listed.push_back(route);
+  return listed;
+}
+
 /// Weight rows handled by one work item.
-constexpr int64_t kRowsPerItem = 32;
+constexpr int64_t kRowsPerItem = 64;
+/// Weight rows whose dot products run side by side.
+constexpr int64_t kRowGroup = 8;
+
+/// kRowGroup dot products of `a` with the rows of a group whose values are
+/// stored interleaved (element k of row j at b[k * kRowGroup + j]) and whose
+/// scales are [kRowGroup, blocks]. Each row's sum follows the documented
+/// order (exact-order sum inside each 32-element block, times the block
+/// scale, blocks added in order); the rows are independent chains, which
+/// lets the compiler use vector lanes without reassociating anything.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// Wider vector lanes where the CPU has them; the arithmetic per lane is the
+// same IEEE double operations in the same order, so every clone gives
+// identical results (no FMA: the library builds with -ffp-contract=off).
+__attribute__((target_clones("avx2", "default")))
+#endif
+void dotGroup(const double *a, const double *b, const double *scales,
+              int64_t blocks, double *out) {
+  double accumulators[kRowGroup] = {};
+  for (int64_t block = 0; block < blocks; ++block) {
+    double sums[kRowGroup] = {};
+    const int64_t base = block * kBlockSize;
+    for (int64_t i = base; i < base + kBlockSize; ++i) {
+      const double value = a[i];
+      const double *column = b + i * kRowGroup;
+      for (int64_t j = 0; j < kRowGroup; ++j)
+        sums[j] += value * column[j];
+    }
+    for (int64_t j = 0; j < kRowGroup; ++j)
+      accumulators[j] += sums[j] * scales[j * blocks + block];
+  }
+  for (int64_t j = 0; j < kRowGroup; ++j)
+    out[j] = accumulators[j];
+}
 
 /// Per-thread buffers of the GEMM.
 struct GemmScratch {
@@ -148,11 +217,14 @@ struct GemmScratch {
   std::vector<double> bScales;
 };
 
-/// out[route * weights.rows() + n] = A[route / routesPerARow] . B[expert, n]
-/// for every listed route, in the accumulation order of Stages.h.
+/// compact[i * weights.rows() + n] = A[route / routesPerARow] . B[expert, n]
+/// for the i-th listed route of `sorted` (listedRoutes order), in the
+/// accumulation order of Stages.h. Only listed rows are stored, so a sparse
+/// receive buffer costs no memory here.
 Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
                    const WeightSource &weights, const SortedRoutes &sorted,
-                   double *out, int numThreads, const char *stage) {
+                   std::vector<double> &compact, int numThreads,
+                   const char *stage) {
   const int64_t depth = weights.depth();
   const int64_t rows = weights.rows();
   std::string prefix = std::string(stage) + ": ";
@@ -174,6 +246,11 @@ Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
                            " but A has " + std::to_string(a.rows) + " rows");
 
   std::vector<ExpertSegment> segments = segmentsOf(sorted);
+  int64_t listedCount = 0;
+  for (const ExpertSegment &segment : segments)
+    listedCount += static_cast<int64_t>(segment.routes.size());
+  compact.assign(static_cast<size_t>(listedCount * rows), 0.0);
+  double *out = compact.data();
   const int64_t chunks = (rows + kRowsPerItem - 1) / kRowsPerItem;
   const int64_t blocks = depth / kBlockSize;
   const DecodeTables &tables = decodeTables();
@@ -196,36 +273,45 @@ Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
         ExpertRows b = weights.expertRows(segment.expert, rowBegin, rowCount,
                                           local.weights);
         const int64_t rowBytes = weightRowBytes(b.format, depth);
-        local.bValues.resize(depth);
-        local.bScales.resize(blocks);
-        for (int64_t n = 0; n < rowCount; ++n) {
-          const uint8_t *elements = b.elements + n * rowBytes;
-          if (b.format == WeightFormat::Mxfp4) {
-            for (int64_t k = 0; k < depth; k += 2) {
-              uint8_t pair = elements[k / 2];
-              local.bValues[k] = tables.e2m1[pair & 0xF];
-              local.bValues[k + 1] = tables.e2m1[pair >> 4];
+        local.bValues.resize(kRowGroup * depth);
+        local.bScales.resize(kRowGroup * blocks);
+        // Rows go in groups of kRowGroup so that several independent
+        // accumulation chains run side by side; each chain keeps the
+        // documented order, so grouping does not change any result. A short
+        // last group is padded with zero rows whose results are dropped.
+        for (int64_t n0 = 0; n0 < rowCount; n0 += kRowGroup) {
+          const int64_t group = std::min(kRowGroup, rowCount - n0);
+          double *values = local.bValues.data();
+          for (int64_t j = 0; j < kRowGroup; ++j) {
+            if (j >= group) {
+              for (int64_t k = 0; k < depth; ++k)
+                values[k * kRowGroup + j] = 0.0;
+              for (int64_t block = 0; block < blocks; ++block)
+                local.bScales[j * blocks + block] = 0.0;
+              continue;
             }
-          } else {
-            for (int64_t k = 0; k < depth; ++k)
-              local.bValues[k] = tables.fp8[elements[k]];
+            const uint8_t *elements = b.elements + (n0 + j) * rowBytes;
+            if (b.format == WeightFormat::Mxfp4) {
+              for (int64_t k = 0; k < depth; k += 2) {
+                uint8_t pair = elements[k / 2];
+                values[k * kRowGroup + j] = tables.e2m1[pair & 0xF];
+                values[(k + 1) * kRowGroup + j] = tables.e2m1[pair >> 4];
+              }
+            } else {
+              for (int64_t k = 0; k < depth; ++k)
+                values[k * kRowGroup + j] = tables.fp8[elements[k]];
+            }
+            for (int64_t block = 0; block < blocks; ++block)
+              local.bScales[j * blocks + block] =
+                  tables.e8m0[b.scales[(n0 + j) * blocks + block]];
           }
-          for (int64_t block = 0; block < blocks; ++block)
-            local.bScales[block] = decodeE8M0(b.scales[n * blocks + block]);
-          const double *bValues = local.bValues.data();
           for (int64_t m = 0; m < count; ++m) {
-            const double *aRow = local.aRows.data() + m * depth;
-            double accumulator = 0.0;
-            for (int64_t block = 0; block < blocks; ++block) {
-              const double *aBlock = aRow + block * kBlockSize;
-              const double *bBlock = bValues + block * kBlockSize;
-              double blockSum = 0.0;
-              for (int64_t i = 0; i < kBlockSize; ++i)
-                blockSum += aBlock[i] * bBlock[i];
-              accumulator += blockSum * local.bScales[block];
-            }
-            out[static_cast<int64_t>(segment.routes[m]) * rows + rowBegin + n] =
-                accumulator;
+            double results[kRowGroup];
+            dotGroup(local.aRows.data() + m * depth, values,
+                     local.bScales.data(), blocks, results);
+            double *target = out + segment.slots[m] * rows + rowBegin + n0;
+            for (int64_t j = 0; j < group; ++j)
+              target[j] = results[j];
           }
         }
       });
@@ -252,21 +338,17 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
       intermediate % kBlockSize != 0)
     return Status::error("W13 stage: I = " + std::to_string(intermediate) +
                          " must be a multiple of 32 to quantise the intermediate");
-  std::vector<double> preActivation(
-      static_cast<size_t>(sorted.numRoutes) * twoI, 0.0);
-  if (Status status = groupedGemm(a, routesPerARow, w13, sorted,
-                                  preActivation.data(), numThreads, "W13 stage");
+  std::vector<double> preActivation; // [listed, 2I]
+  if (Status status = groupedGemm(a, routesPerARow, w13, sorted, preActivation,
+                                  numThreads, "W13 stage");
       !status)
     return status;
 
-  std::vector<int32_t> listed;
-  for (int32_t route : sorted.routeIds)
-    if (!sorted.isPadding(route))
-      listed.push_back(route);
+  std::vector<int32_t> listed = listedRoutes(sorted);
   parallelFor(static_cast<int64_t>(listed.size()), numThreads,
               [&](int, int64_t item) {
                 int64_t route = listed[item];
-                const double *h = preActivation.data() + route * twoI;
+                const double *h = preActivation.data() + item * twoI;
                 if (outputs.preActivation)
                   for (int64_t n = 0; n < twoI; ++n)
                     outputs.preActivation[route * twoI + n] = roundToFloat(h[n]);
@@ -309,7 +391,16 @@ Status runW13Stage(const uint8_t *aCodes, const uint8_t *aScales,
 
 Status runW2Stage(const ActivationRows &a, const WeightSource &w2,
                   const SortedRoutes &sorted, double *out, int numThreads) {
-  return groupedGemm(a, 1, w2, sorted, out, numThreads, "W2 stage");
+  std::vector<double> compact;
+  if (Status status = groupedGemm(a, 1, w2, sorted, compact, numThreads, "W2 stage");
+      !status)
+    return status;
+  const int64_t hidden = w2.rows();
+  std::vector<int32_t> listed = listedRoutes(sorted);
+  for (size_t i = 0; i < listed.size(); ++i)
+    std::copy_n(compact.data() + i * hidden, hidden,
+                out + static_cast<int64_t>(listed[i]) * hidden);
+  return Status();
 }
 
 Status runW2Stage(const uint8_t *aCodes, const uint8_t *aScales,
@@ -321,18 +412,17 @@ Status runW2Stage(const uint8_t *aCodes, const uint8_t *aScales,
                          " must be a positive multiple of 32");
   DenseWeights weights(WeightFormat::Mxfp4, bPacked, bScales, numExperts,
                        hidden, intermediate);
-  std::vector<double> rows(static_cast<size_t>(sorted.numRoutes) * hidden, 0.0);
-  if (Status status =
-          runW2Stage(ActivationRows::fp8(aCodes, aScales, sorted.numRoutes,
-                                         intermediate),
-                     weights, sorted, rows.data(), numThreads);
+  std::vector<double> compact;
+  if (Status status = groupedGemm(
+          ActivationRows::fp8(aCodes, aScales, sorted.numRoutes, intermediate), 1,
+          weights, sorted, compact, numThreads, "W2 stage");
       !status)
     return status;
-  for (int32_t route : sorted.routeIds)
-    if (!sorted.isPadding(route))
-      for (int64_t n = 0; n < hidden; ++n)
-        out[static_cast<int64_t>(route) * hidden + n] =
-            roundToFloat(rows[static_cast<int64_t>(route) * hidden + n]);
+  std::vector<int32_t> listed = listedRoutes(sorted);
+  for (size_t i = 0; i < listed.size(); ++i)
+    for (int64_t n = 0; n < hidden; ++n)
+      out[static_cast<int64_t>(listed[i]) * hidden + n] =
+          roundToFloat(compact[i * hidden + n]);
   return Status();
 }
 

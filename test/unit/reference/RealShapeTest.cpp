@@ -6,6 +6,7 @@
 
 #include "moec/reference/Families.h"
 #include "moec/reference/Generate.h"
+#include "moec/reference/Parallel.h"
 
 #include <catch2/catch.hpp>
 
@@ -32,6 +33,13 @@ TEST_CASE("real Flash shape, EP4, M = 6 per rank", "[.real]") {
   config.ep = 4;
   config.transport = Transport::FixedSlot;
   config.mode = OracleMode::QuantFaithful;
+  auto cpuSeconds = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+           1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  };
+  double cpuStart = cpuSeconds();
   auto start = std::chrono::steady_clock::now();
   std::vector<MegaMoeRankResult> results;
   REQUIRE(runMegaMoe(config, w13, w2, ranks, results).ok());
@@ -39,8 +47,10 @@ TEST_CASE("real Flash shape, EP4, M = 6 per rank", "[.real]") {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  std::printf("flash EP4 M=6 fixed-slot faithful: %.2f s, peak RSS %.0f MiB\n",
-              seconds, usage.ru_maxrss / 1024.0);
+  std::printf("flash EP4 M=6 fixed-slot faithful: %.2f s wall, %.2f s CPU, "
+              "%d threads, peak RSS %.0f MiB\n",
+              seconds, cpuSeconds() - cpuStart, resolveThreadCount(0),
+              usage.ru_maxrss / 1024.0);
 
   // Token 0 of rank 0, recomputed by the naive formulation from its experts'
   // rows materialised on their own.
