@@ -1,0 +1,52 @@
+// Each knob of the W2 tile changes the generated kernel IR: pairs of
+// kernels below differ in exactly one knob from @w2_base.
+// RUN: moe-opt %s --moe-lower-to-kernel | FileCheck %s
+
+#p = #moe.problem<hidden = 512, intermediate = 512, experts = 8, top_k = 2,
+                  ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>
+
+// Baseline: A tile 32x256 FP8 = 2048 dwords, B tile 128 x 128 bytes = 4096
+// dwords of LDS; 4 waves; 16x16x128 MFMA with the activations as source A;
+// weights through the default cache policy.
+// CHECK: module attributes {gpu.container_module}
+// CHECK-LABEL: gpu.func @w2_base(
+// CHECK-SAME: workgroup(%{{.*}} : memref<2048xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4096xi32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: amdgpu.fat_raw_buffer_cast %{{.*}} validBytes(%{{.*}})
+// CHECK: scf.for
+// CHECK: vector.load %{{.*}} : memref<{{.*}}xi32, #amdgpu.address_space<fat_raw_buffer>>, vector<4xi32>
+// CHECK-NOT: nontemporal = true
+// CHECK: gpu.barrier
+// CHECK: amdgpu.scaled_mfma 16x16x128 ({{.*}}[0] * %{{.*}}) * ({{.*}}[0] * %{{.*}}) + %{{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<4xf32>
+// CHECK: gpu.return
+moe.w2 @w2_base problem(#p) tile(#moe.tile<m = 32, n = 128>)
+
+// tile.m: the A tile in LDS halves.
+// CHECK-LABEL: gpu.func @w2_m16(
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4096xi32, #gpu.address_space<workgroup>>)
+moe.w2 @w2_m16 problem(#p) tile(#moe.tile<m = 16, n = 128>)
+
+// tile.n: the B tile in LDS doubles.
+// CHECK-LABEL: gpu.func @w2_n256(
+// CHECK-SAME: workgroup(%{{.*}} : memref<2048xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<8192xi32, #gpu.address_space<workgroup>>)
+moe.w2 @w2_n256 problem(#p) tile(#moe.tile<m = 32, n = 256>)
+
+// tile.waves: the workgroup size follows.
+// CHECK-LABEL: gpu.func @w2_w2(
+// CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
+moe.w2 @w2_w2 problem(#p) tile(#moe.tile<m = 32, n = 128, waves = 2>)
+
+// tile.b_cache = nt: weight loads are non-temporal.
+// CHECK-LABEL: gpu.func @w2_nt(
+// CHECK: vector.load {{.*}} {alignment = 16 : i64, nontemporal = true}
+moe.w2 @w2_nt problem(#p) tile(#moe.tile<m = 32, n = 128, b_cache = nt>)
+
+// tile.orientation = b_major: the weights feed source A.
+// CHECK-LABEL: gpu.func @w2_bmajor(
+// CHECK: amdgpu.scaled_mfma 16x16x128 {{.*}} : f8E8M0FNU, vector<32xf4E2M1FN>, f8E8M0FNU, vector<32xf8E4M3FN>, vector<4xf32>
+moe.w2 @w2_bmajor problem(#p) tile(#moe.tile<m = 32, n = 128, orientation = b_major>)
+
+// tile.mfma = 32x32x64: 16 accumulators per lane.
+// CHECK-LABEL: gpu.func @w2_mfma32(
+// CHECK: amdgpu.scaled_mfma 32x32x64 {{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<16xf32>
+moe.w2 @w2_mfma32 problem(#p) tile(#moe.tile<m = 32, n = 128, mfma = m32n32k64>)

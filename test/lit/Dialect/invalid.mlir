@@ -1,0 +1,72 @@
+// RUN: moe-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{problem.hidden must be positive, got 0}}
+moe.w2 @w problem(#moe.problem<hidden = 0, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.hidden (5000) must be a multiple of the 32-element MX block}}
+moe.w2 @w problem(#moe.problem<hidden = 5000, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.intermediate (580) must be a multiple of the 32-element MX block}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 580, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.experts (384) must be divisible by problem.ep (5)}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 5, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.top_k (9) exceeds problem.experts (8)}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 8, top_k = 9, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{tile.m must be one of 16, 32, 64, 128, got 48}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 48, n = 128>)
+
+// -----
+// expected-error @+1 {{tile.n must be one of 64, 128, 256, 512, got 96}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 96>)
+
+// -----
+// expected-error @+1 {{tile.k must be a positive multiple of 128, got 192}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 192>)
+
+// -----
+// expected-error @+1 {{tile.waves must be one of 1, 2, 4, 8, got 3}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, waves = 3>)
+
+// -----
+// expected-error @+1 {{tile.m (16) must be a multiple of the MFMA M (32) of tile.mfma}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, mfma = m32n32k64>)
+
+// -----
+// expected-error @+1 {{tile.n (64) split over tile.waves (8) must give each wave a multiple of the MFMA N (16) columns}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 64, waves = 8>)
+
+// -----
+// expected-error @+1 {{needs 512 accumulator registers per lane; at most 448 fit}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, waves = 2>)
+
+// -----
+// expected-error @+1 {{problem.activation must be f8E4M3FN for W2, got 'bf16'}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.weight must be f4E2M1FN for W2, got 'f8E4M3FN'}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f8E4M3FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.output must be bf16 for W2, got 'f32'}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = f32>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{tile.n (512) must divide problem.hidden (7040), the N of W2}}
+moe.w2 @w problem(#moe.problem<hidden = 7040, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 512>)
+
+// -----
+// expected-error @+1 {{tile.k (256) must divide problem.intermediate (640), the K of W2}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 256>)
+
+// -----
+// expected-error @+1 {{tile (m 128, n 512, k 1024) stages 393216 bytes of LDS; gfx950 has 163840}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2048, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, k = 1024, waves = 8>)

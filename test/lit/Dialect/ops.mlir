@@ -1,0 +1,26 @@
+// RUN: moe-opt %s | FileCheck %s
+// RUN: moe-opt %s | moe-opt | FileCheck %s
+
+// Knobs left at their defaults are elided when printed.
+// CHECK-LABEL: moe.w2 @w2_defaults
+// CHECK-SAME: problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>)
+// CHECK-SAME: tile(#moe.tile<m = 32, n = 128>)
+moe.w2 @w2_defaults problem(#moe.problem<hidden = 5120, intermediate = 2304,
+    experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
+    weight = f4E2M1FN, output = bf16>)
+    tile(#moe.tile<m = 32, n = 128, k = 256, waves = 4>)
+
+// CHECK-LABEL: moe.w2 @w2_all_knobs
+// CHECK-SAME: tile(#moe.tile<m = 128, n = 256, k = 128, waves = 8, mfma = m32n32k64, orientation = b_major, b_cache = nt>)
+moe.w2 @w2_all_knobs problem(#moe.problem<hidden = 5120, intermediate = 2304,
+    experts = 384, top_k = 6, ep = 2, activation = f8E4M3FN,
+    weight = f4E2M1FN, output = bf16>)
+    tile(#moe.tile<m = 128, n = 256, k = 128, waves = 8, mfma = m32n32k64,
+                   orientation = b_major, b_cache = nt>)
+
+// ep defaults to 1 (a tensor-parallel layer owns every expert).
+// CHECK-LABEL: moe.w2 @w2_tp
+// CHECK-SAME: #moe.problem<hidden = 5120, intermediate = 640, experts = 384, top_k = 6, activation
+moe.w2 @w2_tp problem(#moe.problem<hidden = 5120, intermediate = 640,
+    experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN,
+    output = bf16>) tile(#moe.tile<m = 16, n = 128, k = 128>)
