@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds moec into build/ (Release, Ninja). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="${MOEC_JOBS:-$(nproc)}"
+if [ ! -f build/build.ninja ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build build -j "$jobs"
