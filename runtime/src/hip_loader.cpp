@@ -1,5 +1,6 @@
 //===- hip_loader.cpp - HIP through dlopen, lazy kernel loading -*- C++ -*-===//
 #include "moec/hip_loader.h"
+#include "moec/target_info.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -213,6 +214,22 @@ bool KernelLoader::checkResources(const KernelInfo &kernel, std::string &error) 
     error = kernel.name + ": compiled for wave" + std::to_string(r.wavefrontSize) +
             ", the device runs wave" + std::to_string(device_.warpSize());
     return false;
+  }
+  // A kernel the occupancy model says cannot be resident at all would fail
+  // or hang at launch; refuse it here with the reason.
+  if (const TargetInfo *target = lookupTargetInfo(bundle_.manifest().target.arch)) {
+    KernelResourceUse use;
+    use.archVgprs = r.vgpr;
+    use.agprs = r.agpr;
+    use.sgprs = r.sgpr;
+    use.ldsBytes = r.ldsBytes;
+    use.workgroupSize = static_cast<uint32_t>(threads);
+    OccupancyEstimate estimate = estimateOccupancy(*target, use);
+    if (estimate.limiter == OccupancyLimiter::Invalid) {
+      error = kernel.name + ": cannot be resident on " + target->arch + ": " +
+              estimate.problem;
+      return false;
+    }
   }
   return true;
 }

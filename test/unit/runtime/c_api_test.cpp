@@ -162,3 +162,26 @@ TEST_CASE("C API: launch through the fake HIP library", "[c-api]") {
   moec_device_release(device);
   moec_bundle_close(bundle);
 }
+
+#include "moec/moec_runtime.hpp"
+
+TEST_CASE("C++ RAII wrapper over the C API", "[c-api]") {
+  TempDir dir;
+  std::string error;
+  REQUIRE(moec::rt::writeBundle(dir.file("w.moeb"), sampleManifest().dump(),
+                                sampleCodeObjects(), error));
+  moec::UniqueBundle bundle;
+  REQUIRE(moec::openBundle(dir.file("w.moeb"), bundle) == MOEC_STATUS_OK);
+  moec::UniqueDevice device;
+  REQUIRE(moec::createDevice(MOEC_FAKE_HIP_PATH, 0, device) == MOEC_STATUS_OK);
+  moec::UniqueExecutable executable;
+  REQUIRE(moec::createExecutable(device.get(), bundle.get(), executable) == MOEC_STATUS_OK);
+  CHECK(moec_executable_load_kernel(executable.get(), 2) == MOEC_STATUS_OK);
+  moec::UniqueBundle missing;
+  CHECK(moec::openBundle(dir.file("nope.moeb"), missing) == MOEC_STATUS_IO_ERROR);
+  CHECK_FALSE(missing);
+  CHECK(moec::lastErrorMessage().find("nope.moeb") != std::string::npos);
+  moec::UniqueDevice noDevice;
+  CHECK(moec::createDevice("/nonexistent/libamdhip64.so", 0, noDevice) ==
+        MOEC_STATUS_NO_HIP_RUNTIME);
+}

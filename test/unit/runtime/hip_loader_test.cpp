@@ -256,3 +256,22 @@ TEST_CASE("load-time checks against device limits and chip", "[hip]") {
                    "(209) (the bundle targets gfx950; this device is a different chip)");
   }
 }
+
+TEST_CASE("a kernel the occupancy model cannot place is refused at load", "[hip]") {
+  FakeHip fake;
+  ScopedEnv mode("MOEC_FAKE_HIP_MODE", nullptr);
+  auto manifest = sampleManifest();
+  manifest["kernels"][0]["resources"]["vgpr"] = 256;
+  manifest["kernels"][0]["launch"]["workgroup_size"] = {1024, 1, 1};
+  TempDir dir;
+  std::string error;
+  REQUIRE(writeBundle(dir.file("r.moeb"), manifest.dump(), sampleCodeObjects(), error));
+  auto bundle = Bundle::open(dir.file("r.moeb"), error);
+  REQUIRE(bundle);
+  auto device = fakeDevice(error);
+  REQUIRE(device);
+  KernelLoader loader(*device, *bundle);
+  CHECK_FALSE(loader.loadKernel(0, error));
+  CHECK(error == "moe2_w2_t32x128_aaaa0001: cannot be resident on gfx950: workgroup needs more "
+                 "wave slots than the registers allow");
+}
