@@ -193,6 +193,11 @@ bool writeBundle(const std::string &path, std::string_view manifestJson,
   }
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST) {
+    // Left behind by a crashed writer whose pid this process now has.
+    ::unlink(temporary.c_str());
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }
   if (fd < 0) {
     error = path + ": cannot create " + temporary + ": " + std::strerror(errno);
     return false;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 using namespace moec::rt;
 using namespace moec::test;
@@ -393,4 +394,13 @@ TEST_CASE("a bundle without code objects is valid", "[bundle]") {
   REQUIRE(bundle);
   CHECK(bundle->codeObjectCount() == 0);
   CHECK(bundle->manifest().kernels.empty());
+}
+
+TEST_CASE("a stale temporary file from a crashed writer does not block writing", "[bundle]") {
+  TempDir dir;
+  const std::string path = dir.file("s.moeb");
+  writeTextFile(path + ".tmp." + std::to_string(::getpid()), "stale");
+  std::string error;
+  REQUIRE(writeBundle(path, sampleManifest().dump(), sampleCodeObjects(), error));
+  CHECK(dir.entries() == std::vector<std::string>{"s.moeb"});
 }
