@@ -5,12 +5,12 @@
 #p = #moe.problem<hidden = 512, intermediate = 512, experts = 8, top_k = 2,
                   ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>
 
-// Baseline: A tile 32x256 FP8 = 2048 dwords, B tile 128 x 128 bytes = 4096
-// dwords of LDS; 4 waves; 16x16x128 MFMA with the activations as source A;
+// Baseline: one LDS buffer, A tile 32x256 FP8 = 2048 dwords then B tile
+// 128 x 128 bytes = 4096 dwords; 4 waves; 16x16x128 MFMA with the activations as source A;
 // weights through the default cache policy.
 // CHECK: module attributes {gpu.container_module}
 // CHECK-LABEL: gpu.func @w2_base(
-// CHECK-SAME: workgroup(%{{.*}} : memref<2048xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4096xi32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: workgroup(%{{.*}} : memref<6144xi32, #gpu.address_space<workgroup>>)
 // CHECK-SAME: kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // CHECK: amdgpu.fat_raw_buffer_cast %{{.*}} validBytes(%{{.*}})
 // CHECK: scf.for
@@ -21,14 +21,14 @@
 // CHECK: gpu.return
 moe.w2 @w2_base problem(#p) tile(#moe.tile<m = 32, n = 128>)
 
-// tile.m: the A tile in LDS halves.
+// tile.m: the A tile in LDS halves (1024 + 4096 dwords).
 // CHECK-LABEL: gpu.func @w2_m16(
-// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4096xi32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: workgroup(%{{.*}} : memref<5120xi32, #gpu.address_space<workgroup>>)
 moe.w2 @w2_m16 problem(#p) tile(#moe.tile<m = 16, n = 128>)
 
-// tile.n: the B tile in LDS doubles.
+// tile.n: the B tile in LDS doubles (2048 + 8192 dwords).
 // CHECK-LABEL: gpu.func @w2_n256(
-// CHECK-SAME: workgroup(%{{.*}} : memref<2048xi32, #gpu.address_space<workgroup>>, %{{.*}} : memref<8192xi32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: workgroup(%{{.*}} : memref<10240xi32, #gpu.address_space<workgroup>>)
 moe.w2 @w2_n256 problem(#p) tile(#moe.tile<m = 32, n = 256>)
 
 // tile.waves: the workgroup size follows.

@@ -1,0 +1,234 @@
+//===- GemmEmitter.cpp - shared machinery of the scaled-MFMA stages -------===//
+
+#include "GemmEmitter.h"
+
+#include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+
+namespace moec {
+
+static mfma::Shape toLayoutShape(moe::MfmaShape shape) {
+  return shape == moe::MfmaShape::m16n16k128 ? mfma::Shape::M16N16K128
+                                              : mfma::Shape::M32N32K64;
+}
+
+GemmEmitter::GemmEmitter(OpBuilder &builder, Location loc, moe::TileAttr tile)
+    : b(builder), loc(loc), tile(tile), shape(toLayoutShape(tile.getMfma())),
+      layout(mfma::shapeInfo(shape)),
+      bMajor(tile.getOrientation() == moe::MfmaOrientation::b_major),
+      lanes(64 * tile.getWaves()) {}
+
+Value GemmEmitter::idx(int64_t value) {
+  return arith::ConstantIndexOp::create(b, loc, value);
+}
+Value GemmEmitter::add(Value x, Value y) {
+  return arith::AddIOp::create(b, loc, x, y);
+}
+Value GemmEmitter::mul(Value x, int64_t c) {
+  return arith::MulIOp::create(b, loc, x, idx(c));
+}
+Value GemmEmitter::mul(Value x, Value y) {
+  return arith::MulIOp::create(b, loc, x, y);
+}
+Value GemmEmitter::divC(Value x, int64_t c) {
+  return arith::DivUIOp::create(b, loc, x, idx(c));
+}
+Value GemmEmitter::remC(Value x, int64_t c) {
+  return arith::RemUIOp::create(b, loc, x, idx(c));
+}
+Value GemmEmitter::i32(int64_t value) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), value);
+}
+Value GemmEmitter::toIndex(Value i32Value) {
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), i32Value);
+}
+
+MemRefType GemmEmitter::globalBuffer(int64_t elements, Type elementType) {
+  auto space =
+      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Global);
+  return MemRefType::get({elements}, elementType, MemRefLayoutAttrInterface(),
+                         space);
+}
+
+MemRefType GemmEmitter::ldsBuffer(int64_t dwords) {
+  auto space =
+      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+  return MemRefType::get({dwords}, b.getI32Type(), MemRefLayoutAttrInterface(),
+                         space);
+}
+
+Value GemmEmitter::asBuffer(Value memref, Value validBytes) {
+  return amdgpu::FatRawBufferCastOp::create(b, loc, memref, validBytes,
+                                            /*cacheSwizzleStride=*/Value(),
+                                            /*boundsCheck=*/true,
+                                            /*resetOffset=*/false);
+}
+
+Value GemmEmitter::bytesOf(Value countI32, int64_t bytesPerItem) {
+  Value count = arith::ExtUIOp::create(b, loc, b.getI64Type(), countI32);
+  Value perItem =
+      arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytesPerItem);
+  return arith::MulIOp::create(b, loc, count, perItem);
+}
+
+Value GemmEmitter::load16(Value memref, Value dwordIndex, bool nontemporal) {
+  return vector::LoadOp::create(b, loc, VectorType::get({4}, b.getI32Type()),
+                                memref, ValueRange{dwordIndex}, nontemporal,
+                                llvm::MaybeAlign(16));
+}
+
+void GemmEmitter::store16(Value value, Value memref, Value dwordIndex) {
+  vector::StoreOp::create(b, loc, value, memref, ValueRange{dwordIndex},
+                          /*nontemporal=*/false, llvm::MaybeAlign(16));
+}
+
+Value GemmEmitter::loadScale(Value memref, Value byteIndex) {
+  Value byte = memref::LoadOp::create(b, loc, memref, ValueRange{byteIndex});
+  return arith::BitcastOp::create(b, loc, b.getType<Float8E8M0FNUType>(), byte);
+}
+
+void GemmEmitter::emitLaneIds() {
+  tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  wave = divC(tid, 64);
+  lane = remC(tid, 64);
+  laneRow = remC(lane, layout.dim);   // mfma::operandRow
+  laneGroup = divC(lane, layout.dim); // mfma::laneGroup
+}
+
+Block *GemmEmitter::emitExpertGuard(Value expertI32, int64_t localExperts) {
+  Value inRange = arith::AndIOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, expertI32,
+                            i32(0)),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, expertI32,
+                            i32(localExperts)));
+  auto ifValid = scf::IfOp::create(b, loc, inRange, /*withElseRegion=*/false);
+  gpu::ReturnOp::create(b, loc);
+  b.setInsertionPointToStart(ifValid.thenBlock());
+  return ifValid.thenBlock();
+}
+
+SmallVector<GemmEmitter::CopySlot>
+GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
+                      function_ref<Value(Value row)> globalRowDword,
+                      int64_t ldsBaseDword) {
+  SmallVector<CopySlot> slots;
+  const int64_t chunks = rows * chunksPerRow;
+  for (int64_t first = 0; first < chunks; first += lanes) {
+    Value chunk = add(tid, idx(first));
+    Value active;
+    Value row = divC(chunk, chunksPerRow);
+    if (first + lanes > chunks) {
+      // Lanes past the last chunk copy nothing; clamp their row so even the
+      // address they compute stays inside the tile.
+      active = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, chunk,
+                                     idx(chunks));
+      row = arith::MinUIOp::create(b, loc, row, idx(rows - 1));
+    }
+    Value col = remC(chunk, chunksPerRow);
+    slots.push_back({add(globalRowDword(row), mul(col, 4)),
+                     add(idx(ldsBaseDword),
+                         add(mul(row, chunksPerRow * 4), mul(col, 4))),
+                     active});
+  }
+  return slots;
+}
+
+SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
+  const int64_t tileK = tile.getK();
+  const int64_t mfmaK = layout.k, dim = layout.dim;
+  const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
+
+  auto accType = VectorType::get({layout.accPerLane}, b.getF32Type());
+  Value accZero = arith::ConstantOp::create(
+      b, loc, accType, DenseElementsAttr::get(accType, 0.0f));
+  SmallVector<Value> accInit(mFrags * bFrags, accZero);
+  auto kLoop =
+      scf::ForOp::create(b, loc, idx(0), idx(ops.depth), idx(tileK), accInit);
+  OpBuilder::InsertionGuard loopGuard(b);
+  b.setInsertionPointToStart(kLoop.getBody());
+  Value k0 = kLoop.getInductionVar();
+  SmallVector<Value> accs(kLoop.getRegionIterArgs().begin(),
+                          kLoop.getRegionIterArgs().end());
+
+  auto emitCopy = [&](ArrayRef<CopySlot> slots, Value src, Value kDwords,
+                      bool nontemporal) {
+    for (const CopySlot &slot : slots) {
+      auto copy = [&] {
+        Value data = load16(src, add(slot.globalDword, kDwords), nontemporal);
+        store16(data, ops.lds, slot.ldsDword);
+      };
+      if (!slot.active) {
+        copy();
+        continue;
+      }
+      auto guarded = scf::IfOp::create(b, loc, slot.active, false);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(guarded.thenBlock());
+      copy();
+    }
+  };
+  emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
+  emitCopy(ops.bSlots, ops.bBuffer, divC(k0, 8), ops.bNontemporal);
+  gpu::BarrierOp::create(b, loc);
+
+  const mfma::OperandLayout fp8 =
+      mfma::operandLayout(shape, mfma::OperandFormat::Fp8);
+  const mfma::OperandLayout fp4 =
+      mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
+  auto fp8Type = VectorType::get({32}, b.getType<Float8E4M3FNType>());
+  auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
+  for (int64_t kk = 0; kk < tileK / mfmaK; ++kk) {
+    SmallVector<Value> aFrag, bFrag, aScale, bScale;
+    Value block = add(divC(k0, 32), add(laneGroup, idx(kk * mfmaK / 32)));
+    // Fragments follow the run table: each run is 16 bytes of one row.
+    for (size_t mi = 0; mi < mFrags; ++mi) {
+      Value rowDword =
+          add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
+      SmallVector<Value> parts;
+      for (int run = 0; run < fp8.runCount; ++run) {
+        const mfma::KRun &r = fp8.runs[run];
+        Value kByte =
+            add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
+        parts.push_back(load16(ops.lds, add(rowDword, divC(kByte, 4))));
+      }
+      Value joined = vector::ShuffleOp::create(
+          b, loc, parts[0], parts[1], ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+      aFrag.push_back(vector::BitCastOp::create(b, loc, fp8Type, joined));
+      aScale.push_back(loadScale(ops.aScaleBuffer, add(ops.aScaleRow[mi], block)));
+    }
+    for (size_t bi = 0; bi < bFrags; ++bi) {
+      const mfma::KRun &r = fp4.runs[0];
+      Value kElem = add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
+      Value rowDword =
+          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
+      Value data = load16(ops.lds, add(rowDword, divC(kElem, 8)));
+      bFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
+      bScale.push_back(loadScale(ops.bScaleBuffer, add(ops.bScaleRow[bi], block)));
+    }
+    for (size_t mi = 0; mi < mFrags; ++mi) {
+      for (size_t bi = 0; bi < bFrags; ++bi) {
+        Value &acc = accs[mi * bFrags + bi];
+        if (bMajor)
+          acc = amdgpu::ScaledMFMAOp::create(
+              b, loc, accType, dim, dim, mfmaK, bFrag[bi], aFrag[mi], acc,
+              bScale[bi], aScale[mi], /*scalesIdxA=*/0, /*scalesIdxB=*/0);
+        else
+          acc = amdgpu::ScaledMFMAOp::create(
+              b, loc, accType, dim, dim, mfmaK, aFrag[mi], bFrag[bi], acc,
+              aScale[mi], bScale[bi], /*scalesIdxA=*/0, /*scalesIdxB=*/0);
+      }
+    }
+  }
+  // The next iteration overwrites the tiles every wave is reading.
+  gpu::BarrierOp::create(b, loc);
+  scf::YieldOp::create(b, loc, accs);
+  return SmallVector<Value>(kLoop.getResults().begin(), kLoop.getResults().end());
+}
+
+} // namespace moec

@@ -1,0 +1,109 @@
+//===- GemmEmitter.h - shared machinery of the scaled-MFMA stages -*- C++ -*-===//
+///
+/// \file
+/// W13 and W2 are the same GEMM with different operands and epilogues: FP8
+/// rows (gathered by route or token) times the packed E2M1 rows of one
+/// expert, staged through LDS with 16-byte buffer loads and multiplied with
+/// the gfx950 scaled MFMA in the lane layout of MfmaLayout.h. This emitter
+/// holds that GEMM; each stage adds its arguments and epilogue.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_CODEGEN_LIB_GEMMEMITTER_H
+#define MOEC_CODEGEN_LIB_GEMMEMITTER_H
+
+#include "moec/Codegen/MfmaLayout.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+namespace moec {
+
+class GemmEmitter {
+public:
+  GemmEmitter(mlir::OpBuilder &builder, mlir::Location loc, moe::TileAttr tile);
+
+  /// Global-to-LDS copy of one operand tile: per copy slot of a lane, the
+  /// global dword index at K = 0 and the LDS dword index.
+  struct CopySlot {
+    mlir::Value globalDword;
+    mlir::Value ldsDword;
+    /// Null when every lane has work in this slot.
+    mlir::Value active;
+  };
+
+  /// Everything the K loop reads. Row indices are per lane (index values).
+  struct GemmOperands {
+    mlir::Value aBuffer, aScaleBuffer, bBuffer, bScaleBuffer;
+    /// One LDS buffer of i32; the A tile starts at dword ldsADword, the B
+    /// tile (tile.k / 2 bytes per row) at ldsBDword.
+    mlir::Value lds;
+    int64_t ldsADword = 0, ldsBDword = 0;
+    llvm::SmallVector<CopySlot> aSlots, bSlots;
+    /// Per M fragment: the lane's row in the A tile and the byte index of
+    /// its scale row (scale of block b at aScaleRow + b).
+    llvm::SmallVector<mlir::Value> aTileRow, aScaleRow;
+    /// Per B fragment: the lane's row in the B tile and its scale row.
+    llvm::SmallVector<mlir::Value> bTileRow, bScaleRow;
+    /// Reduction length (K of the GEMM).
+    int64_t depth = 0;
+    bool bNontemporal = false;
+  };
+
+  /// Emits the K loop and returns the accumulators after it, indexed
+  /// [mFragment * bFragments + bFragment]. Each holds the MFMA's
+  /// source-A x source-B block: activations x weights for a_major, weights
+  /// x activations for b_major (see accRow/accCol of MfmaLayout.h).
+  llvm::SmallVector<mlir::Value> emitKLoop(const GemmOperands &operands);
+
+  /// Copy slots for `rows` rows of `chunksPerRow` 16-byte chunks spread over
+  /// all lanes; `globalRowDword(row)` gives a row's dword index at K = 0.
+  llvm::SmallVector<CopySlot>
+  planCopy(int64_t rows, int64_t chunksPerRow,
+           llvm::function_ref<mlir::Value(mlir::Value row)> globalRowDword,
+           int64_t ldsBaseDword);
+
+protected:
+  mlir::Value idx(int64_t value);
+  mlir::Value add(mlir::Value x, mlir::Value y);
+  mlir::Value mul(mlir::Value x, int64_t c);
+  mlir::Value mul(mlir::Value x, mlir::Value y);
+  mlir::Value divC(mlir::Value x, int64_t c);
+  mlir::Value remC(mlir::Value x, int64_t c);
+  mlir::Value i32(int64_t value);
+  mlir::Value toIndex(mlir::Value i32Value);
+
+  mlir::MemRefType globalBuffer(int64_t elements, mlir::Type elementType);
+  mlir::MemRefType ldsBuffer(int64_t dwords);
+  /// Wraps a kernel argument as a raw-buffer fat pointer; `validBytes` (i64,
+  /// may be null) bounds it for the hardware range check.
+  mlir::Value asBuffer(mlir::Value memref, mlir::Value validBytes);
+  /// countI32 * bytesPerItem as i64.
+  mlir::Value bytesOf(mlir::Value countI32, int64_t bytesPerItem);
+  mlir::Value load16(mlir::Value memref, mlir::Value dwordIndex,
+                     bool nontemporal = false);
+  void store16(mlir::Value value, mlir::Value memref, mlir::Value dwordIndex);
+  /// Loads one E8M0 scale byte as f8E8M0FNU.
+  mlir::Value loadScale(mlir::Value memref, mlir::Value byteIndex);
+  /// Emits the lane/wave decomposition of the thread id (sets tid, wave,
+  /// lane, laneRow, laneGroup).
+  void emitLaneIds();
+  /// `scf.if` on `expertI32` in [0, localExperts): the body goes into the
+  /// returned block, the builder is moved there; gpu.return follows the if.
+  mlir::Block *emitExpertGuard(mlir::Value expertI32, int64_t localExperts);
+
+  mlir::OpBuilder &b;
+  mlir::Location loc;
+  moe::TileAttr tile;
+  mfma::Shape shape;
+  mfma::ShapeInfo layout;
+  bool bMajor;
+  int64_t lanes;
+  mlir::Value tid, wave, lane, laneRow, laneGroup;
+};
+
+} // namespace moec
+
+#endif // MOEC_CODEGEN_LIB_GEMMEMITTER_H
