@@ -404,3 +404,88 @@ TEST_CASE("a stale temporary file from a crashed writer does not block writing",
   REQUIRE(writeBundle(path, sampleManifest().dump(), sampleCodeObjects(), error));
   CHECK(dir.entries() == std::vector<std::string>{"s.moeb"});
 }
+
+namespace {
+
+void storeLE64(std::vector<uint8_t> &bytes, size_t offset, uint64_t value) {
+  for (int i = 0; i < 8; ++i)
+    bytes[offset + i] = static_cast<uint8_t>(value >> (8 * i));
+}
+
+/// Recomputes every section checksum and the header checksum, so a test can
+/// hand the manifest parser bytes that pass all integrity checks.
+void fixChecksums(std::vector<uint8_t> &bytes) {
+  for (size_t s = 0; s < 3; ++s) {
+    const size_t entry = 48 + 32 * s;
+    storeLE64(bytes, entry + 24,
+              xxh64(bytes.data() + loadLE64(bytes, entry + 8), loadLE64(bytes, entry + 16)));
+  }
+  storeLE64(bytes, 32, 0);
+  storeLE64(bytes, 32, xxh64(bytes.data(), 160));
+}
+
+} // namespace
+
+TEST_CASE("manifests that pass the checksums but not the schema never crash the reader",
+          "[bundle]") {
+  TempDir dir;
+  const auto pristine = sampleBundleBytes(256);
+  const Layout layout = layoutOf(pristine);
+  const std::string path = dir.file("m.moeb");
+  uint32_t state = 2026;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  const char replacements[] = "{}[]\",:0123456789-.eE \x80\xff" "abcnull";
+  size_t refused = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    auto bytes = pristine;
+    const int edits = 1 + static_cast<int>(next() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t offset = layout.manifestOffset + next() % layout.manifestSize;
+      bytes[offset] = static_cast<uint8_t>(replacements[next() % (sizeof(replacements) - 1)]);
+    }
+    fixChecksums(bytes);
+    writeFile(path, bytes);
+    std::string error;
+    auto bundle = Bundle::open(path, error);
+    if (!bundle) {
+      ++refused;
+      INFO(error);
+      REQUIRE(error.rfind(path + ": manifest: ", 0) == 0);
+      REQUIRE(error.find('\n') == std::string::npos);
+    }
+  }
+  CHECK(refused > 2000); // most edits break the JSON or the schema
+  auto bytes = pristine;
+  fixChecksums(bytes);
+  CHECK(bytes == pristine);
+}
+
+TEST_CASE("a code-object table that disagrees with the layout is refused", "[bundle]") {
+  TempDir dir;
+  const auto pristine = sampleBundleBytes(256);
+  const Layout layout = layoutOf(pristine);
+  const std::string path = dir.file("t.moeb");
+  std::string error;
+  struct Case {
+    size_t offset;
+    uint64_t value;
+    const char *message;
+  } cases[] = {
+      {layout.tableOffset + 16 + 32 + 0, 0, "code object 1: offset 0, expected "},
+      {layout.tableOffset + 16 + 32 + 8, 1u << 30, "code object 1: size 1073741824 is empty or runs past"},
+      {layout.tableOffset + 16 + 0 + 8, 0, "code object 0: size 0 is empty"},
+      {layout.tableOffset + 16 + 32 + 24, 1, "code object 1: unsupported encoding flags 1"},
+  };
+  for (const Case &c : cases) {
+    auto bytes = pristine;
+    storeLE64(bytes, c.offset, c.value);
+    fixChecksums(bytes);
+    writeFile(path, bytes);
+    INFO(c.message);
+    CHECK_FALSE(Bundle::open(path, error));
+    CHECK(error.find(c.message) != std::string::npos);
+  }
+}

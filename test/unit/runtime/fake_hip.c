@@ -28,6 +28,8 @@ static int load_count;
 static int unload_count;
 static int launch_count;
 static struct fake_hip_launch last_launch;
+static struct fake_function functions[64];
+static unsigned function_count;
 
 static int mode_is(const char *name) {
   const char *mode = getenv("MOEC_FAKE_HIP_MODE");
@@ -84,10 +86,14 @@ FAKE_EXPORT int hipModuleGetFunction(void **function, void *module, const char *
   struct fake_function *f;
   if (!module)
     return 400;
-  f = (struct fake_function *)malloc(sizeof(*f));
+  /* Functions live in a fixed pool (a real hipFunction_t is owned by its
+   * module; the fake never frees them, and needs no heap for them). */
+  if (function_count == sizeof(functions) / sizeof(functions[0]))
+    function_count = 0;
+  f = &functions[function_count++];
   strncpy(f->name, name, sizeof(f->name) - 1);
   f->name[sizeof(f->name) - 1] = 0;
-  *function = f; /* leaked on purpose: the fake lives for the test process */
+  *function = f;
   return 0;
 }
 
