@@ -13,10 +13,12 @@
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace moec {
 #define GEN_PASS_DEF_MOELOWERTOKERNEL
@@ -32,18 +34,25 @@ struct MoeLowerToKernelPass final
     : impl::MoeLowerToKernelBase<MoeLowerToKernelPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    SmallVector<moe::W2Op> stages;
-    module.walk([&](moe::W2Op op) { stages.push_back(op); });
+    SmallVector<Operation *> stages;
+    module.walk([&](Operation *op) {
+      if (isa<moe::W2Op, moe::W13Op>(op))
+        stages.push_back(op);
+    });
     if (stages.empty())
       return;
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     UnitAttr::get(&getContext()));
     OpBuilder builder(&getContext());
-    for (moe::W2Op op : stages) {
+    for (Operation *op : stages) {
       builder.setInsertionPoint(op);
-      if (failed(buildW2Kernel(builder, op)))
+      FailureOr<gpu::GPUModuleOp> kernel =
+          llvm::TypeSwitch<Operation *, FailureOr<gpu::GPUModuleOp>>(op)
+              .Case([&](moe::W2Op w2) { return buildW2Kernel(builder, w2); })
+              .Case([&](moe::W13Op w13) { return buildW13Kernel(builder, w13); });
+      if (failed(kernel))
         return signalPassFailure();
-      op.erase();
+      op->erase();
     }
   }
 };

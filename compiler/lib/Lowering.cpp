@@ -3,6 +3,7 @@
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Codegen/Passes.h"
 
+#include "mlir/Conversion/ArithToAMDGPU/ArithToAMDGPU.h"
 #include "mlir/Conversion/GPUToROCDL/GPUToROCDLPass.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
@@ -22,7 +23,9 @@ std::string moec::getKernelToLLVMPipeline(const CompileTarget &target) {
   // index-bitwidth=32: every offset the kernels compute fits 32 bits, and
   // 64-bit index math costs two VGPRs and extra instructions per value.
   std::string chip = target.chip.arch;
-  return "gpu.module(convert-scf-to-cf,convert-gpu-to-rocdl{chipset=" + chip +
+  return "gpu.module(convert-scf-to-cf,convert-arith-to-amdgpu{chipset=" +
+         chip + " saturate-fp8-truncf=true},moe-lower-math-to-native,"
+         "convert-gpu-to-rocdl{chipset=" + chip +
          " runtime=HIP use-bare-ptr-memref-call-conv=true index-bitwidth=32},"
          "reconcile-unrealized-casts)";
 }
@@ -41,6 +44,13 @@ LogicalResult moec::lowerKernelIRToLLVM(ModuleOp module,
   PassManager pm(module.getContext());
   OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
   kernels.addPass(createSCFToControlFlowPass());
+  // FP8 truncation becomes v_cvt_pk_fp8_f32 (saturating: the scales are
+  // chosen so no value exceeds 448, and saturation keeps it that way).
+  ArithToAMDGPUConversionPassOptions arithOptions;
+  arithOptions.chipset = target.chip.arch;
+  arithOptions.saturateFP8Truncf = true;
+  kernels.addPass(createArithToAMDGPUConversionPass(arithOptions));
+  kernels.addPass(createMoeLowerMathToNative());
   ConvertGpuOpsToROCDLOpsOptions rocdl;
   rocdl.chipset = target.chip.arch;
   rocdl.runtime = gpu::amd::Runtime::HIP;

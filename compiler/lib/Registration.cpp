@@ -55,6 +55,7 @@ void moec::registerMoecPasses() {
   mlir::registerConvertAMDGPUToROCDLPass();
   mlir::registerConvertGpuOpsToROCDLOpsPass();
   mlir::registerSCFToControlFlowPass();
+  mlir::registerArithToAMDGPUConversionPass();
   mlir::registerReconcileUnrealizedCastsPass();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

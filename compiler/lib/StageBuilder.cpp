@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <set>
 
 using namespace mlir;
@@ -87,9 +88,11 @@ const char *mfmaShapeName(moe::MfmaShape shape) {
   return shape == moe::MfmaShape::m16n16k128 ? "16x16x128" : "32x32x64";
 }
 
-/// The readable, knob-encoding symbol of a W2 kernel.
-std::string w2Symbol(moe::ProblemAttr problem, moe::TileAttr tile) {
-  std::string s = "moe2_afp8_wfp4_bf16_e" +
+/// The readable, knob-encoding symbol of a GEMM stage kernel; `prefix`
+/// names the stage and its types ("moe2_afp8_wfp4_bf16").
+std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
+                       moe::TileAttr tile) {
+  std::string s = std::string(prefix) + "_e" +
                   std::to_string(problem.getLocalExperts()) + "_h" +
                   std::to_string(problem.getHidden()) + "_i" +
                   std::to_string(problem.getIntermediate()) + "_t" +
@@ -112,20 +115,26 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                         StageDescription &description, std::string &error) {
   MLIRContext *context = builder.getContext();
   FieldReader read(spec, error);
-  if (spec.stage != "w2") {
-    read.fail("stage", "unsupported stage '" + spec.stage + "' (expected w2)");
+  const bool isW13 = spec.stage == "w13";
+  if (!isW13 && spec.stage != "w2") {
+    read.fail("stage", "unsupported stage '" + spec.stage +
+                           "' (expected w13 or w2)");
     return nullptr;
   }
-  static const std::set<std::string> known = {
+  static const std::set<std::string> common = {
       "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
       "waves", "mfma", "orientation", "b_cache", "b_layout"};
-  for (const auto &field : spec.fields)
-    if (!known.count(field.first)) {
-      read.fail(field.first, "unknown field of a w2 kernel");
+  for (const auto &field : spec.fields) {
+    bool w13Only = field.first == "gate_up_interleave" ||
+                   field.first == "swiglu_limit";
+    if (!common.count(field.first) && !(isW13 && w13Only)) {
+      read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
       return nullptr;
     }
+  }
 
   int64_t hidden, intermediate, experts, topK, ep, m, n, k, waves;
+  int64_t interleave = 0;
   moe::MfmaShape shape;
   moe::MfmaOrientation orientation;
   moe::CachePolicy bCache;
@@ -135,6 +144,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.integer("top_k", -1, topK) || !read.integer("ep", 1, ep) ||
       !read.integer("m", -1, m) || !read.integer("n", -1, n) ||
       !read.integer("k", 256, k) || !read.integer("waves", 4, waves) ||
+      !read.integer("gate_up_interleave", 0, interleave) ||
       !read.enumeration<moe::MfmaShape>("mfma", moe::MfmaShape::m16n16k128,
                                         parseMfmaShape, "16x16x128, 32x32x64",
                                         shape) ||
@@ -146,6 +156,10 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
           "b_cache", moe::CachePolicy::cached,
           [](llvm::StringRef text) { return moe::symbolizeCachePolicy(text); },
           "cached, nt", bCache))
+    return nullptr;
+  // The clamp limit is written as an integer (DeepSeek V4: 10).
+  int64_t swigluLimit = 0;
+  if (!read.integer("swiglu_limit", 0, swigluLimit))
     return nullptr;
 
   Location loc = spec.where.file.empty()
@@ -164,29 +178,53 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     return success();
   });
   auto emitError = [&] { return ::mlir::emitError(loc); };
-  // Explicit Type(): the generated getChecked takes mlir::Type parameters.
+  // W13 writes the FP8 intermediate; W2 writes BF16. Explicit Type(): the
+  // generated getChecked takes mlir::Type parameters.
+  Type output = isW13 ? Type(builder.getType<Float8E4M3FNType>())
+                      : Type(builder.getBF16Type());
   auto problem = moe::ProblemAttr::getChecked(
       emitError, context, hidden, intermediate, experts, topK, ep,
       Type(builder.getType<Float8E4M3FNType>()),
-      Type(builder.getType<Float4E2M1FNType>()), Type(builder.getBF16Type()));
+      Type(builder.getType<Float4E2M1FNType>()), output);
   auto tile = moe::TileAttr::getChecked(emitError, context, m, n, k, waves,
                                         shape, orientation, bCache);
   if (!problem || !tile) {
     error = diagnostic;
     return nullptr;
   }
-  std::string symbol = w2Symbol(problem, tile);
-  auto op = moe::W2Op::create(builder, loc, symbol, problem, tile);
-  if (failed(op.verify())) {
+
+  Operation *op;
+  if (isW13) {
+    std::string symbol = gemmSymbol("moe1_afp8_wfp4_fp8", problem, tile);
+    if (interleave > 0)
+      symbol += "_gui" + std::to_string(interleave);
+    if (swigluLimit > 0)
+      symbol += "_clamp" + std::to_string(swigluLimit);
+    auto w13 = moe::W13Op::create(
+        builder, loc, builder.getStringAttr(symbol), problem, tile,
+        builder.getI64IntegerAttr(interleave),
+        builder.getF32FloatAttr(static_cast<float>(swigluLimit)));
+    op = w13;
+    description.symbol = symbol;
+    if (succeeded(w13.verify()))
+      description.abi = getW13KernelAbi(w13);
+  } else {
+    std::string symbol = gemmSymbol("moe2_afp8_wfp4_bf16", problem, tile);
+    auto w2 = moe::W2Op::create(builder, loc, symbol, problem, tile);
+    op = w2;
+    description.symbol = symbol;
+    if (succeeded(w2.verify()))
+      description.abi = getW2KernelAbi(w2);
+  }
+  if (!diagnostic.empty()) {
     error = diagnostic;
-    op.erase();
+    op->erase();
     return nullptr;
   }
-  description.symbol = symbol;
-  description.abi = getW2KernelAbi(op);
   description.fields = {
       {"b_cache", moe::stringifyCachePolicy(bCache).str()},
-      {"b_layout", "w2_expert_n_k_e2m1x2_low_nibble_first"},
+      {"b_layout", isW13 ? "w13_expert_2i_h_e2m1x2_low_nibble_first"
+                         : "w2_expert_n_k_e2m1x2_low_nibble_first"},
       {"ep", std::to_string(ep)},
       {"experts", std::to_string(experts)},
       {"hidden", std::to_string(hidden)},
@@ -199,6 +237,12 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"top_k", std::to_string(topK)},
       {"waves", std::to_string(waves)},
   };
+  if (isW13) {
+    description.fields.push_back(
+        {"gate_up_interleave", std::to_string(interleave)});
+    description.fields.push_back({"swiglu_limit", std::to_string(swigluLimit)});
+    std::sort(description.fields.begin(), description.fields.end());
+  }
   return op;
 }
 

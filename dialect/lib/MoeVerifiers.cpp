@@ -12,6 +12,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <algorithm>
+
 using namespace mlir;
 using namespace moec::moe;
 
@@ -131,6 +133,65 @@ LogicalResult W2Op::verify() {
     return emitOpError("tile (m ")
            << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
            << ") stages " << getLdsBytes() << " bytes of LDS; " << target.arch
+           << " has " << target.ldsBytesPerCu;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// W13Op
+//===----------------------------------------------------------------------===//
+
+int64_t W13Op::getLdsBytes() {
+  TileAttr tile = getTile();
+  // A tile m x k FP8, B tile 2n rows (gate and up) of k/2 bytes; afterwards
+  // the m x n FP32 activation tile.
+  int64_t gemm = tile.getM() * tile.getK() + tile.getN() * tile.getK();
+  return std::max(gemm, tile.getM() * tile.getN() * 4);
+}
+
+LogicalResult W13Op::verify() {
+  ProblemAttr problem = getProblem();
+  TileAttr tile = getTile();
+  if (!isa<Float8E4M3FNType>(problem.getActivation()))
+    return emitOpError("problem.activation must be f8E4M3FN for W13, got ")
+           << problem.getActivation();
+  if (!isa<Float4E2M1FNType>(problem.getWeight()))
+    return emitOpError("problem.weight must be f4E2M1FN for W13, got ")
+           << problem.getWeight();
+  if (!isa<Float8E4M3FNType>(problem.getOutput()))
+    return emitOpError("problem.output must be f8E4M3FN for W13 (the "
+                       "quantised intermediate), got ")
+           << problem.getOutput();
+  // W13 computes [tokens, H] x [H, 2I]: K is the hidden size, N the
+  // intermediate columns (each needing a gate and an up row).
+  if (problem.getIntermediate() % tile.getN() != 0)
+    return emitOpError("tile.n (")
+           << tile.getN() << ") must divide problem.intermediate ("
+           << problem.getIntermediate() << "), the N of W13";
+  if (problem.getHidden() % tile.getK() != 0)
+    return emitOpError("tile.k (")
+           << tile.getK() << ") must divide problem.hidden ("
+           << problem.getHidden() << "), the K of W13";
+  int64_t interleave = getGateUpInterleave();
+  if (interleave < 0 || (interleave > 0 &&
+                         problem.getIntermediate() % interleave != 0))
+    return emitOpError("gate_up_interleave (")
+           << interleave << ") must be 0 or divide problem.intermediate ("
+           << problem.getIntermediate() << ")";
+  if (getSwigluLimit().convertToFloat() < 0.0f)
+    return emitOpError("swiglu_limit must be >= 0 (0 disables the clamp)");
+  // Gate and up accumulators: twice the W2 count.
+  int64_t accumulatorRegs = 2 * tile.getM() * tile.getWaveN() / 64;
+  if (accumulatorRegs > 448)
+    return emitOpError("tile (m ")
+           << tile.getM() << " x n " << tile.getN() << " over "
+           << tile.getWaves() << " waves) needs " << accumulatorRegs
+           << " gate and up accumulator registers per lane; at most 448 fit";
+  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
+  if (getLdsBytes() > target.ldsBytesPerCu)
+    return emitOpError("tile (m ")
+           << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
+           << ") needs " << getLdsBytes() << " bytes of LDS; " << target.arch
            << " has " << target.ldsBytesPerCu;
   return success();
 }

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -68,7 +69,11 @@ int runInspect(const InspectArgs &args) {
               args.bundle.c_str(), manifest.kernels.size(),
               bundle->codeObjectCount(), manifest.target.arch.c_str(),
               static_cast<unsigned long long>(bundle->fileSize()));
-  std::printf("%-58s %5s %4s %4s %4s %7s %7s %6s %4s %9s %5s\n", "kernel",
+  int nameWidth = 6;
+  for (const moec::rt::KernelInfo &k : manifest.kernels)
+    nameWidth = std::max(nameWidth, static_cast<int>(k.name.size()));
+  std::printf("%-*s %5s %4s %4s %4s %7s %7s %6s %4s %10s %5s\n", nameWidth,
+              "kernel",
               "stage", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
               "wg", "waves/SIMD", "occ%");
   for (const moec::rt::KernelInfo &k : manifest.kernels) {
@@ -78,8 +83,8 @@ int runInspect(const InspectArgs &args) {
     std::snprintf(spills, sizeof(spills), "%u/%u", r.vgprSpill, r.sgprSpill);
     std::snprintf(waves, sizeof(waves), "%u (%s)", occ.wavesPerSimd,
                   moec::rt::occupancyLimiterName(occ.limiter));
-    std::printf("%-58s %5s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
-                k.name.c_str(), k.stage.c_str(), r.vgpr, r.agpr, r.sgpr,
+    std::printf("%-*s %5s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
+                nameWidth, k.name.c_str(), k.stage.c_str(), r.vgpr, r.agpr, r.sgpr,
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);
   }

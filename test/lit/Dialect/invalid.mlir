@@ -70,3 +70,39 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384,
 // -----
 // expected-error @+1 {{tile (m 128, n 512, k 1024) stages 393216 bytes of LDS; gfx950 has 163840}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2048, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, k = 1024, waves = 8>)
+
+// -----
+// expected-error @+1 {{problem.output must be f8E4M3FN for W13 (the quantised intermediate), got 'bf16'}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.activation must be f8E4M3FN for W13, got 'bf16'}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{problem.weight must be f4E2M1FN for W13, got 'bf16'}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = bf16, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// expected-error @+1 {{tile.n (512) must divide problem.intermediate (2304), the N of W13}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 512>)
+
+// -----
+// expected-error @+1 {{tile.k (384) must divide problem.hidden (5120), the K of W13}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128, k = 384>)
+
+// -----
+// expected-error @+1 {{gate_up_interleave (49) must be 0 or divide problem.intermediate (2304)}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>) {gate_up_interleave = 49 : i64}
+
+// -----
+// expected-error @+1 {{swiglu_limit must be >= 0 (0 disables the clamp)}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>) {swiglu_limit = -1.0 : f32}
+
+// -----
+// expected-error @+1 {{needs 512 gate and up accumulator registers per lane; at most 448 fit}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 128, n = 256, waves = 2>)
+
+// -----
+// expected-error @+1 {{tile (m 128, n 256, k 512) needs 196608 bytes of LDS; gfx950 has 163840}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 128, n = 256, k = 512, waves = 8>)

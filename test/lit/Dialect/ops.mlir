@@ -24,3 +24,16 @@ moe.w2 @w2_all_knobs problem(#moe.problem<hidden = 5120, intermediate = 2304,
 moe.w2 @w2_tp problem(#moe.problem<hidden = 5120, intermediate = 640,
     experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN,
     output = bf16>) tile(#moe.tile<m = 16, n = 128, k = 128>)
+
+// CHECK-LABEL: moe.w13 @w13_flash
+// CHECK-SAME: tile(#moe.tile<m = 32, n = 128, orientation = b_major>) {swiglu_limit = 1.000000e+01 : f32}
+moe.w13 @w13_flash problem(#moe.problem<hidden = 5120, intermediate = 2304,
+    experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
+    weight = f4E2M1FN, output = f8E4M3FN>)
+    tile(#moe.tile<m = 32, n = 128, orientation = b_major>) {swiglu_limit = 10.0 : f32}
+
+// CHECK-LABEL: moe.w13 @w13_tp
+// CHECK-SAME: {gate_up_interleave = 16 : i64}
+moe.w13 @w13_tp problem(#moe.problem<hidden = 5120, intermediate = 640,
+    experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN,
+    output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 128>) {gate_up_interleave = 16 : i64}

@@ -16,6 +16,7 @@ class GPUModuleOp;
 
 namespace moec {
 namespace moe {
+class W13Op;
 class W2Op;
 } // namespace moe
 
@@ -27,6 +28,13 @@ KernelAbi getW2KernelAbi(moe::W2Op op);
 /// cannot be generated.
 mlir::FailureOr<mlir::gpu::GPUModuleOp> buildW2Kernel(mlir::OpBuilder &builder,
                                                       moe::W2Op op);
+
+/// The argument list and launch rule of the W13 kernel for `op`.
+KernelAbi getW13KernelAbi(moe::W13Op op);
+
+/// Builds the gpu.module holding the W13 kernel for `op`.
+mlir::FailureOr<mlir::gpu::GPUModuleOp> buildW13Kernel(mlir::OpBuilder &builder,
+                                                       moe::W13Op op);
 
 } // namespace moec
 

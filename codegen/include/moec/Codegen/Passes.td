@@ -31,8 +31,37 @@ def MoeLowerToKernel : Pass<"moe-lower-to-kernel", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = [
     "::mlir::amdgpu::AMDGPUDialect", "::mlir::arith::ArithDialect",
-    "::mlir::gpu::GPUDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::gpu::GPUDialect", "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"
+  ];
+}
+
+def MoeLowerMathToNative : Pass<"moe-lower-math-to-native", "::mlir::gpu::GPUModuleOp"> {
+  let summary = "Lower f32 math.exp2 to the native gfx950 instruction";
+  let description = [{
+    The upstream ROCDL conversion turns `math.exp2` into a call to the ROCm
+    device library (`__ocml_exp2_f32`), which moec does not link: kernels
+    must link with `--no-undefined` and without a ROCm install. For f32 the
+    library function is the hardware instruction `v_exp_f32`, so this pass
+    rewrites `math.exp2` on f32 scalars and vectors to `rocdl.exp2` (vectors
+    element by element) before that conversion. The kernel IR the emulator
+    runs keeps `math.exp2`.
+
+    Before:
+    ```mlir
+    %e = math.exp2 %x : vector<2xf32>
+    ```
+    After:
+    ```mlir
+    %x0 = vector.extract %x[0] : f32 from vector<2xf32>
+    %e0 = rocdl.exp2 %x0 f32 -> f32
+    ...
+    %e = vector.from_elements %e0, %e1 : vector<2xf32>
+    ```
+  }];
+  let dependentDialects = [
+    "::mlir::ROCDL::ROCDLDialect", "::mlir::vector::VectorDialect"
   ];
 }
 

@@ -51,4 +51,58 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
   }];
 }
 
+def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
+  let summary = "gate/up (W13) GEMM, SwiGLU and FP8 quantisation of the intermediate";
+  let description = [{
+    Declares one W13 kernel: FP8 E4M3 token rows (1x32 E8M0 scales) times
+    the expert's MXFP4 W13 rows, FP32 accumulation, then the gated
+    activation and FP8 1x32 quantisation of the intermediate, which is
+    written per route in exactly the layout `moe.w2` reads.
+
+    W13 is [local experts, 2I, H]. `gate_up_interleave` G = 0 stores gate
+    rows [0, I) then up rows [I, 2I) (the MegaMoE checkpoint layout); G > 0
+    stores blocks of G gate rows then G up rows (the TP tables' interleaved
+    layout). The activation is `silu(min(g, L)) * clamp(u, -L, L)` with
+    L = `swiglu_limit` (DeepSeek V4: 10); L = 0 is plain `silu(g) * u`.
+    Each 1x32 block of the intermediate gets the scale
+    2^ceil(log2(max(amax, 1e-4) / 448)) with its biased exponent clamped to
+    [1, 254], the same rule as the input activations, so it never saturates.
+
+    Rows come from the expert-sorted route list as in `moe.w2`; route r
+    reads token row r / top_k, so the sentinel route num_tokens * top_k
+    reads zeros and writes nothing.
+
+    Kernel arguments, in order: `a` (FP8 [num_tokens, H]), `a_scale`
+    (E8M0 [num_tokens, H/32]), `b` (packed E2M1 [local experts, 2I, H/2]),
+    `b_scale` (E8M0 [local experts, 2I, H/32]), `sorted_routes`,
+    `tile_experts`, `out` (FP8 [num_tokens * top_k, I]), `out_scale` (E8M0
+    [num_tokens * top_k, I/32]), `num_tokens` (i32), `num_sorted` (i32).
+    Grid: (I / tile.n, num_sorted / tile.m, 1).
+
+    ```mlir
+    moe.w13 @w13 problem(#moe.problem<hidden = 5120, intermediate = 2304,
+        experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
+        weight = f4E2M1FN, output = f8E4M3FN>)
+        tile(#moe.tile<m = 32, n = 128>) {swiglu_limit = 10.0 : f32}
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    Moe_ProblemAttr:$problem,
+    Moe_TileAttr:$tile,
+    DefaultValuedAttr<I64Attr, "0">:$gate_up_interleave,
+    DefaultValuedAttr<F32Attr, "0.0f">:$swiglu_limit
+  );
+  let assemblyFormat = [{
+    $sym_name `problem` `(` qualified($problem) `)`
+    `tile` `(` qualified($tile) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Bytes of LDS: the A and B tiles of a K step, reused afterwards to
+    /// stage the FP32 activation tile for quantisation.
+    int64_t getLdsBytes();
+  }];
+}
+
 #endif // MOEC_DIALECT_MOE_MOEOPS_TD

@@ -1,0 +1,368 @@
+//===- W13Kernel.cpp - moe.w13 -> gpu.func --------------------------------===//
+///
+/// \file
+/// Builds the W13 kernel: FP8 token rows x MXFP4 gate and up rows with
+/// scaled MFMA (the shared GemmEmitter), then in the epilogue the gated
+/// activation and FP8 1x32 quantisation of the intermediate.
+///
+/// A workgroup owns tile.m sorted routes (one expert) by tile.n intermediate
+/// columns, so it multiplies 2 * tile.n weight rows: the gate and the up row
+/// of each column. After the K loop every lane applies the activation to
+/// its gate/up accumulator pairs and stages the FP32 tile in LDS (reusing
+/// the GEMM tiles); after a barrier each lane takes one 32-column block of
+/// one row, finds its amax, derives the E8M0 scale and writes 32 FP8 bytes
+/// and one scale byte to the route's row.
+///
+//===----------------------------------------------------------------------===//
+
+#include "GemmEmitter.h"
+#include "moec/Codegen/KernelBuilders.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+
+namespace moec {
+namespace {
+
+constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
+
+enum W13Arg : unsigned {
+  kA, kAScale, kB, kBScale, kSortedRoutes, kTileExperts, kOut, kOutScale,
+  kNumTokens, kNumSorted, kW13ArgCount
+};
+
+class W13Emitter : GemmEmitter {
+public:
+  W13Emitter(OpBuilder &builder, moe::W13Op op)
+      : GemmEmitter(builder, op.getLoc(), op.getTile()), op(op),
+        problem(op.getProblem()) {}
+
+  FailureOr<gpu::GPUModuleOp> emit();
+
+private:
+  void emitBody(gpu::GPUFuncOp func);
+  /// Physical W13 row of logical intermediate column `column` (an index),
+  /// for the gate row or the up row.
+  Value physicalRow(Value column, bool up);
+  /// silu(min(g, L)) * clamp(u, -L, L) elementwise on FP32 vectors.
+  Value gatedActivation(Value gate, Value up);
+  /// Quantises one 32-column block (8 vector<4xf32>) and stores it.
+  void emitQuantizedBlock(ArrayRef<Value> values, Value outBuf, Value outDword,
+                          Value outScaleBuf, Value scaleIndex);
+
+  moe::W13Op op;
+  moe::ProblemAttr problem;
+};
+
+FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
+  MLIRContext *ctx = b.getContext();
+  const int64_t hidden = problem.getHidden();
+  const int64_t inter = problem.getIntermediate();
+  const int64_t localExperts = problem.getLocalExperts();
+
+  SmallVector<Type> argTypes(kW13ArgCount);
+  argTypes[kA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+  argTypes[kAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
+  argTypes[kB] =
+      globalBuffer(localExperts * 2 * inter * hidden / 8, b.getI32Type());
+  argTypes[kBScale] =
+      globalBuffer(localExperts * 2 * inter * hidden / 32, b.getI8Type());
+  argTypes[kSortedRoutes] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+  argTypes[kTileExperts] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+  argTypes[kOut] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+  argTypes[kOutScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
+  argTypes[kNumTokens] = b.getI32Type();
+  argTypes[kNumSorted] = b.getI32Type();
+
+  StringRef name = op.getSymName();
+  auto module = gpu::GPUModuleOp::create(b, loc, name);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(module.getBody());
+  auto func = gpu::GPUFuncOp::create(
+      b, loc, name, FunctionType::get(ctx, argTypes, {}),
+      /*workgroupAttributions=*/TypeRange{ldsBuffer(op.getLdsBytes() / 4)},
+      /*privateAttributions=*/TypeRange{});
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  func.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(lanes), 1, 1}));
+  emitBody(func);
+  return module;
+}
+
+Value W13Emitter::physicalRow(Value column, bool up) {
+  const int64_t inter = problem.getIntermediate();
+  const int64_t interleave = op.getGateUpInterleave();
+  if (interleave == 0)
+    return up ? add(column, idx(inter)) : column;
+  // Blocks of G gate rows then G up rows.
+  Value row = add(mul(divC(column, interleave), 2 * interleave),
+                  remC(column, interleave));
+  return up ? add(row, idx(interleave)) : row;
+}
+
+Value W13Emitter::gatedActivation(Value gate, Value up) {
+  auto type = cast<VectorType>(gate.getType());
+  auto splat = [&](float value) {
+    return arith::ConstantOp::create(b, loc, type,
+                                     DenseElementsAttr::get(type, value));
+  };
+  const float limit = op.getSwigluLimit().convertToFloat();
+  if (limit > 0.0f) {
+    gate = arith::MinimumFOp::create(b, loc, gate, splat(limit));
+    up = arith::MaximumFOp::create(
+        b, loc, arith::MinimumFOp::create(b, loc, up, splat(limit)),
+        splat(-limit));
+  }
+  // silu(g) = g / (1 + exp(-g)), with exp(-g) = exp2(-g * log2(e)).
+  Value scaled = arith::MulFOp::create(b, loc, gate, splat(-1.4426950408889634f));
+  Value denominator =
+      arith::AddFOp::create(b, loc, splat(1.0f), math::Exp2Op::create(b, loc, scaled));
+  Value silu = arith::DivFOp::create(b, loc, gate, denominator);
+  return arith::MulFOp::create(b, loc, silu, up);
+}
+
+void W13Emitter::emitQuantizedBlock(ArrayRef<Value> values, Value outBuf,
+                                    Value outDword, Value outScaleBuf,
+                                    Value scaleIndex) {
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  // amax over the 32 values.
+  Value amax4 = math::AbsFOp::create(b, loc, values[0]);
+  for (Value v : values.drop_front())
+    amax4 = arith::MaximumFOp::create(b, loc, amax4,
+                                      math::AbsFOp::create(b, loc, v));
+  Value amax = vector::ExtractOp::create(b, loc, amax4, 0);
+  for (int64_t i = 1; i < 4; ++i)
+    amax = arith::MaximumFOp::create(
+        b, loc, amax, vector::ExtractOp::create(b, loc, amax4, i));
+  amax = arith::MaximumFOp::create(
+      b, loc, amax, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-4f)));
+  // Smallest e with 448 * 2^e >= amax. With amax = M * 2^E, M in [1, 2), and
+  // 448 = 1.75 * 2^8: e = E - 8, plus one when M > 1.75 (mantissa field
+  // above 0x600000). Exact, with no rounding of amax / 448.
+  Value bits = arith::BitcastOp::create(b, loc, b.getI32Type(), amax);
+  Value biasedE = arith::ShRUIOp::create(b, loc, bits, i32(23));
+  Value mantissa = arith::AndIOp::create(b, loc, bits, i32(0x7fffff));
+  Value above = arith::ExtUIOp::create(
+      b, loc, b.getI32Type(),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, mantissa,
+                            i32(0x600000)));
+  // code = e + 127 = biasedE - 8 + above, clamped to [1, 254].
+  Value code = arith::AddIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, biasedE, i32(8)), above);
+  code = arith::MaxSIOp::create(b, loc, code, i32(1));
+  code = arith::MinSIOp::create(b, loc, code, i32(254));
+  // Multiplier 2^-e as FP32 bits: biased exponent 127 - e = 254 - code.
+  Value inverseBits = arith::ShLIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, i32(254), code), i32(23));
+  Value inverse = arith::BitcastOp::create(b, loc, b.getF32Type(), inverseBits);
+  Value inverse4 = vector::BroadcastOp::create(b, loc, f32x4, inverse);
+
+  auto fp8x4 = VectorType::get({4}, b.getType<Float8E4M3FNType>());
+  SmallVector<Value> dwords;
+  for (Value v : values) {
+    Value scaled = arith::MulFOp::create(b, loc, v, inverse4);
+    Value fp8 = arith::TruncFOp::create(b, loc, fp8x4, scaled);
+    dwords.push_back(vector::BitCastOp::create(
+        b, loc, VectorType::get({1}, b.getI32Type()), fp8));
+  }
+  for (int64_t half = 0; half < 2; ++half) {
+    Value chunk = vector::ShuffleOp::create(b, loc, dwords[4 * half],
+                                            dwords[4 * half + 1],
+                                            ArrayRef<int64_t>{0, 1});
+    Value chunk2 = vector::ShuffleOp::create(b, loc, dwords[4 * half + 2],
+                                             dwords[4 * half + 3],
+                                             ArrayRef<int64_t>{0, 1});
+    Value four = vector::ShuffleOp::create(b, loc, chunk, chunk2,
+                                           ArrayRef<int64_t>{0, 1, 2, 3});
+    store16(four, outBuf, add(outDword, idx(4 * half)));
+  }
+  Value codeByte = arith::TruncIOp::create(b, loc, b.getI8Type(), code);
+  memref::StoreOp::create(b, loc, codeByte, outScaleBuf, ValueRange{scaleIndex});
+}
+
+void W13Emitter::emitBody(gpu::GPUFuncOp func) {
+  b.setInsertionPointToStart(&func.getBody().front());
+  const int64_t hidden = problem.getHidden();
+  const int64_t inter = problem.getIntermediate();
+  const int64_t topK = problem.getTopK();
+  const int64_t tileM = tile.getM(), tileN = tile.getN(), tileK = tile.getK();
+  const int64_t waveN = tile.getWaveN();
+  const int64_t dim = layout.dim;
+  auto arg = [&](W13Arg which) { return func.getArgument(which); };
+
+  Value numTokens = arg(kNumTokens), numSorted = arg(kNumSorted);
+  Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
+  Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
+  GemmOperands ops;
+  ops.aBuffer = asBuffer(arg(kA), bytesOf(numTokens, hidden));
+  ops.aScaleBuffer = asBuffer(arg(kAScale), bytesOf(numTokens, hidden / 32));
+  ops.bBuffer = asBuffer(arg(kB), Value());
+  ops.bScaleBuffer = asBuffer(arg(kBScale), Value());
+  Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
+  Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
+  Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, inter));
+  Value outScaleBuf = asBuffer(arg(kOutScale), bytesOf(numRoutes, inter / 32));
+  ops.lds = func.getWorkgroupAttributions()[0];
+  ops.ldsADword = 0;
+  ops.ldsBDword = tileM * tileK / 4;
+  ops.depth = hidden;
+  ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+
+  emitLaneIds();
+  Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  Value mTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
+  Value expertI32 =
+      memref::LoadOp::create(b, loc, tileExpertBuf, ValueRange{mTile});
+  emitExpertGuard(expertI32, problem.getLocalExperts());
+
+  Value expert = toIndex(expertI32);
+  Value rowBase = mul(mTile, tileM);
+  Value colBase = mul(nTile, tileN);
+  auto routeOfRow = [&](Value row) {
+    return toIndex(memref::LoadOp::create(b, loc, sortedBuf,
+                                          ValueRange{add(rowBase, row)}));
+  };
+  auto tokenOfRow = [&](Value row) { return divC(routeOfRow(row), topK); };
+  Value expertRows = mul(expert, 2 * inter);
+
+  // B tile rows [0, tileN) are gate rows, [tileN, 2 tileN) up rows.
+  ops.aSlots = planCopy(
+      tileM, tileK / 16,
+      [&](Value row) { return mul(tokenOfRow(row), hidden / 4); },
+      ops.ldsADword);
+  ops.bSlots = planCopy(
+      2 * tileN, tileK / 32,
+      [&](Value row) {
+        Value isUp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
+                                           row, idx(tileN));
+        Value column = add(colBase, arith::SelectOp::create(
+                                        b, loc, isUp,
+                                        arith::SubIOp::create(b, loc, row, idx(tileN)),
+                                        row));
+        Value physical = arith::SelectOp::create(
+            b, loc, isUp, physicalRow(column, /*up=*/true),
+            physicalRow(column, /*up=*/false));
+        return mul(add(expertRows, physical), hidden / 8);
+      },
+      ops.ldsBDword);
+
+  const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
+  SmallVector<Value> fragRoute;
+  for (int64_t mi = 0; mi < mFrags; ++mi) {
+    ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
+    Value route = routeOfRow(ops.aTileRow.back());
+    fragRoute.push_back(route);
+    ops.aScaleRow.push_back(mul(divC(route, topK), hidden / 32));
+  }
+  Value waveCol = mul(wave, waveN);
+  for (bool up : {false, true}) {
+    for (int64_t ni = 0; ni < nFrags; ++ni) {
+      Value localCol = add(add(waveCol, idx(ni * dim)), laneRow);
+      ops.bTileRow.push_back(up ? add(localCol, idx(tileN)) : localCol);
+      Value physical = physicalRow(add(colBase, localCol), up);
+      ops.bScaleRow.push_back(mul(add(expertRows, physical), hidden / 32));
+    }
+  }
+  SmallVector<Value> accs = emitKLoop(ops);
+
+  // Activation, staged in LDS as FP32 [tileM][tileN] over the GEMM tiles
+  // (the K loop ended with a barrier, so nobody reads them any more).
+  for (int64_t mi = 0; mi < mFrags; ++mi) {
+    for (int64_t ni = 0; ni < nFrags; ++ni) {
+      Value gate = accs[mi * 2 * nFrags + ni];
+      Value up = accs[mi * 2 * nFrags + nFrags + ni];
+      Value act = gatedActivation(gate, up);
+      Value actBits = arith::BitcastOp::create(
+          b, loc, VectorType::get({layout.accPerLane}, b.getI32Type()), act);
+      Value fragCol = add(waveCol, idx(ni * dim));
+      for (int64_t a = 0; a < layout.accPerLane; a += 4) {
+        Value rowOfFour =
+            add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
+        Value quad = vector::ShuffleOp::create(
+            b, loc, actBits, actBits, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
+        if (bMajor) {
+          // Source A was the weights: four consecutive columns of one row.
+          Value row = add(laneRow, idx(mi * dim));
+          Value col = add(fragCol, rowOfFour);
+          store16(quad, ops.lds, add(mul(row, tileN), col));
+          continue;
+        }
+        Value col = add(fragCol, laneRow);
+        for (int64_t j = 0; j < 4; ++j) {
+          Value row = add(rowOfFour, idx(mi * dim + j));
+          memref::StoreOp::create(b, loc,
+                                  vector::ExtractOp::create(b, loc, quad, j),
+                                  ops.lds, ValueRange{add(mul(row, tileN), col)});
+        }
+      }
+    }
+  }
+  gpu::BarrierOp::create(b, loc);
+
+  // Quantisation: one lane per (row, 32-column block).
+  const int64_t blocksPerRow = tileN / 32, blocks = tileM * blocksPerRow;
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  for (int64_t first = 0; first < blocks; first += lanes) {
+    Value blockId = add(tid, idx(first));
+    std::optional<OpBuilder::InsertionGuard> guard;
+    if (first + lanes > blocks) {
+      Value active = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                           blockId, idx(blocks));
+      auto ifActive = scf::IfOp::create(b, loc, active, false);
+      guard.emplace(b);
+      b.setInsertionPointToStart(ifActive.thenBlock());
+    }
+    Value row = divC(blockId, blocksPerRow);
+    Value block = remC(blockId, blocksPerRow);
+    Value stageDword = add(mul(row, tileN), mul(block, 32));
+    SmallVector<Value> values;
+    for (int64_t q = 0; q < 8; ++q)
+      values.push_back(vector::BitCastOp::create(
+          b, loc, f32x4, load16(ops.lds, add(stageDword, idx(4 * q)))));
+    Value route = routeOfRow(row);
+    Value outByte = add(mul(route, inter), add(colBase, mul(block, 32)));
+    Value scaleIndex =
+        add(mul(route, inter / 32), add(divC(colBase, 32), block));
+    emitQuantizedBlock(values, outBuf, divC(outByte, 4), outScaleBuf,
+                       scaleIndex);
+  }
+}
+
+} // namespace
+
+KernelAbi getW13KernelAbi(moe::W13Op op) {
+  using K = KernelArg::Kind;
+  using A = KernelArg::Access;
+  moe::TileAttr tile = op.getTile();
+  KernelAbi abi;
+  abi.args = {
+      {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
+      {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_tokens, H/32]"},
+      {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, 2I, H/2]"},
+      {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, 2I, H/32]"},
+      {"sorted_routes", K::Buffer, "i32", A::Read, "[num_sorted]"},
+      {"tile_experts", K::Buffer, "i32", A::Read, "[num_sorted/tile_m]"},
+      {"out", K::Buffer, "f8E4M3FN", A::Write, "[num_tokens*top_k, I]"},
+      {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[num_tokens*top_k, I/32]"},
+      {"num_tokens", K::I32, "i32", A::Value, "scalar"},
+      {"num_sorted", K::I32, "i32", A::Value, "scalar (multiple of tile_m)"},
+  };
+  abi.gridX = "I / " + std::to_string(tile.getN());
+  abi.gridY = "num_sorted / " + std::to_string(tile.getM());
+  abi.gridZ = "1";
+  abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
+  return abi;
+}
+
+FailureOr<gpu::GPUModuleOp> buildW13Kernel(OpBuilder &builder, moe::W13Op op) {
+  return W13Emitter(builder, op).emit();
+}
+
+} // namespace moec
