@@ -1,6 +1,6 @@
 //===- hip_loader.cpp - HIP through dlopen, lazy kernel loading -*- C++ -*-===//
 #include "moec/hip_loader.h"
-#include "moec/target_info.h"
+#include "moec/kernel_occupancy.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -218,13 +218,7 @@ bool KernelLoader::checkResources(const KernelInfo &kernel, std::string &error) 
   // A kernel the occupancy model says cannot be resident at all would fail
   // or hang at launch; refuse it here with the reason.
   if (const TargetInfo *target = lookupTargetInfo(bundle_.manifest().target.arch)) {
-    KernelResourceUse use;
-    use.archVgprs = r.vgpr;
-    use.agprs = r.agpr;
-    use.sgprs = r.sgpr;
-    use.ldsBytes = r.ldsBytes;
-    use.workgroupSize = static_cast<uint32_t>(threads);
-    OccupancyEstimate estimate = estimateOccupancy(*target, use);
+    OccupancyEstimate estimate = estimateKernelOccupancy(*target, kernel);
     if (estimate.limiter == OccupancyLimiter::Invalid) {
       error = kernel.name + ": cannot be resident on " + target->arch + ": " +
               estimate.problem;

@@ -129,3 +129,18 @@ TEST_CASE("unlaunchable kernels are reported, not estimated", "[occupancy]") {
   CHECK(estimate(128, 0, 32, 0, 1024).workgroupsPerCu == 1);
   CHECK(std::string(occupancyLimiterName(OccupancyLimiter::Lds)) == "lds");
 }
+
+#include "moec/kernel_occupancy.h"
+
+TEST_CASE("occupancy of a manifest kernel uses its workgroup size", "[occupancy]") {
+  KernelInfo kernel;
+  kernel.resources.vgpr = 128;
+  kernel.resources.sgpr = 40;
+  kernel.resources.ldsBytes = 65536;
+  kernel.launch.workgroupSize = {64, 4, 1};
+  KernelResourceUse use = kernelResourceUse(kernel);
+  CHECK(use.workgroupSize == 256);
+  OccupancyEstimate e = estimateKernelOccupancy(gfx950TargetInfo(), kernel);
+  CHECK(e.wavesPerSimd == 2); // LDS: 2 groups x 4 waves / 4 SIMDs
+  CHECK(e.limiter == OccupancyLimiter::Lds);
+}
