@@ -439,3 +439,33 @@ TEST_CASE("families report malformed inputs naming the field", "[families]") {
   REQUIRE_FALSE(status.ok());
   CHECK(status.message().find("EP size 3") != std::string::npos);
 }
+
+TEST_CASE("quantisation-faithful output stays within the end-to-end error bar of exact",
+          "[families]") {
+  // The FP8 1x32 input and intermediate quantisation alone (E4M3: 3
+  // mantissa bits, about 2^-4 / sqrt(3) rms relative per element) must
+  // keep the layer output well inside the seeds' relative-L2 bar of 0.10,
+  // and must not vanish (it would mean a path skipped quantisation).
+  const MoeShape shape{512, 256, 8, 4};
+  DenseLayer layer(shape, GluConfig{0, 10.0}, 900);
+  std::vector<TokenBatch> ranks = rankBatches(shape, 2, {16, 16}, {}, 90);
+  MegaMoeConfig config;
+  config.shape = shape;
+  config.ep = 2;
+  std::vector<MegaMoeRankResult> faithful, exact;
+  REQUIRE(runMegaMoe(config, *layer.w13, *layer.w2, ranks, faithful).ok());
+  config.mode = OracleMode::Exact;
+  REQUIRE(runMegaMoe(config, *layer.w13, *layer.w2, ranks, exact).ok());
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    double error = 0, reference = 0;
+    for (size_t i = 0; i < exact[rank].stages.output.size(); ++i) {
+      double d = faithful[rank].stages.output[i] - exact[rank].stages.output[i];
+      error += d * d;
+      reference += double(exact[rank].stages.output[i]) * exact[rank].stages.output[i];
+    }
+    double relativeL2 = std::sqrt(error / reference);
+    INFO("rank " << rank << " relative L2 " << relativeL2);
+    CHECK(relativeL2 < 0.10);
+    CHECK(relativeL2 > 0.005);
+  }
+}

@@ -93,7 +93,9 @@ TEST_CASE("W13 stage on device buffers: gather by token, activation, FP8 interme
       std::vector<double> activation(routes * shape.intermediate, -7.0);
       std::vector<uint8_t> codes(routes * shape.intermediate, 0xEE);
       std::vector<uint8_t> scales(routes * shape.intermediate / 32, 0xEE);
+      std::vector<float> preActivation(routes * 2 * shape.intermediate, -7.0f);
       W13Outputs outputs;
+      outputs.preActivation = preActivation.data();
       outputs.activation = activation.data();
       outputs.intermediateCodes = codes.data();
       outputs.intermediateScales = scales.data();
@@ -116,6 +118,8 @@ TEST_CASE("W13 stage on device buffers: gather by token, activation, FP8 interme
         for (int64_t n = 0; n < 2 * shape.intermediate; ++n)
           for (int64_t k = 0; k < shape.hidden; ++k)
             h[n] += a.at(r / shape.topk, k) * w.at(n, k);
+        for (int64_t n = 0; n < 2 * shape.intermediate; ++n)
+          REQUIRE(preActivation[r * 2 * shape.intermediate + n] == static_cast<float>(h[n]));
         std::vector<double> act(shape.intermediate);
         for (int64_t j = 0; j < shape.intermediate; ++j) {
           int64_t g = interleave, gateRow, upRow;
