@@ -334,8 +334,10 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
     return Status::error("W13 stage: gate/up interleave " +
                          std::to_string(glu.interleave) + " does not divide I = " +
                          std::to_string(intermediate));
-  if ((outputs.intermediateCodes || outputs.intermediateScales) &&
-      intermediate % kBlockSize != 0)
+  if (!outputs.intermediateCodes != !outputs.intermediateScales)
+    return Status::error("W13 stage: intermediate codes and scales must be "
+                         "requested together");
+  if (outputs.intermediateCodes && intermediate % kBlockSize != 0)
     return Status::error("W13 stage: I = " + std::to_string(intermediate) +
                          " must be a multiple of 32 to quantise the intermediate");
   std::vector<double> preActivation; // [listed, 2I]

@@ -469,3 +469,27 @@ TEST_CASE("quantisation-faithful output stays within the end-to-end error bar of
     CHECK(relativeL2 > 0.005);
   }
 }
+
+TEST_CASE("families accept empty batches", "[families]") {
+  const MoeShape shape{64, 32, 4, 2};
+  DenseLayer layer(shape, GluConfig{16, 0}, 950);
+  TokenBatch empty;
+  TpMoeConfig config;
+  config.shape = shape;
+  StageResults results;
+  REQUIRE(runTpMoe(config, *layer.w13, *layer.w2, empty, results).ok());
+  CHECK(results.output.empty());
+  CHECK(results.routes.routeIds.empty());
+  FhMoeConfig fh;
+  fh.tp = config;
+  fh.includeSharedExpert = false;
+  REQUIRE(runFhMoe(fh, *layer.w13, *layer.w2, nullptr, empty, results).ok());
+  CHECK(results.output.empty());
+  MegaMoeConfig mega;
+  mega.shape = shape;
+  mega.ep = 2;
+  std::vector<MegaMoeRankResult> megaResults;
+  REQUIRE(runMegaMoe(mega, *layer.w13, *layer.w2, {empty, empty}, megaResults).ok());
+  CHECK(megaResults[0].stages.output.empty());
+  CHECK(megaResults[1].plan.rows.routeIds.empty());
+}
