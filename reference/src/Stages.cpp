@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace moec::ref {
@@ -215,7 +216,179 @@ struct GemmScratch {
   std::vector<double> aRows;
   std::vector<double> bValues;
   std::vector<double> bScales;
+  // Integer path (FP8 A x MXFP4 B).
+  std::vector<int32_t> aIntegers;
+  std::vector<double> aFactors;
+  std::vector<int32_t> bIntegers;
 };
+
+/// One work item: rows [rowBegin, rowBegin + rowCount) of a segment's expert.
+struct GemmItem {
+  const ExpertSegment *segment;
+  int64_t rowBegin;
+  int64_t rowCount;
+  ExpertRows b;
+};
+
+/// The general path: A and B decoded to double, dotGroup over groups of
+/// kRowGroup rows (independent chains, each in the documented order; a short
+/// last group is padded with zero rows whose results are dropped).
+void doubleItem(const ActivationRows &a, int64_t routesPerARow,
+                const GemmItem &work, int64_t depth, int64_t rows,
+                GemmScratch &local, double *out) {
+  const DecodeTables &tables = decodeTables();
+  const ExpertSegment &segment = *work.segment;
+  const int64_t count = static_cast<int64_t>(segment.routes.size());
+  const int64_t blocks = depth / kBlockSize;
+  local.aRows.resize(count * depth);
+  for (int64_t m = 0; m < count; ++m)
+    a.dequantizeRow(segment.routes[m] / routesPerARow,
+                    local.aRows.data() + m * depth);
+  const ExpertRows &b = work.b;
+  const int64_t rowBytes = weightRowBytes(b.format, depth);
+  local.bValues.resize(kRowGroup * depth);
+  local.bScales.resize(kRowGroup * blocks);
+  for (int64_t n0 = 0; n0 < work.rowCount; n0 += kRowGroup) {
+    const int64_t group = std::min(kRowGroup, work.rowCount - n0);
+    double *values = local.bValues.data();
+    for (int64_t j = 0; j < kRowGroup; ++j) {
+      if (j >= group) {
+        for (int64_t k = 0; k < depth; ++k)
+          values[k * kRowGroup + j] = 0.0;
+        for (int64_t block = 0; block < blocks; ++block)
+          local.bScales[j * blocks + block] = 0.0;
+        continue;
+      }
+      const uint8_t *elements = b.elements + (n0 + j) * rowBytes;
+      if (b.format == WeightFormat::Mxfp4) {
+        for (int64_t k = 0; k < depth; k += 2) {
+          uint8_t pair = elements[k / 2];
+          values[k * kRowGroup + j] = tables.e2m1[pair & 0xF];
+          values[(k + 1) * kRowGroup + j] = tables.e2m1[pair >> 4];
+        }
+      } else {
+        for (int64_t k = 0; k < depth; ++k)
+          values[k * kRowGroup + j] = tables.fp8[elements[k]];
+      }
+      for (int64_t block = 0; block < blocks; ++block)
+        local.bScales[j * blocks + block] =
+            tables.e8m0[b.scales[(n0 + j) * blocks + block]];
+    }
+    for (int64_t m = 0; m < count; ++m) {
+      double results[kRowGroup];
+      dotGroup(local.aRows.data() + m * depth, values, local.bScales.data(),
+               blocks, results);
+      double *target = out + segment.slots[m] * rows + work.rowBegin + n0;
+      for (int64_t j = 0; j < group; ++j)
+        target[j] = results[j];
+    }
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+/// Integer sums of one 32-element block of `a` with kRowGroup rows stored
+/// interleaved (element i of row j at b[i * kRowGroup + j]).
+void integerBlockSums(const int32_t *a, const int32_t *b, int32_t *sums) {
+  for (int64_t j = 0; j < kRowGroup; ++j)
+    sums[j] = 0;
+  for (int64_t i = 0; i < kBlockSize; ++i) {
+    const int32_t value = a[i];
+    for (int64_t j = 0; j < kRowGroup; ++j)
+      sums[j] += value * b[i * kRowGroup + j];
+  }
+}
+
+/// FP8 A x MXFP4 B, bit-identical to doubleItem and faster. Every FP8 value
+/// is an integer multiple of 2^-9 (|v| * 2^9 <= 229376) and every E2M1 value
+/// one of 2^-1 (|v| * 2 <= 12), so a 32-element block sum is
+/// 2^-10 * (an int32 below 2^27) * scaleA, exactly the value the double path
+/// computes (its sums are exact too, see Stages.h). A block whose A scale is
+/// 0xFF or that holds an FP8 NaN code gets a NaN factor, as in double.
+void integerItem(const ActivationRows &a, int64_t routesPerARow,
+                 const GemmItem &work, int64_t depth, int64_t rows,
+                 GemmScratch &local, double *out) {
+  static const struct IntegerTables {
+    int32_t fp8[256];
+    bool fp8IsNaN[256];
+    int32_t e2m1[16];
+    IntegerTables() {
+      for (int code = 0; code < 256; ++code) {
+        double value = decodeFp8E4M3(static_cast<uint8_t>(code));
+        fp8IsNaN[code] = std::isnan(value);
+        fp8[code] = fp8IsNaN[code] ? 0 : static_cast<int32_t>(std::ldexp(value, 9));
+      }
+      for (int code = 0; code < 16; ++code)
+        e2m1[code] = static_cast<int32_t>(decodeE2M1(static_cast<uint8_t>(code)) * 2);
+    }
+  } tables;
+  const DecodeTables &doubles = decodeTables();
+  const ExpertSegment &segment = *work.segment;
+  const int64_t count = static_cast<int64_t>(segment.routes.size());
+  const int64_t blocks = depth / kBlockSize;
+  local.aIntegers.resize(count * depth);
+  local.aFactors.resize(count * blocks);
+  for (int64_t m = 0; m < count; ++m) {
+    int64_t row = segment.routes[m] / routesPerARow;
+    const uint8_t *codes = a.codes + row * depth;
+    const uint8_t *scales = a.scales + row * blocks;
+    for (int64_t block = 0; block < blocks; ++block) {
+      bool nan = false;
+      for (int64_t i = block * kBlockSize; i < (block + 1) * kBlockSize; ++i) {
+        local.aIntegers[m * depth + i] = tables.fp8[codes[i]];
+        nan |= tables.fp8IsNaN[codes[i]];
+      }
+      double factor = std::ldexp(doubles.e8m0[scales[block]], -10);
+      local.aFactors[m * blocks + block] =
+          nan ? std::numeric_limits<double>::quiet_NaN() : factor;
+    }
+  }
+  // Rows in groups of kRowGroup; B is decoded one 32-element block at a
+  // time into a small interleaved tile that stays in L1, and each block's
+  // integer sums are folded into per-(route, row) accumulators in block
+  // order, the documented order.
+  const ExpertRows &b = work.b;
+  const int64_t rowBytes = depth / 2;
+  local.aRows.resize(count * kRowGroup); // the accumulators
+  for (int64_t n0 = 0; n0 < work.rowCount; n0 += kRowGroup) {
+    const int64_t group = std::min(kRowGroup, work.rowCount - n0);
+    std::fill(local.aRows.begin(), local.aRows.end(), 0.0);
+    for (int64_t block = 0; block < blocks; ++block) {
+      int32_t tile[kBlockSize * kRowGroup];
+      double blockScales[kRowGroup];
+      for (int64_t j = 0; j < kRowGroup; ++j) {
+        if (j >= group) {
+          for (int64_t i = 0; i < kBlockSize; ++i)
+            tile[i * kRowGroup + j] = 0;
+          blockScales[j] = 0.0;
+          continue;
+        }
+        const uint8_t *bytes =
+            b.elements + (n0 + j) * rowBytes + block * (kBlockSize / 2);
+        for (int64_t i = 0; i < kBlockSize / 2; ++i) {
+          tile[(2 * i) * kRowGroup + j] = tables.e2m1[bytes[i] & 0xF];
+          tile[(2 * i + 1) * kRowGroup + j] = tables.e2m1[bytes[i] >> 4];
+        }
+        blockScales[j] = doubles.e8m0[b.scales[(n0 + j) * blocks + block]];
+      }
+      for (int64_t m = 0; m < count; ++m) {
+        int32_t sums[kRowGroup];
+        integerBlockSums(local.aIntegers.data() + m * depth + block * kBlockSize,
+                         tile, sums);
+        const double factor = local.aFactors[m * blocks + block];
+        double *accumulators = local.aRows.data() + m * kRowGroup;
+        for (int64_t j = 0; j < kRowGroup; ++j)
+          accumulators[j] += static_cast<double>(sums[j]) * factor * blockScales[j];
+      }
+    }
+    for (int64_t m = 0; m < count; ++m) {
+      double *target = out + segment.slots[m] * rows + work.rowBegin + n0;
+      for (int64_t j = 0; j < group; ++j)
+        target[j] = local.aRows[m * kRowGroup + j];
+    }
+  }
+}
 
 /// compact[i * weights.rows() + n] = A[route / routesPerARow] . B[expert, n]
 /// for the i-th listed route of `sorted` (listedRoutes order), in the
@@ -252,8 +425,6 @@ Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
   compact.assign(static_cast<size_t>(listedCount * rows), 0.0);
   double *out = compact.data();
   const int64_t chunks = (rows + kRowsPerItem - 1) / kRowsPerItem;
-  const int64_t blocks = depth / kBlockSize;
-  const DecodeTables &tables = decodeTables();
   std::vector<GemmScratch> scratch(resolveThreadCount(numThreads));
 
   parallelFor(
@@ -265,55 +436,14 @@ Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
         int64_t rowBegin = (item % chunks) * kRowsPerItem;
         int64_t rowCount = std::min(kRowsPerItem, rows - rowBegin);
         GemmScratch &local = scratch[worker];
-        const int64_t count = static_cast<int64_t>(segment.routes.size());
-        local.aRows.resize(count * depth);
-        for (int64_t m = 0; m < count; ++m)
-          a.dequantizeRow(segment.routes[m] / routesPerARow,
-                          local.aRows.data() + m * depth);
-        ExpertRows b = weights.expertRows(segment.expert, rowBegin, rowCount,
-                                          local.weights);
-        const int64_t rowBytes = weightRowBytes(b.format, depth);
-        local.bValues.resize(kRowGroup * depth);
-        local.bScales.resize(kRowGroup * blocks);
-        // Rows go in groups of kRowGroup so that several independent
-        // accumulation chains run side by side; each chain keeps the
-        // documented order, so grouping does not change any result. A short
-        // last group is padded with zero rows whose results are dropped.
-        for (int64_t n0 = 0; n0 < rowCount; n0 += kRowGroup) {
-          const int64_t group = std::min(kRowGroup, rowCount - n0);
-          double *values = local.bValues.data();
-          for (int64_t j = 0; j < kRowGroup; ++j) {
-            if (j >= group) {
-              for (int64_t k = 0; k < depth; ++k)
-                values[k * kRowGroup + j] = 0.0;
-              for (int64_t block = 0; block < blocks; ++block)
-                local.bScales[j * blocks + block] = 0.0;
-              continue;
-            }
-            const uint8_t *elements = b.elements + (n0 + j) * rowBytes;
-            if (b.format == WeightFormat::Mxfp4) {
-              for (int64_t k = 0; k < depth; k += 2) {
-                uint8_t pair = elements[k / 2];
-                values[k * kRowGroup + j] = tables.e2m1[pair & 0xF];
-                values[(k + 1) * kRowGroup + j] = tables.e2m1[pair >> 4];
-              }
-            } else {
-              for (int64_t k = 0; k < depth; ++k)
-                values[k * kRowGroup + j] = tables.fp8[elements[k]];
-            }
-            for (int64_t block = 0; block < blocks; ++block)
-              local.bScales[j * blocks + block] =
-                  tables.e8m0[b.scales[(n0 + j) * blocks + block]];
-          }
-          for (int64_t m = 0; m < count; ++m) {
-            double results[kRowGroup];
-            dotGroup(local.aRows.data() + m * depth, values,
-                     local.bScales.data(), blocks, results);
-            double *target = out + segment.slots[m] * rows + rowBegin + n0;
-            for (int64_t j = 0; j < group; ++j)
-              target[j] = results[j];
-          }
-        }
+        GemmItem work{&segment, rowBegin, rowCount,
+                      weights.expertRows(segment.expert, rowBegin, rowCount,
+                                         local.weights)};
+        if (a.kind == ActivationRows::Kind::Fp8 &&
+            work.b.format == WeightFormat::Mxfp4)
+          integerItem(a, routesPerARow, work, depth, rows, local, out);
+        else
+          doubleItem(a, routesPerARow, work, depth, rows, local, out);
       });
   return Status();
 }

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <random>
 
 using namespace moec::ref;
@@ -223,4 +224,49 @@ TEST_CASE("stage functions report bad operands", "[stages]") {
   status = runW13Stage(aCodes.data(), aScales.data(), 4, 2, packed.data(),
                        scales.data(), experts, 32, 32, sorted, GluConfig{}, outputs);
   CHECK_FALSE(status.ok()); // route count disagrees with tokens x topk
+}
+
+TEST_CASE("FP8 x MXFP4 integer path equals the double path bit for bit",
+          "[stages]") {
+  // The same A operand once as FP8 codes + scales (integer block sums) and
+  // once as its exact double values (double block sums); extreme scales and
+  // NaN codes / NaN scales included.
+  std::mt19937_64 rng(44);
+  const MoeShape shape{64, 96, 5, 2};
+  DenseLayer layer(shape, GluConfig{}, 44);
+  const int64_t tokens = 13, routes = tokens * shape.topk;
+  std::vector<int32_t> ids = randomIds(rng, routes, shape.experts);
+  SortedRoutes sorted;
+  REQUIRE(buildSortedRoutes(ids.data(), tokens, shape.topk, shape.experts, 2, sorted).ok());
+  std::vector<uint8_t> codes(routes * shape.intermediate), scales(routes * shape.intermediate / 32);
+  for (uint8_t &code : codes)
+    code = static_cast<uint8_t>(rng());
+  for (uint8_t &scale : scales)
+    scale = static_cast<uint8_t>(rng() % 4 == 0 ? (rng() % 2 ? 0 : 254) : 100 + rng() % 40);
+  scales[3] = 0xFF;
+  std::vector<double> values(codes.size());
+  for (int64_t r = 0; r < routes; ++r)
+    dequantizeFp8Row(codes.data() + r * shape.intermediate,
+                     scales.data() + r * shape.intermediate / 32, shape.intermediate,
+                     values.data() + r * shape.intermediate);
+  std::vector<double> viaIntegers(routes * shape.hidden, 0.0), viaDoubles(routes * shape.hidden, 0.0);
+  REQUIRE(runW2Stage(ActivationRows::fp8(codes.data(), scales.data(), routes, shape.intermediate),
+                     *layer.w2, sorted, viaIntegers.data(), 3)
+              .ok());
+  REQUIRE(runW2Stage(ActivationRows::float64(values.data(), routes, shape.intermediate),
+                     *layer.w2, sorted, viaDoubles.data(), 1)
+              .ok());
+  int nanCount = 0;
+  for (size_t i = 0; i < viaIntegers.size(); ++i) {
+    if (std::isnan(viaDoubles[i])) {
+      REQUIRE(std::isnan(viaIntegers[i]));
+      ++nanCount;
+      continue;
+    }
+    uint64_t a, b;
+    std::memcpy(&a, &viaIntegers[i], 8);
+    std::memcpy(&b, &viaDoubles[i], 8);
+    REQUIRE(a == b);
+  }
+  CHECK(nanCount > 0);
 }
