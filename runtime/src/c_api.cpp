@@ -6,6 +6,7 @@
 #include "moec/moec_runtime.h"
 
 #include "moec/bundle.h"
+#include "moec/grid_rule.h"
 #include "moec/hip_loader.h"
 
 #include <new>
@@ -249,6 +250,35 @@ moec_status_t moec_bundle_code_object(const moec_bundle_t *bundle,
       return fail(MOEC_STATUS_CORRUPT_BUNDLE, error);
     *out_data = view.data;
     *out_size = view.size;
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_bundle_kernel_grid(const moec_bundle_t *bundle, uint32_t kernel_index,
+                                      const moec_rule_variable_t *variables,
+                                      uint32_t variable_count, uint32_t out_grid[3]) {
+  return guarded([&]() -> moec_status_t {
+    if (!bundle || !out_grid || (variable_count > 0 && !variables))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_kernel_grid: null argument");
+    const auto &kernels = bundle->bundle->manifest().kernels;
+    if (kernel_index >= kernels.size())
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "kernel " + std::to_string(kernel_index) + " out of range (" +
+                      std::to_string(kernels.size()) + " kernels)");
+    std::vector<RuleVariable> values(variable_count);
+    for (uint32_t i = 0; i < variable_count; ++i) {
+      if (!variables[i].name)
+        return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                    "moec_bundle_kernel_grid: variable " + std::to_string(i) + " has no name");
+      values[i].name = variables[i].name;
+      values[i].value = variables[i].value;
+    }
+    std::array<uint32_t, 3> grid;
+    std::string error;
+    if (!computeLaunchGrid(kernels[kernel_index], values.data(), values.size(), grid, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    for (int d = 0; d < 3; ++d)
+      out_grid[d] = grid[d];
     return MOEC_STATUS_OK;
   });
 }

@@ -144,6 +144,14 @@ bool HipDevice::makeCurrent(std::string &error) const {
   return false;
 }
 
+std::string hipFunctionName(std::string_view symbol) {
+  constexpr std::string_view descriptorSuffix = ".kd";
+  if (symbol.size() > descriptorSuffix.size() &&
+      symbol.substr(symbol.size() - descriptorSuffix.size()) == descriptorSuffix)
+    symbol.remove_suffix(descriptorSuffix.size());
+  return std::string(symbol);
+}
+
 bool packKernelArguments(const KernelInfo &kernel, const KernelArgValue *args,
                          size_t argCount, std::vector<uint8_t> &kernarg,
                          std::string &error) {
@@ -261,9 +269,10 @@ bool KernelLoader::loadKernel(uint32_t kernelIndex, std::string &error) {
     }
   }
   hip::Function function = nullptr;
-  hip::Error status = api.hipModuleGetFunction(&function, module, kernel.symbol.c_str());
+  const std::string functionName = hipFunctionName(kernel.symbol);
+  hip::Error status = api.hipModuleGetFunction(&function, module, functionName.c_str());
   if (status != hip::kSuccess || !function) {
-    error = kernel.name + ": hipModuleGetFunction(" + kernel.symbol +
+    error = kernel.name + ": hipModuleGetFunction(" + functionName +
             ") failed: " + device_.library().describe(status);
     return false;
   }

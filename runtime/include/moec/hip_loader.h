@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moec::rt {
@@ -167,6 +168,11 @@ struct KernelArgValue {
     return v;
   }
 };
+
+/// The name hipModuleGetFunction expects for a manifest symbol: the kernel
+/// name, i.e. the symbol without the kernel-descriptor suffix ".kd" (the
+/// code-object metadata's .symbol is "name.kd"; HIP looks kernels up by name).
+std::string hipFunctionName(std::string_view symbol);
 
 /// Packs argument values into the kernarg buffer per the kernel ABI: buffers
 /// are 8-byte pointers, i32 4 bytes, i64 8 bytes, each at its natural

@@ -137,6 +137,22 @@ MOEC_API moec_status_t moec_bundle_code_object(const moec_bundle_t *bundle,
                                                const void **out_data,
                                                size_t *out_size);
 
+/** A named value for grid rules ("H", "num_sorted", "num_tokens", ...). */
+typedef struct moec_rule_variable_t {
+  const char *name;
+  int64_t value;
+} moec_rule_variable_t;
+
+/** Evaluates the kernel's grid rules (manifest launch.grid; exact
+ *  arithmetic, ceil/floor/min/max, see grid_rule.h) into out_grid[3].
+ *  MOEC_STATUS_INVALID_ARGUMENT with the rule named when a name is unknown
+ *  or a value is not a whole number >= 1. */
+MOEC_API moec_status_t moec_bundle_kernel_grid(const moec_bundle_t *bundle,
+                                               uint32_t kernel_index,
+                                               const moec_rule_variable_t *variables,
+                                               uint32_t variable_count,
+                                               uint32_t out_grid[3]);
+
 /* ---- Selection -------------------------------------------------------- */
 
 /** A resolved table (network, ep, workspace class). Plain value. */

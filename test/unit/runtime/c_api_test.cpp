@@ -99,6 +99,16 @@ TEST_CASE("C API: open, inspect, select, code objects", "[c-api]") {
   CHECK(selection.row_m == 9);
   CHECK(selection.exact == 1);
 
+  // Grid rules: the sample kernels use "ceil(m / 32)", "n / 128", "1".
+  const moec_rule_variable_t variables[] = {{"m", 70}, {"n", 1024}};
+  uint32_t grid[3] = {0, 0, 0};
+  REQUIRE(moec_bundle_kernel_grid(bundle, 0, variables, 2, grid) == MOEC_STATUS_OK);
+  CHECK(grid[0] == 3);
+  CHECK(grid[1] == 8);
+  CHECK(grid[2] == 1);
+  CHECK(moec_bundle_kernel_grid(bundle, 0, variables, 1, grid) == MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK(lastError() == "moe2_w2_t32x128_aaaa0001: grid.y: grid rule 'n / 128': unknown name 'n'");
+
   moec_bundle_close(bundle);
   moec_bundle_close(nullptr);
 }

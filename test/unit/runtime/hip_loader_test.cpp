@@ -199,6 +199,9 @@ TEST_CASE("kernels load lazily from the mmap and launch with packed arguments", 
     CHECK(fake.loadCount() == loadsBefore + 2); // code object 1 loaded on first launch
     const FakeLaunch &launch = *fake.lastLaunch();
     CHECK(std::string(launch.function) == "moe2_w2_t128x256_aaaa0003_kernel");
+    // A metadata-style symbol ("name.kd") is looked up by kernel name.
+    CHECK(hipFunctionName(bundle->manifest().kernels[2].symbol + ".kd") ==
+          "moe2_w2_t128x256_aaaa0003_kernel");
     CHECK(launch.grid[0] == 3);
     CHECK(launch.grid[1] == 2);
     CHECK(launch.block[0] == 256);
@@ -274,4 +277,23 @@ TEST_CASE("a kernel the occupancy model cannot place is refused at load", "[hip]
   CHECK_FALSE(loader.loadKernel(0, error));
   CHECK(error == "moe2_w2_t32x128_aaaa0001: cannot be resident on gfx950: workgroup needs more "
                  "wave slots than the registers allow");
+}
+
+TEST_CASE("a kernel-descriptor symbol is launched by kernel name", "[hip]") {
+  FakeHip fake;
+  ScopedEnv mode("MOEC_FAKE_HIP_MODE", nullptr);
+  auto manifest = sampleManifest();
+  manifest["kernels"][1]["symbol"] = "moe2_w2_t64x128_aaaa0002.kd";
+  TempDir dir;
+  std::string error;
+  REQUIRE(writeBundle(dir.file("kd.moeb"), manifest.dump(), sampleCodeObjects(), error));
+  auto bundle = Bundle::open(dir.file("kd.moeb"), error);
+  REQUIRE(bundle);
+  auto device = fakeDevice(error);
+  REQUIRE(device);
+  KernelLoader loader(*device, *bundle);
+  const KernelArgValue args[] = {KernelArgValue::buffer(nullptr), KernelArgValue::buffer(nullptr),
+                                 KernelArgValue::int32(1), KernelArgValue::int64(2)};
+  REQUIRE(loader.launch(1, {1, 1, 1}, args, 4, nullptr, error));
+  CHECK(std::string(fake.lastLaunch()->function) == "moe2_w2_t64x128_aaaa0002");
 }
