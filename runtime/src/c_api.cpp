@@ -100,14 +100,25 @@ const char *moec_status_name(moec_status_t status) {
 }
 
 moec_status_t moec_bundle_open(const char *path, moec_bundle_t **out_bundle) {
+  return moec_bundle_open_with_flags(path, 0, out_bundle);
+}
+
+moec_status_t moec_bundle_open_with_flags(const char *path, uint32_t flags,
+                                          moec_bundle_t **out_bundle) {
   return guarded([&]() -> moec_status_t {
     if (!path || !out_bundle)
       return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_bundle_open: null argument");
+    if (flags & ~uint32_t(MOEC_BUNDLE_OPEN_VERIFY_CODE_OBJECTS_ON_FIRST_USE))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_bundle_open_with_flags: unknown flags " + std::to_string(flags));
     struct stat info;
     if (::stat(path, &info) != 0)
       return fail(MOEC_STATUS_IO_ERROR, std::string(path) + ": cannot open");
+    BundleOpenOptions options;
+    if (flags & MOEC_BUNDLE_OPEN_VERIFY_CODE_OBJECTS_ON_FIRST_USE)
+      options.codeObjects = CodeObjectVerification::OnFirstUse;
     std::string error;
-    std::unique_ptr<Bundle> bundle = Bundle::open(path, error);
+    std::unique_ptr<Bundle> bundle = Bundle::open(path, error, options);
     if (!bundle)
       return fail(MOEC_STATUS_CORRUPT_BUNDLE, error);
     *out_bundle = new moec_bundle_t{std::move(bundle)};

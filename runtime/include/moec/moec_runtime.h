@@ -54,6 +54,15 @@ typedef struct moec_bundle_t moec_bundle_t;
 /** Opens and verifies a bundle (mmap, checksums, manifest, tables). */
 MOEC_API moec_status_t moec_bundle_open(const char *path,
                                         moec_bundle_t **out_bundle);
+/** Flags of moec_bundle_open_with_flags. */
+enum {
+  /** Check each code object's checksum when it is first used instead of
+   *  hashing every code object at open (for very large bundles). */
+  MOEC_BUNDLE_OPEN_VERIFY_CODE_OBJECTS_ON_FIRST_USE = 1u << 0,
+};
+/** moec_bundle_open with flags (0 = the default: verify everything at open). */
+MOEC_API moec_status_t moec_bundle_open_with_flags(const char *path, uint32_t flags,
+                                                   moec_bundle_t **out_bundle);
 /** Closes a bundle; NULL is ignored. */
 MOEC_API void moec_bundle_close(moec_bundle_t *bundle);
 

@@ -136,6 +136,28 @@ TEST_CASE("C API: failures return status codes and one-line messages", "[c-api]"
   CHECK(device == nullptr);
 }
 
+TEST_CASE("C API: lazy code-object verification", "[c-api]") {
+  TempDir dir;
+  std::vector<uint8_t> bytes;
+  std::string error;
+  REQUIRE(moec::rt::serializeBundle(sampleManifest().dump(), sampleCodeObjects(), bytes, error));
+  bytes[bytes.size() - 10] ^= 0x40; // inside code object 1 (the last one)
+  writeFile(dir.file("bad.moeb"), bytes);
+  moec_bundle_t *bundle = nullptr;
+  CHECK(moec_bundle_open(dir.file("bad.moeb").c_str(), &bundle) == MOEC_STATUS_CORRUPT_BUNDLE);
+  CHECK(moec_bundle_open_with_flags(dir.file("bad.moeb").c_str(), 0x80, &bundle) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  REQUIRE(moec_bundle_open_with_flags(dir.file("bad.moeb").c_str(),
+                                      MOEC_BUNDLE_OPEN_VERIFY_CODE_OBJECTS_ON_FIRST_USE,
+                                      &bundle) == MOEC_STATUS_OK);
+  const void *data = nullptr;
+  size_t size = 0;
+  CHECK(moec_bundle_code_object(bundle, 0, &data, &size) == MOEC_STATUS_OK);
+  CHECK(moec_bundle_code_object(bundle, 1, &data, &size) == MOEC_STATUS_CORRUPT_BUNDLE);
+  CHECK(lastError() == dir.file("bad.moeb") + ": code object 1 checksum mismatch");
+  moec_bundle_close(bundle);
+}
+
 TEST_CASE("C API: launch through the fake HIP library", "[c-api]") {
   TempDir dir;
   std::string error;
