@@ -493,3 +493,41 @@ TEST_CASE("families accept empty batches", "[families]") {
   CHECK(megaResults[0].stages.output.empty());
   CHECK(megaResults[1].plan.rows.routeIds.empty());
 }
+
+TEST_CASE("family 1: M tile, capacity and thread count change no output bit",
+          "[families]") {
+  const MoeShape shape{64, 32, 8, 2};
+  DenseLayer layer(shape, GluConfig{0, 10.0}, 960, 2);
+  std::vector<TokenBatch> ranks = rankBatches(shape, 2, {12, 7}, RoutingOptions{0, 0, 0.1}, 96);
+  // Rank 0's first 8 tokens all name expert 1 in slot 0: with M tiles of 8
+  // and 4 that expert's count sits exactly on tile boundaries.
+  for (int64_t t = 0; t < 8; ++t)
+    ranks[0].topkIds[t * 2] = 1;
+  MegaMoeConfig config;
+  config.shape = shape;
+  config.ep = 2;
+  std::vector<MegaMoeRankResult> first;
+  REQUIRE(runMegaMoe(config, *layer.w13, *layer.w2, ranks, first).ok());
+  struct Variant {
+    Transport transport;
+    int64_t mTile, capacity;
+    int threads;
+  };
+  for (Variant v : {Variant{Transport::FixedSlot, 1, 0, 1}, Variant{Transport::FixedSlot, 8, 64, 3},
+                    Variant{Transport::Compact, 4, 0, 2}, Variant{Transport::Compact, 3, 0, 1},
+                    Variant{Transport::Compact, 128, 0, 4}}) {
+    config.transport = v.transport;
+    config.mTile = v.mTile;
+    config.slotCapacity = v.capacity;
+    config.numThreads = v.threads;
+    std::vector<MegaMoeRankResult> results;
+    REQUIRE(runMegaMoe(config, *layer.w13, *layer.w2, ranks, results).ok());
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      REQUIRE(results[rank].stages.output == first[rank].stages.output);
+      const ReceivePlan &plan = results[rank].plan;
+      CHECK(plan.rows.routeIds.size() % v.mTile == 0);
+      if (v.transport == Transport::FixedSlot)
+        CHECK(plan.numRows == 4 * (v.capacity ? v.capacity : 32));
+    }
+  }
+}
