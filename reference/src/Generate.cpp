@@ -16,8 +16,11 @@ constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 /// E2M1 code for a random byte: bit 7 is the sign, bits 6:0 pick the
 /// magnitude with counts 18, 26, 24, 20, 16, 12, 8, 4 of 128 for 0, .5, 1,
 /// 1.5, 2, 3, 4, 6 (a table, because this runs for billions of elements).
+/// `pairs` maps 16 random bits straight to a packed byte (low byte -> even
+/// element, high byte -> odd element), one lookup per byte.
 struct CodeTable {
   uint8_t codes[256];
+  uint8_t pairs[65536];
   CodeTable() {
     static const uint8_t kCumulative[8] = {18, 44, 68, 88, 104, 116, 124, 128};
     for (int byte = 0; byte < 256; ++byte) {
@@ -26,6 +29,8 @@ struct CodeTable {
         ++magnitude;
       codes[byte] = static_cast<uint8_t>((byte & 0x80 ? 0x8 : 0) | magnitude);
     }
+    for (int bits = 0; bits < 65536; ++bits)
+      pairs[bits] = packE2M1Pair(codes[bits & 0xFF], codes[bits >> 8]);
   }
 };
 
@@ -171,13 +176,11 @@ ExpertRows GeneratedMxfp4Weights::expertRows(int64_t expert, int64_t rowBegin,
     bool zero = !zeroRows_.empty() && zeroRows_[row];
     // One 64-bit draw gives the 8 random bytes of 4 packed pairs; scales
     // use a separate index range (the upper half of the counter space).
+    // rowBytes = K / 2 is a multiple of 16, so the groups of 4 are whole.
     for (int64_t byte = 0; byte < rowBytes; byte += 4) {
       uint64_t bits = random_.bits(rowIndex * (rowBytes / 4 + 1) + byte / 4);
-      for (int64_t j = 0; j < 4 && byte + j < rowBytes; ++j) {
-        uint8_t even = table.codes[static_cast<uint8_t>(bits >> (16 * j))];
-        uint8_t odd = table.codes[static_cast<uint8_t>(bits >> (16 * j + 8))];
-        elements[byte + j] = packE2M1Pair(even, odd);
-      }
+      for (int64_t j = 0; j < 4; ++j)
+        elements[byte + j] = table.pairs[static_cast<uint16_t>(bits >> (16 * j))];
     }
     // Padding (zero rows, columns past validDepth) is cleared afterwards so
     // the hot loop above stays branch-free.
