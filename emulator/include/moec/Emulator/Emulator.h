@@ -1,0 +1,161 @@
+//===- Emulator.h - wave-accurate CPU execution of kernel IR ----*- C++ -*-===//
+///
+/// \file
+/// Executes one gpu.func of moec's kernel IR (the level the codegen emits,
+/// before conversion to ROCDL) on the CPU with gfx950 semantics: a grid of
+/// workgroups, waves of 64 lanes in lockstep under an execution mask,
+/// per-workgroup LDS, barriers, raw-buffer range checks and scaled MFMA with
+/// the lane layouts of moec/Codegen/MfmaLayout.h. See docs/emulator.md.
+///
+/// Three detectors watch every access and report kernel, op location,
+/// workgroup, wave and lane: LDS races within a barrier interval, reads of
+/// bytes nothing wrote, and out-of-bounds global and LDS accesses.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_EMULATOR_EMULATOR_H
+#define MOEC_EMULATOR_EMULATOR_H
+
+#include "mlir/Support/LLVM.h"
+#include "llvm/ADT/ArrayRef.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mlir {
+namespace gpu {
+class GPUFuncOp;
+} // namespace gpu
+} // namespace mlir
+
+namespace moec::emu {
+
+/// Host buffers the kernel sees as global memory. Each byte carries a shadow
+/// bit "written"; a buffer starts poisoned (nothing written) and host writes
+/// through write() mark their bytes.
+class GlobalMemory {
+public:
+  GlobalMemory();
+  ~GlobalMemory();
+  GlobalMemory(const GlobalMemory &) = delete;
+  GlobalMemory &operator=(const GlobalMemory &) = delete;
+
+  /// Registers a zero-filled, poisoned buffer of `size` bytes; returns its id.
+  unsigned addBuffer(std::string name, size_t size);
+  /// Copies host data into a buffer at `offset` and marks it written.
+  void write(unsigned id, size_t offset, const void *data, size_t size);
+  /// Marks every byte of the buffer unwritten and fills it with 0xFF, so a
+  /// value nothing stored also stands out numerically (NaN in BF16/FP32).
+  void poison(unsigned id);
+
+  unsigned bufferCount() const;
+  const std::string &name(unsigned id) const;
+  size_t size(unsigned id) const;
+  uint8_t *data(unsigned id);
+  const uint8_t *data(unsigned id) const;
+  /// Shadow: 1 where the byte was written since the last poison().
+  uint8_t *written(unsigned id);
+  const uint8_t *written(unsigned id) const;
+
+private:
+  struct Buffer;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+/// One kernel argument: a global buffer (for a memref parameter) or an
+/// integer scalar.
+struct KernelArgValue {
+  enum class Kind { Buffer, Scalar };
+  Kind kind = Kind::Scalar;
+  unsigned buffer = 0;
+  int64_t scalar = 0;
+
+  static KernelArgValue makeBuffer(unsigned id) {
+    return {Kind::Buffer, id, 0};
+  }
+  static KernelArgValue makeScalar(int64_t value) {
+    return {Kind::Scalar, 0, value};
+  }
+};
+
+/// Launch geometry and limits of one run.
+struct LaunchConfig {
+  std::array<int64_t, 3> grid{{1, 1, 1}};
+  /// Workgroup size; {0, 0, 0} takes the gpu.func's known_block_size.
+  std::array<int64_t, 3> block{{0, 0, 0}};
+  /// Workgroups resident at once (scheduled round-robin among themselves).
+  unsigned maxResidentWorkgroups = 4;
+  /// Ops one wave may execute before the run is declared runaway (never
+  /// hang); 0 means no limit.
+  uint64_t maxStepsPerWave = uint64_t(1) << 32;
+  /// Findings kept in detail (all are counted).
+  unsigned maxFindings = 32;
+};
+
+enum class FindingKind { LdsRace, UninitializedRead, OutOfBounds };
+const char *toString(FindingKind kind);
+
+/// One detector report.
+struct Finding {
+  FindingKind kind = FindingKind::OutOfBounds;
+  std::string kernel;
+  /// The op's location as MLIR prints it, and the op name.
+  std::string location;
+  std::string opName;
+  std::array<int64_t, 3> workgroup{{0, 0, 0}};
+  int wave = 0;
+  int lane = 0;
+  /// Which memory and byte offset, and for races the other wave.
+  std::string detail;
+
+  /// One line: "kind in KERNEL at LOC (op) workgroup (x,y,z) wave w lane l: detail".
+  std::string str() const;
+};
+
+struct RunStats {
+  uint64_t workgroups = 0;
+  uint64_t waves = 0;
+  /// Ops executed, counted once per wave (not per lane).
+  uint64_t waveOps = 0;
+  uint64_t mfmas = 0;
+  uint64_t barriers = 0;
+  /// Raw-buffer accesses past the descriptor's range: loads that returned
+  /// zero and stores that were dropped (hardware semantics, not findings).
+  uint64_t rawLoadsOutOfRange = 0;
+  uint64_t rawStoresDropped = 0;
+  double seconds = 0.0;
+};
+
+struct RunResult {
+  RunStats stats;
+  std::vector<Finding> findings;
+  /// Count per FindingKind, including those not kept in `findings`.
+  std::array<uint64_t, 3> findingCounts{{0, 0, 0}};
+  uint64_t totalFindings() const {
+    return findingCounts[0] + findingCounts[1] + findingCounts[2];
+  }
+};
+
+/// Checks that the emulator supports every op (and every value type) of
+/// `func`; on failure `error` names the first unsupported op and its location.
+mlir::LogicalResult checkSupported(mlir::gpu::GPUFuncOp func,
+                                   std::string &error);
+
+/// Runs `func` over the grid. Hard errors (an unsupported op, a division by
+/// zero, a runaway loop, a deadlock, a bad argument binding) fail with a
+/// one-line `error`; detector reports come back as findings, and the
+/// offending access is made harmless (a load returns zero, a store is
+/// dropped) so the run continues.
+mlir::FailureOr<RunResult> runKernel(mlir::gpu::GPUFuncOp func,
+                                     GlobalMemory &memory,
+                                     llvm::ArrayRef<KernelArgValue> args,
+                                     const LaunchConfig &launch,
+                                     std::string &error);
+
+} // namespace moec::emu
+
+#endif // MOEC_EMULATOR_EMULATOR_H

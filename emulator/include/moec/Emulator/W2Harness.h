@@ -1,0 +1,152 @@
+//===- W2Harness.h - the W2 stage on the emulator vs the oracle -*- C++ -*-===//
+///
+/// \file
+/// Rebuilds a stage kernel's IR from its flat fields (as tuning tables and
+/// bundle manifests hold them), generates seeded device-layout inputs with
+/// the reference generator, runs the W2 kernel on the emulator with poisoned
+/// outputs, and compares the result with the reference W2 stage
+/// (quantisation-faithful: the same FP8 and MXFP4 inputs). Shared by the
+/// unit tests and `moec run`.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_EMULATOR_W2HARNESS_H
+#define MOEC_EMULATOR_W2HARNESS_H
+
+#include "moec/Compiler/StageBuilder.h"
+#include "moec/Emulator/Emulator.h"
+#include "moec/reference/Routing.h"
+#include "moec/reference/Status.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+} // namespace mlir
+
+namespace moec::emu {
+
+/// Loads every dialect the kernel IR uses into `context`.
+void prepareContext(mlir::MLIRContext &context);
+
+/// A stage kernel rebuilt from its fields.
+struct BuiltKernel {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  /// The one gpu.func of the module (owned by `module`).
+  mlir::Operation *func = nullptr;
+  StageDescription description;
+};
+
+/// buildStageOp + lowerToKernelIR in a fresh module of `context`.
+mlir::LogicalResult buildKernelIR(mlir::MLIRContext &context,
+                                  const StageSpec &spec, BuiltKernel &kernel,
+                                  std::string &error);
+
+/// The problem and the knobs of a W2 kernel that the harness needs.
+struct W2Shape {
+  int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
+  int64_t localExperts = 0;
+  int64_t tileM = 0, tileN = 0;
+  /// K of one MFMA instruction (64 or 128).
+  int64_t mfmaK = 0;
+};
+
+/// Reads a W2Shape from a StageDescription's fields.
+ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape);
+
+/// How to generate one W2 batch.
+struct W2DataOptions {
+  uint64_t seed = 1;
+  /// Source tokens of this rank; routes = tokens * top_k.
+  int64_t tokens = 16;
+  /// Fraction of routing slots made invalid (-1 or an id >= E).
+  double invalidFraction = 0.1;
+  /// Route every token to this rank's experts (hot-rank routing); otherwise
+  /// routes to other ranks' experts are invalid here.
+  bool hotRank = false;
+  /// Local experts whose W2 weights are all zero.
+  std::vector<int64_t> zeroExperts;
+  /// Tiles appended after the builder's list with expert -1 and an id past
+  /// the local experts (alternately), holding only padding entries: a
+  /// fixed-capacity dispatcher leaves such tiles.
+  int64_t emptyTiles = 0;
+};
+
+/// One W2 batch in the device layout the kernel reads.
+struct W2Data {
+  int64_t tokens = 0, numRoutes = 0;
+  std::vector<int32_t> topkIds;
+  /// [numRoutes, I] FP8 E4M3FN + [numRoutes, I/32] E8M0.
+  std::vector<uint8_t> aCodes, aScales;
+  /// [localExperts, H, I/2] packed E2M1 + [localExperts, H, I/32] E8M0.
+  std::vector<uint8_t> bPacked, bScales;
+  ref::SortedRoutes sorted;
+};
+
+ref::Status generateW2Data(const W2Shape &shape, const W2DataOptions &options,
+                           W2Data &data);
+
+/// The emulator's output and its comparison with the oracle.
+struct W2Outcome {
+  RunResult run;
+  bool launched = false;
+  /// [numRoutes, H] BF16 bits as the kernel left them, and the written
+  /// shadow per element (both bytes written).
+  std::vector<uint16_t> outBits;
+  std::vector<uint8_t> outWritten;
+  /// The oracle: [numRoutes, H] FP32 (rows of unlisted routes NaN).
+  std::vector<float> oracle;
+
+  // Comparison over the rows of listed routes.
+  double relL2 = 0.0;
+  /// max over elements of |emu - oracle| / tolerance (<= 1 passes).
+  double worstErrorOverTolerance = 0.0;
+  int64_t elementsChecked = 0;
+  int64_t elementsOverTolerance = 0;
+  /// Elements equal to the oracle rounded once to BF16.
+  int64_t elementsEqualRounded = 0;
+  int64_t nonFinite = 0;
+  /// Listed routes with an unwritten output byte; unlisted routes with a
+  /// written one (the kernel must leave them untouched).
+  int64_t listedRowsUnwritten = 0;
+  int64_t unlistedRowsWritten = 0;
+  /// Routes of zero-weight experts whose outputs are not exactly zero.
+  int64_t zeroExpertNonZero = 0;
+  bool pass = false;
+  /// One line: "rel L2 ..., worst err/tol ..., ...".
+  std::string summary;
+};
+
+/// Relative L2 bound of the W2 comparison: one BF16 rounding (unit
+/// roundoff 2^-8) of an FP32 sum that carries far smaller error.
+constexpr double kW2RelL2Bound = 1.0 / 256.0;
+
+/// Runs the W2 kernel `func` (a gpu.func built for `shape`) on `data` with
+/// poisoned outputs, then compares with the oracle (compareW2).
+mlir::LogicalResult runW2(mlir::Operation *func, const W2Shape &shape,
+                          const W2Data &data, const LaunchConfig &launch,
+                          W2Outcome &outcome, std::string &error);
+
+/// Fills the comparison fields of `outcome` (tolerances: docs/emulator.md):
+/// per element |emu - ref| <= ulp_bf16(max(|ref|, |emu|)) + (I / mfmaK + 1)
+/// * 2^-24 * sum_k |a_k b_k|, relL2 <= kW2RelL2Bound, every listed row fully
+/// written, unlisted rows untouched, zero-weight experts exactly zero, no
+/// detector finding.
+void compareW2(const W2Shape &shape, const W2Data &data,
+               const W2DataOptions &options, W2Outcome &outcome);
+
+/// Writes the inputs, weights and output of one W2 run as .npy files named
+/// PREFIX{a_codes,a_scales,b_packed,b_scales,topk_ids,sorted_route_ids,
+/// tile_experts,out_bf16,oracle_f32}.npy in `dir` (docs/emulator.md).
+ref::Status saveW2Arrays(const std::string &dir, const std::string &prefix,
+                         const W2Shape &shape, const W2Data &data,
+                         const W2Outcome &outcome);
+
+} // namespace moec::emu
+
+#endif // MOEC_EMULATOR_W2HARNESS_H

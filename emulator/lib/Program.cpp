@@ -1,0 +1,592 @@
+//===- Program.cpp - decode a gpu.func into executable POps ---------------===//
+///
+/// \file
+/// The only emulator TU that inspects MLIR ops: it assigns every SSA value a
+/// slot, classifies its storage, and turns each op into a POp. Anything it
+/// does not recognise is an error naming the op and its location, so
+/// checkSupported() on a kernel is exactly "would the emulator run it".
+///
+//===----------------------------------------------------------------------===//
+
+#include "Program.h"
+
+#include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+namespace moec::emu::detail {
+
+std::string describeLocation(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->getLoc().print(os);
+  return text;
+}
+
+std::string describeOpName(Operation *op) {
+  return op->getName().getStringRef().str();
+}
+
+namespace {
+
+/// Storage of one scalar element type; false when unsupported.
+bool classifyElement(Type type, ValueInfo &info) {
+  if (type.isIndex()) {
+    info.elem = Elem::Int;
+    info.width = 64;
+    info.elemBits = 64;
+    return true;
+  }
+  if (auto integer = dyn_cast<IntegerType>(type)) {
+    const unsigned width = integer.getWidth();
+    if (width != 1 && width != 8 && width != 16 && width != 32 && width != 64)
+      return false;
+    info.elem = Elem::Int;
+    info.width = width;
+    info.elemBits = width == 1 ? 8 : width;
+    return true;
+  }
+  if (type.isF32() || type.isF64() || type.isBF16()) {
+    info.elem = type.isF32() ? Elem::F32 : type.isF64() ? Elem::F64 : Elem::BF16;
+    info.width = info.elemBits = type.getIntOrFloatBitWidth();
+    return true;
+  }
+  if (isa<Float4E2M1FNType>(type)) {
+    info.elem = Elem::Other;
+    info.width = info.elemBits = 4;
+    return true;
+  }
+  if (isa<Float8E4M3FNType, Float8E5M2Type, Float8E8M0FNUType>(type)) {
+    info.elem = Elem::Other;
+    info.width = info.elemBits = 8;
+    return true;
+  }
+  return false;
+}
+
+/// Storage of one value type; false (with `why`) when unsupported.
+bool classifyType(Type type, ValueInfo &info, std::string &why) {
+  if (auto memref = dyn_cast<MemRefType>(type)) {
+    info.isMemRef = true;
+    if (!memref.hasStaticShape() || !memref.getLayout().isIdentity()) {
+      why = "memrefs must have a static shape and identity layout";
+      return false;
+    }
+    Attribute space = memref.getMemorySpace();
+    if (!space) {
+      info.space = Space::Global;
+    } else if (auto gpuSpace = dyn_cast<gpu::AddressSpaceAttr>(space)) {
+      if (gpuSpace.getValue() == gpu::AddressSpace::Global)
+        info.space = Space::Global;
+      else if (gpuSpace.getValue() == gpu::AddressSpace::Workgroup)
+        info.space = Space::Lds;
+      else {
+        why = "private memrefs are not supported";
+        return false;
+      }
+    } else if (auto amdSpace = dyn_cast<amdgpu::AddressSpaceAttr>(space)) {
+      if (amdSpace.getValue() != amdgpu::AddressSpace::FatRawBuffer) {
+        why = "only the fat_raw_buffer amdgpu address space is supported";
+        return false;
+      }
+      info.space = Space::RawBuffer;
+    } else {
+      why = "unsupported memory space";
+      return false;
+    }
+    ValueInfo element;
+    if (!classifyElement(memref.getElementType(), element) ||
+        element.elemBits % 8 != 0) {
+      why = "memref element type must be a byte-sized integer or float";
+      return false;
+    }
+    info.memElemBytes = element.elemBits / 8;
+    info.shape.assign(memref.getShape().begin(), memref.getShape().end());
+    return true;
+  }
+  Type elementType = type;
+  if (auto vector = dyn_cast<VectorType>(type)) {
+    if (vector.getRank() != 1 || vector.isScalable()) {
+      why = "only 1-D fixed vectors are supported";
+      return false;
+    }
+    info.count = static_cast<unsigned>(vector.getNumElements());
+    elementType = vector.getElementType();
+  }
+  if (!classifyElement(elementType, info)) {
+    why = "unsupported element type";
+    return false;
+  }
+  if (info.elemBits == 4 && info.count % 2 != 0) {
+    why = "4-bit vectors must have an even length";
+    return false;
+  }
+  info.laneBytes = (info.count * info.elemBits + 7) / 8;
+  return true;
+}
+
+/// Writes `bits` (the low elemBits) as element `index` of a lane's bytes.
+void putBits(std::vector<uint8_t> &bytes, unsigned elemBits, unsigned index,
+             uint64_t bits) {
+  if (elemBits == 4) {
+    uint8_t &byte = bytes[index / 2];
+    const unsigned shift = (index & 1) * 4;
+    byte = static_cast<uint8_t>((byte & ~(0xF << shift)) | ((bits & 0xF) << shift));
+    return;
+  }
+  for (unsigned b = 0; b < elemBits / 8; ++b)
+    bytes[index * (elemBits / 8) + b] = static_cast<uint8_t>(bits >> (8 * b));
+}
+
+class Decoder {
+public:
+  Decoder(Program &program, std::string &error)
+      : program(program), error(error) {}
+
+  LogicalResult decodeFunc(gpu::GPUFuncOp func);
+
+private:
+  LogicalResult fail(Operation *op, const Twine &why) {
+    error = (Twine("emulator: unsupported op '") +
+             op->getName().getStringRef() + "' at " + describeLocation(op) +
+             ": " + why)
+                .str();
+    return failure();
+  }
+  FailureOr<unsigned> slotOf(Value value, Operation *user);
+  FailureOr<unsigned> define(Value value, Operation *owner);
+  FailureOr<int> decodeBlock(Block &block);
+  LogicalResult decodeOp(Operation *op, POp &p);
+  LogicalResult decodeConstant(arith::ConstantOp op, POp &p);
+
+  Program &program;
+  std::string &error;
+  llvm::DenseMap<Value, unsigned> slots;
+};
+
+FailureOr<unsigned> Decoder::define(Value value, Operation *owner) {
+  ValueInfo info;
+  std::string why;
+  if (!classifyType(value.getType(), info, why)) {
+    std::string typeText;
+    llvm::raw_string_ostream os(typeText);
+    value.getType().print(os);
+    return fail(owner, "value of type " + typeText + ": " + why);
+  }
+  const unsigned slot = static_cast<unsigned>(program.values.size());
+  program.values.push_back(std::move(info));
+  slots[value] = slot;
+  return slot;
+}
+
+FailureOr<unsigned> Decoder::slotOf(Value value, Operation *user) {
+  auto it = slots.find(value);
+  if (it == slots.end())
+    return fail(user, "operand defined outside the kernel");
+  return it->second;
+}
+
+FailureOr<int> Decoder::decodeBlock(Block &block) {
+  const int index = static_cast<int>(program.blocks.size());
+  program.blocks.emplace_back();
+  std::vector<unsigned> args;
+  for (BlockArgument arg : block.getArguments()) {
+    Operation *owner = block.getParentOp();
+    FailureOr<unsigned> slot = define(arg, owner);
+    if (failed(slot))
+      return failure();
+    args.push_back(*slot);
+  }
+  std::vector<unsigned> ops;
+  for (Operation &op : block) {
+    POp p;
+    p.op = &op;
+    if (failed(decodeOp(&op, p)))
+      return failure();
+    ops.push_back(static_cast<unsigned>(program.ops.size()));
+    program.ops.push_back(std::move(p));
+  }
+  program.blocks[index].args = std::move(args);
+  program.blocks[index].ops = std::move(ops);
+  return index;
+}
+
+LogicalResult Decoder::decodeConstant(arith::ConstantOp op, POp &p) {
+  const ValueInfo &info = program.values[p.out[0]];
+  p.constant.assign(info.laneBytes, 0);
+  Attribute value = op.getValue();
+  auto bitsOf = [&](Attribute element) -> std::optional<uint64_t> {
+    if (auto integer = dyn_cast<IntegerAttr>(element))
+      return integer.getValue().getZExtValue();
+    if (auto floating = dyn_cast<FloatAttr>(element))
+      return floating.getValue().bitcastToAPInt().getZExtValue();
+    return std::nullopt;
+  };
+  if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+    unsigned index = 0;
+    if (isa<FloatType>(dense.getElementType())) {
+      for (const APFloat &element : dense.getValues<APFloat>())
+        putBits(p.constant, info.elemBits, index++,
+                element.bitcastToAPInt().getZExtValue());
+    } else {
+      for (const APInt &element : dense.getValues<APInt>())
+        putBits(p.constant, info.elemBits, index++, element.getZExtValue());
+    }
+    return success();
+  }
+  std::optional<uint64_t> bits = bitsOf(value);
+  if (!bits)
+    return fail(op, "constant attribute kind");
+  putBits(p.constant, info.elemBits, 0, *bits);
+  return success();
+}
+
+LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
+  // Operands first (their slots exist by dominance), then results, then
+  // regions, so a region's values get slots after its parent's operands.
+  for (Value operand : op->getOperands()) {
+    FailureOr<unsigned> slot = slotOf(operand, op);
+    if (failed(slot))
+      return failure();
+    p.in.push_back(*slot);
+  }
+  for (Value result : op->getResults()) {
+    FailureOr<unsigned> slot = define(result, op);
+    if (failed(slot))
+      return failure();
+    p.out.push_back(*slot);
+  }
+  auto floatOk = [&](unsigned slot) {
+    Elem e = program.values[slot].elem;
+    return e == Elem::F32 || e == Elem::F64 || e == Elem::BF16;
+  };
+  auto intBinary = [&](IntOp which) {
+    p.kind = Kind::IntBinary;
+    p.sub = static_cast<uint8_t>(which);
+    return success();
+  };
+  auto floatBinary = [&](Operation *o, FloatOp which) -> LogicalResult {
+    if (!floatOk(p.out[0]))
+      return fail(o, "float arithmetic on this element type");
+    p.kind = Kind::FloatBinary;
+    p.sub = static_cast<uint8_t>(which);
+    return success();
+  };
+  auto intCast = [&](bool signExtend) {
+    p.kind = Kind::IntCast;
+    p.sub = signExtend ? 1 : 0;
+    return success();
+  };
+  auto gpuDim = [&](Kind kind, gpu::Dimension dim) {
+    p.kind = kind;
+    p.ints = {static_cast<int64_t>(dim)};
+    return success();
+  };
+
+  LogicalResult result =
+      llvm::TypeSwitch<Operation *, LogicalResult>(op)
+          .Case([&](arith::ConstantOp o) {
+            p.kind = Kind::Constant;
+            return decodeConstant(o, p);
+          })
+          .Case([&](arith::AddIOp) { return intBinary(IntOp::Add); })
+          .Case([&](arith::SubIOp) { return intBinary(IntOp::Sub); })
+          .Case([&](arith::MulIOp) { return intBinary(IntOp::Mul); })
+          .Case([&](arith::DivUIOp) { return intBinary(IntOp::DivU); })
+          .Case([&](arith::DivSIOp) { return intBinary(IntOp::DivS); })
+          .Case([&](arith::RemUIOp) { return intBinary(IntOp::RemU); })
+          .Case([&](arith::RemSIOp) { return intBinary(IntOp::RemS); })
+          .Case([&](arith::CeilDivUIOp) { return intBinary(IntOp::CeilDivU); })
+          .Case([&](arith::CeilDivSIOp) { return intBinary(IntOp::CeilDivS); })
+          .Case([&](arith::FloorDivSIOp) { return intBinary(IntOp::FloorDivS); })
+          .Case([&](arith::MinUIOp) { return intBinary(IntOp::MinU); })
+          .Case([&](arith::MaxUIOp) { return intBinary(IntOp::MaxU); })
+          .Case([&](arith::MinSIOp) { return intBinary(IntOp::MinS); })
+          .Case([&](arith::MaxSIOp) { return intBinary(IntOp::MaxS); })
+          .Case([&](arith::AndIOp) { return intBinary(IntOp::And); })
+          .Case([&](arith::OrIOp) { return intBinary(IntOp::Or); })
+          .Case([&](arith::XOrIOp) { return intBinary(IntOp::Xor); })
+          .Case([&](arith::ShLIOp) { return intBinary(IntOp::Shl); })
+          .Case([&](arith::ShRUIOp) { return intBinary(IntOp::ShrU); })
+          .Case([&](arith::ShRSIOp) { return intBinary(IntOp::ShrS); })
+          .Case([&](arith::CmpIOp o) {
+            p.kind = Kind::CmpI;
+            p.sub = static_cast<uint8_t>(o.getPredicate());
+            return success();
+          })
+          .Case([&](arith::ExtUIOp) { return intCast(false); })
+          .Case([&](arith::ExtSIOp) { return intCast(true); })
+          .Case([&](arith::TruncIOp) { return intCast(false); })
+          .Case([&](arith::IndexCastOp) { return intCast(true); })
+          .Case([&](arith::IndexCastUIOp) { return intCast(false); })
+          .Case([&](arith::BitcastOp) {
+            p.kind = Kind::Bitcast;
+            return success();
+          })
+          .Case([&](arith::SelectOp o) -> LogicalResult {
+            if (isa<VectorType>(o.getCondition().getType()))
+              return fail(o, "vector conditions");
+            p.kind = Kind::Select;
+            return success();
+          })
+          .Case([&](arith::AddFOp o) { return floatBinary(o, FloatOp::Add); })
+          .Case([&](arith::SubFOp o) { return floatBinary(o, FloatOp::Sub); })
+          .Case([&](arith::MulFOp o) { return floatBinary(o, FloatOp::Mul); })
+          .Case([&](arith::DivFOp o) { return floatBinary(o, FloatOp::Div); })
+          .Case([&](arith::MaxNumFOp o) {
+            return floatBinary(o, FloatOp::MaxNum);
+          })
+          .Case([&](arith::MinNumFOp o) {
+            return floatBinary(o, FloatOp::MinNum);
+          })
+          .Case([&](arith::ExtFOp o) -> LogicalResult {
+            if (!floatOk(p.in[0]) || !floatOk(p.out[0]))
+              return fail(o, "extf between these types");
+            p.kind = Kind::FloatCast;
+            return success();
+          })
+          .Case([&](arith::TruncFOp o) -> LogicalResult {
+            if (!floatOk(p.in[0]) || !floatOk(p.out[0]))
+              return fail(o, "truncf between these types");
+            if (o.getRoundingmode() &&
+                *o.getRoundingmode() != arith::RoundingMode::to_nearest_even)
+              return fail(o, "rounding modes other than to_nearest_even");
+            p.kind = Kind::FloatCast;
+            return success();
+          })
+          .Case([&](memref::LoadOp) {
+            p.kind = Kind::MemLoad;
+            return success();
+          })
+          .Case([&](memref::StoreOp) {
+            p.kind = Kind::MemStore;
+            return success();
+          })
+          .Case([&](vector::LoadOp) {
+            p.kind = Kind::MemLoad;
+            return success();
+          })
+          .Case([&](vector::StoreOp) {
+            p.kind = Kind::MemStore;
+            return success();
+          })
+          .Case([&](vector::ShuffleOp o) {
+            p.kind = Kind::Shuffle;
+            p.ints.assign(o.getMask().begin(), o.getMask().end());
+            return success();
+          })
+          .Case([&](vector::BitCastOp) {
+            p.kind = Kind::Bitcast;
+            return success();
+          })
+          .Case([&](vector::ExtractOp o) -> LogicalResult {
+            if (!o.getDynamicPosition().empty() ||
+                o.getStaticPosition().size() != 1 ||
+                isa<VectorType>(o.getResult().getType()))
+              return fail(o, "only a static position into a 1-D vector");
+            p.kind = Kind::Extract;
+            p.ints = {o.getStaticPosition()[0]};
+            return success();
+          })
+          .Case([&](vector::InsertOp o) -> LogicalResult {
+            if (!o.getDynamicPosition().empty() ||
+                o.getStaticPosition().size() != 1 ||
+                isa<VectorType>(o.getValueToStore().getType()))
+              return fail(o, "only a static position into a 1-D vector");
+            p.kind = Kind::Insert;
+            p.ints = {o.getStaticPosition()[0]};
+            return success();
+          })
+          .Case([&](vector::ExtractStridedSliceOp o) -> LogicalResult {
+            auto offsets = o.getOffsets().getValue();
+            auto strides = o.getStrides().getValue();
+            if (offsets.size() != 1 ||
+                cast<IntegerAttr>(strides[0]).getInt() != 1)
+              return fail(o, "only unit-stride 1-D slices");
+            p.kind = Kind::ExtractSlice;
+            p.ints = {cast<IntegerAttr>(offsets[0]).getInt()};
+            return success();
+          })
+          .Case([&](vector::BroadcastOp o) -> LogicalResult {
+            if (isa<VectorType>(o.getSource().getType()))
+              return fail(o, "only scalar sources");
+            p.kind = Kind::Broadcast;
+            return success();
+          })
+          .Case([&](gpu::ThreadIdOp o) {
+            return gpuDim(Kind::ThreadId, o.getDimension());
+          })
+          .Case([&](gpu::BlockIdOp o) {
+            return gpuDim(Kind::BlockId, o.getDimension());
+          })
+          .Case([&](gpu::BlockDimOp o) {
+            return gpuDim(Kind::BlockDim, o.getDimension());
+          })
+          .Case([&](gpu::GridDimOp o) {
+            return gpuDim(Kind::GridDim, o.getDimension());
+          })
+          .Case([&](gpu::BarrierOp) {
+            p.kind = Kind::Barrier;
+            return success();
+          })
+          .Case([&](amdgpu::LDSBarrierOp) {
+            p.kind = Kind::Barrier;
+            return success();
+          })
+          .Case([&](amdgpu::SchedBarrierOp) {
+            p.kind = Kind::NoOp;
+            return success();
+          })
+          .Case([&](gpu::ReturnOp o) -> LogicalResult {
+            if (o->getNumOperands() != 0)
+              return fail(o, "kernels return nothing");
+            if (!isa<gpu::GPUFuncOp>(o->getParentOp()))
+              return fail(o, "gpu.return must end the kernel body");
+            p.kind = Kind::Return;
+            return success();
+          })
+          .Case([&](amdgpu::FatRawBufferCastOp o) -> LogicalResult {
+            if (o.getResetOffset())
+              return fail(o, "resetOffset");
+            if (program.values[p.in[0]].space != Space::Global)
+              return fail(o, "the source must be a global memref");
+            p.kind = Kind::FatRawBufferCast;
+            // Operand order: source, [validBytes], [cacheSwizzleStride].
+            p.ints = {o.getValidBytes() ? 1 : 0};
+            return success();
+          })
+          .Case([&](amdgpu::ScaledMFMAOp o) -> LogicalResult {
+            const bool is16 = o.getM() == 16 && o.getN() == 16 && o.getK() == 128;
+            const bool is32 = o.getM() == 32 && o.getN() == 32 && o.getK() == 64;
+            if (!is16 && !is32)
+              return fail(o, "only 16x16x128 and 32x32x64");
+            auto format = [&](Value source) -> int {
+              Type element = cast<VectorType>(source.getType()).getElementType();
+              if (isa<Float8E4M3FNType>(element))
+                return static_cast<int>(mfma::OperandFormat::Fp8);
+              if (isa<Float4E2M1FNType>(element))
+                return static_cast<int>(mfma::OperandFormat::Fp4);
+              return -1;
+            };
+            const int fa = format(o.getSourceA()), fb = format(o.getSourceB());
+            if (fa < 0 || fb < 0)
+              return fail(o, "operands other than f8E4M3FN and f4E2M1FN");
+            if (!cast<VectorType>(o.getDestC().getType()).getElementType().isF32())
+              return fail(o, "accumulators other than f32");
+            p.kind = Kind::ScaledMfma;
+            // Operand order: sourceA, sourceB, destC, scalesA, scalesB.
+            p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
+                                                : mfma::Shape::M32N32K64),
+                      o.getScalesIdxA(), o.getScalesIdxB(), fa, fb};
+            return success();
+          })
+          .Case([&](scf::IfOp o) -> LogicalResult {
+            p.kind = Kind::If;
+            FailureOr<int> thenBlock = decodeBlock(o.getThenRegion().front());
+            if (failed(thenBlock))
+              return failure();
+            p.regions[0] = *thenBlock;
+            if (!o.getElseRegion().empty()) {
+              FailureOr<int> elseBlock = decodeBlock(o.getElseRegion().front());
+              if (failed(elseBlock))
+                return failure();
+              p.regions[1] = *elseBlock;
+            }
+            return success();
+          })
+          .Case([&](scf::ForOp o) -> LogicalResult {
+            if (o.getUnsignedCmp())
+              return fail(o, "unsigned loop comparison");
+            p.kind = Kind::For;
+            FailureOr<int> body = decodeBlock(*o.getBody());
+            if (failed(body))
+              return failure();
+            p.regions[0] = *body;
+            return success();
+          })
+          .Case([&](scf::YieldOp) {
+            p.kind = Kind::Yield;
+            return success();
+          })
+          .Default([&](Operation *o) {
+            return fail(o, "no emulator semantics for this op");
+          });
+  return result;
+}
+
+LogicalResult Decoder::decodeFunc(gpu::GPUFuncOp func) {
+  program.kernelName = func.getName().str();
+  if (auto module = func->getParentOfType<gpu::GPUModuleOp>())
+    program.kernelName = module.getName().str() + "::" + program.kernelName;
+  if (!func.getPrivateAttributions().empty())
+    return fail(func, "private attributions");
+  if (func.getBody().getBlocks().size() != 1)
+    return fail(func, "kernels with more than one block (unstructured control flow)");
+  if (std::optional<ArrayRef<int32_t>> known = func.getKnownBlockSize())
+    for (unsigned d = 0; d < 3 && d < known->size(); ++d)
+      program.knownBlockSize[d] = (*known)[d];
+
+  Block &entry = func.getBody().front();
+  // Kernel arguments and workgroup attributions are entry block arguments;
+  // decodeBlock defines them in order.
+  FailureOr<int> entryIndex = decodeBlock(entry);
+  if (failed(entryIndex))
+    return failure();
+  program.entry = static_cast<unsigned>(*entryIndex);
+  const std::vector<unsigned> &args = program.blocks[program.entry].args;
+  const unsigned numArgs = func.getNumArguments();
+  program.argSlots.assign(args.begin(), args.begin() + numArgs);
+  int64_t offset = 0;
+  for (unsigned i = numArgs; i < args.size(); ++i) {
+    const ValueInfo &info = program.values[args[i]];
+    int64_t bytes = info.memElemBytes;
+    for (int64_t extent : info.shape)
+      bytes *= extent;
+    // 16-byte aligned regions, as the backend lays out LDS variables.
+    offset = (offset + 15) / 16 * 16;
+    program.lds.push_back({args[i], offset, bytes});
+    offset += bytes;
+  }
+  program.ldsBytes = offset;
+  Block &last = entry;
+  if (last.empty() || !isa<gpu::ReturnOp>(last.back()))
+    return fail(func, "the kernel body must end with gpu.return");
+  return success();
+}
+
+} // namespace
+
+LogicalResult decodeProgram(gpu::GPUFuncOp func, Program &program,
+                            std::string &error) {
+  program = Program();
+  return Decoder(program, error).decodeFunc(func);
+}
+
+} // namespace moec::emu::detail
+
+namespace moec::emu {
+
+LogicalResult checkSupported(gpu::GPUFuncOp func, std::string &error) {
+  detail::Program program;
+  return detail::decodeProgram(func, program, error);
+}
+
+FailureOr<RunResult> runKernel(gpu::GPUFuncOp func, GlobalMemory &memory,
+                               ArrayRef<KernelArgValue> args,
+                               const LaunchConfig &launch, std::string &error) {
+  detail::Program program;
+  if (failed(detail::decodeProgram(func, program, error)))
+    return failure();
+  return detail::execute(program, memory, args, launch, error);
+}
+
+} // namespace moec::emu

@@ -1,0 +1,158 @@
+//===- Program.h - a gpu.func decoded for execution -------------*- C++ -*-===//
+///
+/// \file
+/// Internal to the emulator. Program.cpp walks the gpu.func once and decodes
+/// every op into a POp: its kind, value slots, and the attributes its
+/// semantics need. Execute.cpp then runs POps without touching MLIR, so the
+/// hot loop is plain C++ and the interpreter's TU compiles quickly.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_EMULATOR_LIB_PROGRAM_H
+#define MOEC_EMULATOR_LIB_PROGRAM_H
+
+#include "moec/Codegen/MfmaLayout.h"
+#include "moec/Emulator/Emulator.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class Operation;
+} // namespace mlir
+
+namespace moec::emu::detail {
+
+/// Scalar element kinds the emulator computes with.
+enum class Elem : uint8_t {
+  Int,  ///< iN and index (index is 64 bits)
+  F32,
+  F64,
+  BF16,
+  Other, ///< stored and moved, never computed (f8, f4, E8M0)
+};
+
+/// Memory spaces of memref values.
+enum class Space : uint8_t { Global, RawBuffer, Lds };
+
+/// How one SSA value is stored per lane.
+struct ValueInfo {
+  Elem elem = Elem::Int;
+  /// Integer width (1..64) for Elem::Int; the float width otherwise.
+  unsigned width = 0;
+  /// Storage bits of one element: 4, 8, 16, 32 or 64 (i1 takes 8).
+  unsigned elemBits = 0;
+  /// Elements per lane (1 for scalars).
+  unsigned count = 1;
+  /// ceil(count * elemBits / 8); 0 for memrefs.
+  unsigned laneBytes = 0;
+  bool isMemRef = false;
+  // Memrefs: static shape (row-major, identity layout) and element bytes.
+  Space space = Space::Global;
+  std::vector<int64_t> shape;
+  unsigned memElemBytes = 0;
+};
+
+enum class Kind : uint8_t {
+  Constant,
+  IntBinary,
+  CmpI,
+  IntCast, ///< extui, extsi, trunci, index_cast, index_castui
+  Bitcast, ///< arith.bitcast and vector.bitcast (same bytes per lane)
+  Select,
+  FloatBinary,
+  FloatCast, ///< extf, truncf
+  MemLoad,   ///< memref.load and vector.load
+  MemStore,  ///< memref.store and vector.store
+  Shuffle,
+  Extract,
+  ExtractSlice,
+  Insert,
+  Broadcast,
+  ThreadId,
+  BlockId,
+  BlockDim,
+  GridDim,
+  Barrier,
+  NoOp,
+  Return,
+  FatRawBufferCast,
+  ScaledMfma,
+  If,
+  For,
+  Yield,
+};
+
+enum class IntOp : uint8_t {
+  Add, Sub, Mul, DivU, DivS, RemU, RemS, MinU, MaxU, MinS, MaxS, And, Or, Xor,
+  Shl, ShrU, ShrS, CeilDivU, FloorDivS, CeilDivS,
+};
+enum class FloatOp : uint8_t { Add, Sub, Mul, Div, MaxNum, MinNum };
+/// Same numbering as arith::CmpIPredicate.
+enum class CmpPred : uint8_t { Eq, Ne, Slt, Sle, Sgt, Sge, Ult, Ule, Ugt, Uge };
+
+/// One decoded op.
+struct POp {
+  mlir::Operation *op = nullptr;
+  Kind kind = Kind::NoOp;
+  /// IntOp, FloatOp, CmpPred, or for IntCast: 0 zero-extend, 1 sign-extend.
+  uint8_t sub = 0;
+  std::vector<unsigned> in;
+  std::vector<unsigned> out;
+  /// Blocks of scf.if (then, else; -1 when empty) or scf.for (body, -1).
+  int regions[2] = {-1, -1};
+  /// Kind-specific integers: shuffle mask, extract position, slice offset,
+  /// gpu dimension, scaled-MFMA parameters (m, k, scalesIdxA, scalesIdxB,
+  /// format A, format B), fat_raw_buffer_cast's "has validBytes".
+  std::vector<int64_t> ints;
+  /// Constant bytes in the value's per-lane layout.
+  std::vector<uint8_t> constant;
+};
+
+/// One block: its ops in order and its argument slots.
+struct PBlock {
+  std::vector<unsigned> ops;
+  std::vector<unsigned> args;
+};
+
+/// A decoded gpu.func.
+struct Program {
+  std::string kernelName;
+  std::vector<ValueInfo> values;
+  std::vector<POp> ops;
+  std::vector<PBlock> blocks;
+  /// Entry block index and the slots of the kernel arguments.
+  unsigned entry = 0;
+  std::vector<unsigned> argSlots;
+  /// LDS attributions: slot, byte offset in the workgroup's LDS, bytes.
+  struct LdsRegion {
+    unsigned slot;
+    int64_t offset;
+    int64_t bytes;
+  };
+  std::vector<LdsRegion> lds;
+  int64_t ldsBytes = 0;
+  /// known_block_size, or zeros.
+  std::array<int64_t, 3> knownBlockSize{{0, 0, 0}};
+};
+
+/// Decodes `func`; fails with `error` naming the first unsupported op or type.
+mlir::LogicalResult decodeProgram(mlir::gpu::GPUFuncOp func, Program &program,
+                                  std::string &error);
+
+/// "loc" and op name of `op`, for findings and errors.
+std::string describeLocation(mlir::Operation *op);
+std::string describeOpName(mlir::Operation *op);
+
+/// Executes a decoded program (Execute.cpp).
+mlir::FailureOr<RunResult> execute(const Program &program,
+                                   GlobalMemory &memory,
+                                   llvm::ArrayRef<KernelArgValue> args,
+                                   const LaunchConfig &launch,
+                                   std::string &error);
+
+} // namespace moec::emu::detail
+
+#endif // MOEC_EMULATOR_LIB_PROGRAM_H

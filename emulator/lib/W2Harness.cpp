@@ -1,0 +1,359 @@
+//===- W2Harness.cpp - the W2 stage on the emulator vs the oracle ---------===//
+
+#include "moec/Emulator/W2Harness.h"
+
+#include "moec/Compiler/Pipeline.h"
+#include "moec/Compiler/Registration.h"
+#include "moec/reference/Formats.h"
+#include "moec/reference/Generate.h"
+#include "moec/reference/Npy.h"
+#include "moec/reference/Quantize.h"
+#include "moec/reference/Stages.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+using namespace mlir;
+
+namespace moec::emu {
+
+void prepareContext(MLIRContext &context) {
+  DialectRegistry registry;
+  registerMoecDialects(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+}
+
+LogicalResult buildKernelIR(MLIRContext &context, const StageSpec &spec,
+                            BuiltKernel &kernel, std::string &error) {
+  OpBuilder builder(&context);
+  kernel.module = ModuleOp::create(builder.getUnknownLoc());
+  builder.setInsertionPointToEnd(kernel.module->getBody());
+  if (!buildStageOp(builder, spec, kernel.description, error))
+    return failure();
+  // Lowering reports through diagnostics; keep the first as the error.
+  std::string diagnostic;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    if (diagnostic.empty())
+      diagnostic = diag.str();
+    return success();
+  });
+  if (failed(lowerToKernelIR(*kernel.module))) {
+    error = "lowering " + kernel.description.symbol + " to kernel IR failed: " +
+            diagnostic;
+    return failure();
+  }
+  kernel.func = nullptr;
+  unsigned count = 0;
+  kernel.module->walk([&](gpu::GPUFuncOp func) {
+    kernel.func = func;
+    ++count;
+  });
+  if (count != 1) {
+    error = "expected one gpu.func after lowering " +
+            kernel.description.symbol + ", found " + std::to_string(count);
+    return failure();
+  }
+  return success();
+}
+
+ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape) {
+  auto field = [&](const char *name, std::string &out) {
+    for (const auto &[key, value] : description.fields)
+      if (key == name) {
+        out = value;
+        return true;
+      }
+    return false;
+  };
+  auto integer = [&](const char *name, int64_t &out) -> ref::Status {
+    std::string text;
+    if (!field(name, text))
+      return ref::Status::error(std::string("field '") + name + "': missing");
+    char *end = nullptr;
+    out = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0')
+      return ref::Status::error(std::string("field '") + name +
+                                "': not an integer: '" + text + "'");
+    return {};
+  };
+  for (auto [name, out] :
+       {std::pair<const char *, int64_t *>{"hidden", &shape.hidden},
+        {"intermediate", &shape.intermediate},
+        {"experts", &shape.experts},
+        {"top_k", &shape.topK},
+        {"ep", &shape.ep},
+        {"m", &shape.tileM},
+        {"n", &shape.tileN}}) {
+    ref::Status status = integer(name, *out);
+    if (!status)
+      return status;
+  }
+  std::string mfmaText;
+  field("mfma", mfmaText);
+  shape.mfmaK = mfmaText == "32x32x64" ? 64 : 128;
+  shape.localExperts = shape.experts / shape.ep;
+  return {};
+}
+
+ref::Status generateW2Data(const W2Shape &shape, const W2DataOptions &options,
+                           W2Data &data) {
+  const int64_t hidden = shape.hidden, inter = shape.intermediate;
+  ref::MoeShape moeShape{hidden, inter, shape.experts, shape.topK};
+  ref::RoutingOptions routing;
+  routing.invalidFraction = options.invalidFraction;
+  if (options.hotRank) {
+    routing.ep = shape.ep;
+    routing.hotRank = 0;
+  }
+  ref::TokenBatch batch = ref::generateBatch(options.seed, /*stream=*/0,
+                                             options.tokens, moeShape, routing);
+  data.tokens = options.tokens;
+  data.numRoutes = options.tokens * shape.topK;
+  data.topkIds = batch.topkIds;
+  // This is rank 0: global expert ids [0, localExperts) are its experts, so
+  // ids of other ranks' experts fall out of range and are invalid here.
+  ref::Status status =
+      ref::buildSortedRoutes(data.topkIds.data(), options.tokens, shape.topK,
+                             shape.localExperts, shape.tileM, data.sorted);
+  if (!status)
+    return status;
+  for (int64_t t = 0; t < options.emptyTiles; ++t) {
+    data.sorted.tileExperts.push_back(
+        t % 2 == 0 ? -1 : static_cast<int32_t>(shape.localExperts));
+    data.sorted.routeIds.insert(data.sorted.routeIds.end(), shape.tileM,
+                                static_cast<int32_t>(data.numRoutes));
+  }
+
+  // A: one row per route, N(0, 1) values quantised per 1x32 with the
+  // activation recipe (the W13 kernel's output format).
+  ref::CounterRandom random(options.seed, /*stream=*/0x57A2);
+  data.aCodes.assign(size_t(data.numRoutes * inter), 0);
+  data.aScales.assign(size_t(data.numRoutes * inter / 32), 0);
+  std::vector<double> row(static_cast<size_t>(inter));
+  for (int64_t r = 0; r < data.numRoutes; ++r) {
+    for (int64_t k = 0; k < inter; ++k)
+      row[size_t(k)] = random.normal(uint64_t(r * inter + k));
+    ref::quantizeFp8Row(row.data(), inter, &data.aCodes[size_t(r * inter)],
+                        &data.aScales[size_t(r * inter / 32)]);
+  }
+  // B: generated MXFP4 weights of the local experts.
+  ref::GeneratedMxfp4Weights weights(options.seed, /*tensorTag=*/0xB2,
+                                     shape.localExperts, hidden, inter,
+                                     ref::defaultScaleExponent(inter));
+  ref::materializeWeights(weights, data.bPacked, data.bScales);
+  for (int64_t e : options.zeroExperts) {
+    if (e < 0 || e >= shape.localExperts)
+      return ref::Status::error("zero expert " + std::to_string(e) +
+                                " is not a local expert");
+    std::fill_n(data.bPacked.begin() + e * hidden * inter / 2,
+                hidden * inter / 2, uint8_t(0));
+  }
+  return {};
+}
+
+LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
+                    const LaunchConfig &launchIn, W2Outcome &outcome,
+                    std::string &error) {
+  auto func = cast<gpu::GPUFuncOp>(funcOp);
+  const int64_t hidden = shape.hidden, inter = shape.intermediate;
+  const int64_t numSorted = static_cast<int64_t>(data.sorted.routeIds.size());
+  const int64_t numTiles = data.sorted.numTiles();
+  GlobalMemory memory;
+  auto input = [&](const char *name, const void *bytes, size_t size) {
+    unsigned id = memory.addBuffer(name, size);
+    memory.write(id, 0, bytes, size);
+    return id;
+  };
+  const unsigned a = input("a", data.aCodes.data(), data.aCodes.size());
+  const unsigned aScale = input("a_scale", data.aScales.data(), data.aScales.size());
+  const unsigned b = input("b", data.bPacked.data(), data.bPacked.size());
+  const unsigned bScale = input("b_scale", data.bScales.data(), data.bScales.size());
+  const unsigned sorted = input("sorted_routes", data.sorted.routeIds.data(),
+                                data.sorted.routeIds.size() * 4);
+  const unsigned tiles = input("tile_experts", data.sorted.tileExperts.data(),
+                               data.sorted.tileExperts.size() * 4);
+  const unsigned out = memory.addBuffer("out", size_t(data.numRoutes * hidden * 2));
+  memory.poison(out);
+
+  outcome = W2Outcome();
+  if (numTiles > 0) {
+    LaunchConfig launch = launchIn;
+    launch.grid = {hidden / shape.tileN, numTiles, 1};
+    std::vector<KernelArgValue> args = {
+        KernelArgValue::makeBuffer(a),      KernelArgValue::makeBuffer(aScale),
+        KernelArgValue::makeBuffer(b),      KernelArgValue::makeBuffer(bScale),
+        KernelArgValue::makeBuffer(sorted), KernelArgValue::makeBuffer(tiles),
+        KernelArgValue::makeBuffer(out),
+        KernelArgValue::makeScalar(data.numRoutes),
+        KernelArgValue::makeScalar(numSorted)};
+    FailureOr<RunResult> run = runKernel(func, memory, args, launch, error);
+    if (failed(run))
+      return failure();
+    outcome.run = std::move(*run);
+    outcome.launched = true;
+  }
+  const size_t elements = size_t(data.numRoutes * hidden);
+  outcome.outBits.resize(elements);
+  outcome.outWritten.resize(elements);
+  std::memcpy(outcome.outBits.data(), memory.data(out), elements * 2);
+  const uint8_t *written = memory.written(out);
+  for (size_t i = 0; i < elements; ++i)
+    outcome.outWritten[i] = written[2 * i] && written[2 * i + 1];
+  (void)inter;
+  return success();
+}
+
+namespace {
+
+/// One unit in the last place of BF16 at magnitude |x| (8 significant bits);
+/// the smallest subnormal step below the normal range.
+double ulpBf16(double x) {
+  x = std::fabs(x);
+  if (!(x >= std::ldexp(1.0, -126)))
+    return std::ldexp(1.0, -133);
+  return std::ldexp(1.0, std::ilogb(x) - 7);
+}
+
+} // namespace
+
+void compareW2(const W2Shape &shape, const W2Data &data,
+               const W2DataOptions &options, W2Outcome &outcome) {
+  const int64_t hidden = shape.hidden, inter = shape.intermediate;
+  outcome.oracle.assign(size_t(data.numRoutes * hidden),
+                        std::numeric_limits<float>::quiet_NaN());
+  ref::Status status = ref::runW2Stage(
+      data.aCodes.data(), data.aScales.data(), data.bPacked.data(),
+      data.bScales.data(), shape.localExperts, hidden, inter, data.sorted,
+      outcome.oracle.data());
+  if (!status) {
+    outcome.pass = false;
+    outcome.summary = "oracle failed: " + status.message();
+    return;
+  }
+  // Route -> expert of the listed (valid) routes.
+  std::vector<int32_t> expertOf(size_t(data.numRoutes), -1);
+  for (int64_t t = 0; t < data.sorted.numTiles(); ++t)
+    for (int64_t i = 0; i < shape.tileM; ++i) {
+      const int32_t route = data.sorted.routeIds[size_t(t * shape.tileM + i)];
+      if (!data.sorted.isPadding(route))
+        expertOf[size_t(route)] = data.sorted.tileExperts[size_t(t)];
+    }
+  const std::set<int64_t> zeroExperts(options.zeroExperts.begin(),
+                                      options.zeroExperts.end());
+  // Accumulation error bound: each of the I / mfmaK instructions rounds its
+  // FP32 result once (relative 2^-24 of a partial sum bounded by
+  // sum |a_k b_k|), and the oracle's FP32 rounding adds one more.
+  const double accumulationFactor =
+      double(inter / shape.mfmaK + 1) * std::ldexp(1.0, -24);
+  std::vector<double> aRow(static_cast<size_t>(inter)),
+      bRow(static_cast<size_t>(inter));
+  double errSq = 0.0, refSq = 0.0;
+  outcome.elementsChecked = outcome.elementsOverTolerance = 0;
+  outcome.worstErrorOverTolerance = 0.0;
+  for (int64_t r = 0; r < data.numRoutes; ++r) {
+    const int32_t expert = expertOf[size_t(r)];
+    const size_t rowBase = size_t(r * hidden);
+    if (expert < 0) {
+      for (int64_t h = 0; h < hidden; ++h)
+        if (outcome.outWritten[rowBase + size_t(h)]) {
+          ++outcome.unlistedRowsWritten;
+          break;
+        }
+      continue;
+    }
+    bool unwritten = false;
+    ref::dequantizeFp8Row(&data.aCodes[size_t(r * inter)],
+                          &data.aScales[size_t(r * inter / 32)], inter,
+                          aRow.data());
+    bool zeroMismatch = false;
+    for (int64_t h = 0; h < hidden; ++h) {
+      const size_t i = rowBase + size_t(h);
+      unwritten |= !outcome.outWritten[i];
+      const size_t bRowIndex = size_t((expert * hidden + h) * inter);
+      ref::dequantizeMxfp4Row(&data.bPacked[bRowIndex / 2],
+                              &data.bScales[bRowIndex / 32], inter, bRow.data());
+      double absSum = 0.0;
+      for (int64_t k = 0; k < inter; ++k)
+        absSum += std::fabs(aRow[size_t(k)] * bRow[size_t(k)]);
+      const double expected = outcome.oracle[i];
+      const double got = ref::decodeBf16(outcome.outBits[i]);
+      ++outcome.elementsChecked;
+      if (!std::isfinite(got)) {
+        ++outcome.nonFinite;
+        continue;
+      }
+      if (zeroExperts.count(expert) && got != 0.0)
+        zeroMismatch = true;
+      const double err = std::fabs(got - expected);
+      const double tol = ulpBf16(std::max(std::fabs(expected), std::fabs(got))) +
+                         accumulationFactor * absSum;
+      outcome.worstErrorOverTolerance =
+          std::max(outcome.worstErrorOverTolerance, err / tol);
+      if (err > tol)
+        ++outcome.elementsOverTolerance;
+      if (ref::encodeBf16(expected) == outcome.outBits[i])
+        ++outcome.elementsEqualRounded;
+      errSq += err * err;
+      refSq += expected * expected;
+    }
+    outcome.listedRowsUnwritten += unwritten;
+    outcome.zeroExpertNonZero += zeroMismatch;
+  }
+  outcome.relL2 = refSq > 0 ? std::sqrt(errSq / refSq) : std::sqrt(errSq);
+  outcome.pass = outcome.run.totalFindings() == 0 &&
+                 outcome.elementsOverTolerance == 0 && outcome.nonFinite == 0 &&
+                 outcome.listedRowsUnwritten == 0 &&
+                 outcome.unlistedRowsWritten == 0 &&
+                 outcome.zeroExpertNonZero == 0 &&
+                 outcome.relL2 <= kW2RelL2Bound;
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "rel L2 %.3e, worst err/tol %.3f, %lld/%lld elements equal to "
+                "bf16(oracle), %lld over tolerance, %lld non-finite, %lld "
+                "listed rows unwritten, %lld unlisted rows written, %llu "
+                "findings",
+                outcome.relL2, outcome.worstErrorOverTolerance,
+                (long long)outcome.elementsEqualRounded,
+                (long long)outcome.elementsChecked,
+                (long long)outcome.elementsOverTolerance,
+                (long long)outcome.nonFinite,
+                (long long)outcome.listedRowsUnwritten,
+                (long long)outcome.unlistedRowsWritten,
+                (unsigned long long)outcome.run.totalFindings());
+  outcome.summary = text;
+}
+
+ref::Status saveW2Arrays(const std::string &dir, const std::string &prefix,
+                         const W2Shape &shape, const W2Data &data,
+                         const W2Outcome &outcome) {
+  using ref::NpyArray;
+  using ref::NpyDtype;
+  const int64_t routes = data.numRoutes, hidden = shape.hidden,
+                inter = shape.intermediate, experts = shape.localExperts;
+  const std::vector<std::pair<std::string, NpyArray>> arrays = {
+      {"a_codes", NpyArray::fromVector(NpyDtype::UInt8, {routes, inter}, data.aCodes)},
+      {"a_scales", NpyArray::fromVector(NpyDtype::UInt8, {routes, inter / 32}, data.aScales)},
+      {"b_packed", NpyArray::fromVector(NpyDtype::UInt8, {experts, hidden, inter / 2}, data.bPacked)},
+      {"b_scales", NpyArray::fromVector(NpyDtype::UInt8, {experts, hidden, inter / 32}, data.bScales)},
+      {"topk_ids", NpyArray::fromVector(NpyDtype::Int32, {data.tokens, shape.topK}, data.topkIds)},
+      {"sorted_route_ids", NpyArray::fromVector(NpyDtype::Int32, {int64_t(data.sorted.routeIds.size())}, data.sorted.routeIds)},
+      {"tile_experts", NpyArray::fromVector(NpyDtype::Int32, {data.sorted.numTiles()}, data.sorted.tileExperts)},
+      {"out_bf16", NpyArray::fromVector(NpyDtype::UInt16, {routes, hidden}, outcome.outBits)},
+      {"oracle_f32", NpyArray::fromVector(NpyDtype::Float32, {routes, hidden}, outcome.oracle)},
+  };
+  for (const auto &[name, array] : arrays) {
+    ref::Status status = ref::writeNpy(dir + "/" + prefix + name + ".npy", array);
+    if (!status)
+      return status;
+  }
+  return {};
+}
+
+} // namespace moec::emu

@@ -1,0 +1,57 @@
+//===- TestSupport.cpp ----------------------------------------------------===//
+
+#include "TestSupport.h"
+
+#include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <catch2/catch.hpp>
+
+namespace moec::emu::test {
+
+mlir::MLIRContext &context() {
+  static mlir::MLIRContext *ctx = [] {
+    auto *c = new mlir::MLIRContext();
+    c->loadDialect<mlir::amdgpu::AMDGPUDialect, mlir::arith::ArithDialect,
+                   mlir::gpu::GPUDialect, mlir::memref::MemRefDialect,
+                   mlir::scf::SCFDialect, mlir::vector::VectorDialect>();
+    return c;
+  }();
+  return *ctx;
+}
+
+ParsedKernel parseKernel(const std::string &text) {
+  ParsedKernel kernel;
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&context(), [&](mlir::Diagnostic &d) {
+    diagnostics += d.str() + "\n";
+    return mlir::success();
+  });
+  kernel.module = mlir::parseSourceString<mlir::ModuleOp>(text, &context());
+  INFO(diagnostics);
+  REQUIRE(kernel.module);
+  kernel.module->walk([&](mlir::gpu::GPUFuncOp func) { kernel.func = func; });
+  REQUIRE(kernel.func);
+  return kernel;
+}
+
+RunResult runOrFail(ParsedKernel &kernel, GlobalMemory &memory,
+                    const std::vector<KernelArgValue> &args,
+                    LaunchConfig launch) {
+  std::string error;
+  mlir::FailureOr<RunResult> result =
+      runKernel(kernel.func, memory, args, launch, error);
+  INFO(error);
+  REQUIRE(mlir::succeeded(result));
+  for (const Finding &finding : result->findings)
+    UNSCOPED_INFO(finding.str());
+  return std::move(*result);
+}
+
+} // namespace moec::emu::test

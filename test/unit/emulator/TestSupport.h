@@ -1,0 +1,59 @@
+//===- TestSupport.h - parse and run small kernels in tests -----*- C++ -*-===//
+
+#ifndef MOEC_TEST_UNIT_EMULATOR_TESTSUPPORT_H
+#define MOEC_TEST_UNIT_EMULATOR_TESTSUPPORT_H
+
+#include "moec/Emulator/Emulator.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace moec::emu::test {
+
+/// A context with the kernel-IR dialects loaded (shared by all tests).
+mlir::MLIRContext &context();
+
+/// A parsed kernel: the module owns the gpu.func.
+struct ParsedKernel {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  mlir::gpu::GPUFuncOp func;
+};
+
+/// Parses MLIR text holding one gpu.module with one gpu.func; fails the
+/// current test on a parse error.
+ParsedKernel parseKernel(const std::string &text);
+
+/// Runs with one workgroup by default; fails the test on a hard error.
+RunResult runOrFail(ParsedKernel &kernel, GlobalMemory &memory,
+                    const std::vector<KernelArgValue> &args,
+                    LaunchConfig launch = LaunchConfig());
+
+template <typename T>
+unsigned addInput(GlobalMemory &memory, const std::string &name,
+                  const std::vector<T> &values) {
+  unsigned id = memory.addBuffer(name, values.size() * sizeof(T));
+  memory.write(id, 0, values.data(), values.size() * sizeof(T));
+  return id;
+}
+
+template <typename T>
+std::vector<T> readBuffer(const GlobalMemory &memory, unsigned id) {
+  std::vector<T> values(memory.size(id) / sizeof(T));
+  std::memcpy(values.data(), memory.data(id), values.size() * sizeof(T));
+  return values;
+}
+
+/// Number of findings of `kind`.
+inline uint64_t countOf(const RunResult &result, FindingKind kind) {
+  return result.findingCounts[static_cast<int>(kind)];
+}
+
+} // namespace moec::emu::test
+
+#endif
