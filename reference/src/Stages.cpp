@@ -219,7 +219,7 @@ struct GemmScratch {
   // Integer path (FP8 A x MXFP4 B).
   std::vector<int32_t> aIntegers;
   std::vector<double> aFactors;
-  std::vector<int32_t> bIntegers;
+  std::vector<double> accumulators;
 };
 
 /// One work item: rows [rowBegin, rowBegin + rowCount) of a segment's expert.
@@ -350,10 +350,10 @@ void integerItem(const ActivationRows &a, int64_t routesPerARow,
   // order, the documented order.
   const ExpertRows &b = work.b;
   const int64_t rowBytes = depth / 2;
-  local.aRows.resize(count * kRowGroup); // the accumulators
+  local.accumulators.resize(count * kRowGroup);
   for (int64_t n0 = 0; n0 < work.rowCount; n0 += kRowGroup) {
     const int64_t group = std::min(kRowGroup, work.rowCount - n0);
-    std::fill(local.aRows.begin(), local.aRows.end(), 0.0);
+    std::fill(local.accumulators.begin(), local.accumulators.end(), 0.0);
     for (int64_t block = 0; block < blocks; ++block) {
       int32_t tile[kBlockSize * kRowGroup];
       double blockScales[kRowGroup];
@@ -377,7 +377,7 @@ void integerItem(const ActivationRows &a, int64_t routesPerARow,
         integerBlockSums(local.aIntegers.data() + m * depth + block * kBlockSize,
                          tile, sums);
         const double factor = local.aFactors[m * blocks + block];
-        double *accumulators = local.aRows.data() + m * kRowGroup;
+        double *accumulators = local.accumulators.data() + m * kRowGroup;
         for (int64_t j = 0; j < kRowGroup; ++j)
           accumulators[j] += static_cast<double>(sums[j]) * factor * blockScales[j];
       }
@@ -385,7 +385,7 @@ void integerItem(const ActivationRows &a, int64_t routesPerARow,
     for (int64_t m = 0; m < count; ++m) {
       double *target = out + segment.slots[m] * rows + work.rowBegin + n0;
       for (int64_t j = 0; j < group; ++j)
-        target[j] = local.aRows[m * kRowGroup + j];
+        target[j] = local.accumulators[m * kRowGroup + j];
     }
   }
 }
