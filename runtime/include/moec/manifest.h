@@ -31,8 +31,8 @@ struct KernelArgInfo {
   ArgAccess access = ArgAccess::None;
 };
 
-/// Launch geometry: a fixed workgroup size and the grid rule (text the
-/// engine evaluates; the runtime does not interpret it).
+/// Launch geometry: a fixed workgroup size and the grid rule text per
+/// dimension (evaluated by computeLaunchGrid in grid_rule.h).
 struct LaunchInfo {
   std::array<uint32_t, 3> workgroupSize{{1, 1, 1}};
   std::string gridX, gridY, gridZ;
