@@ -3,6 +3,7 @@
 #include "moec/reference/Families.h"
 
 #include "moec/reference/Formats.h"
+#include "moec/reference/Parallel.h"
 #include "moec/reference/Quantize.h"
 
 #include <algorithm>
@@ -74,6 +75,25 @@ void roundOutputs(const std::vector<double> &sum, StageResults &results) {
   }
 }
 
+/// Sizes the route-indexed arrays of `results` to `rows` zero rows. Arrays
+/// that already have the right size are taken as freshly zeroed: runMegaMoe
+/// allocates every rank's arrays up front, in parallel, because touching
+/// hundreds of megabytes of fixed-slot receive rows is otherwise a serial
+/// cost comparable to the GEMMs.
+void allocateStageArrays(int64_t rows, int64_t intermediate, int64_t hidden,
+                         OracleMode mode, StageResults &results) {
+  auto size = [](auto &vector, int64_t count) {
+    if (static_cast<int64_t>(vector.size()) != count)
+      vector.assign(count, 0);
+  };
+  size(results.activation, rows * intermediate);
+  if (mode == OracleMode::QuantFaithful) {
+    size(results.intermediateCodes, rows * intermediate);
+    size(results.intermediateScales, rows * (intermediate / kBlockSize));
+  }
+  size(results.downRows, rows * hidden);
+}
+
 /// W13 -> activation (-> FP8) -> W2 over `rows` GEMM rows; A of W13 is
 /// `input` with route r reading row r / routesPerARow.
 Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
@@ -82,12 +102,10 @@ Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
                      OracleMode mode, int numThreads, StageResults &results) {
   const int64_t intermediate = w2.depth();
   const int64_t hidden = w2.rows();
-  results.activation.assign(rows * intermediate, 0.0);
+  allocateStageArrays(rows, intermediate, hidden, mode, results);
   W13Outputs outputs;
   outputs.activation = results.activation.data();
   if (mode == OracleMode::QuantFaithful) {
-    results.intermediateCodes.assign(rows * intermediate, 0);
-    results.intermediateScales.assign(rows * (intermediate / kBlockSize), 0);
     outputs.intermediateCodes = results.intermediateCodes.data();
     outputs.intermediateScales = results.intermediateScales.data();
   }
@@ -102,7 +120,6 @@ Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
                                 intermediate)
           : ActivationRows::float64(results.activation.data(), rows,
                                     intermediate);
-  results.downRows.assign(rows * hidden, 0.0);
   return runW2Stage(down, w2, results.routes, results.downRows.data(),
                     numThreads);
 }
@@ -362,43 +379,53 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
   // Destination side: gather the payload into the receive buffer, then the
   // two GEMM stages over receive rows.
   GluConfig glu{/*interleave=*/0, config.swigluLimit};
+  std::vector<std::vector<uint8_t>> recvCodes(ep), recvScales(ep);
+  std::vector<std::vector<uint16_t>> recvBf16(ep);
+  parallelFor(ep, std::min<int64_t>(ep, resolveThreadCount(config.numThreads)),
+              [&](int, int64_t dest) {
+                const ReceivePlan &plan = plans[dest];
+                allocateStageArrays(plan.numRows, shape.intermediate, hidden,
+                                    config.mode, out[dest].stages);
+                if (faithful) {
+                  recvCodes[dest].assign(plan.numRows * hidden, 0);
+                  recvScales[dest].assign(plan.numRows * blocks, 0);
+                } else {
+                  recvBf16[dest].assign(plan.numRows * hidden, 0);
+                }
+                for (int64_t row = 0; row < plan.numRows; ++row) {
+                  if (plan.sourceRank[row] < 0)
+                    continue;
+                  int64_t source = plan.sourceRank[row];
+                  int64_t token = plan.sourceRoute[row] / shape.topk;
+                  if (faithful) {
+                    const StageResults &src = out[source].stages;
+                    std::copy_n(src.inputCodes.begin() + token * hidden, hidden,
+                                recvCodes[dest].begin() + row * hidden);
+                    std::copy_n(src.inputScales.begin() + token * blocks, blocks,
+                                recvScales[dest].begin() + row * blocks);
+                  } else {
+                    std::copy_n(ranks[source].hiddenBf16.begin() + token * hidden,
+                                hidden, recvBf16[dest].begin() + row * hidden);
+                  }
+                }
+              });
   for (int64_t dest = 0; dest < ep; ++dest) {
     ReceivePlan &plan = plans[dest];
     StageResults &stages = out[dest].stages;
-    std::vector<uint8_t> recvCodes, recvScales;
-    std::vector<uint16_t> recvBf16;
-    if (faithful) {
-      recvCodes.assign(plan.numRows * hidden, 0);
-      recvScales.assign(plan.numRows * blocks, 0);
-    } else {
-      recvBf16.assign(plan.numRows * hidden, 0);
-    }
-    for (int64_t row = 0; row < plan.numRows; ++row) {
-      if (plan.sourceRank[row] < 0)
-        continue;
-      int64_t source = plan.sourceRank[row];
-      int64_t token = plan.sourceRoute[row] / shape.topk;
-      if (faithful) {
-        const StageResults &src = out[source].stages;
-        std::copy_n(src.inputCodes.begin() + token * hidden, hidden,
-                    recvCodes.begin() + row * hidden);
-        std::copy_n(src.inputScales.begin() + token * blocks, blocks,
-                    recvScales.begin() + row * blocks);
-      } else {
-        std::copy_n(ranks[source].hiddenBf16.begin() + token * hidden, hidden,
-                    recvBf16.begin() + row * hidden);
-      }
-    }
     ActivationRows input =
-        faithful ? ActivationRows::fp8(recvCodes.data(), recvScales.data(),
-                                       plan.numRows, hidden)
-                 : ActivationRows::bfloat16(recvBf16.data(), plan.numRows,
+        faithful ? ActivationRows::fp8(recvCodes[dest].data(),
+                                       recvScales[dest].data(), plan.numRows,
+                                       hidden)
+                 : ActivationRows::bfloat16(recvBf16[dest].data(), plan.numRows,
                                             hidden);
     stages.routes = plan.rows;
     if (Status status = runGemmStages(input, 1, plan.numRows, w13, w2, glu,
                                       config.mode, config.numThreads, stages);
         !status)
       return status;
+    recvCodes[dest] = {};
+    recvScales[dest] = {};
+    recvBf16[dest] = {};
   }
 
   // Combine on each source rank, over its routes in slot order.
