@@ -18,73 +18,92 @@ static mfma::Shape toLayoutShape(moe::MfmaShape shape) {
 }
 
 GemmEmitter::GemmEmitter(OpBuilder &builder, Location loc, moe::TileAttr tile)
-    : b(builder), loc(loc), tile(tile), shape(toLayoutShape(tile.getMfma())),
+    : KernelEmitter(builder, loc), tile(tile), shape(toLayoutShape(tile.getMfma())),
       layout(mfma::shapeInfo(shape)),
       bMajor(tile.getOrientation() == moe::MfmaOrientation::b_major),
       lanes(64 * tile.getWaves()) {}
 
-Value GemmEmitter::idx(int64_t value) {
+Value KernelEmitter::idx(int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
 }
-Value GemmEmitter::add(Value x, Value y) {
+Value KernelEmitter::add(Value x, Value y) {
   return arith::AddIOp::create(b, loc, x, y);
 }
-Value GemmEmitter::mul(Value x, int64_t c) {
+Value KernelEmitter::mul(Value x, int64_t c) {
   return arith::MulIOp::create(b, loc, x, idx(c));
 }
-Value GemmEmitter::mul(Value x, Value y) {
+Value KernelEmitter::mul(Value x, Value y) {
   return arith::MulIOp::create(b, loc, x, y);
 }
-Value GemmEmitter::divC(Value x, int64_t c) {
+Value KernelEmitter::divC(Value x, int64_t c) {
   return arith::DivUIOp::create(b, loc, x, idx(c));
 }
-Value GemmEmitter::remC(Value x, int64_t c) {
+Value KernelEmitter::remC(Value x, int64_t c) {
   return arith::RemUIOp::create(b, loc, x, idx(c));
 }
-Value GemmEmitter::i32(int64_t value) {
+Value KernelEmitter::i32(int64_t value) {
   return arith::ConstantIntOp::create(b, loc, b.getI32Type(), value);
 }
-Value GemmEmitter::toIndex(Value i32Value) {
+Value KernelEmitter::toIndex(Value i32Value) {
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), i32Value);
 }
 
-MemRefType GemmEmitter::globalBuffer(int64_t elements, Type elementType) {
+MemRefType KernelEmitter::globalBuffer(int64_t elements, Type elementType) {
   auto space =
       gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Global);
   return MemRefType::get({elements}, elementType, MemRefLayoutAttrInterface(),
                          space);
 }
 
-MemRefType GemmEmitter::ldsBuffer(int64_t dwords) {
+MemRefType KernelEmitter::ldsBuffer(int64_t dwords) {
   auto space =
       gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
   return MemRefType::get({dwords}, b.getI32Type(), MemRefLayoutAttrInterface(),
                          space);
 }
 
-Value GemmEmitter::asBuffer(Value memref, Value validBytes) {
+Value KernelEmitter::asBuffer(Value memref, Value validBytes) {
   return amdgpu::FatRawBufferCastOp::create(b, loc, memref, validBytes,
                                             /*cacheSwizzleStride=*/Value(),
                                             /*boundsCheck=*/true,
                                             /*resetOffset=*/false);
 }
 
-Value GemmEmitter::bytesOf(Value countI32, int64_t bytesPerItem) {
+Value KernelEmitter::bytesOf(Value countI32, int64_t bytesPerItem) {
   Value count = arith::ExtUIOp::create(b, loc, b.getI64Type(), countI32);
   Value perItem =
       arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytesPerItem);
   return arith::MulIOp::create(b, loc, count, perItem);
 }
 
-Value GemmEmitter::load16(Value memref, Value dwordIndex, bool nontemporal) {
+Value KernelEmitter::load16(Value memref, Value dwordIndex, bool nontemporal) {
   return vector::LoadOp::create(b, loc, VectorType::get({4}, b.getI32Type()),
                                 memref, ValueRange{dwordIndex}, nontemporal,
                                 llvm::MaybeAlign(16));
 }
 
-void GemmEmitter::store16(Value value, Value memref, Value dwordIndex) {
+void KernelEmitter::store16(Value value, Value memref, Value dwordIndex) {
   vector::StoreOp::create(b, loc, value, memref, ValueRange{dwordIndex},
                           /*nontemporal=*/false, llvm::MaybeAlign(16));
+}
+
+gpu::GPUFuncOp KernelEmitter::createKernel(StringRef name,
+                                           ArrayRef<Type> argTypes,
+                                           int64_t workgroupSize,
+                                           int64_t ldsDwords) {
+  auto module = gpu::GPUModuleOp::create(b, loc, name);
+  b.setInsertionPointToStart(module.getBody());
+  SmallVector<Type> lds;
+  if (ldsDwords > 0)
+    lds.push_back(ldsBuffer(ldsDwords));
+  auto func = gpu::GPUFuncOp::create(
+      b, loc, name, FunctionType::get(b.getContext(), argTypes, {}),
+      /*workgroupAttributions=*/lds, /*privateAttributions=*/TypeRange{});
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  func.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(workgroupSize), 1, 1}));
+  b.setInsertionPointToStart(&func.getBody().front());
+  return func;
 }
 
 Value GemmEmitter::loadScale(Value memref, Value byteIndex) {

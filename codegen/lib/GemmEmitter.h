@@ -16,12 +16,52 @@
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 
 namespace moec {
 
-class GemmEmitter {
+/// Builder shorthands every kernel emitter uses: index arithmetic, buffer
+/// types, raw-buffer casts and 16-byte accesses.
+class KernelEmitter {
+public:
+  KernelEmitter(mlir::OpBuilder &builder, mlir::Location loc)
+      : b(builder), loc(loc) {}
+
+protected:
+  mlir::Value idx(int64_t value);
+  mlir::Value add(mlir::Value x, mlir::Value y);
+  mlir::Value mul(mlir::Value x, int64_t c);
+  mlir::Value mul(mlir::Value x, mlir::Value y);
+  mlir::Value divC(mlir::Value x, int64_t c);
+  mlir::Value remC(mlir::Value x, int64_t c);
+  mlir::Value i32(int64_t value);
+  mlir::Value toIndex(mlir::Value i32Value);
+
+  mlir::MemRefType globalBuffer(int64_t elements, mlir::Type elementType);
+  mlir::MemRefType ldsBuffer(int64_t dwords);
+  /// Wraps a kernel argument as a raw-buffer fat pointer; `validBytes` (i64,
+  /// may be null) bounds it for the hardware range check.
+  mlir::Value asBuffer(mlir::Value memref, mlir::Value validBytes);
+  /// countI32 * bytesPerItem as i64.
+  mlir::Value bytesOf(mlir::Value countI32, int64_t bytesPerItem);
+  mlir::Value load16(mlir::Value memref, mlir::Value dwordIndex,
+                     bool nontemporal = false);
+  void store16(mlir::Value value, mlir::Value memref, mlir::Value dwordIndex);
+  /// A gpu.module named `name` with one kernel gpu.func of `argTypes`, a
+  /// fixed workgroup size and `ldsDwords` of LDS (none when 0). The builder
+  /// is left at the start of the function body.
+  mlir::gpu::GPUFuncOp createKernel(llvm::StringRef name,
+                                    llvm::ArrayRef<mlir::Type> argTypes,
+                                    int64_t workgroupSize, int64_t ldsDwords);
+
+  mlir::OpBuilder &b;
+  mlir::Location loc;
+};
+
+/// The scaled-MFMA GEMM shared by W13 and W2.
+class GemmEmitter : public KernelEmitter {
 public:
   GemmEmitter(mlir::OpBuilder &builder, mlir::Location loc, moe::TileAttr tile);
 
@@ -66,25 +106,6 @@ public:
            int64_t ldsBaseDword);
 
 protected:
-  mlir::Value idx(int64_t value);
-  mlir::Value add(mlir::Value x, mlir::Value y);
-  mlir::Value mul(mlir::Value x, int64_t c);
-  mlir::Value mul(mlir::Value x, mlir::Value y);
-  mlir::Value divC(mlir::Value x, int64_t c);
-  mlir::Value remC(mlir::Value x, int64_t c);
-  mlir::Value i32(int64_t value);
-  mlir::Value toIndex(mlir::Value i32Value);
-
-  mlir::MemRefType globalBuffer(int64_t elements, mlir::Type elementType);
-  mlir::MemRefType ldsBuffer(int64_t dwords);
-  /// Wraps a kernel argument as a raw-buffer fat pointer; `validBytes` (i64,
-  /// may be null) bounds it for the hardware range check.
-  mlir::Value asBuffer(mlir::Value memref, mlir::Value validBytes);
-  /// countI32 * bytesPerItem as i64.
-  mlir::Value bytesOf(mlir::Value countI32, int64_t bytesPerItem);
-  mlir::Value load16(mlir::Value memref, mlir::Value dwordIndex,
-                     bool nontemporal = false);
-  void store16(mlir::Value value, mlir::Value memref, mlir::Value dwordIndex);
   /// Loads one E8M0 scale byte as f8E8M0FNU.
   mlir::Value loadScale(mlir::Value memref, mlir::Value byteIndex);
   /// Emits the lane/wave decomposition of the thread id (sets tid, wave,
@@ -94,8 +115,6 @@ protected:
   /// returned block, the builder is moved there; gpu.return follows the if.
   mlir::Block *emitExpertGuard(mlir::Value expertI32, int64_t localExperts);
 
-  mlir::OpBuilder &b;
-  mlir::Location loc;
   moe::TileAttr tile;
   mfma::Shape shape;
   mfma::ShapeInfo layout;

@@ -36,7 +36,7 @@ struct MoeLowerToKernelPass final
     ModuleOp module = getOperation();
     SmallVector<Operation *> stages;
     module.walk([&](Operation *op) {
-      if (isa<moe::W2Op, moe::W13Op>(op))
+      if (isa<moe::W2Op, moe::W13Op, moe::CombineOp>(op))
         stages.push_back(op);
     });
     if (stages.empty())
@@ -49,7 +49,10 @@ struct MoeLowerToKernelPass final
       FailureOr<gpu::GPUModuleOp> kernel =
           llvm::TypeSwitch<Operation *, FailureOr<gpu::GPUModuleOp>>(op)
               .Case([&](moe::W2Op w2) { return buildW2Kernel(builder, w2); })
-              .Case([&](moe::W13Op w13) { return buildW13Kernel(builder, w13); });
+              .Case([&](moe::W13Op w13) { return buildW13Kernel(builder, w13); })
+              .Case([&](moe::CombineOp combine) {
+                return buildCombineKernel(builder, combine);
+              });
       if (failed(kernel))
         return signalPassFailure();
       op->erase();

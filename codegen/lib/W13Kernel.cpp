@@ -62,7 +62,6 @@ private:
 };
 
 FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
-  MLIRContext *ctx = b.getContext();
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
   const int64_t localExperts = problem.getLocalExperts();
@@ -81,19 +80,11 @@ FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
   argTypes[kNumTokens] = b.getI32Type();
   argTypes[kNumSorted] = b.getI32Type();
 
-  StringRef name = op.getSymName();
-  auto module = gpu::GPUModuleOp::create(b, loc, name);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(module.getBody());
-  auto func = gpu::GPUFuncOp::create(
-      b, loc, name, FunctionType::get(ctx, argTypes, {}),
-      /*workgroupAttributions=*/TypeRange{ldsBuffer(op.getLdsBytes() / 4)},
-      /*privateAttributions=*/TypeRange{});
-  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  func.setKnownBlockSizeAttr(
-      b.getDenseI32ArrayAttr({static_cast<int32_t>(lanes), 1, 1}));
+  gpu::GPUFuncOp func =
+      createKernel(op.getSymName(), argTypes, lanes, op.getLdsBytes() / 4);
   emitBody(func);
-  return module;
+  return func->getParentOfType<gpu::GPUModuleOp>();
 }
 
 Value W13Emitter::physicalRow(Value column, bool up) {
@@ -188,7 +179,6 @@ void W13Emitter::emitQuantizedBlock(ArrayRef<Value> values, Value outBuf,
 }
 
 void W13Emitter::emitBody(gpu::GPUFuncOp func) {
-  b.setInsertionPointToStart(&func.getBody().front());
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
   const int64_t topK = problem.getTopK();

@@ -64,7 +64,6 @@ private:
 };
 
 FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
-  MLIRContext *ctx = b.getContext();
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
   const int64_t localExperts = problem.getLocalExperts();
@@ -81,23 +80,14 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
   argTypes[kNumRoutes] = b.getI32Type();
   argTypes[kNumSorted] = b.getI32Type();
 
-  StringRef name = op.getSymName();
-  auto module = gpu::GPUModuleOp::create(b, loc, name);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(module.getBody());
-  auto func = gpu::GPUFuncOp::create(
-      b, loc, name, FunctionType::get(ctx, argTypes, {}),
-      /*workgroupAttributions=*/TypeRange{ldsBuffer(op.getLdsBytes() / 4)},
-      /*privateAttributions=*/TypeRange{});
-  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  func.setKnownBlockSizeAttr(
-      b.getDenseI32ArrayAttr({static_cast<int32_t>(lanes), 1, 1}));
+  gpu::GPUFuncOp func =
+      createKernel(op.getSymName(), argTypes, lanes, op.getLdsBytes() / 4);
   emitBody(func);
-  return module;
+  return func->getParentOfType<gpu::GPUModuleOp>();
 }
 
 void W2Emitter::emitBody(gpu::GPUFuncOp func) {
-  b.setInsertionPointToStart(&func.getBody().front());
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
   const int64_t tileM = tile.getM(), tileN = tile.getN(), tileK = tile.getK();

@@ -111,14 +111,83 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
 
 } // namespace
 
+/// The combine stage: problem fields plus its launch geometry.
+static Operation *buildCombineOp(OpBuilder &builder, const StageSpec &spec,
+                                 StageDescription &description,
+                                 std::string &error) {
+  MLIRContext *context = builder.getContext();
+  FieldReader read(spec, error);
+  static const std::set<std::string> known = {
+      "hidden", "intermediate", "experts", "top_k", "ep", "blocks", "waves"};
+  for (const auto &field : spec.fields)
+    if (!known.count(field.first)) {
+      read.fail(field.first, "unknown field of a combine kernel");
+      return nullptr;
+    }
+  int64_t hidden, intermediate, experts, topK, ep, blocks, waves;
+  if (!read.integer("hidden", -1, hidden) ||
+      !read.integer("intermediate", -1, intermediate) ||
+      !read.integer("experts", -1, experts) ||
+      !read.integer("top_k", -1, topK) || !read.integer("ep", 1, ep) ||
+      !read.integer("blocks", 0, blocks) || !read.integer("waves", 4, waves))
+    return nullptr;
+  Location loc = spec.where.file.empty()
+                     ? Location(UnknownLoc::get(context))
+                     : Location(FileLineColLoc::get(context, spec.where.file,
+                                                    spec.where.line, 1));
+  std::string diagnostic;
+  ScopedDiagnosticHandler handler(context, [&](Diagnostic &diag) {
+    if (diagnostic.empty()) {
+      llvm::raw_string_ostream os(diagnostic);
+      if (!spec.where.file.empty())
+        os << spec.where.file << ":" << spec.where.line << ": ";
+      os << diag.str();
+    }
+    return success();
+  });
+  auto emitError = [&] { return ::mlir::emitError(loc); };
+  auto problem = moe::ProblemAttr::getChecked(
+      emitError, context, hidden, intermediate, experts, topK, ep,
+      Type(builder.getBF16Type()), Type(builder.getType<Float4E2M1FNType>()),
+      Type(builder.getBF16Type()));
+  auto tile = moe::CombineTileAttr::getChecked(emitError, context, blocks, waves);
+  if (!problem || !tile) {
+    error = diagnostic;
+    return nullptr;
+  }
+  std::string symbol = "moe_combine_bf16_h" + std::to_string(hidden) + "_k" +
+                       std::to_string(topK) + "_b" + std::to_string(blocks) +
+                       "_w" + std::to_string(waves);
+  auto op = moe::CombineOp::create(builder, loc, symbol, problem, tile);
+  if (failed(op.verify())) {
+    error = diagnostic;
+    op.erase();
+    return nullptr;
+  }
+  description.symbol = symbol;
+  description.abi = getCombineKernelAbi(op);
+  description.fields = {
+      {"blocks", std::to_string(blocks)},
+      {"ep", std::to_string(ep)},
+      {"experts", std::to_string(experts)},
+      {"hidden", std::to_string(hidden)},
+      {"intermediate", std::to_string(intermediate)},
+      {"top_k", std::to_string(topK)},
+      {"waves", std::to_string(waves)},
+  };
+  return op;
+}
+
 Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                         StageDescription &description, std::string &error) {
   MLIRContext *context = builder.getContext();
   FieldReader read(spec, error);
+  if (spec.stage == "combine")
+    return buildCombineOp(builder, spec, description, error);
   const bool isW13 = spec.stage == "w13";
   if (!isW13 && spec.stage != "w2") {
     read.fail("stage", "unsupported stage '" + spec.stage +
-                           "' (expected w13 or w2)");
+                           "' (expected w13, w2 or combine)");
     return nullptr;
   }
   static const std::set<std::string> common = {

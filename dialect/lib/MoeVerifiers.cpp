@@ -195,3 +195,40 @@ LogicalResult W13Op::verify() {
            << " has " << target.ldsBytesPerCu;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Combine
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+CombineTileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t blocks, int64_t waves) {
+  if (blocks < 0)
+    return emitError() << "combine_tile.blocks must be >= 0 (0: one "
+                          "workgroup per `waves` tokens), got "
+                       << blocks;
+  if (!llvm::is_contained({1, 2, 4, 8, 16}, waves))
+    return emitError() << "combine_tile.waves must be one of 1, 2, 4, 8, 16, "
+                          "got "
+                       << waves;
+  return success();
+}
+
+LogicalResult CombineOp::verify() {
+  ProblemAttr problem = getProblem();
+  if (!problem.getOutput().isBF16())
+    return emitOpError("problem.output must be bf16 for combine, got ")
+           << problem.getOutput();
+  // Each lane moves 8 BF16 columns (16 bytes) at a time.
+  if (problem.getHidden() % 8 != 0)
+    return emitOpError("problem.hidden (")
+           << problem.getHidden()
+           << ") must be a multiple of 8 for 16-byte row access";
+  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
+  int64_t blocks = getTile().getBlocks();
+  // A persistent grid larger than the chip gains nothing and hides a typo.
+  if (blocks > int64_t(target.computeUnits) * target.maxWavesPerCu())
+    return emitOpError("combine_tile.blocks (")
+           << blocks << ") exceeds the resident workgroups of " << target.arch;
+  return success();
+}

@@ -72,7 +72,7 @@ int runInspect(const InspectArgs &args) {
   int nameWidth = 6;
   for (const moec::rt::KernelInfo &k : manifest.kernels)
     nameWidth = std::max(nameWidth, static_cast<int>(k.name.size()));
-  std::printf("%-*s %5s %4s %4s %4s %7s %7s %6s %4s %10s %5s\n", nameWidth,
+  std::printf("%-*s %7s %4s %4s %4s %7s %7s %6s %4s %10s %5s\n", nameWidth,
               "kernel",
               "stage", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
               "wg", "waves/SIMD", "occ%");
@@ -83,7 +83,7 @@ int runInspect(const InspectArgs &args) {
     std::snprintf(spills, sizeof(spills), "%u/%u", r.vgprSpill, r.sgprSpill);
     std::snprintf(waves, sizeof(waves), "%u (%s)", occ.wavesPerSimd,
                   moec::rt::occupancyLimiterName(occ.limiter));
-    std::printf("%-*s %5s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
+    std::printf("%-*s %7s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
                 nameWidth, k.name.c_str(), k.stage.c_str(), r.vgpr, r.agpr, r.sgpr,
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);

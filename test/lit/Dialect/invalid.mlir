@@ -106,3 +106,19 @@ moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 38
 // -----
 // expected-error @+1 {{tile (m 128, n 256, k 512) needs 196608 bytes of LDS; gfx950 has 163840}}
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 128, n = 256, k = 512, waves = 8>)
+
+// -----
+// expected-error @+1 {{combine_tile.waves must be one of 1, 2, 4, 8, 16, got 3}}
+moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<waves = 3>)
+
+// -----
+// expected-error @+1 {{combine_tile.blocks must be >= 0 (0: one workgroup per `waves` tokens), got -1}}
+moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = -1>)
+
+// -----
+// expected-error @+1 {{problem.output must be bf16 for combine, got 'f32'}}
+moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = f32>) tile(#moe.combine_tile<>)
+
+// -----
+// expected-error @+1 {{combine_tile.blocks (9000) exceeds the resident workgroups of gfx950}}
+moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 9000>)

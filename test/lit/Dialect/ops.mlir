@@ -37,3 +37,9 @@ moe.w13 @w13_flash problem(#moe.problem<hidden = 5120, intermediate = 2304,
 moe.w13 @w13_tp problem(#moe.problem<hidden = 5120, intermediate = 640,
     experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN,
     output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 128>) {gate_up_interleave = 16 : i64}
+
+// CHECK-LABEL: moe.combine @combine_persistent
+// CHECK-SAME: tile(#moe.combine_tile<blocks = 256, waves = 8>)
+moe.combine @combine_persistent problem(#moe.problem<hidden = 5120,
+    intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = bf16,
+    weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 256, waves = 8>)

@@ -16,6 +16,7 @@ class GPUModuleOp;
 
 namespace moec {
 namespace moe {
+class CombineOp;
 class W13Op;
 class W2Op;
 } // namespace moe
@@ -35,6 +36,13 @@ KernelAbi getW13KernelAbi(moe::W13Op op);
 /// Builds the gpu.module holding the W13 kernel for `op`.
 mlir::FailureOr<mlir::gpu::GPUModuleOp> buildW13Kernel(mlir::OpBuilder &builder,
                                                        moe::W13Op op);
+
+/// The argument list and launch rule of the combine kernel for `op`.
+KernelAbi getCombineKernelAbi(moe::CombineOp op);
+
+/// Builds the gpu.module holding the weighted-combine kernel for `op`.
+mlir::FailureOr<mlir::gpu::GPUModuleOp>
+buildCombineKernel(mlir::OpBuilder &builder, moe::CombineOp op);
 
 } // namespace moec
 

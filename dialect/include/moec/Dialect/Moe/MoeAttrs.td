@@ -108,4 +108,23 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
   }];
 }
 
+def Moe_CombineTileAttr : Moe_Attr<"CombineTile", "combine_tile"> {
+  let summary = "launch geometry of the weighted combine";
+  let description = [{
+    `waves` 64-lane waves per workgroup, each reducing one token row at a
+    time; `blocks` workgroups that stride over the tokens (a persistent
+    grid), or 0 for one workgroup per `waves` tokens.
+
+    ```mlir
+    #moe.combine_tile<blocks = 256, waves = 4>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"int64_t", "0">:$blocks,
+    DefaultValuedParameter<"int64_t", "4">:$waves
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // MOEC_DIALECT_MOE_MOEATTRS_TD

@@ -105,4 +105,38 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
   }];
 }
 
+def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
+  let summary = "weighted sum of each token's top-k routed rows";
+  let description = [{
+    Declares one combine kernel: `out[t] = sum over k with a valid expert id
+    of weight[t, k] * rows[t * top_k + k]`, summed in FP32 in increasing k
+    and rounded once to BF16. A route whose expert id is outside
+    [0, problem.experts) (for example -1) contributes exactly nothing: its
+    row is never read, so stale or poisoned data in its slot cannot leak in,
+    and a token without valid routes gets +0.
+
+    Kernel arguments, in order: `rows` (BF16 [num_tokens * top_k, H]),
+    `topk_ids` (i32 [num_tokens, top_k]), `topk_weights` (f32
+    [num_tokens, top_k]), `out` (BF16 [num_tokens, H]), `num_tokens` (i32).
+    Each lane reduces 8 consecutive columns (16-byte loads and stores).
+
+    ```mlir
+    moe.combine @combine problem(#moe.problem<hidden = 5120,
+        intermediate = 2304, experts = 384, top_k = 6, ep = 4,
+        activation = bf16, weight = f4E2M1FN, output = bf16>)
+        tile(#moe.combine_tile<blocks = 256, waves = 4>)
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    Moe_ProblemAttr:$problem,
+    Moe_CombineTileAttr:$tile
+  );
+  let assemblyFormat = [{
+    $sym_name `problem` `(` qualified($problem) `)`
+    `tile` `(` qualified($tile) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOEC_DIALECT_MOE_MOEOPS_TD

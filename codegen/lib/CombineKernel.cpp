@@ -1,0 +1,190 @@
+//===- CombineKernel.cpp - moe.combine -> gpu.func ------------------------===//
+///
+/// \file
+/// The weighted combine: each wave reduces one token at a time, each lane 8
+/// consecutive BF16 columns per pass (one 16-byte load per route, one
+/// 16-byte store). Routes with an invalid expert id are skipped with a
+/// select on the accumulator, not multiplied by zero: 0 * NaN from a stale
+/// slot would still poison the sum.
+///
+//===----------------------------------------------------------------------===//
+
+#include "GemmEmitter.h"
+#include "moec/Codegen/KernelBuilders.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+
+namespace moec {
+namespace {
+
+constexpr int64_t kTokenIndexedExtent = int64_t(1) << 28;
+
+enum CombineArg : unsigned {
+  kRows, kTopkIds, kTopkWeights, kOut, kNumTokens, kCombineArgCount
+};
+
+class CombineEmitter : KernelEmitter {
+public:
+  CombineEmitter(OpBuilder &builder, moe::CombineOp op)
+      : KernelEmitter(builder, op.getLoc()), op(op), problem(op.getProblem()),
+        waves(op.getTile().getWaves()) {}
+
+  FailureOr<gpu::GPUModuleOp> emit() {
+    SmallVector<Type> argTypes(kCombineArgCount);
+    argTypes[kRows] = globalBuffer(kTokenIndexedExtent, b.getI32Type());
+    argTypes[kTopkIds] = globalBuffer(kTokenIndexedExtent, b.getI32Type());
+    argTypes[kTopkWeights] = globalBuffer(kTokenIndexedExtent, b.getF32Type());
+    argTypes[kOut] = globalBuffer(kTokenIndexedExtent, b.getI32Type());
+    argTypes[kNumTokens] = b.getI32Type();
+    OpBuilder::InsertionGuard guard(b);
+    gpu::GPUFuncOp func =
+        createKernel(op.getSymName(), argTypes, 64 * waves, /*ldsDwords=*/0);
+    emitBody(func);
+    return func->getParentOfType<gpu::GPUModuleOp>();
+  }
+
+private:
+  void emitBody(gpu::GPUFuncOp func);
+
+  moe::CombineOp op;
+  moe::ProblemAttr problem;
+  int64_t waves;
+};
+
+void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
+  const int64_t hidden = problem.getHidden();
+  const int64_t topK = problem.getTopK();
+  const int64_t blocks = op.getTile().getBlocks();
+  auto arg = [&](CombineArg which) { return func.getArgument(which); };
+
+  Value numTokensI32 = arg(kNumTokens);
+  Value numRoutesI32 = arith::MulIOp::create(b, loc, numTokensI32, i32(topK));
+  Value rows = asBuffer(arg(kRows), bytesOf(numRoutesI32, hidden * 2));
+  Value ids = asBuffer(arg(kTopkIds), bytesOf(numRoutesI32, 4));
+  Value weights = asBuffer(arg(kTopkWeights), bytesOf(numRoutesI32, 4));
+  Value out = asBuffer(arg(kOut), bytesOf(numTokensI32, hidden * 2));
+  Value numTokens = toIndex(numTokensI32);
+
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value wave = divC(tid, 64);
+  Value lane = remC(tid, 64);
+  Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  // A fixed grid (blocks > 0) strides over the tokens; otherwise the grid
+  // covers them and each wave handles at most one. (No gpu.grid_dim: its
+  // ROCDL lowering ignores the 32-bit index width.)
+  Value firstToken = add(mul(block, waves), wave);
+  Operation *tokenScope;
+  Value token;
+  if (blocks > 0) {
+    auto loop = scf::ForOp::create(b, loc, firstToken, numTokens,
+                                   idx(blocks * waves));
+    tokenScope = loop;
+    b.setInsertionPointToStart(loop.getBody());
+    token = loop.getInductionVar();
+  } else {
+    auto inRange = scf::IfOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, firstToken,
+                              numTokens),
+        /*withElseRegion=*/false);
+    tokenScope = inRange;
+    b.setInsertionPointToStart(inRange.thenBlock());
+    token = firstToken;
+  }
+
+  // Each route's id and weight, read once per token (uniform per wave).
+  SmallVector<Value> valid, weight;
+  for (int64_t k = 0; k < topK; ++k) {
+    Value route = add(mul(token, topK), idx(k));
+    Value id = memref::LoadOp::create(b, loc, ids, ValueRange{route});
+    valid.push_back(arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
+                              i32(problem.getExperts()))));
+    weight.push_back(memref::LoadOp::create(b, loc, weights, ValueRange{route}));
+  }
+
+  auto f32x8 = VectorType::get({8}, b.getF32Type());
+  auto bf16x8 = VectorType::get({8}, b.getBF16Type());
+  const int64_t columnsPerPass = 64 * 8;
+  for (int64_t first = 0; first < hidden; first += columnsPerPass) {
+    Value column = add(idx(first), mul(lane, 8));
+    std::optional<OpBuilder::InsertionGuard> tail;
+    if (first + columnsPerPass > hidden) {
+      Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                           column, idx(hidden));
+      auto ifInside = scf::IfOp::create(b, loc, inside, false);
+      tail.emplace(b);
+      b.setInsertionPointToStart(ifInside.thenBlock());
+    }
+    Value acc = arith::ConstantOp::create(b, loc, f32x8,
+                                          DenseElementsAttr::get(f32x8, 0.0f));
+    for (int64_t k = 0; k < topK; ++k) {
+      // Read the row only for a valid route: an invalid slot may hold
+      // anything, including NaN.
+      auto ifValid = scf::IfOp::create(b, loc, TypeRange{f32x8}, valid[k],
+                                       /*withElseRegion=*/true);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(ifValid.thenBlock());
+        Value route = add(mul(token, topK), idx(k));
+        Value dword = divC(add(mul(route, hidden), column), 2);
+        Value row = vector::BitCastOp::create(b, loc, bf16x8,
+                                              load16(rows, dword));
+        Value rowF32 = arith::ExtFOp::create(b, loc, f32x8, row);
+        Value w = vector::BroadcastOp::create(b, loc, f32x8, weight[k]);
+        Value sum = arith::AddFOp::create(
+            b, loc, acc, arith::MulFOp::create(b, loc, w, rowF32));
+        scf::YieldOp::create(b, loc, sum);
+        b.setInsertionPointToStart(ifValid.elseBlock());
+        scf::YieldOp::create(b, loc, acc);
+      }
+      acc = ifValid.getResult(0);
+    }
+    Value result = arith::TruncFOp::create(b, loc, bf16x8, acc);
+    Value dword = divC(add(mul(token, hidden), column), 2);
+    store16(vector::BitCastOp::create(b, loc, VectorType::get({4}, b.getI32Type()),
+                                      result),
+            out, dword);
+  }
+  b.setInsertionPointAfter(tokenScope);
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace
+
+KernelAbi getCombineKernelAbi(moe::CombineOp op) {
+  using K = KernelArg::Kind;
+  using A = KernelArg::Access;
+  KernelAbi abi;
+  abi.args = {
+      {"rows", K::Buffer, "bf16", A::Read, "[num_tokens*top_k, H]"},
+      {"topk_ids", K::Buffer, "i32", A::Read, "[num_tokens, top_k]"},
+      {"topk_weights", K::Buffer, "f32", A::Read, "[num_tokens, top_k]"},
+      {"out", K::Buffer, "bf16", A::Write, "[num_tokens, H]"},
+      {"num_tokens", K::I32, "i32", A::Value, "scalar"},
+  };
+  int64_t blocks = op.getTile().getBlocks();
+  int64_t waves = op.getTile().getWaves();
+  abi.gridX = blocks > 0 ? std::to_string(blocks)
+                         : "ceil(num_tokens / " + std::to_string(waves) + ")";
+  abi.gridY = "1";
+  abi.gridZ = "1";
+  abi.workgroupSize = static_cast<unsigned>(64 * waves);
+  return abi;
+}
+
+FailureOr<gpu::GPUModuleOp> buildCombineKernel(OpBuilder &builder,
+                                               moe::CombineOp op) {
+  return CombineEmitter(builder, op).emit();
+}
+
+} // namespace moec
