@@ -202,8 +202,25 @@ Status readNpy(const std::string &path, NpyArray &array) {
     return Status::error(path + ": Fortran-order arrays are not supported");
   if (!parseShape(shapeText, result.shape))
     return Status::error(path + ": malformed shape " + shapeText);
-  int64_t count = result.elementCount();
+  // Check the size against the file before allocating, so a corrupt shape
+  // gives a message instead of an allocation failure.
+  int64_t count = 1;
+  for (int64_t extent : result.shape) {
+    if (extent != 0 && count > (int64_t(1) << 56) / extent)
+      return Status::error(path + ": shape " + result.shapeString() +
+                           " is too large");
+    count *= extent;
+  }
   int64_t expectedBytes = count * npyItemSize(result.dtype);
+  std::streampos dataStart = file.tellg();
+  file.seekg(0, std::ios::end);
+  int64_t available = static_cast<int64_t>(file.tellg() - dataStart);
+  file.seekg(dataStart);
+  if (available < expectedBytes)
+    return Status::error(path + ": truncated data: shape " +
+                         result.shapeString() + " needs " +
+                         std::to_string(expectedBytes) + " bytes, file holds " +
+                         std::to_string(available));
   result.bytes.resize(static_cast<size_t>(expectedBytes));
   if (expectedBytes > 0 &&
       !file.read(reinterpret_cast<char *>(result.bytes.data()), expectedBytes))

@@ -79,7 +79,10 @@ bool parseTokens(const std::string &text, std::vector<int64_t> &tokens) {
   std::stringstream stream(text);
   std::string item;
   while (std::getline(stream, item, ',')) {
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+    // At most 7 digits: a token count beyond 10^7 per rank is a typo, and
+    // stoll must not overflow.
+    if (item.empty() || item.size() > 7 ||
+        item.find_first_not_of("0123456789") != std::string::npos)
       return false;
     tokens.push_back(std::stoll(item));
   }
@@ -464,7 +467,8 @@ Failure runReference(const ReferenceArgs &args) {
   const bool mega = args.family == "megamoe";
   std::vector<int64_t> tokens;
   if (!parseTokens(args.tokens, tokens))
-    return badInput("--m: expected a token count or a comma-separated list, got '" +
+    return badInput("--m: expected a token count below 10^7 or a comma-separated "
+                    "list of them, got '" +
                     args.tokens + "'");
   const int64_t ranks = mega ? args.ep : 1;
   if (ranks <= 0)

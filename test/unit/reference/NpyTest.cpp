@@ -131,6 +131,12 @@ TEST_CASE("npy: bad files give one-line errors naming the file", "[npy]") {
   writeRaw(dir + "/trunc.npy",
            npyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", "abc"));
   expectError(dir + "/trunc.npy", "truncated data");
+  writeRaw(dir + "/huge.npy",
+           npyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (281474976710656, 281474976710656), }", "x"));
+  expectError(dir + "/huge.npy", "too large");
+  writeRaw(dir + "/bigshape.npy",
+           npyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000), }", "x"));
+  expectError(dir + "/bigshape.npy", "truncated data");
   writeRaw(dir + "/fortran.npy",
            npyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", "abcd"));
   expectError(dir + "/fortran.npy", "Fortran");
