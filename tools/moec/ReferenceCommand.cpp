@@ -271,7 +271,7 @@ Failure generateInputs(const ReferenceArgs &args,
   RoutingOptions routing;
   routing.invalidFraction = args.invalidFraction;
   if (args.hotRank >= 0) {
-    routing.ep = args.family == "megamoe" ? args.ep : 1;
+    routing.ep = args.ep;
     routing.hotRank = args.hotRank;
   }
   for (size_t rank = 0; rank < tokens.size(); ++rank)
@@ -480,7 +480,9 @@ Failure runReference(const ReferenceArgs &args) {
                     " token counts for " + std::to_string(ranks) + " ranks");
   if (args.mTile <= 0)
     return badInput("--m-tile: must be positive");
-  if (args.hotRank >= ranks && mega)
+  if (args.hotRank >= 0 && !mega)
+    return badInput("--hot-rank: only for --family megamoe");
+  if (args.hotRank >= ranks)
     return badInput("--hot-rank: must be below --ep");
   if (args.invalidFraction < 0 || args.invalidFraction > 1)
     return badInput("--invalid-fraction: must be in [0, 1]");

@@ -132,6 +132,12 @@ TEST_CASE("moec reference: bad usage and bad inputs exit 2 with one line", "[cli
   CHECK(run.errors.find("unknown shape 'nope'") != std::string::npos);
   run = runCli("reference --family tp --shape small --m 4,x -o " + dir);
   CHECK(run.status == 2);
+  run = runCli("reference --family tp --shape small --hot-rank 1 -o " + dir);
+  CHECK(run.status == 2);
+  CHECK(run.errors.find("--hot-rank") != std::string::npos);
+  run = runCli("reference --family megamoe --shape small-ep --ep 3 -o " + dir);
+  CHECK(run.status == 2);
+  CHECK(run.errors.find("EP size 3") != std::string::npos);
   REQUIRE(runCli("reference --family tp --shape small --m 3 --write-inputs -o " + dir).status == 0);
   {
     std::ofstream corrupt(dir + "/w2_scale.npy", std::ios::binary | std::ios::trunc);
