@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 
 namespace moec::emu::detail {
@@ -142,6 +143,8 @@ double decodeFloat(Elem elem, uint64_t bits) {
   }
   case Elem::BF16:
     return ref::decodeBf16(static_cast<uint16_t>(bits));
+  case Elem::F8E4M3FN:
+    return ref::decodeFp8E4M3(static_cast<uint8_t>(bits));
   default:
     return 0.0;
   }
@@ -163,9 +166,30 @@ uint64_t encodeFloat(Elem elem, double value) {
   }
   case Elem::BF16:
     return ref::encodeBf16(value);
+  case Elem::F8E4M3FN:
+    // The pipeline lowers truncf to FP8 with saturate-fp8-truncf: clamp to
+    // +-448, then round to nearest even; NaN stays NaN.
+    return ref::encodeFp8E4M3(value, ref::Overflow::Saturate);
   default:
     return 0;
   }
+}
+
+/// IEEE 754-2019 maximum / minimum (arith.maximumf / minimumf): NaN if
+/// either operand is NaN, and -0 orders below +0.
+double ieeeMaximum(double x, double y) {
+  if (std::isnan(x) || std::isnan(y))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (x == y)
+    return std::signbit(x) ? y : x;
+  return x > y ? x : y;
+}
+double ieeeMinimum(double x, double y) {
+  if (std::isnan(x) || std::isnan(y))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (x == y)
+    return std::signbit(x) ? x : y;
+  return x < y ? x : y;
 }
 
 enum class WaveState { Ready, AtBarrier, Done };
@@ -978,6 +1002,8 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
           case FloatOp::Div: v = x / y; break;
           case FloatOp::MaxNum: v = std::fmax(x, y); break;
           case FloatOp::MinNum: v = std::fmin(x, y); break;
+          case FloatOp::Maximum: v = ieeeMaximum(x, y); break;
+          case FloatOp::Minimum: v = ieeeMinimum(x, y); break;
           }
         } else {
           const float fx = static_cast<float>(x), fy = static_cast<float>(y);
@@ -989,10 +1015,52 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
           case FloatOp::Div: f = fx / fy; break;
           case FloatOp::MaxNum: f = std::fmax(fx, fy); break;
           case FloatOp::MinNum: f = std::fmin(fx, fy); break;
+          case FloatOp::Maximum: f = static_cast<float>(ieeeMaximum(fx, fy)); break;
+          case FloatOp::Minimum: f = static_cast<float>(ieeeMinimum(fx, fy)); break;
           }
           v = f;
         }
         setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
+      }
+    });
+    return success();
+  }
+
+  case Kind::FloatUnary: {
+    const ValueInfo &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]];
+    RtValue &r = regs[p.out[0]];
+    r.shape(a.uniform, ri.laneBytes);
+    const FloatUnaryOp op = static_cast<FloatUnaryOp>(p.sub);
+    forLanes(a.uniform, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e) {
+        const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
+        double v = 0.0;
+        switch (op) {
+        case FloatUnaryOp::Abs: v = std::fabs(x); break;
+        case FloatUnaryOp::Neg: v = -x; break;
+        // Correctly rounded exp2 (the double result rounded once); the
+        // hardware's v_exp_f32 is within 1 ulp of it (docs/emulator.md).
+        case FloatUnaryOp::Exp2: v = std::exp2(x); break;
+        }
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
+      }
+    });
+    return success();
+  }
+
+  case Kind::Interleave: {
+    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+    RtValue &r = regs[p.out[0]];
+    const bool uni = a.uniform && b.uniform;
+    r.shape(uni, ri.laneBytes);
+    forLanes(uni, mask, [&](int l) {
+      for (unsigned e = 0; e < ai.count; ++e) {
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e,
+                getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e + 1,
+                getBits(b.lane(l, ai.laneBytes), ai.elemBits, e));
       }
     });
     return success();

@@ -13,6 +13,7 @@
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -65,7 +66,12 @@ bool classifyElement(Type type, ValueInfo &info) {
     info.width = info.elemBits = 4;
     return true;
   }
-  if (isa<Float8E4M3FNType, Float8E5M2Type, Float8E8M0FNUType>(type)) {
+  if (isa<Float8E4M3FNType>(type)) {
+    info.elem = Elem::F8E4M3FN;
+    info.width = info.elemBits = 8;
+    return true;
+  }
+  if (isa<Float8E5M2Type, Float8E8M0FNUType>(type)) {
     info.elem = Elem::Other;
     info.width = info.elemBits = 8;
     return true;
@@ -269,6 +275,17 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
     Elem e = program.values[slot].elem;
     return e == Elem::F32 || e == Elem::F64 || e == Elem::BF16;
   };
+  // Conversions also reach FP8 E4M3FN (the W13 epilogue's quantisation).
+  auto convertible = [&](unsigned slot) {
+    return floatOk(slot) || program.values[slot].elem == Elem::F8E4M3FN;
+  };
+  auto floatUnary = [&](Operation *o, FloatUnaryOp which) -> LogicalResult {
+    if (!floatOk(p.out[0]))
+      return fail(o, "float arithmetic on this element type");
+    p.kind = Kind::FloatUnary;
+    p.sub = static_cast<uint8_t>(which);
+    return success();
+  };
   auto intBinary = [&](IntOp which) {
     p.kind = Kind::IntBinary;
     p.sub = static_cast<uint8_t>(which);
@@ -348,14 +365,33 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
           .Case([&](arith::MinNumFOp o) {
             return floatBinary(o, FloatOp::MinNum);
           })
+          .Case([&](arith::MaximumFOp o) {
+            return floatBinary(o, FloatOp::Maximum);
+          })
+          .Case([&](arith::MinimumFOp o) {
+            return floatBinary(o, FloatOp::Minimum);
+          })
+          .Case([&](arith::NegFOp o) {
+            return floatUnary(o, FloatUnaryOp::Neg);
+          })
+          .Case([&](math::AbsFOp o) {
+            return floatUnary(o, FloatUnaryOp::Abs);
+          })
+          .Case([&](math::Exp2Op o) {
+            return floatUnary(o, FloatUnaryOp::Exp2);
+          })
+          .Case([&](vector::InterleaveOp) {
+            p.kind = Kind::Interleave;
+            return success();
+          })
           .Case([&](arith::ExtFOp o) -> LogicalResult {
-            if (!floatOk(p.in[0]) || !floatOk(p.out[0]))
+            if (!convertible(p.in[0]) || !convertible(p.out[0]))
               return fail(o, "extf between these types");
             p.kind = Kind::FloatCast;
             return success();
           })
           .Case([&](arith::TruncFOp o) -> LogicalResult {
-            if (!floatOk(p.in[0]) || !floatOk(p.out[0]))
+            if (!convertible(p.in[0]) || !convertible(p.out[0]))
               return fail(o, "truncf between these types");
             if (o.getRoundingmode() &&
                 *o.getRoundingmode() != arith::RoundingMode::to_nearest_even)

@@ -31,6 +31,7 @@ enum class Elem : uint8_t {
   F32,
   F64,
   BF16,
+  F8E4M3FN, ///< converted to and from (truncf / extf), never computed in
   Other, ///< stored and moved, never computed (f8, f4, E8M0)
 };
 
@@ -63,7 +64,9 @@ enum class Kind : uint8_t {
   Bitcast, ///< arith.bitcast and vector.bitcast (same bytes per lane)
   Select,
   FloatBinary,
+  FloatUnary,
   FloatCast, ///< extf, truncf
+  Interleave,
   MemLoad,   ///< memref.load and vector.load
   MemStore,  ///< memref.store and vector.store
   Shuffle,
@@ -89,7 +92,10 @@ enum class IntOp : uint8_t {
   Add, Sub, Mul, DivU, DivS, RemU, RemS, MinU, MaxU, MinS, MaxS, And, Or, Xor,
   Shl, ShrU, ShrS, CeilDivU, FloorDivS, CeilDivS,
 };
-enum class FloatOp : uint8_t { Add, Sub, Mul, Div, MaxNum, MinNum };
+enum class FloatOp : uint8_t {
+  Add, Sub, Mul, Div, MaxNum, MinNum, Maximum, Minimum,
+};
+enum class FloatUnaryOp : uint8_t { Abs, Neg, Exp2 };
 /// Same numbering as arith::CmpIPredicate.
 enum class CmpPred : uint8_t { Eq, Ne, Slt, Sle, Sgt, Sge, Ult, Ule, Ugt, Uge };
 
@@ -97,7 +103,7 @@ enum class CmpPred : uint8_t { Eq, Ne, Slt, Sle, Sgt, Sge, Ult, Ule, Ugt, Uge };
 struct POp {
   mlir::Operation *op = nullptr;
   Kind kind = Kind::NoOp;
-  /// IntOp, FloatOp, CmpPred, or for IntCast: 0 zero-extend, 1 sign-extend.
+  /// IntOp, FloatOp, FloatUnaryOp, CmpPred, or for IntCast: 0 zero-extend, 1 sign-extend.
   uint8_t sub = 0;
   std::vector<unsigned> in;
   std::vector<unsigned> out;

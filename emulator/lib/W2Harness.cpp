@@ -63,6 +63,28 @@ LogicalResult buildKernelIR(MLIRContext &context, const StageSpec &spec,
   return success();
 }
 
+StageSpec smallStageSpec(const StageSpec &spec) {
+  StageSpec small = spec;
+  auto integer = [&](const char *name, int64_t fallback) {
+    auto it = spec.fields.find(name);
+    if (it == spec.fields.end())
+      return fallback;
+    char *end = nullptr;
+    long long value = std::strtoll(it->second.c_str(), &end, 10);
+    return (it->second.empty() || *end != '\0') ? fallback : int64_t(value);
+  };
+  const int64_t n = integer("n", 128), k = integer("k", 256);
+  const int64_t ep = std::max<int64_t>(1, integer("ep", 1));
+  const int64_t size = 2 * std::max(n, k);
+  const int64_t experts = 4 * ep;
+  small.fields["hidden"] = std::to_string(size);
+  small.fields["intermediate"] = std::to_string(size);
+  small.fields["experts"] = std::to_string(experts);
+  small.fields["top_k"] =
+      std::to_string(std::min<int64_t>(std::min<int64_t>(integer("top_k", 2), 4), experts));
+  return small;
+}
+
 ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape) {
   auto field = [&](const char *name, std::string &out) {
     for (const auto &[key, value] : description.fields)
@@ -228,9 +250,33 @@ void compareW2(const W2Shape &shape, const W2Data &data,
   const int64_t hidden = shape.hidden, inter = shape.intermediate;
   outcome.oracle.assign(size_t(data.numRoutes * hidden),
                         std::numeric_limits<float>::quiet_NaN());
+  // The oracle takes the builder's list; tiles a dispatcher left empty
+  // (expert -1 or past the local experts) must hold only padding and are
+  // dropped from its view.
+  ref::SortedRoutes oracleRoutes = data.sorted;
+  oracleRoutes.routeIds.clear();
+  oracleRoutes.tileExperts.clear();
+  for (int64_t t = 0; t < data.sorted.numTiles(); ++t) {
+    const int32_t expert = data.sorted.tileExperts[size_t(t)];
+    const auto first = data.sorted.routeIds.begin() + t * shape.tileM;
+    if (!ref::isValidExpert(expert, shape.localExperts)) {
+      for (auto it = first; it != first + shape.tileM; ++it)
+        if (!data.sorted.isPadding(*it)) {
+          outcome.pass = false;
+          outcome.summary = "tile " + std::to_string(t) +
+                            " has no valid expert but lists route " +
+                            std::to_string(*it);
+          return;
+        }
+      continue;
+    }
+    oracleRoutes.tileExperts.push_back(expert);
+    oracleRoutes.routeIds.insert(oracleRoutes.routeIds.end(), first,
+                                 first + shape.tileM);
+  }
   ref::Status status = ref::runW2Stage(
       data.aCodes.data(), data.aScales.data(), data.bPacked.data(),
-      data.bScales.data(), shape.localExperts, hidden, inter, data.sorted,
+      data.bScales.data(), shape.localExperts, hidden, inter, oracleRoutes,
       outcome.oracle.data());
   if (!status) {
     outcome.pass = false;

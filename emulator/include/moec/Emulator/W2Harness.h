@@ -47,6 +47,12 @@ mlir::LogicalResult buildKernelIR(mlir::MLIRContext &context,
                                   const StageSpec &spec, BuiltKernel &kernel,
                                   std::string &error);
 
+/// The same stage and knobs at a small problem, for fast emulation: hidden
+/// and intermediate become 2 * max(n, k) (divisible by both tile sizes), 4
+/// local experts per rank at the same EP, top_k capped at 4. Fields that are
+/// missing or not integers are left for buildStageOp to report.
+StageSpec smallStageSpec(const StageSpec &spec);
+
 /// The problem and the knobs of a W2 kernel that the harness needs.
 struct W2Shape {
   int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;

@@ -1,0 +1,130 @@
+//===- ShippedTablesTest.cpp - every shipped kernel runs on the emulator --===//
+//
+// Walks tuning_tables/*.table, rebuilds every kernel with the same knobs at
+// a small problem (smallStageSpec), and requires that the emulator supports
+// every op of its IR. W2 kernels are also executed and compared with the
+// oracle (the CI subset of "every shipped configuration passes").
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Compiler/TuningTable.h"
+#include "moec/Emulator/W2Harness.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+using namespace moec;
+using namespace moec::emu;
+
+namespace {
+
+std::vector<std::string> shippedTables() {
+  std::vector<std::string> paths;
+  for (const auto &entry :
+       std::filesystem::directory_iterator(MOEC_TUNING_TABLES_DIR))
+    if (entry.path().extension() == ".table")
+      paths.push_back(entry.path().string());
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+/// The StageSpec of a table kernel at its real problem.
+StageSpec specOf(const TuningTable &table, const TableKernel &kernel) {
+  StageSpec spec;
+  spec.stage = kernel.stage;
+  spec.where = kernel.where;
+  spec.fields = kernel.knobs;
+  if (const TableProblem *problem = table.findProblem(kernel.problem)) {
+    spec.fields["hidden"] = std::to_string(problem->hidden);
+    spec.fields["intermediate"] = std::to_string(problem->intermediate);
+    spec.fields["experts"] = std::to_string(problem->experts);
+    spec.fields["top_k"] = std::to_string(problem->topK);
+    spec.fields["ep"] = std::to_string(problem->ep);
+  }
+  return spec;
+}
+
+} // namespace
+
+TEST_CASE("every op of every shipped kernel is supported by the emulator",
+          "[tables]") {
+  mlir::MLIRContext context;
+  prepareContext(context);
+  const std::vector<std::string> tables = shippedTables();
+  REQUIRE(!tables.empty());
+  int kernels = 0;
+  for (const std::string &path : tables) {
+    TuningTable table;
+    std::string error;
+    INFO(path);
+    REQUIRE(readTuningTable(path, table, error));
+    for (const TableKernel &kernel : table.kernels) {
+      INFO("kernel " << kernel.name << " (" << kernel.stage << ")");
+      BuiltKernel built;
+      bool builtOk = mlir::succeeded(
+          buildKernelIR(context, smallStageSpec(specOf(table, kernel)), built, error));
+      INFO(error);
+      REQUIRE(builtOk);
+      std::set<std::string> opNames;
+      built.func->walk([&](mlir::Operation *op) {
+        opNames.insert(op->getName().getStringRef().str());
+      });
+      std::string names;
+      for (const std::string &name : opNames)
+        names += name + " ";
+      INFO("ops: " << names);
+      std::string unsupported;
+      CHECK(mlir::succeeded(checkSupported(
+          mlir::cast<mlir::gpu::GPUFuncOp>(built.func), unsupported)));
+      INFO(unsupported);
+      CHECK(unsupported.empty());
+      ++kernels;
+    }
+  }
+  CHECK(kernels > 0);
+}
+
+TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
+          "[tables][w2]") {
+  mlir::MLIRContext context;
+  prepareContext(context);
+  int ran = 0;
+  for (const std::string &path : shippedTables()) {
+    TuningTable table;
+    std::string error;
+    REQUIRE(readTuningTable(path, table, error));
+    for (const TableKernel &kernel : table.kernels) {
+      if (kernel.stage != "w2")
+        continue;
+      INFO(path << ": kernel " << kernel.name);
+      BuiltKernel built;
+      REQUIRE(mlir::succeeded(buildKernelIR(
+          context, smallStageSpec(specOf(table, kernel)), built, error)));
+      W2Shape shape;
+      REQUIRE(parseW2Shape(built.description, shape).ok());
+      W2DataOptions options;
+      options.seed = 101;
+      options.tokens = 48;
+      options.invalidFraction = 0.1;
+      options.emptyTiles = 1;
+      W2Data data;
+      REQUIRE(generateW2Data(shape, options, data).ok());
+      W2Outcome outcome;
+      bool ok = mlir::succeeded(
+          runW2(built.func, shape, data, LaunchConfig(), outcome, error));
+      INFO(error);
+      REQUIRE(ok);
+      compareW2(shape, data, options, outcome);
+      INFO(outcome.summary);
+      CHECK(outcome.pass);
+      ++ran;
+    }
+  }
+  CHECK(ran > 0);
+}

@@ -1,0 +1,233 @@
+//===- W2KernelTest.cpp - the generated W2 kernel vs the reference oracle -===//
+//
+// The W2 kernel as the codegen emits it, rebuilt from flat fields, executed
+// on the emulator with poisoned outputs over fresh seeded data, and compared
+// with the reference W2 stage on the same FP8 / MXFP4 inputs.
+//
+// Tolerance (compareW2, docs/emulator.md): per element
+//   |emu - oracle| <= ulp_bf16(max(|oracle|, |emu|)) + (I/mfmaK + 1) 2^-24 sum|a b|
+// i.e. the kernel's single BF16 rounding of its FP32 sum (at most half an
+// ulp, one ulp allowed because the oracle is FP32 too) plus one FP32 rounding
+// per MFMA instruction; and relative L2 <= 2^-8, the BF16 unit roundoff.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Emulator/W2Harness.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <catch2/catch.hpp>
+
+using namespace moec;
+using namespace moec::emu;
+
+namespace {
+
+mlir::MLIRContext &w2Context() {
+  static mlir::MLIRContext *context = [] {
+    auto *c = new mlir::MLIRContext();
+    prepareContext(*c);
+    return c;
+  }();
+  return *context;
+}
+
+struct Knobs {
+  int m, n, waves;
+  const char *mfma, *orientation, *bCache;
+};
+
+std::string describe(const Knobs &k) {
+  return "m=" + std::to_string(k.m) + " n=" + std::to_string(k.n) +
+         " waves=" + std::to_string(k.waves) + " mfma=" + k.mfma + " " +
+         k.orientation + " b_cache=" + k.bCache;
+}
+
+StageSpec w2Spec(const Knobs &k, int64_t hidden, int64_t inter,
+                 int64_t experts, int64_t topK, int64_t ep) {
+  StageSpec spec;
+  spec.stage = "w2";
+  spec.fields = {{"hidden", std::to_string(hidden)},
+                 {"intermediate", std::to_string(inter)},
+                 {"experts", std::to_string(experts)},
+                 {"top_k", std::to_string(topK)},
+                 {"ep", std::to_string(ep)},
+                 {"m", std::to_string(k.m)},
+                 {"n", std::to_string(k.n)},
+                 {"k", "256"},
+                 {"waves", std::to_string(k.waves)},
+                 {"mfma", k.mfma},
+                 {"orientation", k.orientation},
+                 {"b_cache", k.bCache}};
+  return spec;
+}
+
+struct Built {
+  BuiltKernel kernel;
+  W2Shape shape;
+};
+
+Built build(const StageSpec &spec) {
+  Built built;
+  std::string error;
+  INFO(error);
+  REQUIRE(mlir::succeeded(buildKernelIR(w2Context(), spec, built.kernel, error)));
+  ref::Status status = parseW2Shape(built.kernel.description, built.shape);
+  INFO(status.message());
+  REQUIRE(status.ok());
+  return built;
+}
+
+/// MFMAs the kernel must issue: every non-empty tile, every N tile, every
+/// wave, K / mfmaK steps, (m / dim) x (n / waves / dim) fragments per wave.
+uint64_t expectedMfmas(const W2Shape &s, const W2Data &data, int64_t dim) {
+  uint64_t validTiles = 0;
+  for (int32_t e : data.sorted.tileExperts)
+    validTiles += ref::isValidExpert(e, s.localExperts);
+  return validTiles * uint64_t(s.hidden / s.tileN) *
+         uint64_t(s.intermediate / s.mfmaK) *
+         uint64_t((s.tileM / dim) * (s.tileN / dim));
+}
+
+W2Outcome runCase(Built &built, const W2DataOptions &options) {
+  W2Data data;
+  ref::Status status = generateW2Data(built.shape, options, data);
+  INFO(status.message());
+  REQUIRE(status.ok());
+  W2Outcome outcome;
+  std::string error;
+  bool ran = mlir::succeeded(
+      runW2(built.kernel.func, built.shape, data, LaunchConfig(), outcome, error));
+  INFO(error);
+  REQUIRE(ran);
+  compareW2(built.shape, data, options, outcome);
+  for (const Finding &f : outcome.run.findings)
+    UNSCOPED_INFO(f.str());
+  const int64_t dim = built.shape.mfmaK == 64 ? 32 : 16;
+  CHECK(outcome.run.stats.mfmas == expectedMfmas(built.shape, data, dim));
+  return outcome;
+}
+
+/// The knob sets of tuning_tables/*.table, plus both MFMA shapes and both
+/// orientations at one tile, and other wave counts.
+const std::vector<Knobs> &knobMatrix() {
+  static const std::vector<Knobs> knobs = {
+      // Shipped (flash_ep4.table).
+      {16, 128, 4, "16x16x128", "b_major", "nt"},
+      {32, 128, 4, "16x16x128", "b_major", "nt"},
+      {64, 256, 4, "16x16x128", "b_major", "cached"},
+      {128, 256, 8, "32x32x64", "b_major", "cached"},
+      // Both shapes x both orientations.
+      {32, 128, 4, "16x16x128", "a_major", "cached"},
+      {32, 128, 4, "32x32x64", "a_major", "cached"},
+      {32, 128, 4, "32x32x64", "b_major", "nt"},
+      {64, 128, 2, "32x32x64", "a_major", "nt"},
+      {16, 64, 1, "16x16x128", "a_major", "cached"},
+      {64, 512, 8, "16x16x128", "a_major", "cached"},
+  };
+  return knobs;
+}
+
+} // namespace
+
+TEST_CASE("W2 kernel matches the oracle for every knob set", "[w2]") {
+  for (const Knobs &k : knobMatrix()) {
+    Built built = build(w2Spec(k, /*hidden=*/2 * std::max(k.n, 256),
+                               /*inter=*/512, /*experts=*/8, /*topK=*/2,
+                               /*ep=*/2));
+    for (uint64_t seed : {1, 2}) {
+      W2DataOptions options;
+      options.seed = seed;
+      options.tokens = 40;
+      options.invalidFraction = 0.1;
+      W2Outcome outcome = runCase(built, options);
+      INFO(describe(k) << " seed " << seed << ": " << outcome.summary);
+      CHECK(outcome.pass);
+      CHECK(outcome.elementsChecked > 0);
+      CHECK(outcome.relL2 < kW2RelL2Bound);
+      CHECK(outcome.run.totalFindings() == 0);
+    }
+  }
+}
+
+TEST_CASE("W2 edge cases: invalid routes, padding, empty tiles, zero weights",
+          "[w2]") {
+  for (const Knobs &k : {knobMatrix()[0], knobMatrix()[3], knobMatrix()[5]}) {
+    Built built = build(w2Spec(k, 512, 512, 8, 2, 2));
+    W2DataOptions options;
+    options.seed = 17;
+    options.tokens = 30;
+    options.invalidFraction = 0.3;
+    options.emptyTiles = 3; // experts -1 and 4 (past the 4 local experts)
+    options.zeroExperts = {1};
+    W2Outcome outcome = runCase(built, options);
+    INFO(describe(k) << ": " << outcome.summary);
+    CHECK(outcome.pass);
+    CHECK(outcome.zeroExpertNonZero == 0);
+    CHECK(outcome.unlistedRowsWritten == 0);
+    CHECK(outcome.listedRowsUnwritten == 0);
+    // Sentinel-padded rows exist and their A rows read past validBytes.
+    CHECK(outcome.run.stats.rawLoadsOutOfRange > 0);
+    CHECK(outcome.run.stats.rawStoresDropped > 0);
+  }
+}
+
+TEST_CASE("W2 hot-rank routing and a batch with only empty tiles", "[w2]") {
+  Built built = build(w2Spec(knobMatrix()[1], 256, 512, 8, 2, 2));
+  W2DataOptions hot;
+  hot.seed = 5;
+  hot.tokens = 64;
+  hot.hotRank = true;
+  hot.invalidFraction = 0.0;
+  W2Outcome outcome = runCase(built, hot);
+  INFO(outcome.summary);
+  CHECK(outcome.pass);
+  // Every route goes to this rank: every route row is computed.
+  CHECK(outcome.elementsChecked == 64 * 2 * 256);
+
+  W2DataOptions none;
+  none.seed = 6;
+  none.tokens = 8;
+  none.invalidFraction = 1.0; // every slot invalid: no listed route
+  none.emptyTiles = 2;
+  W2Outcome empty = runCase(built, none);
+  INFO(empty.summary);
+  CHECK(empty.pass);
+  CHECK(empty.elementsChecked == 0);
+  CHECK(empty.run.stats.mfmas == 0);
+  CHECK(empty.run.stats.workgroups == 2 * (256 / 128));
+}
+
+TEST_CASE("the harness catches a broken W2 kernel", "[w2][detector]") {
+  const Knobs k = knobMatrix()[6];
+  W2DataOptions options;
+  options.seed = 3;
+  options.tokens = 40;
+
+  SECTION("the barrier that protects the next K step's copy is removed") {
+    Built built = build(w2Spec(k, 256, 512, 8, 2, 2));
+    mlir::gpu::BarrierOp last;
+    built.kernel.func->walk([&](mlir::gpu::BarrierOp barrier) { last = barrier; });
+    REQUIRE(last);
+    last->erase();
+    W2Outcome outcome = runCase(built, options);
+    CHECK_FALSE(outcome.pass);
+    CHECK(outcome.run.findingCounts[int(FindingKind::LdsRace)] > 0);
+  }
+  SECTION("the two 16-byte FP8 chunks of each lane are swapped") {
+    Built built = build(w2Spec(k, 256, 512, 8, 2, 2));
+    int swapped = 0;
+    built.kernel.func->walk([&](mlir::vector::ShuffleOp shuffle) {
+      shuffle.setMask({4, 5, 6, 7, 0, 1, 2, 3});
+      ++swapped;
+    });
+    REQUIRE(swapped > 0);
+    W2Outcome outcome = runCase(built, options);
+    INFO(outcome.summary);
+    CHECK_FALSE(outcome.pass);
+    CHECK(outcome.elementsOverTolerance > 0);
+    CHECK(outcome.run.totalFindings() == 0);
+  }
+}
