@@ -369,7 +369,7 @@ Failure writeInputs(Writer &writer, const ReferenceArgs &args,
 /// Output and (with --stages) stage arrays of one rank or TP group.
 Failure writeResults(Writer &writer, const std::string &prefix,
                      const MoeShape &shape, int64_t tokens, int64_t rows,
-                     const StageResults &r, bool stages) {
+                     const StageResults &r, bool stages, bool faithful) {
   const int64_t H = shape.hidden, I = shape.intermediate;
   if (Failure f = writer.write(prefix + "output.npy", NpyDtype::Float32, {tokens, H}, r.output);
       f.failed())
@@ -389,7 +389,7 @@ Failure writeResults(Writer &writer, const std::string &prefix,
                                {r.routes.numTiles()}, r.routes.tileExperts);
       f.failed())
     return f;
-  if (!r.inputCodes.empty()) {
+  if (faithful) {
     if (Failure f = writer.write(prefix + "input_fp8.npy", NpyDtype::UInt8, {tokens, H},
                                  r.inputCodes);
         f.failed())
@@ -403,7 +403,7 @@ Failure writeResults(Writer &writer, const std::string &prefix,
                                toFloat(r.activation));
       f.failed())
     return f;
-  if (!r.intermediateCodes.empty()) {
+  if (faithful) {
     if (Failure f = writer.write(prefix + "intermediate_fp8.npy", NpyDtype::UInt8, {rows, I},
                                  r.intermediateCodes);
         f.failed())
@@ -585,7 +585,8 @@ Failure runReference(const ReferenceArgs &args) {
     std::string prefix = mega ? "rank" + std::to_string(i) + "." : "";
     int64_t rankTokens = in.batches[i].tokens;
     if (Failure f = writeResults(writer, prefix, shape, rankTokens, rows[i],
-                                 results[i], args.stages);
+                                 results[i], args.stages,
+                                 mode == OracleMode::QuantFaithful);
         f.failed())
       return f;
     std::printf("%s%s tokens %lld, output rms %.6g\n", mega ? "rank " : "",
