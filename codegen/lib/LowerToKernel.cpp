@@ -36,7 +36,7 @@ struct MoeLowerToKernelPass final
     ModuleOp module = getOperation();
     SmallVector<Operation *> stages;
     module.walk([&](Operation *op) {
-      if (isa<moe::W2Op, moe::W13Op, moe::CombineOp>(op))
+      if (isa<moe::W2Op, moe::W13Op, moe::CombineOp, moe::SortOp>(op))
         stages.push_back(op);
     });
     if (stages.empty())
@@ -52,7 +52,8 @@ struct MoeLowerToKernelPass final
               .Case([&](moe::W13Op w13) { return buildW13Kernel(builder, w13); })
               .Case([&](moe::CombineOp combine) {
                 return buildCombineKernel(builder, combine);
-              });
+              })
+              .Case([&](moe::SortOp sort) { return buildSortKernel(builder, sort); });
       if (failed(kernel))
         return signalPassFailure();
       op->erase();

@@ -7,6 +7,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cerrno>
@@ -111,25 +112,30 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
 
 } // namespace
 
-/// The combine stage: problem fields plus its launch geometry.
-static Operation *buildCombineOp(OpBuilder &builder, const StageSpec &spec,
-                                 StageDescription &description,
-                                 std::string &error) {
+/// The combine and sort stages: problem fields plus launch geometry (and
+/// the sort's M tile).
+static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
+                                     StageDescription &description,
+                                     std::string &error) {
   MLIRContext *context = builder.getContext();
   FieldReader read(spec, error);
-  static const std::set<std::string> known = {
-      "hidden", "intermediate", "experts", "top_k", "ep", "blocks", "waves"};
+  const bool isSort = spec.stage == "sort";
+  std::set<std::string> known = {"hidden", "intermediate", "experts", "top_k",
+                                 "ep", "waves"};
+  known.insert(isSort ? "m" : "blocks");
   for (const auto &field : spec.fields)
     if (!known.count(field.first)) {
-      read.fail(field.first, "unknown field of a combine kernel");
+      read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
       return nullptr;
     }
-  int64_t hidden, intermediate, experts, topK, ep, blocks, waves;
+  int64_t hidden, intermediate, experts, topK, ep, blocks = 0, mTile = 0, waves;
   if (!read.integer("hidden", -1, hidden) ||
       !read.integer("intermediate", -1, intermediate) ||
       !read.integer("experts", -1, experts) ||
       !read.integer("top_k", -1, topK) || !read.integer("ep", 1, ep) ||
-      !read.integer("blocks", 0, blocks) || !read.integer("waves", 4, waves))
+      !read.integer("waves", 4, waves) ||
+      (isSort ? !read.integer("m", -1, mTile)
+              : !read.integer("blocks", 0, blocks)))
     return nullptr;
   Location loc = spec.where.file.empty()
                      ? Location(UnknownLoc::get(context))
@@ -150,24 +156,45 @@ static Operation *buildCombineOp(OpBuilder &builder, const StageSpec &spec,
       emitError, context, hidden, intermediate, experts, topK, ep,
       Type(builder.getBF16Type()), Type(builder.getType<Float4E2M1FNType>()),
       Type(builder.getBF16Type()));
-  auto tile = moe::CombineTileAttr::getChecked(emitError, context, blocks, waves);
-  if (!problem || !tile) {
+  if (!problem) {
     error = diagnostic;
     return nullptr;
   }
-  std::string symbol = "moe_combine_bf16_h" + std::to_string(hidden) + "_k" +
-                       std::to_string(topK) + "_b" + std::to_string(blocks) +
-                       "_w" + std::to_string(waves);
-  auto op = moe::CombineOp::create(builder, loc, symbol, problem, tile);
-  if (failed(op.verify())) {
+  Operation *op;
+  std::string symbol;
+  if (isSort) {
+    symbol = "moe_sort_e" + std::to_string(problem.getLocalExperts()) + "_k" +
+             std::to_string(topK) + "_m" + std::to_string(mTile) + "_w" +
+             std::to_string(waves);
+    auto sort = moe::SortOp::create(builder, loc, builder.getStringAttr(symbol),
+                                    problem, builder.getI64IntegerAttr(mTile),
+                                    builder.getI64IntegerAttr(waves));
+    op = sort;
+    if (succeeded(mlir::verify(op, /*verifyRecursively=*/false)))
+      description.abi = getSortKernelAbi(sort);
+  } else {
+    auto tile =
+        moe::CombineTileAttr::getChecked(emitError, context, blocks, waves);
+    if (!tile) {
+      error = diagnostic;
+      return nullptr;
+    }
+    symbol = "moe_combine_bf16_h" + std::to_string(hidden) + "_k" +
+             std::to_string(topK) + "_b" + std::to_string(blocks) + "_w" +
+             std::to_string(waves);
+    auto combine = moe::CombineOp::create(builder, loc, symbol, problem, tile);
+    op = combine;
+    if (succeeded(mlir::verify(op, /*verifyRecursively=*/false)))
+      description.abi = getCombineKernelAbi(combine);
+  }
+  if (!diagnostic.empty()) {
     error = diagnostic;
-    op.erase();
+    op->erase();
     return nullptr;
   }
   description.symbol = symbol;
-  description.abi = getCombineKernelAbi(op);
   description.fields = {
-      {"blocks", std::to_string(blocks)},
+      {isSort ? "m" : "blocks", std::to_string(isSort ? mTile : blocks)},
       {"ep", std::to_string(ep)},
       {"experts", std::to_string(experts)},
       {"hidden", std::to_string(hidden)},
@@ -175,6 +202,7 @@ static Operation *buildCombineOp(OpBuilder &builder, const StageSpec &spec,
       {"top_k", std::to_string(topK)},
       {"waves", std::to_string(waves)},
   };
+  std::sort(description.fields.begin(), description.fields.end());
   return op;
 }
 
@@ -182,12 +210,12 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                         StageDescription &description, std::string &error) {
   MLIRContext *context = builder.getContext();
   FieldReader read(spec, error);
-  if (spec.stage == "combine")
-    return buildCombineOp(builder, spec, description, error);
+  if (spec.stage == "combine" || spec.stage == "sort")
+    return buildSimpleStageOp(builder, spec, description, error);
   const bool isW13 = spec.stage == "w13";
   if (!isW13 && spec.stage != "w2") {
     read.fail("stage", "unsupported stage '" + spec.stage +
-                           "' (expected w13, w2 or combine)");
+                           "' (expected sort, w13, w2 or combine)");
     return nullptr;
   }
   static const std::set<std::string> common = {
@@ -275,14 +303,14 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
         builder.getF32FloatAttr(static_cast<float>(swigluLimit)));
     op = w13;
     description.symbol = symbol;
-    if (succeeded(w13.verify()))
+    if (succeeded(mlir::verify(w13, /*verifyRecursively=*/false)))
       description.abi = getW13KernelAbi(w13);
   } else {
     std::string symbol = gemmSymbol("moe2_afp8_wfp4_bf16", problem, tile);
     auto w2 = moe::W2Op::create(builder, loc, symbol, problem, tile);
     op = w2;
     description.symbol = symbol;
-    if (succeeded(w2.verify()))
+    if (succeeded(mlir::verify(w2, /*verifyRecursively=*/false)))
       description.abi = getW2KernelAbi(w2);
   }
   if (!diagnostic.empty()) {

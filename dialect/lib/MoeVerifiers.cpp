@@ -232,3 +232,20 @@ LogicalResult CombineOp::verify() {
            << blocks << ") exceeds the resident workgroups of " << target.arch;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// SortOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SortOp::verify() {
+  // The per-expert counts and cursors live in LDS, next to one id per lane.
+  int64_t ldsBytes =
+      4 * (2 * getProblem().getLocalExperts() + 64 * getWaves() + 1);
+  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
+  if (ldsBytes > target.ldsBytesPerCu)
+    return emitOpError("problem.experts / problem.ep (")
+           << getProblem().getLocalExperts() << " local experts) needs "
+           << ldsBytes << " bytes of LDS for the counts; " << target.arch
+           << " has " << target.ldsBytesPerCu;
+  return success();
+}

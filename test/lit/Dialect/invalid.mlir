@@ -122,3 +122,11 @@ moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts 
 // -----
 // expected-error @+1 {{combine_tile.blocks (9000) exceeds the resident workgroups of gfx950}}
 moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 9000>)
+
+// -----
+// expected-error @+1 {{attribute 'm_tile' failed to satisfy constraint: 64-bit signless integer attribute whose value is one of {16, 32, 64, 128}}}
+moe.sort @s problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) {m_tile = 48 : i64}
+
+// -----
+// expected-error @+1 {{problem.experts / problem.ep (40960 local experts) needs 328708 bytes of LDS for the counts; gfx950 has 163840}}
+moe.sort @s problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 40960, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) {m_tile = 32 : i64, waves = 4 : i64}

@@ -43,3 +43,9 @@ moe.w13 @w13_tp problem(#moe.problem<hidden = 5120, intermediate = 640,
 moe.combine @combine_persistent problem(#moe.problem<hidden = 5120,
     intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = bf16,
     weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 256, waves = 8>)
+
+// CHECK-LABEL: moe.sort @sort_m32
+// CHECK-SAME: {m_tile = 32 : i64}
+moe.sort @sort_m32 problem(#moe.problem<hidden = 5120, intermediate = 2304,
+    experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
+    weight = f4E2M1FN, output = bf16>) {m_tile = 32 : i64}

@@ -17,6 +17,7 @@ class GPUModuleOp;
 namespace moec {
 namespace moe {
 class CombineOp;
+class SortOp;
 class W13Op;
 class W2Op;
 } // namespace moe
@@ -43,6 +44,13 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op);
 /// Builds the gpu.module holding the weighted-combine kernel for `op`.
 mlir::FailureOr<mlir::gpu::GPUModuleOp>
 buildCombineKernel(mlir::OpBuilder &builder, moe::CombineOp op);
+
+/// The argument list and launch rule of the routing-sort kernel for `op`.
+KernelAbi getSortKernelAbi(moe::SortOp op);
+
+/// Builds the gpu.module holding the routing-sort kernel for `op`.
+mlir::FailureOr<mlir::gpu::GPUModuleOp> buildSortKernel(mlir::OpBuilder &builder,
+                                                        moe::SortOp op);
 
 } // namespace moec
 

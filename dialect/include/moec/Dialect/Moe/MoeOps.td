@@ -139,4 +139,46 @@ def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
   let hasVerifier = 1;
 }
 
+def Moe_SortOp : Moe_Op<"sort", [Symbol]> {
+  let summary = "group routes by expert into the tile-padded sorted route list";
+  let description = [{
+    Declares one routing-sort kernel: from `topk_ids` it builds the sorted
+    route list the GEMM stages read. For each local expert e in increasing
+    order, its valid routes r (`r = token * top_k + k`) in increasing r, then
+    the sentinel `num_routes` up to a multiple of `m_tile`; one expert id per
+    M tile, and -1 for every tile of the capacity past the used ones (the
+    GEMM grid is launched over the whole capacity and those tiles exit at
+    once, so no host synchronisation is needed).
+
+    A route is local when `0 <= topk_ids[r] - expert_offset < local
+    experts`; others appear nowhere. The order is deterministic (a stable
+    counting sort), so two runs give the same list.
+
+    `status[0]` receives the used length (`num_sorted`) and `status[1]` the
+    length the routes need; when it exceeds `capacity` the list is
+    truncated and the caller must treat the layer as failed (overflow is
+    reported, never silently dropped).
+
+    Kernel arguments, in order: `topk_ids` (i32 [num_tokens, top_k]),
+    `sorted_routes` (i32 [capacity]), `tile_experts` (i32
+    [capacity / m_tile]), `status` (i32 [2]), `num_tokens` (i32),
+    `expert_offset` (i32), `capacity` (i32, a multiple of m_tile). Grid: one
+    workgroup of 64 * `waves` lanes.
+
+    ```mlir
+    moe.sort @sort problem(#moe.problem<...>) {m_tile = 32 : i64, waves = 4 : i64}
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    Moe_ProblemAttr:$problem,
+    ConfinedAttr<I64Attr, [IntIsOneOf<[16, 32, 64, 128]>]>:$m_tile,
+    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8, 16]>]>, "4">:$waves
+  );
+  let assemblyFormat = [{
+    $sym_name `problem` `(` qualified($problem) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOEC_DIALECT_MOE_MOEOPS_TD

@@ -1,0 +1,324 @@
+//===- SortKernel.cpp - moe.sort -> gpu.func ------------------------------===//
+///
+/// \file
+/// The routing sort: one workgroup builds the tile-padded sorted route list.
+///
+///  1. Count the routes of each local expert (LDS atomics).
+///  2. Lane 0 turns the counts into each expert's start (an exclusive scan
+///     of the counts rounded up to the M tile) and writes the status.
+///  3. Every lane writes tile experts, -1 for unused tiles, and padding.
+///  4. Routes are scattered in chunks of one per lane. Inside a chunk a
+///     lane's position is its expert's cursor plus the number of earlier
+///     lanes with the same expert; the last such lane advances the cursor.
+///     This keeps routes of one expert in increasing order: deterministic.
+///
+/// Loops have uniform bounds (per-lane work is masked with scf.if), so every
+/// wave runs the same iterations and reaches the same barriers.
+///
+//===----------------------------------------------------------------------===//
+
+#include "GemmEmitter.h"
+#include "moec/Codegen/KernelBuilders.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+
+namespace moec {
+namespace {
+
+constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
+
+enum SortArg : unsigned {
+  kTopkIds, kSortedRoutes, kTileExperts, kStatus, kNumTokens, kExpertOffset,
+  kCapacity, kSortArgCount
+};
+
+class SortEmitter : KernelEmitter {
+public:
+  SortEmitter(OpBuilder &builder, moe::SortOp op)
+      : KernelEmitter(builder, op.getLoc()), op(op), problem(op.getProblem()),
+        experts(problem.getLocalExperts()), lanes(64 * op.getWaves()),
+        mTile(op.getMTile()) {}
+
+  FailureOr<gpu::GPUModuleOp> emit() {
+    SmallVector<Type> argTypes(kSortArgCount);
+    argTypes[kTopkIds] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+    argTypes[kSortedRoutes] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+    argTypes[kTileExperts] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+    argTypes[kStatus] = globalBuffer(2, b.getI32Type());
+    argTypes[kNumTokens] = b.getI32Type();
+    argTypes[kExpertOffset] = b.getI32Type();
+    argTypes[kCapacity] = b.getI32Type();
+    OpBuilder::InsertionGuard guard(b);
+    // LDS: counts[experts], cursor[experts], one expert id per lane, and
+    // the used length (shared through LDS, not re-read from global memory).
+    gpu::GPUFuncOp func = createKernel(op.getSymName(), argTypes, lanes,
+                                       2 * experts + lanes + 1);
+    emitBody(func);
+    return func->getParentOfType<gpu::GPUModuleOp>();
+  }
+
+private:
+  void emitBody(gpu::GPUFuncOp func);
+  /// for (base = 0; base < limit; base += lanes) body(base + tid, inRange)
+  /// with a uniform trip count; the body sees whether its index is < limit.
+  void forEachStrided(Value limit,
+                      function_ref<void(Value index, Value inRange)> body);
+  /// Emits `then` under scf.if `condition` (no results).
+  void when(Value condition, function_ref<void()> then);
+  Value ult(Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, x, y);
+  }
+
+  moe::SortOp op;
+  moe::ProblemAttr problem;
+  int64_t experts, lanes, mTile;
+  Value tid;
+};
+
+void SortEmitter::forEachStrided(
+    Value limit, function_ref<void(Value index, Value inRange)> body) {
+  auto loop = scf::ForOp::create(b, loc, idx(0), limit, idx(lanes));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value index = add(loop.getInductionVar(), tid);
+  body(index, ult(index, limit));
+}
+
+void SortEmitter::when(Value condition, function_ref<void()> then) {
+  auto ifOp = scf::IfOp::create(b, loc, condition, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  then();
+}
+
+void SortEmitter::emitBody(gpu::GPUFuncOp func) {
+  const int64_t topK = problem.getTopK();
+  auto arg = [&](SortArg which) { return func.getArgument(which); };
+  Value numTokensI32 = arg(kNumTokens);
+  Value numRoutesI32 = arith::MulIOp::create(b, loc, numTokensI32, i32(topK));
+  Value capacityI32 = arg(kCapacity);
+  Value ids = asBuffer(arg(kTopkIds), bytesOf(numRoutesI32, 4));
+  Value sorted = asBuffer(arg(kSortedRoutes), bytesOf(capacityI32, 4));
+  Value tileExperts =
+      asBuffer(arg(kTileExperts),
+               bytesOf(arith::DivUIOp::create(b, loc, capacityI32, i32(mTile)), 4));
+  Value status = asBuffer(arg(kStatus), Value());
+  Value lds = func.getWorkgroupAttributions()[0];
+  const int64_t countsBase = 0, cursorBase = experts, idsBase = 2 * experts,
+                usedSlot = 2 * experts + lanes;
+
+  Value numRoutes = toIndex(numRoutesI32);
+  Value capacity = toIndex(capacityI32);
+  Value expertOffset = arg(kExpertOffset);
+  tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value zero32 = i32(0), one32 = i32(1);
+  // Local expert of route r, or -1 when the route is not ours (or invalid).
+  auto localExpertOf = [&](Value route) {
+    Value id = memref::LoadOp::create(b, loc, ids, ValueRange{route});
+    Value local = arith::SubIOp::create(b, loc, id, expertOffset);
+    Value isLocal = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, local, zero32),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, local,
+                              i32(experts)));
+    return arith::SelectOp::create(b, loc, isLocal, local, i32(-1));
+  };
+  auto ldsAt = [&](int64_t base, Value offset) { return add(idx(base), offset); };
+
+  // 1. Counts.
+  forEachStrided(idx(experts), [&](Value e, Value inRange) {
+    when(inRange, [&] {
+      memref::StoreOp::create(b, loc, zero32, lds,
+                              ValueRange{ldsAt(countsBase, e)});
+    });
+  });
+  gpu::BarrierOp::create(b, loc);
+  forEachStrided(numRoutes, [&](Value route, Value inRange) {
+    when(inRange, [&] {
+      Value local = localExpertOf(route);
+      Value isLocal = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                            local, zero32);
+      when(isLocal, [&] {
+        memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, one32,
+                                    lds,
+                                    ValueRange{ldsAt(countsBase, toIndex(local))});
+      });
+    });
+  });
+  gpu::BarrierOp::create(b, loc);
+
+  // 2. Starts: an exclusive scan of the padded counts, by lane 0.
+  when(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, idx(0)),
+       [&] {
+         auto scan = scf::ForOp::create(b, loc, idx(0), idx(experts), idx(1),
+                                        ValueRange{zero32});
+         {
+           OpBuilder::InsertionGuard g(b);
+           b.setInsertionPointToStart(scan.getBody());
+           Value e = scan.getInductionVar();
+           Value running = scan.getRegionIterArgs()[0];
+           memref::StoreOp::create(b, loc, running, lds,
+                                   ValueRange{ldsAt(cursorBase, e)});
+           Value count = memref::LoadOp::create(b, loc, lds,
+                                                ValueRange{ldsAt(countsBase, e)});
+           Value padded = arith::MulIOp::create(
+               b, loc,
+               arith::DivUIOp::create(
+                   b, loc, arith::AddIOp::create(b, loc, count, i32(mTile - 1)),
+                   i32(mTile)),
+               i32(mTile));
+           scf::YieldOp::create(b, loc,
+                                ValueRange{arith::AddIOp::create(b, loc, running,
+                                                                 padded)});
+         }
+         Value needed = scan.getResult(0);
+         Value used = arith::MinUIOp::create(b, loc, needed, capacityI32);
+         memref::StoreOp::create(b, loc, used, status, ValueRange{idx(0)});
+         memref::StoreOp::create(b, loc, used, lds, ValueRange{idx(usedSlot)});
+         memref::StoreOp::create(b, loc, needed, status, ValueRange{idx(1)});
+       });
+  gpu::BarrierOp::create(b, loc);
+
+  // 3. Tile experts and padding, one expert per lane; then -1 for every
+  // tile past the used ones.
+  Value capacityTiles = divC(capacity, mTile);
+  forEachStrided(idx(experts), [&](Value e, Value inRange) {
+    when(inRange, [&] {
+      Value start = toIndex(memref::LoadOp::create(
+          b, loc, lds, ValueRange{ldsAt(cursorBase, e)}));
+      Value count = toIndex(memref::LoadOp::create(
+          b, loc, lds, ValueRange{ldsAt(countsBase, e)}));
+      Value padded = mul(divC(add(count, idx(mTile - 1)), mTile), mTile);
+      Value eI32 = arith::IndexCastOp::create(b, loc, b.getI32Type(), e);
+      auto tiles = scf::ForOp::create(b, loc, divC(start, mTile),
+                                      divC(add(start, padded), mTile), idx(1));
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(tiles.getBody());
+        when(ult(tiles.getInductionVar(), capacityTiles), [&] {
+          memref::StoreOp::create(b, loc, eI32, tileExperts,
+                                  ValueRange{tiles.getInductionVar()});
+        });
+      }
+      auto pads = scf::ForOp::create(b, loc, add(start, count),
+                                     add(start, padded), idx(1));
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(pads.getBody());
+        when(ult(pads.getInductionVar(), capacity), [&] {
+          memref::StoreOp::create(b, loc, numRoutesI32, sorted,
+                                  ValueRange{pads.getInductionVar()});
+        });
+      }
+    });
+  });
+  Value usedTiles = divC(
+      toIndex(memref::LoadOp::create(b, loc, lds, ValueRange{idx(usedSlot)})),
+      mTile);
+  auto unused = scf::ForOp::create(b, loc, usedTiles, capacityTiles, idx(lanes));
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(unused.getBody());
+    Value tile = add(unused.getInductionVar(), tid);
+    when(ult(tile, capacityTiles), [&] {
+      memref::StoreOp::create(b, loc, i32(-1), tileExperts, ValueRange{tile});
+    });
+  }
+  gpu::BarrierOp::create(b, loc);
+
+  // 4. Stable scatter, one chunk of lanes at a time.
+  forEachStrided(numRoutes, [&](Value route, Value inRange) {
+    Value local = arith::SelectOp::create(
+        b, loc, inRange,
+        // Out-of-range lanes read past the ids' valid bytes: zero, masked
+        // by the select.
+        localExpertOf(route), i32(-1));
+    memref::StoreOp::create(b, loc, local, lds, ValueRange{ldsAt(idsBase, tid)});
+    gpu::BarrierOp::create(b, loc);
+    // Same-expert lanes before and after this one.
+    auto count = scf::ForOp::create(b, loc, idx(0), idx(lanes), idx(1),
+                                    ValueRange{zero32, zero32});
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(count.getBody());
+      Value j = count.getInductionVar();
+      Value other = memref::LoadOp::create(b, loc, lds,
+                                           ValueRange{ldsAt(idsBase, j)});
+      Value same = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                         other, local);
+      Value earlier = arith::AndIOp::create(b, loc, same, ult(j, tid));
+      Value later = arith::AndIOp::create(
+          b, loc, same,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, j, tid));
+      auto bump = [&](Value flag, Value counter) {
+        return arith::AddIOp::create(
+            b, loc, counter,
+            arith::ExtUIOp::create(b, loc, b.getI32Type(), flag));
+      };
+      scf::YieldOp::create(
+          b, loc,
+          ValueRange{bump(earlier, count.getRegionIterArgs()[0]),
+                     bump(later, count.getRegionIterArgs()[1])});
+    }
+    Value before = count.getResult(0), after = count.getResult(1);
+    Value isLocal =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, local, zero32);
+    Value localIndex = toIndex(arith::MaxSIOp::create(b, loc, local, zero32));
+    Value cursorSlot = ldsAt(cursorBase, localIndex);
+    when(isLocal, [&] {
+      Value cursor = memref::LoadOp::create(b, loc, lds, ValueRange{cursorSlot});
+      Value position = toIndex(arith::AddIOp::create(b, loc, cursor, before));
+      when(ult(position, capacity), [&] {
+        Value routeI32 = arith::IndexCastOp::create(b, loc, b.getI32Type(), route);
+        memref::StoreOp::create(b, loc, routeI32, sorted, ValueRange{position});
+      });
+    });
+    // Everyone has read the cursors (and the ids) before any moves.
+    gpu::BarrierOp::create(b, loc);
+    Value last = arith::AndIOp::create(
+        b, loc, isLocal,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, after, zero32));
+    when(last, [&] {
+      Value cursor = memref::LoadOp::create(b, loc, lds, ValueRange{cursorSlot});
+      Value next = arith::AddIOp::create(
+          b, loc, cursor, arith::AddIOp::create(b, loc, before, one32));
+      memref::StoreOp::create(b, loc, next, lds, ValueRange{cursorSlot});
+    });
+    gpu::BarrierOp::create(b, loc);
+  });
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace
+
+KernelAbi getSortKernelAbi(moe::SortOp op) {
+  using K = KernelArg::Kind;
+  using A = KernelArg::Access;
+  KernelAbi abi;
+  abi.args = {
+      {"topk_ids", K::Buffer, "i32", A::Read, "[num_tokens, top_k]"},
+      {"sorted_routes", K::Buffer, "i32", A::Write, "[capacity]"},
+      {"tile_experts", K::Buffer, "i32", A::Write, "[capacity/m_tile]"},
+      {"status", K::Buffer, "i32", A::Write, "[2]: num_sorted, needed"},
+      {"num_tokens", K::I32, "i32", A::Value, "scalar"},
+      {"expert_offset", K::I32, "i32", A::Value, "scalar: first local expert"},
+      {"capacity", K::I32, "i32", A::Value, "scalar (multiple of m_tile)"},
+  };
+  abi.gridX = "1";
+  abi.gridY = "1";
+  abi.gridZ = "1";
+  abi.workgroupSize = static_cast<unsigned>(64 * op.getWaves());
+  return abi;
+}
+
+FailureOr<gpu::GPUModuleOp> buildSortKernel(OpBuilder &builder, moe::SortOp op) {
+  return SortEmitter(builder, op).emit();
+}
+
+} // namespace moec
