@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 using namespace moec::emu;
@@ -465,4 +466,109 @@ gpu.module @m {
     for (int local = 0; local < 120; ++local)
       CHECK(got[size_t(wg * 120 + local)] == wg * 1000 + local);
   CHECK(memory.written(out)[6 * 120 * 4] == 0);
+}
+
+TEST_CASE("W13 epilogue ops: maximumf/minimumf, absf, negf, exp2, FP8 "
+          "truncf, interleave", "[ops]") {
+  const char *text = R"mlir(
+gpu.module @m {
+  gpu.func @epilogue(%in: memref<128xf32, #gpu.address_space<global>>,
+                     %out: memref<320xf32, #gpu.address_space<global>>,
+                     %fp8: memref<64xi8, #gpu.address_space<global>>,
+                     %pairs: memref<512xi32, #gpu.address_space<global>>) kernel
+      attributes {known_block_size = array<i32: 64, 1, 1>} {
+    %tid = gpu.thread_id x
+    %c64 = arith.constant 64 : index
+    %c128 = arith.constant 128 : index
+    %c192 = arith.constant 192 : index
+    %c256 = arith.constant 256 : index
+    %j = arith.addi %tid, %c64 : index
+    %x = memref.load %in[%tid] : memref<128xf32, #gpu.address_space<global>>
+    %y = memref.load %in[%j] : memref<128xf32, #gpu.address_space<global>>
+    %max = arith.maximumf %x, %y : f32
+    %min = arith.minimumf %x, %y : f32
+    %abs = math.absf %x : f32
+    %neg = arith.negf %abs : f32
+    %exp = math.exp2 %y : f32
+    memref.store %max, %out[%tid] : memref<320xf32, #gpu.address_space<global>>
+    memref.store %min, %out[%j] : memref<320xf32, #gpu.address_space<global>>
+    %i2 = arith.addi %tid, %c128 : index
+    memref.store %neg, %out[%i2] : memref<320xf32, #gpu.address_space<global>>
+    %i3 = arith.addi %tid, %c192 : index
+    memref.store %exp, %out[%i3] : memref<320xf32, #gpu.address_space<global>>
+    %xs = vector.broadcast %x : f32 to vector<4xf32>
+    %q = arith.truncf %xs : vector<4xf32> to vector<4xf8E4M3FN>
+    %q0 = vector.extract %q[0] : f8E4M3FN from vector<4xf8E4M3FN>
+    %qi = arith.bitcast %q0 : f8E4M3FN to i8
+    memref.store %qi, %fp8[%tid] : memref<64xi8, #gpu.address_space<global>>
+    %back = arith.extf %q0 : f8E4M3FN to f32
+    %i4 = arith.addi %tid, %c256 : index
+    memref.store %back, %out[%i4] : memref<320xf32, #gpu.address_space<global>>
+    %t = arith.index_cast %tid : index to i32
+    %a = vector.broadcast %t : i32 to vector<4xi32>
+    %c1000 = arith.constant dense<[1000, 2000, 3000, 4000]> : vector<4xi32>
+    %b = arith.addi %a, %c1000 : vector<4xi32>
+    %il = vector.interleave %a, %b : vector<4xi32> -> vector<8xi32>
+    %c8 = arith.constant 8 : index
+    %base = arith.muli %tid, %c8 : index
+    vector.store %il, %pairs[%base] : memref<512xi32, #gpu.address_space<global>>, vector<8xi32>
+    gpu.return
+  }
+}
+)mlir";
+  ParsedKernel kernel = parseKernel(text);
+  moec::ref::CounterRandom random(23, 4);
+  std::vector<float> in(128);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = static_cast<float>(random.normal(i) * 100.0);
+  in[0] = -0.0f;
+  in[64] = 0.0f;
+  in[1] = std::numeric_limits<float>::quiet_NaN();
+  in[2] = 500.0f;  // saturates to 448
+  in[3] = -1000.0f; // saturates to -448
+  in[4] = 1.0f;
+  GlobalMemory memory;
+  unsigned inId = addInput(memory, "in", in);
+  unsigned out = memory.addBuffer("out", 320 * 4);
+  unsigned fp8 = memory.addBuffer("fp8", 64);
+  unsigned pairs = memory.addBuffer("pairs", 512 * 4);
+  RunResult result = runOrFail(kernel, memory,
+                               {KernelArgValue::makeBuffer(inId),
+                                KernelArgValue::makeBuffer(out),
+                                KernelArgValue::makeBuffer(fp8),
+                                KernelArgValue::makeBuffer(pairs)});
+  CHECK(result.totalFindings() == 0);
+  std::vector<float> got = readBuffer<float>(memory, out);
+  std::vector<uint8_t> codes = readBuffer<uint8_t>(memory, fp8);
+  std::vector<int32_t> il = readBuffer<int32_t>(memory, pairs);
+  // Hand-known cases first.
+  CHECK(std::signbit(got[0]) == false);   // maximumf(-0, +0) = +0
+  CHECK(std::signbit(got[64]) == true);   // minimumf(-0, +0) = -0
+  CHECK(std::isnan(got[1]));              // NaN propagates
+  CHECK(std::isnan(got[65]));
+  CHECK(codes[2] == 0x7E);                // 500 -> 448
+  CHECK(codes[3] == 0xFE);                // -1000 -> -448
+  CHECK(codes[4] == 0x38);                // 1.0
+  CHECK((codes[1] & 0x7F) == 0x7F);       // NaN
+  for (int t = 0; t < 64; ++t) {
+    INFO("lane " << t);
+    const float x = in[size_t(t)], y = in[size_t(t + 64)];
+    if (t >= 2) {
+      CHECK(got[size_t(t)] == std::max(x, y));
+      CHECK(got[size_t(64 + t)] == std::min(x, y));
+    }
+    if (t != 1)
+      CHECK(got[size_t(128 + t)] == -std::fabs(x));
+    CHECK(got[size_t(192 + t)] == static_cast<float>(std::exp2(double(y))));
+    if (t != 1) {
+      CHECK(codes[size_t(t)] ==
+            moec::ref::encodeFp8E4M3(x, moec::ref::Overflow::Saturate));
+      CHECK(got[size_t(256 + t)] ==
+            static_cast<float>(moec::ref::decodeFp8E4M3(codes[size_t(t)])));
+    }
+    for (int e = 0; e < 4; ++e) {
+      CHECK(il[size_t(8 * t + 2 * e)] == t);
+      CHECK(il[size_t(8 * t + 2 * e + 1)] == t + 1000 * (e + 1));
+    }
+  }
 }

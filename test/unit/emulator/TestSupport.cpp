@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -19,7 +20,8 @@ mlir::MLIRContext &context() {
   static mlir::MLIRContext *ctx = [] {
     auto *c = new mlir::MLIRContext();
     c->loadDialect<mlir::amdgpu::AMDGPUDialect, mlir::arith::ArithDialect,
-                   mlir::gpu::GPUDialect, mlir::memref::MemRefDialect,
+                   mlir::gpu::GPUDialect, mlir::math::MathDialect,
+                   mlir::memref::MemRefDialect,
                    mlir::scf::SCFDialect, mlir::vector::VectorDialect>();
     return c;
   }();
