@@ -1,6 +1,7 @@
 //===- W2Harness.cpp - the W2 stage on the emulator vs the oracle ---------===//
 
 #include "moec/Emulator/W2Harness.h"
+#include "moec/Emulator/W13Harness.h"
 
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Compiler/Registration.h"
@@ -250,33 +251,19 @@ void compareW2(const W2Shape &shape, const W2Data &data,
   const int64_t hidden = shape.hidden, inter = shape.intermediate;
   outcome.oracle.assign(size_t(data.numRoutes * hidden),
                         std::numeric_limits<float>::quiet_NaN());
-  // The oracle takes the builder's list; tiles a dispatcher left empty
-  // (expert -1 or past the local experts) must hold only padding and are
-  // dropped from its view.
-  ref::SortedRoutes oracleRoutes = data.sorted;
-  oracleRoutes.routeIds.clear();
-  oracleRoutes.tileExperts.clear();
-  for (int64_t t = 0; t < data.sorted.numTiles(); ++t) {
-    const int32_t expert = data.sorted.tileExperts[size_t(t)];
-    const auto first = data.sorted.routeIds.begin() + t * shape.tileM;
-    if (!ref::isValidExpert(expert, shape.localExperts)) {
-      for (auto it = first; it != first + shape.tileM; ++it)
-        if (!data.sorted.isPadding(*it)) {
-          outcome.pass = false;
-          outcome.summary = "tile " + std::to_string(t) +
-                            " has no valid expert but lists route " +
-                            std::to_string(*it);
-          return;
-        }
-      continue;
-    }
-    oracleRoutes.tileExperts.push_back(expert);
-    oracleRoutes.routeIds.insert(oracleRoutes.routeIds.end(), first,
-                                 first + shape.tileM);
+  // Tiles a dispatcher left empty (expert -1 or past the local experts)
+  // must hold only padding and are dropped from the oracle's view.
+  ref::SortedRoutes view;
+  if (ref::Status status =
+          oracleRoutes(data.sorted, shape.tileM, shape.localExperts, view);
+      !status) {
+    outcome.pass = false;
+    outcome.summary = status.message();
+    return;
   }
   ref::Status status = ref::runW2Stage(
       data.aCodes.data(), data.aScales.data(), data.bPacked.data(),
-      data.bScales.data(), shape.localExperts, hidden, inter, oracleRoutes,
+      data.bScales.data(), shape.localExperts, hidden, inter, view,
       outcome.oracle.data());
   if (!status) {
     outcome.pass = false;

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/TuningTable.h"
+#include "moec/Emulator/W13Harness.h"
 #include "moec/Emulator/W2Harness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -121,6 +122,45 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
       INFO(error);
       REQUIRE(ok);
       compareW2(shape, data, options, outcome);
+      INFO(outcome.summary);
+      CHECK(outcome.pass);
+      ++ran;
+    }
+  }
+  CHECK(ran > 0);
+}
+
+TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
+          "[tables][w13]") {
+  mlir::MLIRContext context;
+  prepareContext(context);
+  int ran = 0;
+  for (const std::string &path : shippedTables()) {
+    TuningTable table;
+    std::string error;
+    REQUIRE(readTuningTable(path, table, error));
+    for (const TableKernel &kernel : table.kernels) {
+      if (kernel.stage != "w13")
+        continue;
+      INFO(path << ": kernel " << kernel.name);
+      BuiltKernel built;
+      REQUIRE(mlir::succeeded(buildKernelIR(
+          context, smallStageSpec(specOf(table, kernel)), built, error)));
+      W13Shape shape;
+      REQUIRE(parseW13Shape(built.description, shape).ok());
+      W2DataOptions options;
+      options.seed = 102;
+      options.tokens = 24;
+      options.invalidFraction = 0.1;
+      options.emptyTiles = 1;
+      W13Data data;
+      REQUIRE(generateW13Data(shape, options, data).ok());
+      W13Outcome outcome;
+      bool ok = mlir::succeeded(
+          runW13(built.func, shape, data, LaunchConfig(), outcome, error));
+      INFO(error);
+      REQUIRE(ok);
+      compareW13(shape, data, options, outcome);
       INFO(outcome.summary);
       CHECK(outcome.pass);
       ++ran;
