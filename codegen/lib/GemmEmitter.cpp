@@ -106,6 +106,21 @@ gpu::GPUFuncOp KernelEmitter::createKernel(StringRef name,
   return func;
 }
 
+Value GemmEmitter::loadFp8Fragment(Value lds, Value rowDword, int64_t kOffset) {
+  const mfma::OperandLayout fp8 =
+      mfma::operandLayout(shape, mfma::OperandFormat::Fp8);
+  SmallVector<Value> parts;
+  for (int run = 0; run < fp8.runCount; ++run) {
+    const mfma::KRun &r = fp8.runs[run];
+    Value kByte = add(mul(laneGroup, r.kPerGroup), idx(kOffset + r.kBase));
+    parts.push_back(load16(lds, add(rowDword, divC(kByte, 4))));
+  }
+  Value joined = vector::ShuffleOp::create(
+      b, loc, parts[0], parts[1], ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  return vector::BitCastOp::create(
+      b, loc, VectorType::get({32}, b.getType<Float8E4M3FNType>()), joined);
+}
+
 Value GemmEmitter::loadScale(Value memref, Value byteIndex) {
   Value byte = memref::LoadOp::create(b, loc, memref, ValueRange{byteIndex});
   return arith::BitcastOp::create(b, loc, b.getType<Float8E8M0FNUType>(), byte);
@@ -158,6 +173,24 @@ GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
   return slots;
 }
 
+SmallVector<Value>
+GemmEmitter::emitGemm(Value isShared, size_t accCount,
+                      function_ref<GemmOperands(bool bFp8)> makeOperands) {
+  if (!isShared)
+    return emitKLoop(makeOperands(/*bFp8=*/false));
+  SmallVector<Type> accTypes(
+      accCount, VectorType::get({layout.accPerLane}, b.getF32Type()));
+  auto branch = scf::IfOp::create(b, loc, accTypes, isShared,
+                                  /*withElseRegion=*/true);
+  for (bool fp8 : {true, false}) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(fp8 ? branch.thenBlock() : branch.elseBlock());
+    scf::YieldOp::create(b, loc, emitKLoop(makeOperands(fp8)));
+  }
+  return SmallVector<Value>(branch.getResults().begin(),
+                            branch.getResults().end());
+}
+
 SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   const int64_t tileK = tile.getK();
   const int64_t mfmaK = layout.k, dim = layout.dim;
@@ -193,14 +226,12 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
     }
   };
   emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
-  emitCopy(ops.bSlots, ops.bBuffer, divC(k0, 8), ops.bNontemporal);
+  emitCopy(ops.bSlots, ops.bBuffer, divC(k0, ops.bFp8 ? 4 : 8),
+           ops.bNontemporal);
   gpu::BarrierOp::create(b, loc);
 
-  const mfma::OperandLayout fp8 =
-      mfma::operandLayout(shape, mfma::OperandFormat::Fp8);
   const mfma::OperandLayout fp4 =
       mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
-  auto fp8Type = VectorType::get({32}, b.getType<Float8E4M3FNType>());
   auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
   for (int64_t kk = 0; kk < tileK / mfmaK; ++kk) {
     SmallVector<Value> aFrag, bFrag, aScale, bScale;
@@ -209,25 +240,23 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
     for (size_t mi = 0; mi < mFrags; ++mi) {
       Value rowDword =
           add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
-      SmallVector<Value> parts;
-      for (int run = 0; run < fp8.runCount; ++run) {
-        const mfma::KRun &r = fp8.runs[run];
-        Value kByte =
-            add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
-        parts.push_back(load16(ops.lds, add(rowDword, divC(kByte, 4))));
-      }
-      Value joined = vector::ShuffleOp::create(
-          b, loc, parts[0], parts[1], ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
-      aFrag.push_back(vector::BitCastOp::create(b, loc, fp8Type, joined));
+      aFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK));
       aScale.push_back(loadScale(ops.aScaleBuffer, add(ops.aScaleRow[mi], block)));
     }
     for (size_t bi = 0; bi < bFrags; ++bi) {
-      const mfma::KRun &r = fp4.runs[0];
-      Value kElem = add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
-      Value rowDword =
-          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
-      Value data = load16(ops.lds, add(rowDword, divC(kElem, 8)));
-      bFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
+      if (ops.bFp8) {
+        Value rowDword =
+            add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 4));
+        bFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK));
+      } else {
+        const mfma::KRun &r = fp4.runs[0];
+        Value kElem =
+            add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
+        Value rowDword =
+            add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
+        Value data = load16(ops.lds, add(rowDword, divC(kElem, 8)));
+        bFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
+      }
       bScale.push_back(loadScale(ops.bScaleBuffer, add(ops.bScaleRow[bi], block)));
     }
     for (size_t mi = 0; mi < mFrags; ++mi) {

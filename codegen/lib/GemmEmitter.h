@@ -78,7 +78,7 @@ public:
   struct GemmOperands {
     mlir::Value aBuffer, aScaleBuffer, bBuffer, bScaleBuffer;
     /// One LDS buffer of i32; the A tile starts at dword ldsADword, the B
-    /// tile (tile.k / 2 bytes per row) at ldsBDword.
+    /// tile (tile.k / 2 bytes per row, tile.k for FP8) at ldsBDword.
     mlir::Value lds;
     int64_t ldsADword = 0, ldsBDword = 0;
     llvm::SmallVector<CopySlot> aSlots, bSlots;
@@ -90,6 +90,8 @@ public:
     /// Reduction length (K of the GEMM).
     int64_t depth = 0;
     bool bNontemporal = false;
+    /// B rows are FP8 E4M3 (an FHMoE shared expert) instead of packed E2M1.
+    bool bFp8 = false;
   };
 
   /// Emits the K loop and returns the accumulators after it, indexed
@@ -97,6 +99,14 @@ public:
   /// source-A x source-B block: activations x weights for a_major, weights
   /// x activations for b_major (see accRow/accCol of MfmaLayout.h).
   llvm::SmallVector<mlir::Value> emitKLoop(const GemmOperands &operands);
+
+  /// The GEMM of a stage that may have an FP8 shared expert: without
+  /// `isShared` (null) it is emitKLoop(makeOperands(false)); otherwise an
+  /// scf.if picks, for the whole workgroup, the FP8 or the E2M1 K loop.
+  /// `accCount` is the number of accumulators either loop returns.
+  llvm::SmallVector<mlir::Value>
+  emitGemm(mlir::Value isShared, size_t accCount,
+           llvm::function_ref<GemmOperands(bool bFp8)> makeOperands);
 
   /// Copy slots for `rows` rows of `chunksPerRow` 16-byte chunks spread over
   /// all lanes; `globalRowDword(row)` gives a row's dword index at K = 0.
@@ -106,6 +116,10 @@ public:
            int64_t ldsBaseDword);
 
 protected:
+  /// Loads an FP8 MFMA fragment: the runs of the FP8 lane layout, each 16
+  /// bytes of the LDS row starting at `rowDword` (rows of tile.k bytes).
+  mlir::Value loadFp8Fragment(mlir::Value lds, mlir::Value rowDword,
+                              int64_t kOffset);
   /// Loads one E8M0 scale byte as f8E8M0FNU.
   mlir::Value loadScale(mlir::Value memref, mlir::Value byteIndex);
   /// Emits the lane/wave decomposition of the thread id (sets tid, wave,

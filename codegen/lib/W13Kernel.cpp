@@ -35,7 +35,9 @@ constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
 
 enum W13Arg : unsigned {
   kA, kAScale, kB, kBScale, kSortedRoutes, kTileExperts, kOut, kOutScale,
-  kNumTokens, kNumSorted, kW13ArgCount
+  kNumTokens, kNumSorted, kW13ArgCount,
+  // Only with a shared FP8 expert, after the others.
+  kBShared = kW13ArgCount, kBSharedScale
 };
 
 class W13Emitter : GemmEmitter {
@@ -64,21 +66,26 @@ private:
 FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
-  const int64_t localExperts = problem.getLocalExperts();
+  const bool shared = op.getSharedFp8Expert();
+  const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
 
   SmallVector<Type> argTypes(kW13ArgCount);
   argTypes[kA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
   argTypes[kB] =
-      globalBuffer(localExperts * 2 * inter * hidden / 8, b.getI32Type());
+      globalBuffer(routedExperts * 2 * inter * hidden / 8, b.getI32Type());
   argTypes[kBScale] =
-      globalBuffer(localExperts * 2 * inter * hidden / 32, b.getI8Type());
+      globalBuffer(routedExperts * 2 * inter * hidden / 32, b.getI8Type());
   argTypes[kSortedRoutes] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kTileExperts] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kOut] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kOutScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
   argTypes[kNumTokens] = b.getI32Type();
   argTypes[kNumSorted] = b.getI32Type();
+  if (shared) {
+    argTypes.push_back(globalBuffer(2 * inter * hidden / 4, b.getI32Type()));
+    argTypes.push_back(globalBuffer(2 * inter * hidden / 32, b.getI8Type()));
+  }
 
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
@@ -190,20 +197,15 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   Value numTokens = arg(kNumTokens), numSorted = arg(kNumSorted);
   Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
   Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
-  GemmOperands ops;
-  ops.aBuffer = asBuffer(arg(kA), bytesOf(numTokens, hidden));
-  ops.aScaleBuffer = asBuffer(arg(kAScale), bytesOf(numTokens, hidden / 32));
-  ops.bBuffer = asBuffer(arg(kB), Value());
-  ops.bScaleBuffer = asBuffer(arg(kBScale), Value());
+  Value aBuf = asBuffer(arg(kA), bytesOf(numTokens, hidden));
+  Value aScaleBuf = asBuffer(arg(kAScale), bytesOf(numTokens, hidden / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
   Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, inter));
   Value outScaleBuf = asBuffer(arg(kOutScale), bytesOf(numRoutes, inter / 32));
-  ops.lds = func.getWorkgroupAttributions()[0];
-  ops.ldsADword = 0;
-  ops.ldsBDword = tileM * tileK / 4;
-  ops.depth = hidden;
-  ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+  Value lds = func.getWorkgroupAttributions()[0];
+  const bool shared = op.getSharedFp8Expert();
+  const int64_t sharedExpert = problem.getLocalExperts() - 1;
 
   emitLaneIds();
   Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
@@ -220,47 +222,69 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
                                           ValueRange{add(rowBase, row)}));
   };
   auto tokenOfRow = [&](Value row) { return divC(routeOfRow(row), topK); };
-  Value expertRows = mul(expert, 2 * inter);
-
-  // B tile rows [0, tileN) are gate rows, [tileN, 2 tileN) up rows.
-  ops.aSlots = planCopy(
-      tileM, tileK / 16,
-      [&](Value row) { return mul(tokenOfRow(row), hidden / 4); },
-      ops.ldsADword);
-  ops.bSlots = planCopy(
-      2 * tileN, tileK / 32,
-      [&](Value row) {
-        Value isUp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
-                                           row, idx(tileN));
-        Value column = add(colBase, arith::SelectOp::create(
-                                        b, loc, isUp,
-                                        arith::SubIOp::create(b, loc, row, idx(tileN)),
-                                        row));
-        Value physical = arith::SelectOp::create(
-            b, loc, isUp, physicalRow(column, /*up=*/true),
-            physicalRow(column, /*up=*/false));
-        return mul(add(expertRows, physical), hidden / 8);
-      },
-      ops.ldsBDword);
-
   const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
   SmallVector<Value> fragRoute;
-  for (int64_t mi = 0; mi < mFrags; ++mi) {
-    ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
-    Value route = routeOfRow(ops.aTileRow.back());
-    fragRoute.push_back(route);
-    ops.aScaleRow.push_back(mul(divC(route, topK), hidden / 32));
-  }
+  for (int64_t mi = 0; mi < mFrags; ++mi)
+    fragRoute.push_back(routeOfRow(add(laneRow, idx(mi * dim))));
   Value waveCol = mul(wave, waveN);
-  for (bool up : {false, true}) {
-    for (int64_t ni = 0; ni < nFrags; ++ni) {
-      Value localCol = add(add(waveCol, idx(ni * dim)), laneRow);
-      ops.bTileRow.push_back(up ? add(localCol, idx(tileN)) : localCol);
-      Value physical = physicalRow(add(colBase, localCol), up);
-      ops.bScaleRow.push_back(mul(add(expertRows, physical), hidden / 32));
+
+  auto makeOperands = [&](bool bFp8) {
+    GemmOperands ops;
+    ops.aBuffer = aBuf;
+    ops.aScaleBuffer = aScaleBuf;
+    ops.bBuffer = asBuffer(arg(bFp8 ? W13Arg(kBShared) : kB), Value());
+    ops.bScaleBuffer =
+        asBuffer(arg(bFp8 ? W13Arg(kBSharedScale) : kBScale), Value());
+    ops.lds = lds;
+    ops.ldsADword = 0;
+    ops.ldsBDword = tileM * tileK / 4;
+    ops.depth = hidden;
+    ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+    ops.bFp8 = bFp8;
+    // The shared expert's tensor holds just its own 2I rows.
+    Value expertRows = bFp8 ? idx(0) : mul(expert, 2 * inter);
+    const int64_t bRowDwords = bFp8 ? hidden / 4 : hidden / 8;
+    // B tile rows [0, tileN) are gate rows, [tileN, 2 tileN) up rows.
+    ops.aSlots = planCopy(
+        tileM, tileK / 16,
+        [&](Value row) { return mul(tokenOfRow(row), hidden / 4); },
+        ops.ldsADword);
+    ops.bSlots = planCopy(
+        2 * tileN, bFp8 ? tileK / 16 : tileK / 32,
+        [&](Value row) {
+          Value isUp = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
+                                             row, idx(tileN));
+          Value column = add(
+              colBase,
+              arith::SelectOp::create(
+                  b, loc, isUp, arith::SubIOp::create(b, loc, row, idx(tileN)),
+                  row));
+          Value physical = arith::SelectOp::create(
+              b, loc, isUp, physicalRow(column, /*up=*/true),
+              physicalRow(column, /*up=*/false));
+          return mul(add(expertRows, physical), bRowDwords);
+        },
+        ops.ldsBDword);
+    for (int64_t mi = 0; mi < mFrags; ++mi) {
+      ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
+      ops.aScaleRow.push_back(mul(divC(fragRoute[mi], topK), hidden / 32));
     }
-  }
-  SmallVector<Value> accs = emitKLoop(ops);
+    for (bool up : {false, true}) {
+      for (int64_t ni = 0; ni < nFrags; ++ni) {
+        Value localCol = add(add(waveCol, idx(ni * dim)), laneRow);
+        ops.bTileRow.push_back(up ? add(localCol, idx(tileN)) : localCol);
+        Value physical = physicalRow(add(colBase, localCol), up);
+        ops.bScaleRow.push_back(mul(add(expertRows, physical), hidden / 32));
+      }
+    }
+    return ops;
+  };
+  Value isShared;
+  if (shared)
+    isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     expertI32, i32(sharedExpert));
+  SmallVector<Value> accs =
+      emitGemm(isShared, mFrags * 2 * nFrags, makeOperands);
 
   // Activation, staged in LDS as FP32 [tileM][tileN] over the GEMM tiles
   // (the K loop ended with a barrier, so nobody reads them any more).
@@ -281,7 +305,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
           // Source A was the weights: four consecutive columns of one row.
           Value row = add(laneRow, idx(mi * dim));
           Value col = add(fragCol, rowOfFour);
-          store16(quad, ops.lds, add(mul(row, tileN), col));
+          store16(quad, lds, add(mul(row, tileN), col));
           continue;
         }
         Value col = add(fragCol, laneRow);
@@ -289,7 +313,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
           Value row = add(rowOfFour, idx(mi * dim + j));
           memref::StoreOp::create(b, loc,
                                   vector::ExtractOp::create(b, loc, quad, j),
-                                  ops.lds, ValueRange{add(mul(row, tileN), col)});
+                                  lds, ValueRange{add(mul(row, tileN), col)});
         }
       }
     }
@@ -315,7 +339,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
     SmallVector<Value> values;
     for (int64_t q = 0; q < 8; ++q)
       values.push_back(vector::BitCastOp::create(
-          b, loc, f32x4, load16(ops.lds, add(stageDword, idx(4 * q)))));
+          b, loc, f32x4, load16(lds, add(stageDword, idx(4 * q)))));
     Value route = routeOfRow(row);
     Value outByte = add(mul(route, inter), add(colBase, mul(block, 32)));
     Value scaleIndex =
@@ -344,6 +368,11 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
       {"num_tokens", K::I32, "i32", A::Value, "scalar"},
       {"num_sorted", K::I32, "i32", A::Value, "scalar (multiple of tile_m)"},
   };
+  if (op.getSharedFp8Expert()) {
+    abi.args.push_back({"b_shared", K::Buffer, "f8E4M3FN", A::Read, "[2I, H]"});
+    abi.args.push_back(
+        {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[2I, H/32]"});
+  }
   abi.gridX = "I / " + std::to_string(tile.getN());
   abi.gridY = "num_sorted / " + std::to_string(tile.getM());
   abi.gridZ = "1";

@@ -44,7 +44,9 @@ constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
 /// Argument positions of the W2 kernel, in ABI order.
 enum W2Arg : unsigned {
   kA, kAScale, kB, kBScale, kSortedRoutes, kTileExperts, kOut,
-  kNumRoutes, kNumSorted, kW2ArgCount
+  kNumRoutes, kNumSorted, kW2ArgCount,
+  // Only with a shared FP8 expert, after the others.
+  kBShared = kW2ArgCount, kBSharedScale
 };
 
 /// Emits one W2 kernel: the shared GEMM plus its arguments and epilogue.
@@ -66,19 +68,24 @@ private:
 FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
-  const int64_t localExperts = problem.getLocalExperts();
+  const bool shared = op.getSharedFp8Expert();
+  const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
 
   SmallVector<Type> argTypes(kW2ArgCount);
   argTypes[kA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
-  argTypes[kB] = globalBuffer(localExperts * hidden * inter / 8, b.getI32Type());
-  argTypes[kBScale] = globalBuffer(localExperts * hidden * inter / 32,
+  argTypes[kB] = globalBuffer(routedExperts * hidden * inter / 8, b.getI32Type());
+  argTypes[kBScale] = globalBuffer(routedExperts * hidden * inter / 32,
                                    b.getI8Type());
   argTypes[kSortedRoutes] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kTileExperts] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kOut] = globalBuffer(kRouteIndexedExtent, b.getBF16Type());
   argTypes[kNumRoutes] = b.getI32Type();
   argTypes[kNumSorted] = b.getI32Type();
+  if (shared) {
+    argTypes.push_back(globalBuffer(hidden * inter / 4, b.getI32Type()));
+    argTypes.push_back(globalBuffer(hidden * inter / 32, b.getI8Type()));
+  }
 
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
@@ -97,19 +104,13 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
 
   Value numRoutes = arg(kNumRoutes), numSorted = arg(kNumSorted);
   Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
-  GemmOperands ops;
-  ops.aBuffer = asBuffer(arg(kA), bytesOf(numRoutes, inter));
-  ops.aScaleBuffer = asBuffer(arg(kAScale), bytesOf(numRoutes, inter / 32));
-  ops.bBuffer = asBuffer(arg(kB), Value());
-  ops.bScaleBuffer = asBuffer(arg(kBScale), Value());
+  Value aBuf = asBuffer(arg(kA), bytesOf(numRoutes, inter));
+  Value aScaleBuf = asBuffer(arg(kAScale), bytesOf(numRoutes, inter / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
   Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, hidden * 2));
-  ops.lds = func.getWorkgroupAttributions()[0];
-  ops.ldsADword = 0;
-  ops.ldsBDword = tileM * tileK / 4;
-  ops.depth = inter;
-  ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+  const bool shared = op.getSharedFp8Expert();
+  const int64_t sharedExpert = problem.getLocalExperts() - 1;
 
   emitLaneIds();
   Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
@@ -127,34 +128,54 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     return toIndex(memref::LoadOp::create(b, loc, sortedBuf,
                                           ValueRange{add(rowBase, row)}));
   };
-  // Weight row (expert, column) in rows of the [E, H, .] tensors.
-  Value expertRowBase = add(mul(expert, hidden), colBase);
-
-  // A rows are tileK FP8 bytes (tileK / 16 chunks of 16 bytes); B rows are
-  // tileK / 2 packed bytes (tileK / 32 chunks).
-  ops.aSlots = planCopy(
-      tileM, tileK / 16,
-      [&](Value row) { return mul(routeOfRow(row), inter / 4); },
-      ops.ldsADword);
-  ops.bSlots = planCopy(
-      tileN, tileK / 32,
-      [&](Value row) { return mul(add(expertRowBase, row), inter / 8); },
-      ops.ldsBDword);
-
   const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
   SmallVector<Value> fragRoute;
-  for (int64_t mi = 0; mi < mFrags; ++mi) {
-    ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
-    fragRoute.push_back(routeOfRow(ops.aTileRow.back()));
-    ops.aScaleRow.push_back(mul(fragRoute.back(), inter / 32));
-  }
+  for (int64_t mi = 0; mi < mFrags; ++mi)
+    fragRoute.push_back(routeOfRow(add(laneRow, idx(mi * dim))));
   Value waveCol = mul(wave, waveN);
-  for (int64_t ni = 0; ni < nFrags; ++ni) {
-    ops.bTileRow.push_back(add(add(waveCol, idx(ni * dim)), laneRow));
-    ops.bScaleRow.push_back(
-        mul(add(expertRowBase, ops.bTileRow.back()), inter / 32));
-  }
-  SmallVector<Value> accs = emitKLoop(ops);
+
+  auto makeOperands = [&](bool bFp8) {
+    GemmOperands ops;
+    ops.aBuffer = aBuf;
+    ops.aScaleBuffer = aScaleBuf;
+    ops.bBuffer = asBuffer(arg(bFp8 ? W2Arg(kBShared) : kB), Value());
+    ops.bScaleBuffer = asBuffer(arg(bFp8 ? W2Arg(kBSharedScale) : kBScale), Value());
+    ops.lds = func.getWorkgroupAttributions()[0];
+    ops.ldsADword = 0;
+    ops.ldsBDword = tileM * tileK / 4;
+    ops.depth = inter;
+    ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+    ops.bFp8 = bFp8;
+    // Weight row (expert, column) in rows of the [E, H, .] tensors; the
+    // shared expert's tensor holds just its own rows.
+    Value weightRowBase = bFp8 ? colBase : add(mul(expert, hidden), colBase);
+    // A rows are tileK FP8 bytes (tileK / 16 chunks of 16 bytes); B rows
+    // tileK / 2 packed bytes (tileK / 32 chunks), or tileK FP8 bytes.
+    ops.aSlots = planCopy(
+        tileM, tileK / 16,
+        [&](Value row) { return mul(routeOfRow(row), inter / 4); },
+        ops.ldsADword);
+    const int64_t bRowDwords = bFp8 ? inter / 4 : inter / 8;
+    ops.bSlots = planCopy(
+        tileN, bFp8 ? tileK / 16 : tileK / 32,
+        [&](Value row) { return mul(add(weightRowBase, row), bRowDwords); },
+        ops.ldsBDword);
+    for (int64_t mi = 0; mi < mFrags; ++mi) {
+      ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
+      ops.aScaleRow.push_back(mul(fragRoute[mi], inter / 32));
+    }
+    for (int64_t ni = 0; ni < nFrags; ++ni) {
+      ops.bTileRow.push_back(add(add(waveCol, idx(ni * dim)), laneRow));
+      ops.bScaleRow.push_back(
+          mul(add(weightRowBase, ops.bTileRow.back()), inter / 32));
+    }
+    return ops;
+  };
+  Value isShared;
+  if (shared)
+    isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     expertI32, i32(sharedExpert));
+  SmallVector<Value> accs = emitGemm(isShared, mFrags * nFrags, makeOperands);
 
   // Epilogue: accumulator value a of a lane sits at (accRow(a), accCol) of
   // the MFMA's source-A x source-B block.
@@ -223,6 +244,11 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
       {"num_routes", K::I32, "i32", A::Value, "scalar"},
       {"num_sorted", K::I32, "i32", A::Value, "scalar (multiple of tile_m)"},
   };
+  if (op.getSharedFp8Expert()) {
+    abi.args.push_back({"b_shared", K::Buffer, "f8E4M3FN", A::Read, "[H, I]"});
+    abi.args.push_back(
+        {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[H, I/32]"});
+  }
   abi.gridX = "H / " + std::to_string(tile.getN());
   abi.gridY = "num_sorted / " + std::to_string(tile.getM());
   abi.gridZ = "1";

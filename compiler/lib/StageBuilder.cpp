@@ -179,9 +179,9 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
       error = diagnostic;
       return nullptr;
     }
-    symbol = "moe_combine_bf16_h" + std::to_string(hidden) + "_k" +
-             std::to_string(topK) + "_b" + std::to_string(blocks) + "_w" +
-             std::to_string(waves);
+    symbol = "moe_combine_bf16_e" + std::to_string(experts) + "_h" +
+             std::to_string(hidden) + "_k" + std::to_string(topK) + "_b" +
+             std::to_string(blocks) + "_w" + std::to_string(waves);
     auto combine = moe::CombineOp::create(builder, loc, symbol, problem, tile);
     op = combine;
     if (succeeded(mlir::verify(op, /*verifyRecursively=*/false)))
@@ -220,7 +220,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   }
   static const std::set<std::string> common = {
       "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
-      "waves", "mfma", "orientation", "b_cache", "b_layout"};
+      "waves", "mfma", "orientation", "b_cache", "b_layout",
+      "shared_fp8_expert"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit";
@@ -255,9 +256,15 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
           "cached, nt", bCache))
     return nullptr;
   // The clamp limit is written as an integer (DeepSeek V4: 10).
-  int64_t swigluLimit = 0;
-  if (!read.integer("swiglu_limit", 0, swigluLimit))
+  int64_t swigluLimit = 0, sharedFp8 = 0;
+  if (!read.integer("swiglu_limit", 0, swigluLimit) ||
+      !read.integer("shared_fp8_expert", 0, sharedFp8))
     return nullptr;
+  if (sharedFp8 != 0 && sharedFp8 != 1) {
+    read.fail("shared_fp8_expert", "expected 0 or 1, got " +
+                                       std::to_string(sharedFp8));
+    return nullptr;
+  }
 
   Location loc = spec.where.file.empty()
                      ? Location(UnknownLoc::get(context))
@@ -292,22 +299,32 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
 
   Operation *op;
   if (isW13) {
-    std::string symbol = gemmSymbol("moe1_afp8_wfp4_fp8", problem, tile);
+    // W13 reads token row route / top_k, so top_k is part of its identity.
+    std::string symbol = gemmSymbol("moe1_afp8_wfp4_fp8", problem, tile) +
+                         "_k" + std::to_string(topK);
     if (interleave > 0)
       symbol += "_gui" + std::to_string(interleave);
     if (swigluLimit > 0)
       symbol += "_clamp" + std::to_string(swigluLimit);
+    if (sharedFp8)
+      symbol += "_shfp8";
     auto w13 = moe::W13Op::create(
         builder, loc, builder.getStringAttr(symbol), problem, tile,
         builder.getI64IntegerAttr(interleave),
         builder.getF32FloatAttr(static_cast<float>(swigluLimit)));
+    if (sharedFp8)
+      w13.setSharedFp8Expert(true);
     op = w13;
     description.symbol = symbol;
     if (succeeded(mlir::verify(w13, /*verifyRecursively=*/false)))
       description.abi = getW13KernelAbi(w13);
   } else {
     std::string symbol = gemmSymbol("moe2_afp8_wfp4_bf16", problem, tile);
+    if (sharedFp8)
+      symbol += "_shfp8";
     auto w2 = moe::W2Op::create(builder, loc, symbol, problem, tile);
+    if (sharedFp8)
+      w2.setSharedFp8Expert(true);
     op = w2;
     description.symbol = symbol;
     if (succeeded(mlir::verify(w2, /*verifyRecursively=*/false)))
@@ -331,6 +348,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"mfma", mfmaShapeName(shape)},
       {"n", std::to_string(n)},
       {"orientation", moe::stringifyMfmaOrientation(orientation).str()},
+      {"shared_fp8_expert", std::to_string(sharedFp8)},
       {"top_k", std::to_string(topK)},
       {"waves", std::to_string(waves)},
   };

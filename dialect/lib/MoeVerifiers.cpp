@@ -100,10 +100,25 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 // W2Op
 //===----------------------------------------------------------------------===//
 
+/// The shared-expert rule common to W13 and W2: FHMoE is tensor parallel
+/// and needs at least one routed expert next to the shared one.
+static LogicalResult verifySharedExpert(Operation *op, ProblemAttr problem) {
+  if (problem.getEp() != 1)
+    return op->emitOpError("shared_fp8_expert needs problem.ep = 1 (FHMoE is "
+                           "tensor parallel), got ")
+           << problem.getEp();
+  if (problem.getExperts() < 2)
+    return op->emitOpError("shared_fp8_expert needs problem.experts >= 2 "
+                           "(routed experts plus the shared one)");
+  return success();
+}
+
 int64_t W2Op::getLdsBytes() {
   TileAttr tile = getTile();
-  // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes.
-  return tile.getM() * tile.getK() + tile.getN() * tile.getK() / 2;
+  // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes
+  // (k FP8 bytes for a shared expert).
+  int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
+  return tile.getM() * tile.getK() + tile.getN() * bRowBytes;
 }
 
 LogicalResult W2Op::verify() {
@@ -118,6 +133,8 @@ LogicalResult W2Op::verify() {
   if (!problem.getOutput().isBF16())
     return emitOpError("problem.output must be bf16 for W2, got ")
            << problem.getOutput();
+  if (getSharedFp8Expert() && failed(verifySharedExpert(*this, problem)))
+    return failure();
   // W2 computes [routes, I] x [I, H]: N is the hidden size, K the
   // intermediate size.
   if (problem.getHidden() % tile.getN() != 0)
@@ -143,9 +160,10 @@ LogicalResult W2Op::verify() {
 
 int64_t W13Op::getLdsBytes() {
   TileAttr tile = getTile();
-  // A tile m x k FP8, B tile 2n rows (gate and up) of k/2 bytes; afterwards
-  // the m x n FP32 activation tile.
-  int64_t gemm = tile.getM() * tile.getK() + tile.getN() * tile.getK();
+  // A tile m x k FP8, B tile 2n rows (gate and up) of k/2 bytes (k for a
+  // shared FP8 expert); afterwards the m x n FP32 activation tile.
+  int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
+  int64_t gemm = tile.getM() * tile.getK() + 2 * tile.getN() * bRowBytes;
   return std::max(gemm, tile.getM() * tile.getN() * 4);
 }
 
@@ -162,6 +180,8 @@ LogicalResult W13Op::verify() {
     return emitOpError("problem.output must be f8E4M3FN for W13 (the "
                        "quantised intermediate), got ")
            << problem.getOutput();
+  if (getSharedFp8Expert() && failed(verifySharedExpert(*this, problem)))
+    return failure();
   // W13 computes [tokens, H] x [H, 2I]: K is the hidden size, N the
   // intermediate columns (each needing a gate and an up row).
   if (problem.getIntermediate() % tile.getN() != 0)

@@ -130,3 +130,16 @@ moe.sort @s problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 3
 // -----
 // expected-error @+1 {{problem.experts / problem.ep (40960 local experts) needs 328708 bytes of LDS for the counts; gfx950 has 163840}}
 moe.sort @s problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 40960, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) {m_tile = 32 : i64, waves = 4 : i64}
+
+// -----
+// expected-error @+1 {{shared_fp8_expert needs problem.ep = 1 (FHMoE is tensor parallel), got 5}}
+moe.w2 @w problem(#moe.problem<hidden = 7168, intermediate = 512, experts = 385, top_k = 7, ep = 5, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 256>) {shared_fp8_expert}
+
+// -----
+// expected-error @+1 {{shared_fp8_expert needs problem.experts >= 2 (routed experts plus the shared one)}}
+moe.w13 @w problem(#moe.problem<hidden = 7168, intermediate = 512, experts = 1, top_k = 1, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 64>) {shared_fp8_expert}
+
+// -----
+// The FP8 shared expert doubles the B tile: 128 x 512 FP8 + 512 x 512 bytes.
+// expected-error @+1 {{tile (m 128, n 512, k 512) stages 327680 bytes of LDS; gfx950 has 163840}}
+moe.w2 @w problem(#moe.problem<hidden = 7168, intermediate = 1024, experts = 385, top_k = 7, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, k = 512, waves = 8>) {shared_fp8_expert}

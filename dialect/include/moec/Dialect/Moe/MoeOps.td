@@ -28,6 +28,12 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     `num_sorted` (i32). Grid: (H / tile.n, num_sorted / tile.m, 1);
     workgroup: 64 * tile.waves lanes.
 
+    With `shared_fp8_expert` (FHMoE) the last logical expert
+    (problem.experts - 1) is a shared expert with native FP8 E4M3 weights
+    and E8M0 1x32 scales, passed as two more arguments `b_shared` (FP8
+    [H, I]) and `b_shared_scale` (E8M0 [H, I/32]); `b` then holds only the
+    routed experts. Its tiles run the same schedule with FP8 B fragments.
+
     ```mlir
     moe.w2 @w2_t32x128 problem(#moe.problem<hidden = 5120, intermediate = 2304,
         experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
@@ -38,7 +44,8 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
   let arguments = (ins
     SymbolNameAttr:$sym_name,
     Moe_ProblemAttr:$problem,
-    Moe_TileAttr:$tile
+    Moe_TileAttr:$tile,
+    UnitAttr:$shared_fp8_expert
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
@@ -46,7 +53,8 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Bytes of LDS the kernel stages per K step (A tile plus B tile).
+    /// Bytes of LDS the kernel stages per K step (A tile plus B tile; the
+    /// B tile of FP8 shared-expert rows is twice as large).
     int64_t getLdsBytes();
   }];
 }
@@ -79,6 +87,11 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     [num_tokens * top_k, I/32]), `num_tokens` (i32), `num_sorted` (i32).
     Grid: (I / tile.n, num_sorted / tile.m, 1).
 
+    With `shared_fp8_expert` (FHMoE) the last logical expert is a shared
+    expert in native FP8 with E8M0 1x32 scales, passed as `b_shared` (FP8
+    [2I, H]) and `b_shared_scale` (E8M0 [2I, H/32]) after the other
+    arguments; see `moe.w2`.
+
     ```mlir
     moe.w13 @w13 problem(#moe.problem<hidden = 5120, intermediate = 2304,
         experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
@@ -91,7 +104,8 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     Moe_ProblemAttr:$problem,
     Moe_TileAttr:$tile,
     DefaultValuedAttr<I64Attr, "0">:$gate_up_interleave,
-    DefaultValuedAttr<F32Attr, "0.0f">:$swiglu_limit
+    DefaultValuedAttr<F32Attr, "0.0f">:$swiglu_limit,
+    UnitAttr:$shared_fp8_expert
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
