@@ -275,7 +275,7 @@ private:
   /// check, or a finding that suppresses it).
   uint8_t *access(const POp &p, Workgroup &wg, const Wave &wave, int lane,
                   const MemRefDesc &mem, int64_t index, unsigned bytes,
-                  bool isWrite);
+                  bool isWrite, bool atomic = false);
   int64_t linearIndex(const ValueInfo &memInfo, const Wave &wave,
                       const std::vector<unsigned> &indexSlots, size_t first,
                       int lane);
@@ -687,11 +687,12 @@ int64_t Executor::linearIndex(const ValueInfo &memInfo, const Wave &wave,
 
 uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
                           int lane, const MemRefDesc &mem, int64_t index,
-                          unsigned bytes, bool isWrite) {
-  const unsigned elemBytes = 1; // index is already in bytes (see callers)
-  (void)elemBytes;
+                          unsigned bytes, bool isWrite, bool atomic) {
+  // `index` is a byte offset (callers scale element indices). An atomic is a
+  // read and a write: it must find its bytes initialised, and it takes no
+  // part in race detection (atomics are how waves may share a location).
   const int64_t offset = index;
-  const char *verb = isWrite ? "store" : "load";
+  const char *verb = atomic ? "atomic" : isWrite ? "store" : "load";
   auto range = [&](const std::string &what) {
     return std::string(verb) + " of " + std::to_string(bytes) + " bytes at byte " +
            std::to_string(offset) + " of " + what;
@@ -711,6 +712,14 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
       LdsShadow &s = wg.shadow[size_t(at + b)];
       std::string byteText = "LDS buffer " + std::to_string(mem.buffer) +
                              " byte " + std::to_string(offset + b);
+      if (atomic) {
+        if (!s.written) {
+          report(FindingKind::UninitializedRead, p, wg, wave, lane,
+                 "atomic on never-written " + byteText);
+          break;
+        }
+        continue;
+      }
       if (!isWrite) {
         if (!s.written) {
           report(FindingKind::UninitializedRead, p, wg, wave, lane,
@@ -742,7 +751,7 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
         }
       }
     }
-    for (unsigned b = 0; b < bytes; ++b) {
+    for (unsigned b = 0; b < bytes && !atomic; ++b) {
       LdsShadow &s = wg.shadow[size_t(at + b)];
       if (isWrite) {
         s.written = 1;
@@ -783,7 +792,7 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     return nullptr;
   }
   uint8_t *shadow = memory.written(mem.buffer) + offset;
-  if (isWrite) {
+  if (isWrite && !atomic) {
     std::memset(shadow, 1, bytes);
   } else {
     for (unsigned b = 0; b < bytes; ++b)
@@ -1118,6 +1127,58 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
           access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
       if (dst)
         std::memcpy(dst, value.lane(l, bytes), bytes);
+    }
+    return success();
+  }
+
+  case Kind::AtomicRmw: {
+    const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
+    const RtValue &value = regs[p.in[0]];
+    const MemRefDesc &mem = regs[p.in[1]].mem;
+    RtValue &r = regs[p.out[0]];
+    r.shape(false, vi.laneBytes);
+    const unsigned bytes = vi.laneBytes;
+    const AtomicOp op = static_cast<AtomicOp>(p.sub);
+    // Lanes in increasing order, each a whole read-modify-write: one valid
+    // serialisation of the hardware's atomics.
+    for (int l = 0; l < kLanes; ++l) {
+      if (!(mask >> l & 1))
+        continue;
+      const int64_t index = linearIndex(mi, wave, p.in, 2, l);
+      uint8_t *at = access(p, wg, wave, l, mem, index * mi.memElemBytes,
+                           bytes, /*isWrite=*/true, /*atomic=*/true);
+      if (!at)
+        continue; // result stays 0, as for an out-of-range raw load
+      const uint64_t old = getBits(at, vi.elemBits, 0);
+      const uint64_t operand = getBits(value.lane(l, bytes), vi.elemBits, 0);
+      const uint64_t m = widthMask(vi.width);
+      const int64_t so = signExtend(old, vi.width), sv = signExtend(operand, vi.width);
+      uint64_t next = 0;
+      auto fp = [&](double v) { return encodeFloat(vi.elem, v); };
+      const double fo = decodeFloat(vi.elem, old), fv = decodeFloat(vi.elem, operand);
+      switch (op) {
+      case AtomicOp::AddI: next = old + operand; break;
+      case AtomicOp::MulI: next = old * operand; break;
+      case AtomicOp::MaxS: next = uint64_t(std::max(so, sv)); break;
+      case AtomicOp::MinS: next = uint64_t(std::min(so, sv)); break;
+      case AtomicOp::MaxU: next = std::max(old & m, operand & m); break;
+      case AtomicOp::MinU: next = std::min(old & m, operand & m); break;
+      case AtomicOp::AndI: next = old & operand; break;
+      case AtomicOp::OrI: next = old | operand; break;
+      case AtomicOp::XorI: next = old ^ operand; break;
+      case AtomicOp::Assign: next = operand; break;
+      case AtomicOp::AddF:
+        next = vi.elem == Elem::F32 ? fp(double(float(fo) + float(fv))) : fp(fo + fv);
+        break;
+      case AtomicOp::MaximumF: next = fp(ieeeMaximum(fo, fv)); break;
+      case AtomicOp::MinimumF: next = fp(ieeeMinimum(fo, fv)); break;
+      case AtomicOp::MaxNumF: next = fp(std::fmax(fo, fv)); break;
+      case AtomicOp::MinNumF: next = fp(std::fmin(fo, fv)); break;
+      }
+      setBits(r.lane(l, bytes), vi.elemBits, 0, old);
+      setBits(at, vi.elemBits, 0, next & m);
+      if (mem.space != Space::Lds)
+        std::memset(memory.written(mem.buffer) + index * mi.memElemBytes, 1, bytes);
     }
     return success();
   }

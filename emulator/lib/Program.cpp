@@ -407,6 +407,37 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
             p.kind = Kind::MemStore;
             return success();
           })
+          .Case([&](memref::AtomicRMWOp o) -> LogicalResult {
+            using K = arith::AtomicRMWKind;
+            std::optional<AtomicOp> which;
+            switch (o.getKind()) {
+            case K::addi: which = AtomicOp::AddI; break;
+            case K::muli: which = AtomicOp::MulI; break;
+            case K::maxs: which = AtomicOp::MaxS; break;
+            case K::maxu: which = AtomicOp::MaxU; break;
+            case K::mins: which = AtomicOp::MinS; break;
+            case K::minu: which = AtomicOp::MinU; break;
+            case K::andi: which = AtomicOp::AndI; break;
+            case K::ori: which = AtomicOp::OrI; break;
+            case K::xori: which = AtomicOp::XorI; break;
+            case K::assign: which = AtomicOp::Assign; break;
+            case K::addf: which = AtomicOp::AddF; break;
+            case K::maximumf: which = AtomicOp::MaximumF; break;
+            case K::minimumf: which = AtomicOp::MinimumF; break;
+            case K::maxnumf: which = AtomicOp::MaxNumF; break;
+            case K::minnumf: which = AtomicOp::MinNumF; break;
+            default: break;
+            }
+            if (!which)
+              return fail(o, "atomic kind " + arith::stringifyAtomicRMWKind(o.getKind()));
+            const Elem e = program.values[p.out[0]].elem;
+            const bool isFloat = *which >= AtomicOp::AddF;
+            if (isFloat ? !(e == Elem::F32 || e == Elem::F64) : e != Elem::Int)
+              return fail(o, "atomic kind on this element type");
+            p.kind = Kind::AtomicRmw;
+            p.sub = static_cast<uint8_t>(*which);
+            return success();
+          })
           .Case([&](vector::LoadOp) {
             p.kind = Kind::MemLoad;
             return success();

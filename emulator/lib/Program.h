@@ -69,6 +69,7 @@ enum class Kind : uint8_t {
   Interleave,
   MemLoad,   ///< memref.load and vector.load
   MemStore,  ///< memref.store and vector.store
+  AtomicRmw, ///< memref.atomic_rmw
   Shuffle,
   Extract,
   ExtractSlice,
@@ -95,6 +96,10 @@ enum class IntOp : uint8_t {
 enum class FloatOp : uint8_t {
   Add, Sub, Mul, Div, MaxNum, MinNum, Maximum, Minimum,
 };
+enum class AtomicOp : uint8_t {
+  AddI, MulI, MaxS, MaxU, MinS, MinU, AndI, OrI, XorI, Assign,
+  AddF, MaximumF, MinimumF, MaxNumF, MinNumF,
+};
 enum class FloatUnaryOp : uint8_t { Abs, Neg, Exp2 };
 /// Same numbering as arith::CmpIPredicate.
 enum class CmpPred : uint8_t { Eq, Ne, Slt, Sle, Sgt, Sge, Ult, Ule, Ugt, Uge };
@@ -103,7 +108,7 @@ enum class CmpPred : uint8_t { Eq, Ne, Slt, Sle, Sgt, Sge, Ult, Ule, Ugt, Uge };
 struct POp {
   mlir::Operation *op = nullptr;
   Kind kind = Kind::NoOp;
-  /// IntOp, FloatOp, FloatUnaryOp, CmpPred, or for IntCast: 0 zero-extend, 1 sign-extend.
+  /// IntOp, FloatOp, FloatUnaryOp, AtomicOp, CmpPred, or for IntCast: 0 zero-extend, 1 sign-extend.
   uint8_t sub = 0;
   std::vector<unsigned> in;
   std::vector<unsigned> out;

@@ -86,6 +86,18 @@ StageSpec smallStageSpec(const StageSpec &spec) {
   return small;
 }
 
+ref::Status checkHarnessSupports(const StageDescription &description) {
+  static const std::set<std::string> driven = {
+      "a",           "a_scale",       "b",       "b_scale",    "sorted_routes",
+      "tile_experts", "out",          "out_scale", "num_routes", "num_tokens",
+      "num_sorted"};
+  for (const KernelArg &arg : description.abi.args)
+    if (!driven.count(arg.name))
+      return ref::Status::error("the emulator harness does not provide kernel "
+                                "argument '" + arg.name + "' yet");
+  return {};
+}
+
 ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape) {
   auto field = [&](const char *name, std::string &out) {
     for (const auto &[key, value] : description.fields)

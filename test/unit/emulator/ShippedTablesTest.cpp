@@ -95,7 +95,7 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
           "[tables][w2]") {
   mlir::MLIRContext context;
   prepareContext(context);
-  int ran = 0;
+  int ran = 0, skipped = 0;
   for (const std::string &path : shippedTables()) {
     TuningTable table;
     std::string error;
@@ -107,6 +107,13 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
       BuiltKernel built;
       REQUIRE(mlir::succeeded(buildKernelIR(
           context, smallStageSpec(specOf(table, kernel)), built, error)));
+      if (ref::Status driven = checkHarnessSupports(built.description);
+          !driven) {
+        WARN(path << ": kernel " << kernel.name << " not run: "
+                  << driven.message());
+        ++skipped;
+        continue;
+      }
       W2Shape shape;
       REQUIRE(parseW2Shape(built.description, shape).ok());
       W2DataOptions options;
@@ -128,13 +135,14 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
     }
   }
   CHECK(ran > 0);
+  CHECK(ran >= skipped);
 }
 
 TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
           "[tables][w13]") {
   mlir::MLIRContext context;
   prepareContext(context);
-  int ran = 0;
+  int ran = 0, skipped = 0;
   for (const std::string &path : shippedTables()) {
     TuningTable table;
     std::string error;
@@ -146,6 +154,13 @@ TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
       BuiltKernel built;
       REQUIRE(mlir::succeeded(buildKernelIR(
           context, smallStageSpec(specOf(table, kernel)), built, error)));
+      if (ref::Status driven = checkHarnessSupports(built.description);
+          !driven) {
+        WARN(path << ": kernel " << kernel.name << " not run: "
+                  << driven.message());
+        ++skipped;
+        continue;
+      }
       W13Shape shape;
       REQUIRE(parseW13Shape(built.description, shape).ok());
       W2DataOptions options;
@@ -167,4 +182,5 @@ TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
     }
   }
   CHECK(ran > 0);
+  CHECK(ran >= skipped);
 }

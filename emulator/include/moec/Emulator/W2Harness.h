@@ -62,6 +62,10 @@ struct W2Shape {
   int64_t mfmaK = 0;
 };
 
+/// Whether the W2/W13 harnesses can drive this kernel: an error names what
+/// they do not provide yet (e.g. the FHMoE shared FP8 expert's arguments).
+ref::Status checkHarnessSupports(const StageDescription &description);
+
 /// Reads a W2Shape from a StageDescription's fields.
 ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape);
 
