@@ -106,14 +106,25 @@ gpu::GPUFuncOp KernelEmitter::createKernel(StringRef name,
   return func;
 }
 
-Value GemmEmitter::loadFp8Fragment(Value lds, Value rowDword, int64_t kOffset) {
+Value GemmEmitter::swizzleChunk(Value chunk, Value row) {
+  // chunk ^ (row mod chunks per row): a permutation of the row's chunks.
+  return arith::XOrIOp::create(b, loc, chunk,
+                               remC(row, tile.getAChunksPerRow()));
+}
+
+Value GemmEmitter::loadFp8Fragment(Value lds, Value rowDword, int64_t kOffset,
+                                   Value swizzleRow) {
   const mfma::OperandLayout fp8 =
       mfma::operandLayout(shape, mfma::OperandFormat::Fp8);
   SmallVector<Value> parts;
   for (int run = 0; run < fp8.runCount; ++run) {
     const mfma::KRun &r = fp8.runs[run];
+    // Runs are 16 bytes starting at a multiple of 16: one chunk each.
     Value kByte = add(mul(laneGroup, r.kPerGroup), idx(kOffset + r.kBase));
-    parts.push_back(load16(lds, add(rowDword, divC(kByte, 4))));
+    Value chunk = divC(kByte, 16);
+    if (swizzleRow)
+      chunk = swizzleChunk(chunk, swizzleRow);
+    parts.push_back(load16(lds, add(rowDword, mul(chunk, 4))));
   }
   Value joined = vector::ShuffleOp::create(
       b, loc, parts[0], parts[1], ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
@@ -147,10 +158,36 @@ Block *GemmEmitter::emitExpertGuard(Value expertI32, int64_t localExperts) {
   return ifValid.thenBlock();
 }
 
+std::pair<Value, Value> GemmEmitter::emitTileIds(int64_t nTiles,
+                                                Value mTilesI32) {
+  Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  Value mTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
+  if (!tile.getXcdSwizzle())
+    return {nTile, mTile};
+  // Workgroups go to the 8 XCDs round-robin by linear id. Renumber so XCD x
+  // receives the contiguous run [x * total / 8, (x + 1) * total / 8) of
+  // tiles, which in M-major order share activation rows. Only when the grid
+  // divides evenly; otherwise the plain numbering stays.
+  constexpr int64_t kXcds = 8;
+  Value linear = add(mul(mTile, nTiles), nTile);
+  Value total = mul(toIndex(mTilesI32), nTiles);
+  Value perXcd = divC(total, kXcds);
+  Value swizzled = add(mul(remC(linear, kXcds), perXcd), divC(linear, kXcds));
+  Value even = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     remC(total, kXcds), idx(0));
+  Value id = arith::SelectOp::create(b, loc, even, swizzled, linear);
+  return {remC(id, nTiles), divC(id, nTiles)};
+}
+
+void GemmEmitter::applyTileHints(gpu::GPUFuncOp func) {
+  if (int64_t waves = tile.getWavesPerEu())
+    func->setAttr("rocdl.waves_per_eu", b.getI32IntegerAttr(waves));
+}
+
 SmallVector<GemmEmitter::CopySlot>
 GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
                       function_ref<Value(Value row)> globalRowDword,
-                      int64_t ldsBaseDword) {
+                      int64_t ldsBaseDword, bool swizzle) {
   SmallVector<CopySlot> slots;
   const int64_t chunks = rows * chunksPerRow;
   for (int64_t first = 0; first < chunks; first += lanes) {
@@ -165,9 +202,10 @@ GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
       row = arith::MinUIOp::create(b, loc, row, idx(rows - 1));
     }
     Value col = remC(chunk, chunksPerRow);
+    Value ldsCol = swizzle ? swizzleChunk(col, row) : col;
     slots.push_back({add(globalRowDword(row), mul(col, 4)),
                      add(idx(ldsBaseDword),
-                         add(mul(row, chunksPerRow * 4), mul(col, 4))),
+                         add(mul(row, chunksPerRow * 4), mul(ldsCol, 4))),
                      active});
   }
   return slots;
@@ -240,14 +278,17 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
     for (size_t mi = 0; mi < mFrags; ++mi) {
       Value rowDword =
           add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
-      aFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK));
+      aFrag.push_back(loadFp8Fragment(
+          ops.lds, rowDword, kk * mfmaK,
+          tile.getASwizzle() ? ops.aTileRow[mi] : Value()));
       aScale.push_back(loadScale(ops.aScaleBuffer, add(ops.aScaleRow[mi], block)));
     }
     for (size_t bi = 0; bi < bFrags; ++bi) {
       if (ops.bFp8) {
         Value rowDword =
             add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 4));
-        bFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK));
+        bFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK,
+                                        /*swizzleRow=*/Value()));
       } else {
         const mfma::KRun &r = fp4.runs[0];
         Value kElem =

@@ -113,13 +113,25 @@ public:
   llvm::SmallVector<CopySlot>
   planCopy(int64_t rows, int64_t chunksPerRow,
            llvm::function_ref<mlir::Value(mlir::Value row)> globalRowDword,
-           int64_t ldsBaseDword);
+           int64_t ldsBaseDword, bool swizzle = false);
+
+  /// The (N tile, M tile) this workgroup computes. With tile.xcd_swizzle
+  /// the linear block id is renumbered so that the hardware's round-robin
+  /// over XCDs gives each XCD a contiguous run of tiles; `nTiles` is the
+  /// constant grid width, `mTilesI32` the runtime grid height.
+  std::pair<mlir::Value, mlir::Value> emitTileIds(int64_t nTiles,
+                                                  mlir::Value mTilesI32);
+  /// Function attributes the tile asks for (waves_per_eu).
+  void applyTileHints(mlir::gpu::GPUFuncOp func);
 
 protected:
   /// Loads an FP8 MFMA fragment: the runs of the FP8 lane layout, each 16
   /// bytes of the LDS row starting at `rowDword` (rows of tile.k bytes).
+  /// `swizzleRow` (may be null) is the tile row when chunks are XOR-swizzled.
   mlir::Value loadFp8Fragment(mlir::Value lds, mlir::Value rowDword,
-                              int64_t kOffset);
+                              int64_t kOffset, mlir::Value swizzleRow);
+  /// Chunk index `chunk` of tile row `row` after the A swizzle.
+  mlir::Value swizzleChunk(mlir::Value chunk, mlir::Value row);
   /// Loads one E8M0 scale byte as f8E8M0FNU.
   mlir::Value loadScale(mlir::Value memref, mlir::Value byteIndex);
   /// Emits the lane/wave decomposition of the thread id (sets tid, wave,

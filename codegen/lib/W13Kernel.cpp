@@ -90,6 +90,7 @@ FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       createKernel(op.getSymName(), argTypes, lanes, op.getLdsBytes() / 4);
+  applyTileHints(func);
   emitBody(func);
   return func->getParentOfType<gpu::GPUModuleOp>();
 }
@@ -208,8 +209,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   const int64_t sharedExpert = problem.getLocalExperts() - 1;
 
   emitLaneIds();
-  Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  Value mTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
+  auto [nTile, mTile] = emitTileIds(inter / tileN, numTiles);
   Value expertI32 =
       memref::LoadOp::create(b, loc, tileExpertBuf, ValueRange{mTile});
   emitExpertGuard(expertI32, problem.getLocalExperts());
@@ -248,7 +248,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
     ops.aSlots = planCopy(
         tileM, tileK / 16,
         [&](Value row) { return mul(tokenOfRow(row), hidden / 4); },
-        ops.ldsADword);
+        ops.ldsADword, /*swizzle=*/tile.getASwizzle());
     ops.bSlots = planCopy(
         2 * tileN, bFp8 ? tileK / 16 : tileK / 32,
         [&](Value row) {

@@ -90,6 +90,7 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
   OpBuilder::InsertionGuard guard(b);
   gpu::GPUFuncOp func =
       createKernel(op.getSymName(), argTypes, lanes, op.getLdsBytes() / 4);
+  applyTileHints(func);
   emitBody(func);
   return func->getParentOfType<gpu::GPUModuleOp>();
 }
@@ -113,8 +114,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   const int64_t sharedExpert = problem.getLocalExperts() - 1;
 
   emitLaneIds();
-  Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  Value mTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
+  auto [nTile, mTile] = emitTileIds(hidden / tileN, numTiles);
   // A tile whose expert id is negative (or past this rank's experts) holds
   // no routes: the whole workgroup leaves.
   Value expertI32 =
@@ -154,7 +154,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     ops.aSlots = planCopy(
         tileM, tileK / 16,
         [&](Value row) { return mul(routeOfRow(row), inter / 4); },
-        ops.ldsADword);
+        ops.ldsADword, /*swizzle=*/tile.getASwizzle());
     const int64_t bRowDwords = bFp8 ? inter / 4 : inter / 8;
     ops.bSlots = planCopy(
         tileN, bFp8 ? tileK / 16 : tileK / 32,

@@ -53,6 +53,17 @@ public:
     return true;
   }
 
+  /// A 0/1 field (absent: false).
+  bool flag(const char *field, bool &value) {
+    int64_t number = 0;
+    if (!integer(field, 0, number))
+      return false;
+    if (number != 0 && number != 1)
+      return fail(field, "expected 0 or 1, got " + std::to_string(number));
+    value = number == 1;
+    return true;
+  }
+
   /// An enumerated field read with `parse` (absent: `fallback`).
   template <typename Enum>
   bool enumeration(const char *field, Enum fallback,
@@ -107,6 +118,12 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
     s += "_bmajor";
   if (tile.getBCache() == moe::CachePolicy::nt)
     s += "_bnt";
+  if (tile.getWavesPerEu() > 0)
+    s += "_wpe" + std::to_string(tile.getWavesPerEu());
+  if (tile.getXcdSwizzle())
+    s += "_xcd";
+  if (tile.getASwizzle())
+    s += "_aswz";
   return s;
 }
 
@@ -221,7 +238,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   static const std::set<std::string> common = {
       "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
       "waves", "mfma", "orientation", "b_cache", "b_layout",
-      "shared_fp8_expert"};
+      "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit";
@@ -256,15 +273,14 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
           "cached, nt", bCache))
     return nullptr;
   // The clamp limit is written as an integer (DeepSeek V4: 10).
-  int64_t swigluLimit = 0, sharedFp8 = 0;
+  int64_t swigluLimit = 0, wavesPerEu = 0;
+  bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false;
   if (!read.integer("swiglu_limit", 0, swigluLimit) ||
-      !read.integer("shared_fp8_expert", 0, sharedFp8))
+      !read.integer("waves_per_eu", 0, wavesPerEu) ||
+      !read.flag("shared_fp8_expert", sharedFp8) ||
+      !read.flag("xcd_swizzle", xcdSwizzle) ||
+      !read.flag("a_swizzle", aSwizzle))
     return nullptr;
-  if (sharedFp8 != 0 && sharedFp8 != 1) {
-    read.fail("shared_fp8_expert", "expected 0 or 1, got " +
-                                       std::to_string(sharedFp8));
-    return nullptr;
-  }
 
   Location loc = spec.where.file.empty()
                      ? Location(UnknownLoc::get(context))
@@ -291,7 +307,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       Type(builder.getType<Float8E4M3FNType>()),
       Type(builder.getType<Float4E2M1FNType>()), output);
   auto tile = moe::TileAttr::getChecked(emitError, context, m, n, k, waves,
-                                        shape, orientation, bCache);
+                                        shape, orientation, bCache, wavesPerEu,
+                                        xcdSwizzle, aSwizzle);
   if (!problem || !tile) {
     error = diagnostic;
     return nullptr;
@@ -348,10 +365,14 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"mfma", mfmaShapeName(shape)},
       {"n", std::to_string(n)},
       {"orientation", moe::stringifyMfmaOrientation(orientation).str()},
-      {"shared_fp8_expert", std::to_string(sharedFp8)},
+      {"a_swizzle", std::to_string(int(aSwizzle))},
+      {"shared_fp8_expert", std::to_string(int(sharedFp8))},
       {"top_k", std::to_string(topK)},
       {"waves", std::to_string(waves)},
+      {"waves_per_eu", std::to_string(wavesPerEu)},
+      {"xcd_swizzle", std::to_string(int(xcdSwizzle))},
   };
+  std::sort(description.fields.begin(), description.fields.end());
   if (isW13) {
     description.fields.push_back(
         {"gate_up_interleave", std::to_string(interleave)});

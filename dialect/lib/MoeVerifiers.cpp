@@ -11,6 +11,7 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 
@@ -67,7 +68,8 @@ int64_t TileAttr::getMfmaK() const {
 LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k, int64_t waves,
                                MfmaShape mfma, MfmaOrientation orientation,
-                               CachePolicy bCache) {
+                               CachePolicy bCache, int64_t wavesPerEu,
+                               bool xcdSwizzle, bool aSwizzle) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({64, 128, 256, 512}, n))
@@ -86,6 +88,16 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile.n (" << n << ") split over tile.waves ("
                        << waves << ") must give each wave a multiple of the "
                        << "MFMA N (" << mfmaDim << ") columns";
+  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
+  if (wavesPerEu < 0 || wavesPerEu > int64_t(target.maxWavesPerSimd))
+    return emitError() << "tile.waves_per_eu must be 0 (no hint) to "
+                       << target.maxWavesPerSimd << ", got " << wavesPerEu;
+  // The XOR swizzle permutes chunk indices within a row: their count must
+  // be a power of two.
+  if (aSwizzle && !llvm::isPowerOf2_64(k / 16))
+    return emitError() << "tile.a_swizzle needs tile.k / 16 to be a power of "
+                          "two, got tile.k = "
+                       << k;
   // Each wave holds an (m x n/waves) FP32 accumulator; with operands it must
   // fit the unified 512-entry register file of a lane.
   int64_t accumulatorRegs = m * (n / waves) / 64;

@@ -50,3 +50,24 @@ moe.w2 @w2_bmajor problem(#p) tile(#moe.tile<m = 32, n = 128, orientation = b_ma
 // CHECK-LABEL: gpu.func @w2_mfma32(
 // CHECK: amdgpu.scaled_mfma 32x32x64 {{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<16xf32>
 moe.w2 @w2_mfma32 problem(#p) tile(#moe.tile<m = 32, n = 128, mfma = m32n32k64>)
+
+// tile.waves_per_eu: an occupancy hint on the kernel.
+// CHECK-LABEL: gpu.func @w2_wpe(
+// CHECK-SAME: rocdl.waves_per_eu = 2 : i32
+moe.w2 @w2_wpe problem(#p) tile(#moe.tile<m = 32, n = 128, waves_per_eu = 2>)
+
+// tile.xcd_swizzle: the block ids are renumbered over 8 XCDs when the grid
+// divides evenly.
+// CHECK-LABEL: gpu.func @w2_xcd(
+// CHECK: gpu.block_id  y
+// CHECK: arith.remui %{{.*}}, %c8
+// CHECK: arith.select
+moe.w2 @w2_xcd problem(#p) tile(#moe.tile<m = 32, n = 128, xcd_swizzle = true>)
+
+// tile.a_swizzle: A chunks are XORed with the row in LDS, for the copy and
+// for the fragment loads.
+// CHECK-LABEL: gpu.func @w2_aswz(
+// CHECK: arith.xori
+// CHECK: scf.for
+// CHECK: arith.xori
+moe.w2 @w2_aswz problem(#p) tile(#moe.tile<m = 32, n = 128, a_swizzle = true>)

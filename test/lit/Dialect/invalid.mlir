@@ -143,3 +143,11 @@ moe.w13 @w problem(#moe.problem<hidden = 7168, intermediate = 512, experts = 1, 
 // The FP8 shared expert doubles the B tile: 128 x 512 FP8 + 512 x 512 bytes.
 // expected-error @+1 {{tile (m 128, n 512, k 512) stages 327680 bytes of LDS; gfx950 has 163840}}
 moe.w2 @w problem(#moe.problem<hidden = 7168, intermediate = 1024, experts = 385, top_k = 7, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, k = 512, waves = 8>) {shared_fp8_expert}
+
+// -----
+// expected-error @+1 {{tile.waves_per_eu must be 0 (no hint) to 8, got 9}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, waves_per_eu = 9>)
+
+// -----
+// expected-error @+1 {{tile.a_swizzle needs tile.k / 16 to be a power of two, got tile.k = 384}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 384, a_swizzle = true>)

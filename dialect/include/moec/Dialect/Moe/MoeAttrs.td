@@ -80,6 +80,15 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     of weight loads (`nt` marks them non-temporal: weights are streamed once
     per tile and should not evict activations).
 
+    `waves_per_eu` (0: no hint) asks the register allocator to fit that many
+    waves per SIMD (`amdgpu-waves-per-eu`), trading registers for
+    occupancy. `xcd_swizzle` renumbers workgroups so that the hardware's
+    round-robin over the 8 XCDs puts consecutive tiles of one M tile (which
+    read the same activation rows) on the same XCD and its L2.
+    `a_swizzle` XORs the 16-byte chunk index of each A row in LDS with the
+    row number, so the 16 rows an MFMA fragment load touches hit different
+    LDS banks.
+
     ```mlir
     #moe.tile<m = 32, n = 128, k = 256, waves = 4, mfma = m16n16k128,
               orientation = a_major, b_cache = nt>
@@ -95,11 +104,16 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"::moec::moe::MfmaOrientation",
                            "::moec::moe::MfmaOrientation::a_major">:$orientation,
     DefaultValuedParameter<"::moec::moe::CachePolicy",
-                           "::moec::moe::CachePolicy::cached">:$b_cache
+                           "::moec::moe::CachePolicy::cached">:$b_cache,
+    DefaultValuedParameter<"int64_t", "0">:$waves_per_eu,
+    DefaultValuedParameter<"bool", "false">:$xcd_swizzle,
+    DefaultValuedParameter<"bool", "false">:$a_swizzle
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
+    /// 16-byte chunks in one A row of the LDS tile (k FP8 bytes).
+    int64_t getAChunksPerRow() const { return getK() / 16; }
     /// MFMA tile rows and columns (16 or 32) and reduction depth (128 or 64).
     int64_t getMfmaM() const;
     int64_t getMfmaK() const;
