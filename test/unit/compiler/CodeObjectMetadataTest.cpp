@@ -49,7 +49,7 @@ std::vector<uint8_t> compileToHsaco(const std::string &mlir,
   auto module = mlir::parseSourceString<mlir::ModuleOp>(mlir, &context);
   REQUIRE(module);
   REQUIRE(mlir::succeeded(lowerToKernelIR(*module)));
-  auto hsaco = compileKernel(*module, name, TargetInfo::gfx950());
+  auto hsaco = compileKernel(*module, name, CompileTarget::gfx950());
   if (!static_cast<bool>(hsaco)) {
     std::string message = llvm::toString(hsaco.takeError());
     FAIL(message);
@@ -93,9 +93,10 @@ TEST_CASE("metadata reader agrees with llvm-readobj-22 --notes", "[metadata]") {
   if (!kernels)
     FAIL(llvm::toString(kernels.takeError()));
   REQUIRE(kernels->size() == 1);
-  const moec::KernelResources &k = kernels->front();
-  CHECK(k.name == name);
-  CHECK(k.symbol == name + ".kd");
+  const moec::CodeObjectKernel &kernel = kernels->front();
+  const moec::rt::KernelResources &k = kernel.resources;
+  CHECK(kernel.name == name);
+  CHECK(kernel.symbol == name + ".kd");
 
   char path[] = "/tmp/moec-meta-XXXXXX";
   int fd = mkstemp(path);
@@ -106,14 +107,14 @@ TEST_CASE("metadata reader agrees with llvm-readobj-22 --notes", "[metadata]") {
       runCommand(std::string(MOEC_LLVM_BIN) + "/llvm-readobj --notes " + path);
   unlink(path);
 
-  CHECK(readobjField(notes, ".vgpr_count") == k.vgprCount);
-  CHECK(readobjField(notes, ".agpr_count") == k.agprCount);
-  CHECK(readobjField(notes, ".sgpr_count") == k.sgprCount);
+  CHECK(readobjField(notes, ".vgpr_count") == k.vgpr);
+  CHECK(readobjField(notes, ".agpr_count") == k.agpr);
+  CHECK(readobjField(notes, ".sgpr_count") == k.sgpr);
   CHECK(readobjField(notes, ".group_segment_fixed_size") == k.ldsBytes);
   CHECK(readobjField(notes, ".private_segment_fixed_size") ==
         k.privateSegmentBytes);
-  CHECK(readobjField(notes, ".vgpr_spill_count") == k.vgprSpillCount);
-  CHECK(readobjField(notes, ".sgpr_spill_count") == k.sgprSpillCount);
+  CHECK(readobjField(notes, ".vgpr_spill_count") == k.vgprSpill);
+  CHECK(readobjField(notes, ".sgpr_spill_count") == k.sgprSpill);
   CHECK(readobjField(notes, ".wavefront_size") == k.wavefrontSize);
   CHECK(readobjField(notes, ".max_flat_workgroup_size") ==
         k.maxFlatWorkgroupSize);
