@@ -17,6 +17,7 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -88,9 +89,11 @@ StageSpec smallStageSpec(const StageSpec &spec) {
 
 ref::Status checkHarnessSupports(const StageDescription &description) {
   static const std::set<std::string> driven = {
-      "a",           "a_scale",       "b",       "b_scale",    "sorted_routes",
-      "tile_experts", "out",          "out_scale", "num_routes", "num_tokens",
-      "num_sorted"};
+      "a",           "a_scale",      "b",          "b_scale",
+      "sorted_routes", "tile_experts", "out",      "out_scale",
+      "num_routes",  "num_tokens",   "num_sorted", "topk_ids",
+      "topk_weights", "rows",        "status",     "expert_offset",
+      "capacity"};
   for (const KernelArg &arg : description.abi.args)
     if (!driven.count(arg.name))
       return ref::Status::error("the emulator harness does not provide kernel "
@@ -208,6 +211,13 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
   };
   const unsigned a = input("a", data.aCodes.data(), data.aCodes.size());
   const unsigned aScale = input("a_scale", data.aScales.data(), data.aScales.size());
+  // A produced by an emulated W13 keeps its shadow: rows W13 never wrote
+  // stay poisoned, so a W2 read of them is a finding.
+  if (!data.aWritten.empty())
+    std::memcpy(memory.written(a), data.aWritten.data(), data.aCodes.size());
+  if (!data.aScalesWritten.empty())
+    std::memcpy(memory.written(aScale), data.aScalesWritten.data(),
+                data.aScales.size());
   const unsigned b = input("b", data.bPacked.data(), data.bPacked.size());
   const unsigned bScale = input("b_scale", data.bScales.data(), data.bScales.size());
   const unsigned sorted = input("sorted_routes", data.sorted.routeIds.data(),

@@ -93,6 +93,9 @@ struct W2Data {
   std::vector<int32_t> topkIds;
   /// [numRoutes, I] FP8 E4M3FN + [numRoutes, I/32] E8M0.
   std::vector<uint8_t> aCodes, aScales;
+  /// Optional written flags per byte of aCodes / aScales (empty: all
+  /// written), for A produced by an emulated W13.
+  std::vector<uint8_t> aWritten, aScalesWritten;
   /// [localExperts, H, I/2] packed E2M1 + [localExperts, H, I/32] E8M0.
   std::vector<uint8_t> bPacked, bScales;
   ref::SortedRoutes sorted;
