@@ -710,12 +710,15 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     const int16_t self = static_cast<int16_t>(wave.id);
     for (unsigned b = 0; b < bytes; ++b) {
       LdsShadow &s = wg.shadow[size_t(at + b)];
-      std::string byteText = "LDS buffer " + std::to_string(mem.buffer) +
-                             " byte " + std::to_string(offset + b);
+      // Built only when reporting: this loop runs for every LDS byte.
+      auto byteText = [&] {
+        return "LDS buffer " + std::to_string(mem.buffer) + " byte " +
+               std::to_string(offset + b);
+      };
       if (atomic) {
         if (!s.written) {
           report(FindingKind::UninitializedRead, p, wg, wave, lane,
-                 "atomic on never-written " + byteText);
+                 "atomic on never-written " + byteText());
           break;
         }
         continue;
@@ -723,12 +726,12 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
       if (!isWrite) {
         if (!s.written) {
           report(FindingKind::UninitializedRead, p, wg, wave, lane,
-                 "load of never-written " + byteText);
+                 "load of never-written " + byteText());
           break;
         }
         if (s.writeEpoch == epoch && s.writer != self) {
           report(FindingKind::LdsRace, p, wg, wave, lane,
-                 "load of " + byteText + " written by wave " +
+                 "load of " + byteText() + " written by wave " +
                      std::to_string(s.writer) +
                      " in the same barrier interval");
           break;
@@ -736,14 +739,14 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
       } else {
         if (s.writeEpoch == epoch && s.writer != self) {
           report(FindingKind::LdsRace, p, wg, wave, lane,
-                 "store to " + byteText + " also written by wave " +
+                 "store to " + byteText() + " also written by wave " +
                      std::to_string(s.writer) +
                      " in the same barrier interval");
           break;
         }
         if (s.readEpoch == epoch && s.reader != self) {
           report(FindingKind::LdsRace, p, wg, wave, lane,
-                 "store to " + byteText + " read by " +
+                 "store to " + byteText() + " read by " +
                      (s.reader == -2 ? std::string("several waves")
                                      : "wave " + std::to_string(s.reader)) +
                      " in the same barrier interval");

@@ -16,6 +16,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -307,36 +308,61 @@ void compareW2(const W2Shape &shape, const W2Data &data,
   // sum |a_k b_k|), and the oracle's FP32 rounding adds one more.
   const double accumulationFactor =
       double(inter / shape.mfmaK + 1) * std::ldexp(1.0, -24);
-  std::vector<double> aRow(static_cast<size_t>(inter)),
-      bRow(static_cast<size_t>(inter));
+  std::vector<double> aRow(static_cast<size_t>(inter));
   double errSq = 0.0, refSq = 0.0;
   outcome.elementsChecked = outcome.elementsOverTolerance = 0;
   outcome.worstErrorOverTolerance = 0.0;
+  // Unlisted routes: the kernel must leave their rows untouched.
   for (int64_t r = 0; r < data.numRoutes; ++r) {
-    const int32_t expert = expertOf[size_t(r)];
-    const size_t rowBase = size_t(r * hidden);
-    if (expert < 0) {
-      for (int64_t h = 0; h < hidden; ++h)
-        if (outcome.outWritten[rowBase + size_t(h)]) {
-          ++outcome.unlistedRowsWritten;
-          break;
-        }
+    if (expertOf[size_t(r)] >= 0)
       continue;
+    const size_t rowBase = size_t(r * hidden);
+    for (int64_t h = 0; h < hidden; ++h)
+      if (outcome.outWritten[rowBase + size_t(h)]) {
+        ++outcome.unlistedRowsWritten;
+        break;
+      }
+  }
+  // Listed routes, grouped by expert so each expert's weights are
+  // dequantised once (the tolerance needs sum_k |a_k b_k|).
+  std::vector<double> bDeq;
+  int32_t cachedExpert = -1;
+  for (int64_t r : [&] {
+         std::vector<int64_t> order;
+         for (int64_t r = 0; r < data.numRoutes; ++r)
+           if (expertOf[size_t(r)] >= 0)
+             order.push_back(r);
+         std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+           return expertOf[size_t(x)] < expertOf[size_t(y)];
+         });
+         return order;
+       }()) {
+    const int32_t expert = expertOf[size_t(r)];
+    if (expert != cachedExpert) {
+      bDeq.assign(size_t(hidden * inter), 0.0);
+      for (int64_t h = 0; h < hidden; ++h) {
+        const size_t bRowIndex = size_t((expert * hidden + h) * inter);
+        ref::dequantizeMxfp4Row(&data.bPacked[bRowIndex / 2],
+                                &data.bScales[bRowIndex / 32], inter,
+                                &bDeq[size_t(h * inter)]);
+      }
+      cachedExpert = expert;
     }
+    const size_t rowBase = size_t(r * hidden);
     bool unwritten = false;
     ref::dequantizeFp8Row(&data.aCodes[size_t(r * inter)],
                           &data.aScales[size_t(r * inter / 32)], inter,
                           aRow.data());
+    for (int64_t k = 0; k < inter; ++k)
+      aRow[size_t(k)] = std::fabs(aRow[size_t(k)]);
     bool zeroMismatch = false;
     for (int64_t h = 0; h < hidden; ++h) {
       const size_t i = rowBase + size_t(h);
       unwritten |= !outcome.outWritten[i];
-      const size_t bRowIndex = size_t((expert * hidden + h) * inter);
-      ref::dequantizeMxfp4Row(&data.bPacked[bRowIndex / 2],
-                              &data.bScales[bRowIndex / 32], inter, bRow.data());
+      const double *bRowValues = &bDeq[size_t(h * inter)];
       double absSum = 0.0;
       for (int64_t k = 0; k < inter; ++k)
-        absSum += std::fabs(aRow[size_t(k)] * bRow[size_t(k)]);
+        absSum += aRow[size_t(k)] * std::fabs(bRowValues[k]);
       const double expected = outcome.oracle[i];
       const double got = ref::decodeBf16(outcome.outBits[i]);
       ++outcome.elementsChecked;
