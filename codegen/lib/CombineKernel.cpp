@@ -52,6 +52,31 @@ public:
 
 private:
   void emitBody(gpu::GPUFuncOp func);
+  /// 8 columns of a BF16 route row, widened to FP32.
+  Value loadBf16Row(Value rows, Value route, Value column) {
+    Value dword = divC(add(mul(route, problem.getHidden()), column), 2);
+    Value row = vector::BitCastOp::create(
+        b, loc, VectorType::get({8}, b.getBF16Type()), load16(rows, dword));
+    return arith::ExtFOp::create(b, loc, VectorType::get({8}, b.getF32Type()),
+                                 row);
+  }
+  /// 8 columns of a route summed over its split-K partials, in order.
+  Value loadPartialSum(Value rows, Value route, Value column) {
+    auto f32x4 = VectorType::get({4}, b.getF32Type());
+    const int64_t splitK = op.getSplitK(), hidden = problem.getHidden();
+    Value sum;
+    for (int64_t z = 0; z < splitK; ++z) {
+      Value dword =
+          add(mul(add(mul(route, splitK), idx(z)), hidden), column);
+      Value low = vector::BitCastOp::create(b, loc, f32x4, load16(rows, dword));
+      Value high = vector::BitCastOp::create(b, loc, f32x4,
+                                             load16(rows, add(dword, idx(4))));
+      Value part = vector::ShuffleOp::create(
+          b, loc, low, high, ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+      sum = sum ? Value(arith::AddFOp::create(b, loc, sum, part)) : part;
+    }
+    return sum;
+  }
 
   moe::CombineOp op;
   moe::ProblemAttr problem;
@@ -66,7 +91,10 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
 
   Value numTokensI32 = arg(kNumTokens);
   Value numRoutesI32 = arith::MulIOp::create(b, loc, numTokensI32, i32(topK));
-  Value rows = asBuffer(arg(kRows), bytesOf(numRoutesI32, hidden * 2));
+  const int64_t splitK = op.getSplitK();
+  // BF16 rows [R, H], or the FP32 split-K partials of W2 [R, S, H].
+  const int64_t rowBytes = splitK > 1 ? splitK * hidden * 4 : hidden * 2;
+  Value rows = asBuffer(arg(kRows), bytesOf(numRoutesI32, rowBytes));
   Value ids = asBuffer(arg(kTopkIds), bytesOf(numRoutesI32, 4));
   Value weights = asBuffer(arg(kTopkWeights), bytesOf(numRoutesI32, 4));
   Value out = asBuffer(arg(kOut), bytesOf(numTokensI32, hidden * 2));
@@ -136,10 +164,8 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
         OpBuilder::InsertionGuard g(b);
         b.setInsertionPointToStart(ifValid.thenBlock());
         Value route = add(mul(token, topK), idx(k));
-        Value dword = divC(add(mul(route, hidden), column), 2);
-        Value row = vector::BitCastOp::create(b, loc, bf16x8,
-                                              load16(rows, dword));
-        Value rowF32 = arith::ExtFOp::create(b, loc, f32x8, row);
+        Value rowF32 = splitK > 1 ? loadPartialSum(rows, route, column)
+                                  : loadBf16Row(rows, route, column);
         Value w = vector::BroadcastOp::create(b, loc, f32x8, weight[k]);
         Value sum = arith::AddFOp::create(
             b, loc, acc, arith::MulFOp::create(b, loc, w, rowF32));
@@ -166,7 +192,9 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op) {
   using A = KernelArg::Access;
   KernelAbi abi;
   abi.args = {
-      {"rows", K::Buffer, "bf16", A::Read, "[num_tokens*top_k, H]"},
+      {"rows", K::Buffer, op.getSplitK() > 1 ? "f32" : "bf16", A::Read,
+       op.getSplitK() > 1 ? "[num_tokens*top_k, split_k, H]"
+                          : "[num_tokens*top_k, H]"},
       {"topk_ids", K::Buffer, "i32", A::Read, "[num_tokens, top_k]"},
       {"topk_weights", K::Buffer, "f32", A::Read, "[num_tokens, top_k]"},
       {"out", K::Buffer, "bf16", A::Write, "[num_tokens, H]"},

@@ -239,7 +239,9 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
       b, loc, accType, DenseElementsAttr::get(accType, 0.0f));
   SmallVector<Value> accInit(mFrags * bFrags, accZero);
   auto kLoop =
-      scf::ForOp::create(b, loc, idx(0), idx(ops.depth), idx(tileK), accInit);
+      scf::ForOp::create(b, loc, ops.kBegin ? ops.kBegin : idx(0),
+                         ops.kEnd ? ops.kEnd : idx(ops.depth), idx(tileK),
+                         accInit);
   OpBuilder::InsertionGuard loopGuard(b);
   b.setInsertionPointToStart(kLoop.getBody());
   Value k0 = kLoop.getInductionVar();

@@ -87,7 +87,8 @@ public:
     llvm::SmallVector<mlir::Value> aTileRow, aScaleRow;
     /// Per B fragment: the lane's row in the B tile and its scale row.
     llvm::SmallVector<mlir::Value> bTileRow, bScaleRow;
-    /// Reduction length (K of the GEMM).
+    /// Reduction range [kBegin, kEnd) when both are set, else [0, depth).
+    mlir::Value kBegin, kEnd;
     int64_t depth = 0;
     bool bNontemporal = false;
     /// B rows are FP8 E4M3 (an FHMoE shared expert) instead of packed E2M1.

@@ -31,6 +31,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 
@@ -79,7 +80,10 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
                                    b.getI8Type());
   argTypes[kSortedRoutes] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
   argTypes[kTileExperts] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  argTypes[kOut] = globalBuffer(kRouteIndexedExtent, b.getBF16Type());
+  // Split-K writes FP32 partials [routes, split_k, H]; else BF16 [routes, H].
+  argTypes[kOut] = globalBuffer(kRouteIndexedExtent, op.getSplitK() > 1
+                                                         ? b.getF32Type()
+                                                         : b.getBF16Type());
   argTypes[kNumRoutes] = b.getI32Type();
   argTypes[kNumSorted] = b.getI32Type();
   if (shared) {
@@ -109,7 +113,9 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   Value aScaleBuf = asBuffer(arg(kAScale), bytesOf(numRoutes, inter / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
-  Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, hidden * 2));
+  const int64_t splitK = op.getSplitK();
+  const int64_t outRowBytes = splitK > 1 ? splitK * hidden * 4 : hidden * 2;
+  Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, outRowBytes));
   const bool shared = op.getSharedFp8Expert();
   const int64_t sharedExpert = problem.getLocalExperts() - 1;
 
@@ -133,6 +139,20 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   for (int64_t mi = 0; mi < mFrags; ++mi)
     fragRoute.push_back(routeOfRow(add(laneRow, idx(mi * dim))));
   Value waveCol = mul(wave, waveN);
+  // Split-K: grid z takes ceil(steps / S) K steps (the last slice may be
+  // shorter) and writes the partial row (route, z) of the output.
+  Value kSlice = splitK > 1 ? Value(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z))
+                            : idx(0);
+  const int64_t sliceDepth = llvm::divideCeil(inter / tileK, splitK) * tileK;
+  Value kBegin = mul(kSlice, sliceDepth);
+  Value kEnd =
+      arith::MinUIOp::create(b, loc, add(kBegin, idx(sliceDepth)), idx(inter));
+  // Output element (route, column): BF16 [R, H] or FP32 partials [R, S, H].
+  auto outIndex = [&](Value route, Value col) {
+    if (splitK == 1)
+      return add(mul(route, hidden), col);
+    return add(mul(add(mul(route, splitK), kSlice), hidden), col);
+  };
 
   auto makeOperands = [&](bool bFp8) {
     GemmOperands ops;
@@ -144,6 +164,8 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     ops.ldsADword = 0;
     ops.ldsBDword = tileM * tileK / 4;
     ops.depth = inter;
+    ops.kBegin = kBegin;
+    ops.kEnd = kEnd;
     ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
     ops.bFp8 = bFp8;
     // Weight row (expert, column) in rows of the [E, H, .] tensors; the
@@ -178,7 +200,8 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   SmallVector<Value> accs = emitGemm(isShared, mFrags * nFrags, makeOperands);
 
   // Epilogue: accumulator value a of a lane sits at (accRow(a), accCol) of
-  // the MFMA's source-A x source-B block.
+  // the MFMA's source-A x source-B block. BF16 output rounds once (to
+  // nearest even); split-K partials stay FP32.
   auto bf16x4 = VectorType::get({4}, b.getBF16Type());
   for (int64_t mi = 0; mi < mFrags; ++mi) {
     for (int64_t ni = 0; ni < nFrags; ++ni) {
@@ -190,22 +213,24 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
             add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
         Value quad = vector::ShuffleOp::create(
             b, loc, acc, acc, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
-        Value quadBf16 = arith::TruncFOp::create(b, loc, bf16x4, quad);
+        if (splitK == 1)
+          quad = arith::TruncFOp::create(b, loc, bf16x4, quad);
         if (bMajor) {
-          // Four consecutive output columns of one row: one 8-byte store.
+          // Four consecutive output columns of one row: one store of 8
+          // (BF16) or 16 (FP32) bytes.
           Value col = add(colBase, add(fragCol, rowOfFour));
-          Value outIndex = add(mul(fragRoute[mi], hidden), col);
-          vector::StoreOp::create(b, loc, quadBf16, outBuf,
-                                  ValueRange{outIndex},
-                                  /*nontemporal=*/false, llvm::MaybeAlign(8));
+          vector::StoreOp::create(b, loc, quad, outBuf,
+                                  ValueRange{outIndex(fragRoute[mi], col)},
+                                  /*nontemporal=*/false,
+                                  llvm::MaybeAlign(splitK == 1 ? 8 : 16));
           continue;
         }
         Value col = add(colBase, add(fragCol, laneRow));
         for (int64_t j = 0; j < 4; ++j) {
           Value row = add(rowOfFour, idx(mi * dim + j));
-          Value outIndex = add(mul(routeOfRow(row), hidden), col);
-          Value value = vector::ExtractOp::create(b, loc, quadBf16, j);
-          memref::StoreOp::create(b, loc, value, outBuf, ValueRange{outIndex});
+          Value value = vector::ExtractOp::create(b, loc, quad, j);
+          memref::StoreOp::create(b, loc, value, outBuf,
+                                  ValueRange{outIndex(routeOfRow(row), col)});
         }
       }
     }
@@ -240,7 +265,8 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
       {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
       {"sorted_routes", K::Buffer, "i32", A::Read, "[num_sorted]"},
       {"tile_experts", K::Buffer, "i32", A::Read, "[num_sorted/tile_m]"},
-      {"out", K::Buffer, "bf16", A::Write, "[num_routes, H]"},
+      {"out", K::Buffer, op.getSplitK() > 1 ? "f32" : "bf16", A::Write,
+       op.getSplitK() > 1 ? "[num_routes, split_k, H]" : "[num_routes, H]"},
       {"num_routes", K::I32, "i32", A::Value, "scalar"},
       {"num_sorted", K::I32, "i32", A::Value, "scalar (multiple of tile_m)"},
   };
@@ -251,7 +277,7 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
   }
   abi.gridX = "H / " + std::to_string(tile.getN());
   abi.gridY = "num_sorted / " + std::to_string(tile.getM());
-  abi.gridZ = "1";
+  abi.gridZ = std::to_string(op.getSplitK());
   abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
   return abi;
 }

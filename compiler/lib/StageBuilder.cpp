@@ -139,13 +139,19 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
   const bool isSort = spec.stage == "sort";
   std::set<std::string> known = {"hidden", "intermediate", "experts", "top_k",
                                  "ep", "waves"};
-  known.insert(isSort ? "m" : "blocks");
+  if (isSort)
+    known.insert("m");
+  else
+    known.insert({"blocks", "split_k"});
   for (const auto &field : spec.fields)
     if (!known.count(field.first)) {
       read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
       return nullptr;
     }
   int64_t hidden, intermediate, experts, topK, ep, blocks = 0, mTile = 0, waves;
+  int64_t splitK = 1;
+  if (!read.integer("split_k", 1, splitK))
+    return nullptr;
   if (!read.integer("hidden", -1, hidden) ||
       !read.integer("intermediate", -1, intermediate) ||
       !read.integer("experts", -1, experts) ||
@@ -199,7 +205,11 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
     symbol = "moe_combine_bf16_e" + std::to_string(experts) + "_h" +
              std::to_string(hidden) + "_k" + std::to_string(topK) + "_b" +
              std::to_string(blocks) + "_w" + std::to_string(waves);
-    auto combine = moe::CombineOp::create(builder, loc, symbol, problem, tile);
+    if (splitK > 1)
+      symbol += "_sk" + std::to_string(splitK);
+    auto combine = moe::CombineOp::create(
+        builder, loc, builder.getStringAttr(symbol), problem, tile,
+        builder.getI64IntegerAttr(splitK));
     op = combine;
     if (succeeded(mlir::verify(op, /*verifyRecursively=*/false)))
       description.abi = getCombineKernelAbi(combine);
@@ -219,6 +229,8 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
       {"top_k", std::to_string(topK)},
       {"waves", std::to_string(waves)},
   };
+  if (!isSort)
+    description.fields.push_back({"split_k", std::to_string(splitK)});
   std::sort(description.fields.begin(), description.fields.end());
   return op;
 }
@@ -242,7 +254,9 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit";
-    if (!common.count(field.first) && !(isW13 && w13Only)) {
+    bool w2Only = field.first == "split_k";
+    if (!common.count(field.first) && !(isW13 && w13Only) &&
+        !(!isW13 && w2Only)) {
       read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
       return nullptr;
     }
@@ -273,10 +287,11 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
           "cached, nt", bCache))
     return nullptr;
   // The clamp limit is written as an integer (DeepSeek V4: 10).
-  int64_t swigluLimit = 0, wavesPerEu = 0;
+  int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1;
   bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false;
   if (!read.integer("swiglu_limit", 0, swigluLimit) ||
       !read.integer("waves_per_eu", 0, wavesPerEu) ||
+      !read.integer("split_k", 1, splitK) ||
       !read.flag("shared_fp8_expert", sharedFp8) ||
       !read.flag("xcd_swizzle", xcdSwizzle) ||
       !read.flag("a_swizzle", aSwizzle))
@@ -339,9 +354,12 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     std::string symbol = gemmSymbol("moe2_afp8_wfp4_bf16", problem, tile);
     if (sharedFp8)
       symbol += "_shfp8";
+    if (splitK > 1)
+      symbol += "_sk" + std::to_string(splitK);
     auto w2 = moe::W2Op::create(builder, loc, symbol, problem, tile);
     if (sharedFp8)
       w2.setSharedFp8Expert(true);
+    w2.setSplitK(splitK);
     op = w2;
     description.symbol = symbol;
     if (succeeded(mlir::verify(w2, /*verifyRecursively=*/false)))
@@ -372,13 +390,14 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"waves_per_eu", std::to_string(wavesPerEu)},
       {"xcd_swizzle", std::to_string(int(xcdSwizzle))},
   };
-  std::sort(description.fields.begin(), description.fields.end());
   if (isW13) {
     description.fields.push_back(
         {"gate_up_interleave", std::to_string(interleave)});
     description.fields.push_back({"swiglu_limit", std::to_string(swigluLimit)});
-    std::sort(description.fields.begin(), description.fields.end());
+  } else {
+    description.fields.push_back({"split_k", std::to_string(splitK)});
   }
+  std::sort(description.fields.begin(), description.fields.end());
   return op;
 }
 

@@ -157,6 +157,14 @@ LogicalResult W2Op::verify() {
     return emitOpError("tile.k (")
            << tile.getK() << ") must divide problem.intermediate ("
            << problem.getIntermediate() << "), the K of W2";
+  // Split-K slices take ceil(steps / split_k) K steps each (the last may
+  // be shorter); every slice must get at least one.
+  int64_t steps = problem.getIntermediate() / tile.getK();
+  int64_t perSlice = llvm::divideCeil(steps, getSplitK());
+  if ((getSplitK() - 1) * perSlice >= steps)
+    return emitOpError("split_k (")
+           << getSplitK() << ") leaves a K slice empty: W2 has " << steps
+           << " K steps of tile.k (" << tile.getK() << ")";
   const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
   if (getLdsBytes() > target.ldsBytesPerCu)
     return emitOpError("tile (m ")

@@ -25,3 +25,12 @@ moe.combine @combine_once problem(#p) tile(#moe.combine_tile<waves = 4>)
 // CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c64
 moe.combine @combine_persistent problem(#p) tile(#moe.combine_tile<blocks = 32, waves = 2>)
+
+// split_k = 2: rows are FP32 partials; each route's two are added first.
+// CHECK-LABEL: gpu.func @combine_splitk(
+// CHECK: scf.if %{{.*}} -> (vector<8xf32>)
+// CHECK: vector.shuffle
+// CHECK: vector.shuffle
+// CHECK: arith.addf {{.*}} : vector<8xf32>
+// CHECK: arith.mulf
+moe.combine @combine_splitk problem(#p) tile(#moe.combine_tile<waves = 4>) {split_k = 2 : i64}

@@ -71,3 +71,13 @@ moe.w2 @w2_xcd problem(#p) tile(#moe.tile<m = 32, n = 128, xcd_swizzle = true>)
 // CHECK: scf.for
 // CHECK: arith.xori
 moe.w2 @w2_aswz problem(#p) tile(#moe.tile<m = 32, n = 128, a_swizzle = true>)
+
+// split_k = 2: grid z picks a K slice (here 2 steps of 128 each) and the
+// output becomes FP32 partials [routes, 2, H].
+// CHECK-LABEL: gpu.func @w2_splitk(
+// CHECK-SAME: %{{.*}}: memref<268435456xf32, #gpu.address_space<global>>, %{{.*}}: i32, %{{.*}}: i32)
+// CHECK: gpu.block_id  z
+// CHECK: arith.minui
+// CHECK: scf.for
+// CHECK: vector.store {{.*}} : memref<268435456xf32, #amdgpu.address_space<fat_raw_buffer>>, vector<4xf32>
+moe.w2 @w2_splitk problem(#p) tile(#moe.tile<m = 32, n = 128, k = 128, orientation = b_major>) {split_k = 2 : i64}

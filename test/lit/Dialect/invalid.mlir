@@ -151,3 +151,7 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 // -----
 // expected-error @+1 {{tile.a_swizzle needs tile.k / 16 to be a power of two, got tile.k = 384}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 384, a_swizzle = true>)
+
+// -----
+// expected-error @+1 {{split_k (4) leaves a K slice empty: W2 has 5 K steps of tile.k (128)}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, k = 128>) {split_k = 4 : i64}

@@ -34,6 +34,12 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     [H, I]) and `b_shared_scale` (E8M0 [H, I/32]); `b` then holds only the
     routed experts. Its tiles run the same schedule with FP8 B fragments.
 
+    With `split_k` S > 1 the reduction is split over S workgroups (grid z):
+    each sums I / S of K and writes its FP32 partial row to `out`, which is
+    then FP32 [num_routes, S, H]; `moe.combine` with the same `split_k` adds
+    the S partials of a route in increasing order before weighting, so the
+    result does not depend on scheduling (no atomics).
+
     ```mlir
     moe.w2 @w2_t32x128 problem(#moe.problem<hidden = 5120, intermediate = 2304,
         experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
@@ -45,7 +51,8 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     SymbolNameAttr:$sym_name,
     Moe_ProblemAttr:$problem,
     Moe_TileAttr:$tile,
-    UnitAttr:$shared_fp8_expert
+    UnitAttr:$shared_fp8_expert,
+    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
@@ -133,6 +140,8 @@ def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
     `topk_ids` (i32 [num_tokens, top_k]), `topk_weights` (f32
     [num_tokens, top_k]), `out` (BF16 [num_tokens, H]), `num_tokens` (i32).
     Each lane reduces 8 consecutive columns (16-byte loads and stores).
+    With `split_k` S > 1, `rows` are the FP32 split-K partials of `moe.w2`,
+    [num_tokens * top_k, S, H], summed in increasing order per route.
 
     ```mlir
     moe.combine @combine problem(#moe.problem<hidden = 5120,
@@ -144,7 +153,8 @@ def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
   let arguments = (ins
     SymbolNameAttr:$sym_name,
     Moe_ProblemAttr:$problem,
-    Moe_CombineTileAttr:$tile
+    Moe_CombineTileAttr:$tile,
+    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
