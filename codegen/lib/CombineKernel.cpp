@@ -44,10 +44,12 @@ public:
     argTypes[kOut] = globalBuffer(kTokenIndexedExtent, b.getI32Type());
     argTypes[kNumTokens] = b.getI32Type();
     OpBuilder::InsertionGuard guard(b);
-    gpu::GPUFuncOp func =
-        createKernel(op.getSymName(), argTypes, 64 * waves, /*ldsDwords=*/0);
-    emitBody(func);
-    return func->getParentOfType<gpu::GPUModuleOp>();
+    FailureOr<gpu::GPUFuncOp> func = createKernel(
+        op.getSymName(), argTypes, getCombineKernelAbi(op), /*ldsDwords=*/0);
+    if (failed(func))
+      return failure();
+    emitBody(*func);
+    return (*func)->getParentOfType<gpu::GPUModuleOp>();
   }
 
 private:

@@ -87,10 +87,21 @@ void KernelEmitter::store16(Value value, Value memref, Value dwordIndex) {
                           /*nontemporal=*/false, llvm::MaybeAlign(16));
 }
 
-gpu::GPUFuncOp KernelEmitter::createKernel(StringRef name,
-                                           ArrayRef<Type> argTypes,
-                                           int64_t workgroupSize,
-                                           int64_t ldsDwords) {
+FailureOr<gpu::GPUFuncOp> KernelEmitter::createKernel(StringRef name,
+                                                      ArrayRef<Type> argTypes,
+                                                      const KernelAbi &abi,
+                                                      int64_t ldsDwords) {
+  if (argTypes.size() != abi.args.size())
+    return emitError(loc) << "kernel " << name << " has " << argTypes.size()
+                          << " arguments but its ABI lists " << abi.args.size();
+  for (auto [type, arg] : llvm::zip_equal(argTypes, abi.args)) {
+    bool isBuffer = isa<MemRefType>(type);
+    if (isBuffer != (arg.kind == KernelArg::Kind::Buffer))
+      return emitError(loc) << "kernel " << name << " argument '" << arg.name
+                            << "' is " << type << " but its ABI says "
+                            << toString(arg.kind);
+  }
+  const int64_t workgroupSize = abi.workgroupSize;
   auto module = gpu::GPUModuleOp::create(b, loc, name);
   b.setInsertionPointToStart(module.getBody());
   SmallVector<Type> lds;

@@ -12,6 +12,7 @@
 #ifndef MOEC_CODEGEN_LIB_GEMMEMITTER_H
 #define MOEC_CODEGEN_LIB_GEMMEMITTER_H
 
+#include "moec/Codegen/KernelAbi.h"
 #include "moec/Codegen/MfmaLayout.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
@@ -49,12 +50,14 @@ protected:
   mlir::Value load16(mlir::Value memref, mlir::Value dwordIndex,
                      bool nontemporal = false);
   void store16(mlir::Value value, mlir::Value memref, mlir::Value dwordIndex);
-  /// A gpu.module named `name` with one kernel gpu.func of `argTypes`, a
-  /// fixed workgroup size and `ldsDwords` of LDS (none when 0). The builder
-  /// is left at the start of the function body.
-  mlir::gpu::GPUFuncOp createKernel(llvm::StringRef name,
-                                    llvm::ArrayRef<mlir::Type> argTypes,
-                                    int64_t workgroupSize, int64_t ldsDwords);
+  /// A gpu.module named `name` with one kernel gpu.func of `argTypes`, the
+  /// workgroup size of `abi` and `ldsDwords` of LDS (none when 0). The
+  /// builder is left at the start of the function body. Fails (with an
+  /// error) when `argTypes` disagree with `abi` in count or kind, so the
+  /// manifest can never describe a signature the kernel does not have.
+  mlir::FailureOr<mlir::gpu::GPUFuncOp>
+  createKernel(llvm::StringRef name, llvm::ArrayRef<mlir::Type> argTypes,
+               const KernelAbi &abi, int64_t ldsDwords);
 
   mlir::OpBuilder &b;
   mlir::Location loc;

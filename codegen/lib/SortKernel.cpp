@@ -57,10 +57,13 @@ public:
     OpBuilder::InsertionGuard guard(b);
     // LDS: counts[experts], cursor[experts], one expert id per lane, and
     // the used length (shared through LDS, not re-read from global memory).
-    gpu::GPUFuncOp func = createKernel(op.getSymName(), argTypes, lanes,
-                                       2 * experts + lanes + 1);
-    emitBody(func);
-    return func->getParentOfType<gpu::GPUModuleOp>();
+    FailureOr<gpu::GPUFuncOp> func =
+        createKernel(op.getSymName(), argTypes, getSortKernelAbi(op),
+                     2 * experts + lanes + 1);
+    if (failed(func))
+      return failure();
+    emitBody(*func);
+    return (*func)->getParentOfType<gpu::GPUModuleOp>();
   }
 
 private:

@@ -88,11 +88,13 @@ FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
   }
 
   OpBuilder::InsertionGuard guard(b);
-  gpu::GPUFuncOp func =
-      createKernel(op.getSymName(), argTypes, lanes, op.getLdsBytes() / 4);
-  applyTileHints(func);
-  emitBody(func);
-  return func->getParentOfType<gpu::GPUModuleOp>();
+  FailureOr<gpu::GPUFuncOp> func = createKernel(
+      op.getSymName(), argTypes, getW13KernelAbi(op), op.getLdsBytes() / 4);
+  if (failed(func))
+    return failure();
+  applyTileHints(*func);
+  emitBody(*func);
+  return (*func)->getParentOfType<gpu::GPUModuleOp>();
 }
 
 Value W13Emitter::physicalRow(Value column, bool up) {

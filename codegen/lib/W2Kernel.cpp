@@ -92,11 +92,13 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
   }
 
   OpBuilder::InsertionGuard guard(b);
-  gpu::GPUFuncOp func =
-      createKernel(op.getSymName(), argTypes, lanes, op.getLdsBytes() / 4);
-  applyTileHints(func);
-  emitBody(func);
-  return func->getParentOfType<gpu::GPUModuleOp>();
+  FailureOr<gpu::GPUFuncOp> func = createKernel(
+      op.getSymName(), argTypes, getW2KernelAbi(op), op.getLdsBytes() / 4);
+  if (failed(func))
+    return failure();
+  applyTileHints(*func);
+  emitBody(*func);
+  return (*func)->getParentOfType<gpu::GPUModuleOp>();
 }
 
 void W2Emitter::emitBody(gpu::GPUFuncOp func) {

@@ -127,6 +127,30 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
   return s;
 }
 
+/// Where a stage was written, as an MLIR location for its diagnostics.
+Location locationOf(MLIRContext *context, const StageSpec &spec) {
+  if (spec.where.file.empty())
+    return UnknownLoc::get(context);
+  return FileLineColLoc::get(context, spec.where.file, spec.where.line, 1);
+}
+
+/// Captures the first diagnostic emitted while it lives, prefixed with the
+/// stage's file:line, as the one-line error of a failed build.
+struct FirstDiagnostic {
+  FirstDiagnostic(MLIRContext *context, const StageSpec &spec)
+      : handler(context, [this, &spec](Diagnostic &diag) {
+          if (text.empty()) {
+            llvm::raw_string_ostream os(text);
+            if (!spec.where.file.empty())
+              os << spec.where.file << ":" << spec.where.line << ": ";
+            os << diag.str();
+          }
+          return success();
+        }) {}
+  std::string text;
+  ScopedDiagnosticHandler handler;
+};
+
 } // namespace
 
 /// The combine and sort stages: problem fields plus launch geometry (and
@@ -160,20 +184,9 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
       (isSort ? !read.integer("m", -1, mTile)
               : !read.integer("blocks", 0, blocks)))
     return nullptr;
-  Location loc = spec.where.file.empty()
-                     ? Location(UnknownLoc::get(context))
-                     : Location(FileLineColLoc::get(context, spec.where.file,
-                                                    spec.where.line, 1));
-  std::string diagnostic;
-  ScopedDiagnosticHandler handler(context, [&](Diagnostic &diag) {
-    if (diagnostic.empty()) {
-      llvm::raw_string_ostream os(diagnostic);
-      if (!spec.where.file.empty())
-        os << spec.where.file << ":" << spec.where.line << ": ";
-      os << diag.str();
-    }
-    return success();
-  });
+  Location loc = locationOf(context, spec);
+  FirstDiagnostic first(context, spec);
+  const std::string &diagnostic = first.text;
   auto emitError = [&] { return ::mlir::emitError(loc); };
   auto problem = moe::ProblemAttr::getChecked(
       emitError, context, hidden, intermediate, experts, topK, ep,
@@ -297,21 +310,10 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("a_swizzle", aSwizzle))
     return nullptr;
 
-  Location loc = spec.where.file.empty()
-                     ? Location(UnknownLoc::get(context))
-                     : Location(FileLineColLoc::get(context, spec.where.file,
-                                                    spec.where.line, 1));
+  Location loc = locationOf(context, spec);
   // The verifiers report through diagnostics; keep the first as the error.
-  std::string diagnostic;
-  ScopedDiagnosticHandler handler(context, [&](Diagnostic &diag) {
-    if (diagnostic.empty()) {
-      llvm::raw_string_ostream os(diagnostic);
-      if (!spec.where.file.empty())
-        os << spec.where.file << ":" << spec.where.line << ": ";
-      os << diag.str();
-    }
-    return success();
-  });
+  FirstDiagnostic first(context, spec);
+  const std::string &diagnostic = first.text;
   auto emitError = [&] { return ::mlir::emitError(loc); };
   // W13 writes the FP8 intermediate; W2 writes BF16. Explicit Type(): the
   // generated getChecked takes mlir::Type parameters.

@@ -1,9 +1,10 @@
 //===- KernelAbi.h - argument layout of generated kernels -------*- C++ -*-===//
 ///
 /// \file
-/// The kernel ABI as data: the codegen builds each gpu.func signature from
-/// this list and the compiler writes the same list into the bundle manifest,
-/// so the runtime and the engine see exactly what the kernel expects.
+/// The kernel ABI as data: the compiler writes this list into the bundle
+/// manifest, and the codegen refuses to build a gpu.func whose signature
+/// disagrees with it, so the runtime and the engine see exactly what the
+/// kernel expects.
 /// Plain C++, no MLIR dependency.
 ///
 //===----------------------------------------------------------------------===//
