@@ -109,21 +109,26 @@ double ulpBf16(double x) {
 } // namespace
 
 LogicalResult runCombine(Operation *funcOp, int64_t hidden, int64_t experts,
-                         int64_t gridX, const std::vector<uint16_t> &rows,
-                         const std::vector<uint8_t> &rowsWritten,
+                         int64_t gridX, const CombineRows &input,
                          const std::vector<int32_t> &topkIds,
                          const std::vector<float> &topkWeights, int64_t tokens,
                          int64_t topK, const LaunchConfig &launchIn,
                          CombineOutcome &outcome, std::string &error) {
   auto func = cast<gpu::GPUFuncOp>(funcOp);
   const int64_t numRoutes = tokens * topK;
+  const int64_t splitK = input.splitK;
+  const size_t stored = size_t(numRoutes * hidden * splitK);
+  const size_t itemBytes = splitK > 1 ? 4 : 2;
   GlobalMemory memory;
-  const unsigned rowsId = memory.addBuffer("rows", size_t(numRoutes * hidden) * 2);
-  memory.write(rowsId, 0, rows.data(), size_t(numRoutes * hidden) * 2);
+  const unsigned rowsId = memory.addBuffer("rows", stored * itemBytes);
+  memory.write(rowsId, 0,
+               splitK > 1 ? static_cast<const void *>(input.partials.data())
+                          : static_cast<const void *>(input.bf16.data()),
+               stored * itemBytes);
   // Rows nobody produced stay poisoned: the combine must not read them.
-  for (size_t i = 0; i < size_t(numRoutes * hidden); ++i)
-    if (!rowsWritten[i])
-      std::memset(memory.written(rowsId) + 2 * i, 0, 2);
+  for (size_t i = 0; i < stored; ++i)
+    if (!input.written[i])
+      std::memset(memory.written(rowsId) + itemBytes * i, 0, itemBytes);
   const unsigned ids = memory.addBuffer("topk_ids", size_t(numRoutes) * 4);
   memory.write(ids, 0, topkIds.data(), size_t(numRoutes) * 4);
   const unsigned weights = memory.addBuffer("topk_weights", size_t(numRoutes) * 4);
@@ -152,10 +157,27 @@ LogicalResult runCombine(Operation *funcOp, int64_t hidden, int64_t experts,
 
   // Oracle over the same BF16 rows (rows not produced read as zero there;
   // a valid route always has its row, which the findings check).
-  std::vector<double> rowValues(size_t(numRoutes * hidden), 0.0);
-  for (size_t i = 0; i < rowValues.size(); ++i)
-    if (rowsWritten[i])
-      rowValues[i] = ref::decodeBf16(rows[i]);
+  // Route rows as the kernel reduces them: BF16 values, or the partials
+  // summed in slice order; |row| sums for the tolerance.
+  std::vector<double> rowValues(size_t(numRoutes * hidden), 0.0),
+      rowMagnitudes(size_t(numRoutes * hidden), 0.0);
+  for (int64_t r = 0; r < numRoutes; ++r)
+    for (int64_t h = 0; h < hidden; ++h) {
+      const size_t i = size_t(r * hidden + h);
+      if (splitK == 1) {
+        if (input.written[i])
+          rowValues[i] = ref::decodeBf16(input.bf16[i]);
+        rowMagnitudes[i] = std::fabs(rowValues[i]);
+        continue;
+      }
+      for (int64_t z = 0; z < splitK; ++z) {
+        const size_t p = size_t((r * splitK + z) * hidden + h);
+        if (!input.written[p])
+          continue;
+        rowValues[i] += input.partials[p];
+        rowMagnitudes[i] += std::fabs(input.partials[p]);
+      }
+    }
   outcome.oracle.assign(elements, 0.0);
   ref::combineRoutes(rowValues.data(), topkIds.data(), topkWeights.data(),
                      tokens, topK, experts, hidden, outcome.oracle.data());
@@ -167,14 +189,14 @@ LogicalResult runCombine(Operation *funcOp, int64_t hidden, int64_t experts,
       double absSum = 0.0;
       for (int64_t k = 0; k < topK; ++k)
         if (ref::isValidExpert(topkIds[size_t(t * topK + k)], experts))
-          absSum += std::fabs(double(topkWeights[size_t(t * topK + k)]) *
-                              rowValues[size_t((t * topK + k) * hidden + h)]);
+          absSum += std::fabs(double(topkWeights[size_t(t * topK + k)])) *
+                    rowMagnitudes[size_t((t * topK + k) * hidden + h)];
       const double want = outcome.oracle[i];
       const double got = ref::decodeBf16(outcome.outBits[i]);
       ++outcome.elementsChecked;
       const double err = std::fabs(got - want);
       const double tol = ulpBf16(std::max(std::fabs(want), std::fabs(got))) +
-                         double(topK) * std::ldexp(1.0, -24) * absSum;
+                         double(topK + splitK) * std::ldexp(1.0, -24) * absSum;
       if (!(err <= tol))
         ++outcome.elementsOverTolerance;
       if (std::isfinite(err))

@@ -134,6 +134,9 @@ ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape) {
     if (!status)
       return status;
   }
+  std::string splitText;
+  if (field("split_k", splitText))
+    shape.splitK = std::max<int64_t>(1, std::strtoll(splitText.c_str(), nullptr, 10));
   std::string mfmaText;
   field("mfma", mfmaText);
   shape.mfmaK = mfmaText == "32x32x64" ? 64 : 128;
@@ -225,13 +228,16 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
                                 data.sorted.routeIds.size() * 4);
   const unsigned tiles = input("tile_experts", data.sorted.tileExperts.data(),
                                data.sorted.tileExperts.size() * 4);
-  const unsigned out = memory.addBuffer("out", size_t(data.numRoutes * hidden * 2));
+  const int64_t splitK = shape.splitK;
+  const size_t outBytes = splitK > 1 ? size_t(data.numRoutes * splitK * hidden) * 4
+                                     : size_t(data.numRoutes * hidden) * 2;
+  const unsigned out = memory.addBuffer("out", outBytes);
   memory.poison(out);
 
   outcome = W2Outcome();
   if (numTiles > 0) {
     LaunchConfig launch = launchIn;
-    launch.grid = {hidden / shape.tileN, numTiles, 1};
+    launch.grid = {hidden / shape.tileN, numTiles, splitK};
     std::vector<KernelArgValue> args = {
         KernelArgValue::makeBuffer(a),      KernelArgValue::makeBuffer(aScale),
         KernelArgValue::makeBuffer(b),      KernelArgValue::makeBuffer(bScale),
@@ -246,12 +252,34 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
     outcome.launched = true;
   }
   const size_t elements = size_t(data.numRoutes * hidden);
-  outcome.outBits.resize(elements);
-  outcome.outWritten.resize(elements);
-  std::memcpy(outcome.outBits.data(), memory.data(out), elements * 2);
   const uint8_t *written = memory.written(out);
-  for (size_t i = 0; i < elements; ++i)
-    outcome.outWritten[i] = written[2 * i] && written[2 * i + 1];
+  outcome.outWritten.resize(elements);
+  if (splitK > 1) {
+    const size_t count = elements * size_t(splitK);
+    outcome.partials.resize(count);
+    outcome.partialsWritten.resize(count);
+    std::memcpy(outcome.partials.data(), memory.data(out), count * 4);
+    for (size_t i = 0; i < count; ++i)
+      outcome.partialsWritten[i] = written[4 * i] && written[4 * i + 1] &&
+                                   written[4 * i + 2] && written[4 * i + 3];
+    for (int64_t r = 0; r < data.numRoutes; ++r)
+      for (int64_t h = 0; h < hidden; ++h) {
+        bool all = true;
+        for (int64_t z = 0; z < splitK; ++z)
+          all &= outcome.partialsWritten[size_t((r * splitK + z) * hidden + h)] != 0;
+        // Listed rows need every partial; unlisted rows none (checked as
+        // "any written" below through outWritten of any partial).
+        bool any = false;
+        for (int64_t z = 0; z < splitK; ++z)
+          any |= outcome.partialsWritten[size_t((r * splitK + z) * hidden + h)] != 0;
+        outcome.outWritten[size_t(r * hidden + h)] = all ? 1 : any ? 2 : 0;
+      }
+  } else {
+    outcome.outBits.resize(elements);
+    std::memcpy(outcome.outBits.data(), memory.data(out), elements * 2);
+    for (size_t i = 0; i < elements; ++i)
+      outcome.outWritten[i] = written[2 * i] && written[2 * i + 1];
+  }
   (void)inter;
   return success();
 }
@@ -306,6 +334,7 @@ void compareW2(const W2Shape &shape, const W2Data &data,
   // Accumulation error bound: each of the I / mfmaK instructions rounds its
   // FP32 result once (relative 2^-24 of a partial sum bounded by
   // sum |a_k b_k|), and the oracle's FP32 rounding adds one more.
+  const int64_t splitK = shape.splitK;
   const double accumulationFactor =
       double(inter / shape.mfmaK + 1) * std::ldexp(1.0, -24);
   std::vector<double> aRow(static_cast<size_t>(inter));
@@ -358,13 +387,20 @@ void compareW2(const W2Shape &shape, const W2Data &data,
     bool zeroMismatch = false;
     for (int64_t h = 0; h < hidden; ++h) {
       const size_t i = rowBase + size_t(h);
-      unwritten |= !outcome.outWritten[i];
+      unwritten |= outcome.outWritten[i] != 1;
       const double *bRowValues = &bDeq[size_t(h * inter)];
       double absSum = 0.0;
       for (int64_t k = 0; k < inter; ++k)
         absSum += aRow[size_t(k)] * std::fabs(bRowValues[k]);
       const double expected = outcome.oracle[i];
-      const double got = ref::decodeBf16(outcome.outBits[i]);
+      double got = 0.0;
+      if (splitK > 1) {
+        // The combine sums the partials in slice order.
+        for (int64_t z = 0; z < splitK; ++z)
+          got += outcome.partials[size_t((r * splitK + z) * hidden + h)];
+      } else {
+        got = ref::decodeBf16(outcome.outBits[i]);
+      }
       ++outcome.elementsChecked;
       if (!std::isfinite(got)) {
         ++outcome.nonFinite;
@@ -373,13 +409,19 @@ void compareW2(const W2Shape &shape, const W2Data &data,
       if (zeroExperts.count(expert) && got != 0.0)
         zeroMismatch = true;
       const double err = std::fabs(got - expected);
-      const double tol = ulpBf16(std::max(std::fabs(expected), std::fabs(got))) +
-                         accumulationFactor * absSum;
+      const double magnitude = std::max(std::fabs(expected), std::fabs(got));
+      // BF16 output: one BF16 ulp; FP32 partials: one FP32 ulp (the
+      // oracle's rounding) and one FP32 rounding per slice.
+      const double tol =
+          splitK > 1 ? std::ldexp(ulpBf16(magnitude), -16) +
+                           (accumulationFactor + double(splitK) * std::ldexp(1.0, -24)) *
+                               absSum
+                     : ulpBf16(magnitude) + accumulationFactor * absSum;
       outcome.worstErrorOverTolerance =
           std::max(outcome.worstErrorOverTolerance, err / tol);
       if (err > tol)
         ++outcome.elementsOverTolerance;
-      if (ref::encodeBf16(expected) == outcome.outBits[i])
+      if (splitK == 1 && ref::encodeBf16(expected) == outcome.outBits[i])
         ++outcome.elementsEqualRounded;
       errSq += err * err;
       refSq += expected * expected;
@@ -393,7 +435,8 @@ void compareW2(const W2Shape &shape, const W2Data &data,
                  outcome.listedRowsUnwritten == 0 &&
                  outcome.unlistedRowsWritten == 0 &&
                  outcome.zeroExpertNonZero == 0 &&
-                 outcome.relL2 <= kW2RelL2Bound;
+                 outcome.relL2 <= (shape.splitK > 1 ? kW2SplitRelL2Bound
+                                                    : kW2RelL2Bound);
   char text[512];
   std::snprintf(text, sizeof(text),
                 "rel L2 %.3e, worst err/tol %.3f, %lld/%lld elements equal to "
@@ -426,7 +469,9 @@ ref::Status saveW2Arrays(const std::string &dir, const std::string &prefix,
       {"topk_ids", NpyArray::fromVector(NpyDtype::Int32, {data.tokens, shape.topK}, data.topkIds)},
       {"sorted_route_ids", NpyArray::fromVector(NpyDtype::Int32, {int64_t(data.sorted.routeIds.size())}, data.sorted.routeIds)},
       {"tile_experts", NpyArray::fromVector(NpyDtype::Int32, {data.sorted.numTiles()}, data.sorted.tileExperts)},
-      {"out_bf16", NpyArray::fromVector(NpyDtype::UInt16, {routes, hidden}, outcome.outBits)},
+      shape.splitK > 1
+          ? std::pair<std::string, NpyArray>{"out_partials_f32", NpyArray::fromVector(NpyDtype::Float32, {routes, shape.splitK, hidden}, outcome.partials)}
+          : std::pair<std::string, NpyArray>{"out_bf16", NpyArray::fromVector(NpyDtype::UInt16, {routes, hidden}, outcome.outBits)},
       {"oracle_f32", NpyArray::fromVector(NpyDtype::Float32, {routes, hidden}, outcome.oracle)},
   };
   for (const auto &[name, array] : arrays) {

@@ -276,9 +276,16 @@ int runLayer(const RunArgs &args) {
     mfmas += run.stats.mfmas;
     emulatedSeconds += run.stats.seconds;
   };
-  // Route rows of all ranks (emulated and all-oracle), for the combine.
-  std::vector<uint16_t> rows(size_t(numRoutes * hidden), 0);
-  std::vector<uint8_t> rowsWritten(size_t(numRoutes * hidden), 0);
+  // Route rows of all ranks (emulated and all-oracle), for the combine:
+  // BF16 [routes, H], or FP32 partials [routes, split_k, H] with split-K.
+  const int64_t splitK = w2.splitK;
+  emu::CombineRows rows;
+  rows.splitK = splitK;
+  if (splitK > 1)
+    rows.partials.assign(size_t(numRoutes * splitK * hidden), 0.0f);
+  else
+    rows.bf16.assign(size_t(numRoutes * hidden), 0);
+  rows.written.assign(size_t(numRoutes * splitK * hidden), 0);
   std::vector<double> oracleRows(size_t(numRoutes * hidden), 0.0);
   auto report = [&](const std::string &what, bool ok, const std::string &summary) {
     std::cout << what << ": " << summary << " -> " << verdict(ok) << "\n";
@@ -411,9 +418,18 @@ int runLayer(const RunArgs &args) {
           continue;
         for (int64_t h = 0; h < hidden; ++h) {
           const size_t e = size_t(route) * size_t(hidden) + size_t(h);
-          rows[e] = out.outBits[e];
-          rowsWritten[e] = out.outWritten[e];
-          oracleRows[e] = ref::decodeBf16(ref::encodeBf16(chain[e]));
+          if (splitK > 1) {
+            for (int64_t z = 0; z < splitK; ++z) {
+              const size_t p = size_t((route * splitK + z) * hidden + h);
+              rows.partials[p] = out.partials[p];
+              rows.written[p] = out.partialsWritten[p];
+            }
+            oracleRows[e] = chain[e];
+          } else {
+            rows.bf16[e] = out.outBits[e];
+            rows.written[e] = out.outWritten[e];
+            oracleRows[e] = ref::decodeBf16(ref::encodeBf16(chain[e]));
+          }
         }
       }
   }
@@ -431,7 +447,7 @@ int runLayer(const RunArgs &args) {
     }
     emu::CombineOutcome out;
     if (failed(emu::runCombine(combineStage->kernel.func, hidden, experts, gridX,
-                               rows, rowsWritten, batch.topkIds,
+                               rows, batch.topkIds,
                                batch.topkWeights, tokens, topK, launch, out,
                                error)))
       return fail("combine");

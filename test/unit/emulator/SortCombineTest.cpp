@@ -69,38 +69,49 @@ TEST_CASE("sort kernel builds the oracle's route list on every rank",
 }
 
 TEST_CASE("combine kernel matches ref::combineRoutes", "[combine]") {
-  for (const char *waves : {"1", "4"}) {
-    BuiltKernel kernel = buildStage("combine", {{"waves", waves}});
+  for (auto [waves, splitK] : {std::pair{"1", 1}, std::pair{"4", 1},
+                               std::pair{"4", 2}, std::pair{"2", 4}}) {
+    BuiltKernel kernel = buildStage(
+        "combine", {{"waves", waves}, {"split_k", std::to_string(splitK)}});
     const int64_t tokens = 37, topK = 4, hidden = 256, experts = 16;
     ref::RoutingOptions routing;
     routing.invalidFraction = 0.25;
     ref::TokenBatch batch = ref::generateBatch(
         32, 0, tokens, ref::MoeShape{hidden, 256, experts, topK}, routing);
     ref::CounterRandom random(33, 1);
-    std::vector<uint16_t> rows(size_t(tokens * topK * hidden));
-    std::vector<uint8_t> written(rows.size(), 0);
+    CombineRows rows;
+    rows.splitK = splitK;
+    const size_t stored = size_t(tokens * topK * splitK * hidden);
+    rows.written.assign(stored, 0);
+    if (splitK > 1)
+      rows.partials.assign(stored, 0.0f);
+    else
+      rows.bf16.assign(stored, 0);
     for (int64_t r = 0; r < tokens * topK; ++r) {
       // Only valid routes have rows; the others stay poisoned.
       if (!ref::isValidExpert(batch.topkIds[size_t(r)], experts))
         continue;
-      for (int64_t h = 0; h < hidden; ++h) {
-        const size_t i = size_t(r * hidden + h);
-        rows[i] = ref::encodeBf16(random.normal(i));
-        written[i] = 1;
+      for (size_t i = size_t(r * splitK * hidden);
+           i < size_t((r + 1) * splitK * hidden); ++i) {
+        if (splitK > 1)
+          rows.partials[i] = static_cast<float>(random.normal(i));
+        else
+          rows.bf16[i] = ref::encodeBf16(random.normal(i));
+        rows.written[i] = 1;
       }
     }
     const int64_t w = std::stoi(waves);
     CombineOutcome out;
     std::string error;
     bool ran = mlir::succeeded(runCombine(
-        kernel.func, hidden, experts, (tokens + w - 1) / w, rows, written,
+        kernel.func, hidden, experts, (tokens + w - 1) / w, rows,
         batch.topkIds, batch.topkWeights, tokens, topK, LaunchConfig(), out,
         error));
     INFO(error);
     REQUIRE(ran);
     for (const Finding &f : out.run.findings)
       UNSCOPED_INFO(f.str());
-    INFO("waves " << waves << ": " << out.summary);
+    INFO("waves " << waves << " split_k " << splitK << ": " << out.summary);
     CHECK(out.pass);
     CHECK(out.elementsChecked == tokens * hidden);
   }

@@ -50,15 +50,24 @@ struct CombineOutcome {
   std::string summary;
 };
 
-/// Runs the combine kernel over rows [tokens * topK, H] BF16 (with their
-/// written flags: rows nobody produced stay poisoned), topkIds and weights;
-/// compares with ref::combineRoutes over the same rows. Tolerance per
-/// element: ulp_bf16(max(|ref|, |emu|)) + topK * 2^-24 * sum_k |w_k row_k|.
+/// The combine's input rows: BF16 [tokens * topK, H], or with split-K the
+/// W2 FP32 partials [tokens * topK, splitK, H]; `written` flags each stored
+/// element (rows nobody produced stay poisoned).
+struct CombineRows {
+  int64_t splitK = 1;
+  std::vector<uint16_t> bf16;
+  std::vector<float> partials;
+  std::vector<uint8_t> written;
+};
+
+/// Runs the combine kernel over `rows`, topkIds and weights; compares with
+/// ref::combineRoutes over the same rows (split-K partials summed in slice
+/// order in double). Tolerance per element: ulp_bf16(max(|ref|, |emu|)) +
+/// (topK + splitK) * 2^-24 * sum_k |w_k| sum_z |row_kz|.
 /// `gridX` is the ABI's grid rule evaluated (blocks, or ceil(tokens/waves)).
 mlir::LogicalResult runCombine(mlir::Operation *func, int64_t hidden,
                                int64_t experts, int64_t gridX,
-                               const std::vector<uint16_t> &rows,
-                               const std::vector<uint8_t> &rowsWritten,
+                               const CombineRows &rows,
                                const std::vector<int32_t> &topkIds,
                                const std::vector<float> &topkWeights,
                                int64_t tokens, int64_t topK,

@@ -60,6 +60,8 @@ struct W2Shape {
   int64_t tileM = 0, tileN = 0;
   /// K of one MFMA instruction (64 or 128).
   int64_t mfmaK = 0;
+  /// Split-K slices: > 1 writes FP32 partials [routes, split_k, H] (grid z).
+  int64_t splitK = 1;
 };
 
 /// Whether the W2/W13 harnesses can drive this kernel: an error names what
@@ -112,6 +114,10 @@ struct W2Outcome {
   /// shadow per element (both bytes written).
   std::vector<uint16_t> outBits;
   std::vector<uint8_t> outWritten;
+  /// Split-K: the FP32 partials [numRoutes, splitK, H] and their written
+  /// flags (outBits is then empty and outWritten covers all partials).
+  std::vector<float> partials;
+  std::vector<uint8_t> partialsWritten;
   /// The oracle: [numRoutes, H] FP32 (rows of unlisted routes NaN).
   std::vector<float> oracle;
 
@@ -138,6 +144,9 @@ struct W2Outcome {
 /// Relative L2 bound of the W2 comparison: one BF16 rounding (unit
 /// roundoff 2^-8) of an FP32 sum that carries far smaller error.
 constexpr double kW2RelL2Bound = 1.0 / 256.0;
+/// With split-K the output is FP32 partials, never rounded to BF16: only
+/// FP32 accumulation error remains, far below 2^-12.
+constexpr double kW2SplitRelL2Bound = 1.0 / 4096.0;
 
 /// Runs the W2 kernel `func` (a gpu.func built for `shape`) on `data` with
 /// poisoned outputs, then compares with the oracle (compareW2).
