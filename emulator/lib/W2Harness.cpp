@@ -437,15 +437,17 @@ void compareW2(const W2Shape &shape, const W2Data &data,
                  outcome.zeroExpertNonZero == 0 &&
                  outcome.relL2 <= (shape.splitK > 1 ? kW2SplitRelL2Bound
                                                     : kW2RelL2Bound);
+  char equal[96] = "FP32 split-K partials";
+  if (shape.splitK == 1)
+    std::snprintf(equal, sizeof(equal), "%lld/%lld elements equal to bf16(oracle)",
+                  (long long)outcome.elementsEqualRounded,
+                  (long long)outcome.elementsChecked);
   char text[512];
   std::snprintf(text, sizeof(text),
-                "rel L2 %.3e, worst err/tol %.3f, %lld/%lld elements equal to "
-                "bf16(oracle), %lld over tolerance, %lld non-finite, %lld "
-                "listed rows unwritten, %lld unlisted rows written, %llu "
-                "findings",
-                outcome.relL2, outcome.worstErrorOverTolerance,
-                (long long)outcome.elementsEqualRounded,
-                (long long)outcome.elementsChecked,
+                "rel L2 %.3e, worst err/tol %.3f, %s, %lld over tolerance, %lld "
+                "non-finite, %lld listed rows unwritten, %lld unlisted rows "
+                "written, %llu findings",
+                outcome.relL2, outcome.worstErrorOverTolerance, equal,
                 (long long)outcome.elementsOverTolerance,
                 (long long)outcome.nonFinite,
                 (long long)outcome.listedRowsUnwritten,
