@@ -55,6 +55,7 @@ ref::Status parseW13Shape(const StageDescription &description, W13Shape &shape) 
   shape.tileM = base.tileM;
   shape.tileN = base.tileN;
   shape.mfmaK = base.mfmaK;
+  shape.sharedFp8 = base.sharedFp8;
   for (const auto &[key, value] : description.fields) {
     if (key == "gate_up_interleave")
       shape.interleave = std::strtoll(value.c_str(), nullptr, 10);
@@ -101,16 +102,23 @@ ref::Status generateW13Data(const W13Shape &shape, const W2DataOptions &options,
     ref::quantizeFp8Row(row.data(), hidden, &data.aCodes[size_t(t * hidden)],
                         &data.aScales[size_t(t * hidden / 32)]);
   }
+  const int64_t mxfp4Experts = shape.localExperts - (shape.sharedFp8 ? 1 : 0);
   ref::GeneratedMxfp4Weights weights(options.seed, /*tensorTag=*/0xB13,
-                                     shape.localExperts, 2 * inter, hidden,
+                                     mxfp4Experts, 2 * inter, hidden,
                                      ref::defaultScaleExponent(hidden));
   ref::materializeWeights(weights, data.bPacked, data.bScales);
+  if (shape.sharedFp8)
+    ref::generateFp8Expert(options.seed, /*tensorTag=*/0x5B13, 2 * inter,
+                           hidden, data.sharedCodes, data.sharedScales);
   for (int64_t e : options.zeroExperts) {
     if (e < 0 || e >= shape.localExperts)
       return ref::Status::error("zero expert " + std::to_string(e) +
                                 " is not a local expert");
-    std::fill_n(data.bPacked.begin() + e * 2 * inter * hidden / 2,
-                2 * inter * hidden / 2, uint8_t(0));
+    if (e >= mxfp4Experts)
+      std::fill(data.sharedCodes.begin(), data.sharedCodes.end(), uint8_t(0));
+    else
+      std::fill_n(data.bPacked.begin() + e * 2 * inter * hidden / 2,
+                  2 * inter * hidden / 2, uint8_t(0));
   }
   return {};
 }
@@ -153,6 +161,12 @@ LogicalResult runW13(Operation *funcOp, const W13Shape &shape,
         KernelArgValue::makeBuffer(out),    KernelArgValue::makeBuffer(outScale),
         KernelArgValue::makeScalar(data.tokens),
         KernelArgValue::makeScalar(numSorted)};
+    if (shape.sharedFp8) {
+      args.push_back(KernelArgValue::makeBuffer(
+          input("b_shared", data.sharedCodes.data(), data.sharedCodes.size())));
+      args.push_back(KernelArgValue::makeBuffer(input(
+          "b_shared_scale", data.sharedScales.data(), data.sharedScales.size())));
+    }
     FailureOr<RunResult> run = runKernel(func, memory, args, launch, error);
     if (failed(run))
       return failure();
@@ -198,10 +212,24 @@ void compareW13(const W13Shape &shape, const W13Data &data,
     outputs.activation = outcome.activation.data();
     outputs.intermediateCodes = outcome.oracleCodes.data();
     outputs.intermediateScales = outcome.oracleScales.data();
-    status = ref::runW13Stage(data.aCodes.data(), data.aScales.data(),
-                              data.tokens, shape.topK, data.bPacked.data(),
-                              data.bScales.data(), shape.localExperts,
-                              shape.hidden, inter, view, glu, outputs);
+    if (shape.sharedFp8) {
+      ref::DenseWeights routed(ref::WeightFormat::Mxfp4, data.bPacked.data(),
+                               data.bScales.data(), shape.localExperts - 1,
+                               2 * inter, shape.hidden);
+      ref::DenseWeights shared(ref::WeightFormat::Fp8E4M3,
+                               data.sharedCodes.data(), data.sharedScales.data(),
+                               1, 2 * inter, shape.hidden);
+      ref::AppendedExpertWeights all(routed, shared);
+      status = ref::runW13Stage(
+          ref::ActivationRows::fp8(data.aCodes.data(), data.aScales.data(),
+                                   data.tokens, shape.hidden),
+          shape.topK, all, view, glu, outputs);
+    } else {
+      status = ref::runW13Stage(data.aCodes.data(), data.aScales.data(),
+                                data.tokens, shape.topK, data.bPacked.data(),
+                                data.bScales.data(), shape.localExperts,
+                                shape.hidden, inter, view, glu, outputs);
+    }
   }
   if (!status) {
     outcome.pass = false;
@@ -293,8 +321,9 @@ ref::Status saveW13Arrays(const std::string &dir, const std::string &prefix,
   using ref::NpyArray;
   using ref::NpyDtype;
   const int64_t routes = data.numRoutes, hidden = shape.hidden,
-                inter = shape.intermediate, experts = shape.localExperts;
-  const std::vector<std::pair<std::string, NpyArray>> arrays = {
+                inter = shape.intermediate,
+                experts = int64_t(data.bPacked.size()) / (2 * inter * hidden / 2);
+  std::vector<std::pair<std::string, NpyArray>> arrays = {
       {"a_codes", NpyArray::fromVector(NpyDtype::UInt8, {data.tokens, hidden}, data.aCodes)},
       {"a_scales", NpyArray::fromVector(NpyDtype::UInt8, {data.tokens, hidden / 32}, data.aScales)},
       {"b_packed", NpyArray::fromVector(NpyDtype::UInt8, {experts, 2 * inter, hidden / 2}, data.bPacked)},
@@ -306,6 +335,10 @@ ref::Status saveW13Arrays(const std::string &dir, const std::string &prefix,
       {"out_scales", NpyArray::fromVector(NpyDtype::UInt8, {routes, inter / 32}, outcome.outScales)},
       {"oracle_activation", NpyArray::fromVector(NpyDtype::Float64, {routes, inter}, outcome.activation)},
   };
+  if (shape.sharedFp8) {
+    arrays.push_back({"b_shared", NpyArray::fromVector(NpyDtype::UInt8, {2 * inter, hidden}, data.sharedCodes)});
+    arrays.push_back({"b_shared_scale", NpyArray::fromVector(NpyDtype::UInt8, {2 * inter, hidden / 32}, data.sharedScales)});
+  }
   for (const auto &[name, array] : arrays) {
     ref::Status status = ref::writeNpy(dir + "/" + prefix + name + ".npy", array);
     if (!status)

@@ -94,7 +94,7 @@ ref::Status checkHarnessSupports(const StageDescription &description) {
       "sorted_routes", "tile_experts", "out",      "out_scale",
       "num_routes",  "num_tokens",   "num_sorted", "topk_ids",
       "topk_weights", "rows",        "status",     "expert_offset",
-      "capacity"};
+      "capacity",    "b_shared",     "b_shared_scale"};
   for (const KernelArg &arg : description.abi.args)
     if (!driven.count(arg.name))
       return ref::Status::error("the emulator harness does not provide kernel "
@@ -137,6 +137,9 @@ ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape) {
   std::string splitText;
   if (field("split_k", splitText))
     shape.splitK = std::max<int64_t>(1, std::strtoll(splitText.c_str(), nullptr, 10));
+  std::string sharedText;
+  if (field("shared_fp8_expert", sharedText))
+    shape.sharedFp8 = sharedText == "1" || sharedText == "true";
   std::string mfmaText;
   field("mfma", mfmaText);
   shape.mfmaK = mfmaText == "32x32x64" ? 64 : 128;
@@ -185,17 +188,25 @@ ref::Status generateW2Data(const W2Shape &shape, const W2DataOptions &options,
     ref::quantizeFp8Row(row.data(), inter, &data.aCodes[size_t(r * inter)],
                         &data.aScales[size_t(r * inter / 32)]);
   }
-  // B: generated MXFP4 weights of the local experts.
+  // B: generated MXFP4 weights of the local experts (the routed ones when
+  // the last is the shared FP8 expert).
+  const int64_t mxfp4Experts = shape.localExperts - (shape.sharedFp8 ? 1 : 0);
   ref::GeneratedMxfp4Weights weights(options.seed, /*tensorTag=*/0xB2,
-                                     shape.localExperts, hidden, inter,
+                                     mxfp4Experts, hidden, inter,
                                      ref::defaultScaleExponent(inter));
   ref::materializeWeights(weights, data.bPacked, data.bScales);
+  if (shape.sharedFp8)
+    ref::generateFp8Expert(options.seed, /*tensorTag=*/0x5B2, hidden, inter,
+                           data.sharedCodes, data.sharedScales);
   for (int64_t e : options.zeroExperts) {
     if (e < 0 || e >= shape.localExperts)
       return ref::Status::error("zero expert " + std::to_string(e) +
                                 " is not a local expert");
-    std::fill_n(data.bPacked.begin() + e * hidden * inter / 2,
-                hidden * inter / 2, uint8_t(0));
+    if (e >= mxfp4Experts)
+      std::fill(data.sharedCodes.begin(), data.sharedCodes.end(), uint8_t(0));
+    else
+      std::fill_n(data.bPacked.begin() + e * hidden * inter / 2,
+                  hidden * inter / 2, uint8_t(0));
   }
   return {};
 }
@@ -245,6 +256,12 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
         KernelArgValue::makeBuffer(out),
         KernelArgValue::makeScalar(data.numRoutes),
         KernelArgValue::makeScalar(numSorted)};
+    if (shape.sharedFp8) {
+      args.push_back(KernelArgValue::makeBuffer(
+          input("b_shared", data.sharedCodes.data(), data.sharedCodes.size())));
+      args.push_back(KernelArgValue::makeBuffer(input(
+          "b_shared_scale", data.sharedScales.data(), data.sharedScales.size())));
+    }
     FailureOr<RunResult> run = runKernel(func, memory, args, launch, error);
     if (failed(run))
       return failure();
@@ -312,10 +329,29 @@ void compareW2(const W2Shape &shape, const W2Data &data,
     outcome.summary = status.message();
     return;
   }
-  ref::Status status = ref::runW2Stage(
-      data.aCodes.data(), data.aScales.data(), data.bPacked.data(),
-      data.bScales.data(), shape.localExperts, hidden, inter, view,
-      outcome.oracle.data());
+  ref::Status status;
+  if (shape.sharedFp8) {
+    // Routed MXFP4 experts with the FP8 shared expert appended as the last.
+    ref::DenseWeights routed(ref::WeightFormat::Mxfp4, data.bPacked.data(),
+                             data.bScales.data(), shape.localExperts - 1,
+                             hidden, inter);
+    ref::DenseWeights shared(ref::WeightFormat::Fp8E4M3, data.sharedCodes.data(),
+                             data.sharedScales.data(), 1, hidden, inter);
+    ref::AppendedExpertWeights all(routed, shared);
+    std::vector<double> exact(outcome.oracle.size(),
+                              std::numeric_limits<double>::quiet_NaN());
+    status = ref::runW2Stage(
+        ref::ActivationRows::fp8(data.aCodes.data(), data.aScales.data(),
+                                 data.numRoutes, inter),
+        all, view, exact.data());
+    for (size_t i = 0; i < exact.size(); ++i)
+      outcome.oracle[i] = static_cast<float>(exact[i]);
+  } else {
+    status = ref::runW2Stage(data.aCodes.data(), data.aScales.data(),
+                             data.bPacked.data(), data.bScales.data(),
+                             shape.localExperts, hidden, inter, view,
+                             outcome.oracle.data());
+  }
   if (!status) {
     outcome.pass = false;
     outcome.summary = "oracle failed: " + status.message();
@@ -369,7 +405,15 @@ void compareW2(const W2Shape &shape, const W2Data &data,
     const int32_t expert = expertOf[size_t(r)];
     if (expert != cachedExpert) {
       bDeq.assign(size_t(hidden * inter), 0.0);
+      const bool fp8Expert =
+          shape.sharedFp8 && expert == shape.localExperts - 1;
       for (int64_t h = 0; h < hidden; ++h) {
+        if (fp8Expert) {
+          ref::dequantizeFp8Row(&data.sharedCodes[size_t(h * inter)],
+                                &data.sharedScales[size_t(h * inter / 32)],
+                                inter, &bDeq[size_t(h * inter)]);
+          continue;
+        }
         const size_t bRowIndex = size_t((expert * hidden + h) * inter);
         ref::dequantizeMxfp4Row(&data.bPacked[bRowIndex / 2],
                                 &data.bScales[bRowIndex / 32], inter,
@@ -462,8 +506,9 @@ ref::Status saveW2Arrays(const std::string &dir, const std::string &prefix,
   using ref::NpyArray;
   using ref::NpyDtype;
   const int64_t routes = data.numRoutes, hidden = shape.hidden,
-                inter = shape.intermediate, experts = shape.localExperts;
-  const std::vector<std::pair<std::string, NpyArray>> arrays = {
+                inter = shape.intermediate,
+                experts = int64_t(data.bPacked.size()) / (hidden * inter / 2);
+  std::vector<std::pair<std::string, NpyArray>> arrays = {
       {"a_codes", NpyArray::fromVector(NpyDtype::UInt8, {routes, inter}, data.aCodes)},
       {"a_scales", NpyArray::fromVector(NpyDtype::UInt8, {routes, inter / 32}, data.aScales)},
       {"b_packed", NpyArray::fromVector(NpyDtype::UInt8, {experts, hidden, inter / 2}, data.bPacked)},
@@ -476,6 +521,10 @@ ref::Status saveW2Arrays(const std::string &dir, const std::string &prefix,
           : std::pair<std::string, NpyArray>{"out_bf16", NpyArray::fromVector(NpyDtype::UInt16, {routes, hidden}, outcome.outBits)},
       {"oracle_f32", NpyArray::fromVector(NpyDtype::Float32, {routes, hidden}, outcome.oracle)},
   };
+  if (shape.sharedFp8) {
+    arrays.push_back({"b_shared", NpyArray::fromVector(NpyDtype::UInt8, {hidden, inter}, data.sharedCodes)});
+    arrays.push_back({"b_shared_scale", NpyArray::fromVector(NpyDtype::UInt8, {hidden, inter / 32}, data.sharedScales)});
+  }
   for (const auto &[name, array] : arrays) {
     ref::Status status = ref::writeNpy(dir + "/" + prefix + name + ".npy", array);
     if (!status)

@@ -223,6 +223,11 @@ int runLayer(const RunArgs &args) {
   }
   const int64_t hidden = w2.hidden, inter = w2.intermediate, topK = w2.topK,
                 experts = w2.experts, ep = w2.ep, local = w2.localExperts;
+  if ((w2.sharedFp8 || (w13Stage && w13.sharedFp8)) && ep != 1) {
+    std::cout << "a shared FP8 expert with ep " << ep
+              << " is not modelled by the emulator's driver -> FAIL\n";
+    return cli::kCheckFailed;
+  }
   if (int64_t(args.ep) != ep)
     std::cout << "note: the kernels are built for ep " << ep << "\n";
   std::cout << "problem H " << hidden << " I " << inter << " E " << experts
@@ -351,8 +356,11 @@ int runLayer(const RunArgs &args) {
       w13Data.aCodes = tokenCodes;
       w13Data.aScales = tokenScales;
       w13Data.sorted = sorted;
-      materializeSlice(w13Weights, rank * local, local, w13Data.bPacked,
-                       w13Data.bScales);
+      materializeSlice(w13Weights, rank * local, local - (w13.sharedFp8 ? 1 : 0),
+                       w13Data.bPacked, w13Data.bScales);
+      if (w13.sharedFp8)
+        ref::generateFp8Expert(args.seed, 0x5B13, 2 * inter, hidden,
+                               w13Data.sharedCodes, w13Data.sharedScales);
       emu::W13Outcome out;
       if (failed(emu::runW13(w13Stage->kernel.func, w13, w13Data, launch, out,
                              error)))
@@ -385,8 +393,11 @@ int runLayer(const RunArgs &args) {
       oracleScales = generated.aScales;
     }
 
-    materializeSlice(w2Weights, rank * local, local, w2Data.bPacked,
-                     w2Data.bScales);
+    materializeSlice(w2Weights, rank * local, local - (w2.sharedFp8 ? 1 : 0),
+                     w2Data.bPacked, w2Data.bScales);
+    if (w2.sharedFp8)
+      ref::generateFp8Expert(args.seed, 0x5B2, hidden, inter, w2Data.sharedCodes,
+                             w2Data.sharedScales);
     emu::W2Outcome out;
     if (failed(emu::runW2(w2Stage->kernel.func, w2, w2Data, launch, out, error)))
       return fail(tag + "w2");
@@ -403,11 +414,27 @@ int runLayer(const RunArgs &args) {
     ref::SortedRoutes view;
     (void)emu::oracleRoutes(sorted, w2.tileM, local, view);
     std::vector<float> chain(size_t(numRoutes * hidden), 0.0f);
-    if (ref::Status s = ref::runW2Stage(oracleCodes.data(), oracleScales.data(),
-                                        w2Data.bPacked.data(),
-                                        w2Data.bScales.data(), local, hidden,
-                                        inter, view, chain.data());
-        !s) {
+    ref::Status chainStatus;
+    if (w2.sharedFp8) {
+      ref::DenseWeights routed(ref::WeightFormat::Mxfp4, w2Data.bPacked.data(),
+                               w2Data.bScales.data(), local - 1, hidden, inter);
+      ref::DenseWeights shared(ref::WeightFormat::Fp8E4M3,
+                               w2Data.sharedCodes.data(),
+                               w2Data.sharedScales.data(), 1, hidden, inter);
+      ref::AppendedExpertWeights all(routed, shared);
+      std::vector<double> exact(chain.size(), 0.0);
+      chainStatus = ref::runW2Stage(
+          ref::ActivationRows::fp8(oracleCodes.data(), oracleScales.data(),
+                                   numRoutes, inter),
+          all, view, exact.data());
+      for (size_t i = 0; i < chain.size(); ++i)
+        chain[i] = static_cast<float>(exact[i]);
+    } else {
+      chainStatus = ref::runW2Stage(oracleCodes.data(), oracleScales.data(),
+                                    w2Data.bPacked.data(), w2Data.bScales.data(),
+                                    local, hidden, inter, view, chain.data());
+    }
+    if (ref::Status s = chainStatus; !s) {
       std::cout << tag << "all-oracle W2: " << s.message() << " -> FAIL\n";
       return cli::kCheckFailed;
     }

@@ -22,6 +22,8 @@ struct W13Shape {
   /// Gate/up row interleave G (0: gate rows then up rows) and SwiGLU clamp.
   int64_t interleave = 0;
   double swigluLimit = 0.0;
+  /// FHMoE: the last local expert is a shared FP8 expert (b_shared).
+  bool sharedFp8 = false;
 };
 
 ref::Status parseW13Shape(const StageDescription &description, W13Shape &shape);
@@ -33,8 +35,11 @@ struct W13Data {
   /// [tokens, H] FP8 + [tokens, H/32] E8M0: the generated BF16 tokens
   /// quantised with the activation recipe.
   std::vector<uint8_t> aCodes, aScales;
-  /// [localExperts, 2I, H/2] packed E2M1 + [localExperts, 2I, H/32] E8M0.
+  /// [localExperts, 2I, H/2] packed E2M1 + [localExperts, 2I, H/32] E8M0
+  /// (one expert fewer with a shared FP8 expert).
   std::vector<uint8_t> bPacked, bScales;
+  /// The shared expert: [2I, H] FP8 + [2I, H/32] E8M0 (sharedFp8 only).
+  std::vector<uint8_t> sharedCodes, sharedScales;
   ref::SortedRoutes sorted;
 };
 

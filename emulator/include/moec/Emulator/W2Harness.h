@@ -62,6 +62,9 @@ struct W2Shape {
   int64_t mfmaK = 0;
   /// Split-K slices: > 1 writes FP32 partials [routes, split_k, H] (grid z).
   int64_t splitK = 1;
+  /// FHMoE: the last local expert is a shared expert with FP8 E4M3 weights
+  /// (arguments b_shared, b_shared_scale); b holds the other experts.
+  bool sharedFp8 = false;
 };
 
 /// Whether the W2/W13 harnesses can drive this kernel: an error names what
@@ -98,8 +101,11 @@ struct W2Data {
   /// Optional written flags per byte of aCodes / aScales (empty: all
   /// written), for A produced by an emulated W13.
   std::vector<uint8_t> aWritten, aScalesWritten;
-  /// [localExperts, H, I/2] packed E2M1 + [localExperts, H, I/32] E8M0.
+  /// [localExperts, H, I/2] packed E2M1 + [localExperts, H, I/32] E8M0
+  /// (localExperts - 1 experts with a shared FP8 expert).
   std::vector<uint8_t> bPacked, bScales;
+  /// The shared expert: [H, I] FP8 E4M3 + [H, I/32] E8M0 (sharedFp8 only).
+  std::vector<uint8_t> sharedCodes, sharedScales;
   ref::SortedRoutes sorted;
 };
 
