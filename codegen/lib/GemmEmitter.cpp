@@ -164,7 +164,8 @@ Block *GemmEmitter::emitExpertGuard(Value expertI32, int64_t localExperts) {
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, expertI32,
                             i32(localExperts)));
   auto ifValid = scf::IfOp::create(b, loc, inRange, /*withElseRegion=*/false);
-  gpu::ReturnOp::create(b, loc);
+  if (!inTileLoop)
+    gpu::ReturnOp::create(b, loc);
   b.setInsertionPointToStart(ifValid.thenBlock());
   return ifValid.thenBlock();
 }
@@ -173,6 +174,24 @@ std::pair<Value, Value> GemmEmitter::emitTileIds(int64_t nTiles,
                                                 Value mTilesI32) {
   Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value mTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
+  if (int64_t persist = tile.getPersistCu()) {
+    // Workgroup row y visits every P-th tile from y, or the contiguous run
+    // [y * chunk, (y + 1) * chunk) with chunk = ceil(tiles / P).
+    Value tiles = toIndex(mTilesI32);
+    scf::ForOp loop;
+    if (tile.getPersistStrided()) {
+      loop = scf::ForOp::create(b, loc, mTile, tiles, idx(persist));
+    } else {
+      Value chunk = divC(add(tiles, idx(persist - 1)), persist);
+      Value begin = mul(mTile, chunk);
+      Value end = arith::MinUIOp::create(b, loc, add(begin, chunk), tiles);
+      loop = scf::ForOp::create(b, loc, begin, end, idx(1));
+    }
+    gpu::ReturnOp::create(b, loc);
+    b.setInsertionPointToStart(loop.getBody());
+    inTileLoop = true;
+    return {nTile, loop.getInductionVar()};
+  }
   if (!tile.getXcdSwizzle())
     return {nTile, mTile};
   // Workgroups go to the 8 XCDs round-robin by linear id. Renumber so XCD x

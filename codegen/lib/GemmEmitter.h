@@ -122,7 +122,9 @@ public:
   /// The (N tile, M tile) this workgroup computes. With tile.xcd_swizzle
   /// the linear block id is renumbered so that the hardware's round-robin
   /// over XCDs gives each XCD a contiguous run of tiles; `nTiles` is the
-  /// constant grid width, `mTilesI32` the runtime grid height.
+  /// constant grid width, `mTilesI32` the runtime number of M tiles. With
+  /// tile.persist_cu the builder is left inside a loop over this
+  /// workgroup's M tiles, and the function's gpu.return follows the loop.
   std::pair<mlir::Value, mlir::Value> emitTileIds(int64_t nTiles,
                                                   mlir::Value mTilesI32);
   /// Function attributes the tile asks for (waves_per_eu).
@@ -149,6 +151,8 @@ protected:
   mfma::Shape shape;
   mfma::ShapeInfo layout;
   bool bMajor;
+  /// Set by emitTileIds when the tile body runs inside a persistent loop.
+  bool inTileLoop = false;
   int64_t lanes;
   mlir::Value tid, wave, lane, laneRow, laneGroup;
 };

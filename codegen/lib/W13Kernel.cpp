@@ -349,6 +349,10 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
     emitQuantizedBlock(values, outBuf, divC(outByte, 4), outScaleBuf,
                        scaleIndex);
   }
+  // A persistent workgroup's next tile overwrites the staging area others
+  // may still be reading.
+  if (tile.getPersistCu() > 0)
+    gpu::BarrierOp::create(b, loc);
 }
 
 } // namespace
@@ -376,7 +380,9 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
         {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[2I, H/32]"});
   }
   abi.gridX = "I / " + std::to_string(tile.getN());
-  abi.gridY = "num_sorted / " + std::to_string(tile.getM());
+  abi.gridY = tile.getPersistCu() > 0
+                  ? std::to_string(tile.getPersistCu())
+                  : "num_sorted / " + std::to_string(tile.getM());
   abi.gridZ = "1";
   abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
   return abi;

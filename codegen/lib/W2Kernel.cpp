@@ -278,7 +278,9 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
         {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[H, I/32]"});
   }
   abi.gridX = "H / " + std::to_string(tile.getN());
-  abi.gridY = "num_sorted / " + std::to_string(tile.getM());
+  abi.gridY = tile.getPersistCu() > 0
+                  ? std::to_string(tile.getPersistCu())
+                  : "num_sorted / " + std::to_string(tile.getM());
   abi.gridZ = std::to_string(op.getSplitK());
   abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
   return abi;

@@ -124,6 +124,9 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
     s += "_xcd";
   if (tile.getASwizzle())
     s += "_aswz";
+  if (tile.getPersistCu() > 0)
+    s += (tile.getPersistStrided() ? "_pers" : "_per") +
+         std::to_string(tile.getPersistCu());
   return s;
 }
 
@@ -263,7 +266,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   static const std::set<std::string> common = {
       "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
       "waves", "mfma", "orientation", "b_cache", "b_layout",
-      "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle"};
+      "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
+      "persist_cu", "persist_strided"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit";
@@ -300,14 +304,17 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
           "cached, nt", bCache))
     return nullptr;
   // The clamp limit is written as an integer (DeepSeek V4: 10).
-  int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1;
-  bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false;
+  int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0;
+  bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
+       persistStrided = false;
   if (!read.integer("swiglu_limit", 0, swigluLimit) ||
       !read.integer("waves_per_eu", 0, wavesPerEu) ||
       !read.integer("split_k", 1, splitK) ||
       !read.flag("shared_fp8_expert", sharedFp8) ||
       !read.flag("xcd_swizzle", xcdSwizzle) ||
-      !read.flag("a_swizzle", aSwizzle))
+      !read.flag("a_swizzle", aSwizzle) ||
+      !read.integer("persist_cu", 0, persistCu) ||
+      !read.flag("persist_strided", persistStrided))
     return nullptr;
 
   Location loc = locationOf(context, spec);
@@ -325,7 +332,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       Type(builder.getType<Float4E2M1FNType>()), output);
   auto tile = moe::TileAttr::getChecked(emitError, context, m, n, k, waves,
                                         shape, orientation, bCache, wavesPerEu,
-                                        xcdSwizzle, aSwizzle);
+                                        xcdSwizzle, aSwizzle, persistCu,
+                                        persistStrided);
   if (!problem || !tile) {
     error = diagnostic;
     return nullptr;
@@ -391,6 +399,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"waves", std::to_string(waves)},
       {"waves_per_eu", std::to_string(wavesPerEu)},
       {"xcd_swizzle", std::to_string(int(xcdSwizzle))},
+      {"persist_cu", std::to_string(persistCu)},
+      {"persist_strided", std::to_string(int(persistStrided))},
   };
   if (isW13) {
     description.fields.push_back(

@@ -69,7 +69,8 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k, int64_t waves,
                                MfmaShape mfma, MfmaOrientation orientation,
                                CachePolicy bCache, int64_t wavesPerEu,
-                               bool xcdSwizzle, bool aSwizzle) {
+                               bool xcdSwizzle, bool aSwizzle,
+                               int64_t persistCu, bool persistStrided) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({64, 128, 256, 512}, n))
@@ -98,6 +99,15 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile.a_swizzle needs tile.k / 16 to be a power of "
                           "two, got tile.k = "
                        << k;
+  if (persistCu < 0 || persistCu > int64_t(target.computeUnits))
+    return emitError() << "tile.persist_cu must be 0 (not persistent) to "
+                       << target.computeUnits << ", got " << persistCu;
+  if (persistStrided && persistCu == 0)
+    return emitError() << "tile.persist_strided needs tile.persist_cu > 0";
+  // The XCD renumbering assumes one workgroup per tile.
+  if (xcdSwizzle && persistCu > 0)
+    return emitError() << "tile.xcd_swizzle cannot be combined with "
+                          "tile.persist_cu";
   // Each wave holds an (m x n/waves) FP32 accumulator; with operands it must
   // fit the unified 512-entry register file of a lane.
   int64_t accumulatorRegs = m * (n / waves) / 64;

@@ -81,3 +81,16 @@ moe.w2 @w2_aswz problem(#p) tile(#moe.tile<m = 32, n = 128, a_swizzle = true>)
 // CHECK: scf.for
 // CHECK: vector.store {{.*}} : memref<268435456xf32, #amdgpu.address_space<fat_raw_buffer>>, vector<4xf32>
 moe.w2 @w2_splitk problem(#p) tile(#moe.tile<m = 32, n = 128, k = 128, orientation = b_major>) {split_k = 2 : i64}
+
+// tile.persist_cu: a loop over M tiles, contiguous or strided; gpu.return
+// after the loop.
+// CHECK-LABEL: gpu.func @w2_persist(
+// CHECK: arith.minui
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
+// CHECK: scf.if
+// CHECK: gpu.return
+moe.w2 @w2_persist problem(#p) tile(#moe.tile<m = 32, n = 128, persist_cu = 64>)
+// CHECK-LABEL: gpu.func @w2_persist_strided(
+// CHECK: %[[Y:.*]] = gpu.block_id  y
+// CHECK: scf.for %{{.*}} = %[[Y]] to %{{.*}} step %c64{{.*}} {
+moe.w2 @w2_persist_strided problem(#p) tile(#moe.tile<m = 32, n = 128, persist_cu = 64, persist_strided = true>)

@@ -155,3 +155,15 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 // -----
 // expected-error @+1 {{split_k (4) leaves a K slice empty: W2 has 5 K steps of tile.k (128)}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, k = 128>) {split_k = 4 : i64}
+
+// -----
+// expected-error @+1 {{tile.persist_strided needs tile.persist_cu > 0}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, persist_strided = true>)
+
+// -----
+// expected-error @+1 {{tile.xcd_swizzle cannot be combined with tile.persist_cu}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, persist_cu = 64, xcd_swizzle = true>)
+
+// -----
+// expected-error @+1 {{tile.persist_cu must be 0 (not persistent) to 256, got 300}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, persist_cu = 300>)

@@ -89,6 +89,12 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     row number, so the 16 rows an MFMA fragment load touches hit different
     LDS banks.
 
+    `persist_cu` P > 0 makes the kernel persistent: the grid has P rows of
+    workgroups (instead of one per M tile) and each loops over M tiles,
+    either a contiguous run of ceil(tiles / P) (`persist_strided = false`)
+    or every P-th tile (`persist_strided = true`, which spreads the
+    experts' tiles evenly when their sizes differ).
+
     ```mlir
     #moe.tile<m = 32, n = 128, k = 256, waves = 4, mfma = m16n16k128,
               orientation = a_major, b_cache = nt>
@@ -107,7 +113,9 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
                            "::moec::moe::CachePolicy::cached">:$b_cache,
     DefaultValuedParameter<"int64_t", "0">:$waves_per_eu,
     DefaultValuedParameter<"bool", "false">:$xcd_swizzle,
-    DefaultValuedParameter<"bool", "false">:$a_swizzle
+    DefaultValuedParameter<"bool", "false">:$a_swizzle,
+    DefaultValuedParameter<"int64_t", "0">:$persist_cu,
+    DefaultValuedParameter<"bool", "false">:$persist_strided
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
