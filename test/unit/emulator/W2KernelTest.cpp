@@ -20,6 +20,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <iostream>
+
 using namespace moec;
 using namespace moec::emu;
 
@@ -241,5 +243,22 @@ TEST_CASE("the harness catches a broken W2 kernel", "[w2][detector]") {
     CHECK_FALSE(outcome.pass);
     CHECK(outcome.elementsOverTolerance > 0);
     CHECK(outcome.run.totalFindings() == 0);
+  }
+}
+
+// Not run by default: prints the comparison for every knob set, for the
+// numbers in docs/emulator.md (moec-emulator-tests "[.report]").
+TEST_CASE("W2 comparison report", "[.report]") {
+  for (const Knobs &k : knobMatrix()) {
+    Built built = build(w2Spec(k, 2 * std::max(k.n, 256), k.inter, 8, 2, 2));
+    W2DataOptions options;
+    options.seed = 1;
+    options.tokens = 40;
+    options.invalidFraction = 0.1;
+    W2Outcome outcome = runCase(built, options);
+    std::cout << describe(k) << ": " << outcome.summary << " ("
+              << outcome.run.stats.mfmas << " MFMAs in "
+              << outcome.run.stats.seconds << " s)\n";
+    CHECK(outcome.pass);
   }
 }
