@@ -1306,15 +1306,14 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
                       "does not model MFMA under a partial EXEC mask)");
     const auto shape = static_cast<mfma::Shape>(p.ints[0]);
     const mfma::ShapeInfo si = mfma::shapeInfo(shape);
-    auto gatherSource = [&](unsigned operand, int format,
-                            std::vector<uint8_t> &regsOut) {
+    // Each lane's source register bytes (FP4 uses the low 16 of 32).
+    auto gatherSource = [&](unsigned operand, std::vector<uint8_t> &regsOut) {
       const ValueInfo &vi = info(p.in[operand]);
       const RtValue &v = regs[p.in[operand]];
       regsOut.assign(size_t(kLanes) * 32, 0);
       for (int l = 0; l < kLanes; ++l)
         std::memcpy(&regsOut[size_t(l) * 32], v.lane(l, vi.laneBytes),
                     std::min(32u, vi.laneBytes));
-      (void)format;
     };
     auto gatherScale = [&](unsigned operand, int64_t select,
                            std::array<uint8_t, kLanes> &out) {
@@ -1327,8 +1326,8 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     };
     std::vector<uint8_t> aRegs, bRegs;
     std::array<uint8_t, kLanes> aScales, bScales;
-    gatherSource(0, int(p.ints[3]), aRegs);
-    gatherSource(1, int(p.ints[4]), bRegs);
+    gatherSource(0, aRegs);
+    gatherSource(1, bRegs);
     gatherScale(3, p.ints[1], aScales);
     gatherScale(4, p.ints[2], bScales);
     MfmaOperand a{static_cast<mfma::OperandFormat>(p.ints[3]), aRegs.data(), 32,

@@ -215,7 +215,7 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
                     const LaunchConfig &launchIn, W2Outcome &outcome,
                     std::string &error) {
   auto func = cast<gpu::GPUFuncOp>(funcOp);
-  const int64_t hidden = shape.hidden, inter = shape.intermediate;
+  const int64_t hidden = shape.hidden;
   const int64_t numSorted = static_cast<int64_t>(data.sorted.routeIds.size());
   const int64_t numTiles = data.sorted.numTiles();
   GlobalMemory memory;
@@ -297,7 +297,6 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
     for (size_t i = 0; i < elements; ++i)
       outcome.outWritten[i] = written[2 * i] && written[2 * i + 1];
   }
-  (void)inter;
   return success();
 }
 
