@@ -9,6 +9,7 @@
 
 #include "moec/Emulator/W13Harness.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <catch2/catch.hpp>
@@ -120,4 +121,35 @@ TEST_CASE("W13 edge cases: invalid routes, empty tiles, zero weights", "[w13]") 
   CHECK(outcome.pass);
   CHECK(outcome.zeroExpertNonZero == 0);
   CHECK(outcome.run.stats.rawStoresDropped > 0);
+}
+
+TEST_CASE("the harness catches a broken W13 kernel", "[w13][detector]") {
+  // The barrier between staging the activation in LDS and quantising it
+  // (the last one in the kernel) is removed: lanes then read values other
+  // waves have not written or are writing in the same barrier interval.
+  BuiltKernel kernel;
+  std::string error;
+  REQUIRE(mlir::succeeded(buildKernelIR(
+      w13Context(),
+      w13Spec({32, 128, 4, "16x16x128", "b_major", "nt", 0, 10}, 512), kernel,
+      error)));
+  mlir::gpu::BarrierOp last;
+  kernel.func->walk([&](mlir::gpu::BarrierOp barrier) { last = barrier; });
+  REQUIRE(last);
+  last->erase();
+  W13Shape shape;
+  REQUIRE(parseW13Shape(kernel.description, shape).ok());
+  W2DataOptions options;
+  options.seed = 4;
+  options.tokens = 24;
+  W13Data data;
+  REQUIRE(generateW13Data(shape, options, data).ok());
+  W13Outcome outcome;
+  REQUIRE(mlir::succeeded(
+      runW13(kernel.func, shape, data, LaunchConfig(), outcome, error)));
+  compareW13(shape, data, options, outcome);
+  CHECK_FALSE(outcome.pass);
+  CHECK(outcome.run.findingCounts[int(FindingKind::LdsRace)] +
+            outcome.run.findingCounts[int(FindingKind::UninitializedRead)] >
+        0);
 }
