@@ -140,6 +140,17 @@ LogicalResult runW13(Operation *funcOp, const W13Shape &shape,
   const unsigned aScale = input("a_scale", data.aScales.data(), data.aScales.size());
   const unsigned b = input("b", data.bPacked.data(), data.bPacked.size());
   const unsigned bScale = input("b_scale", data.bScales.data(), data.bScales.size());
+  if (!data.bExpertsPresent.empty()) {
+    const size_t experts = data.bExpertsPresent.size();
+    const size_t packedPerExpert = data.bPacked.size() / experts;
+    const size_t scalesPerExpert = data.bScales.size() / experts;
+    for (size_t e = 0; e < experts; ++e)
+      if (!data.bExpertsPresent[e]) {
+        std::memset(memory.written(b) + e * packedPerExpert, 0, packedPerExpert);
+        std::memset(memory.written(bScale) + e * scalesPerExpert, 0,
+                    scalesPerExpert);
+      }
+  }
   const unsigned sorted = input("sorted_routes", data.sorted.routeIds.data(),
                                 data.sorted.routeIds.size() * 4);
   const unsigned tiles = input("tile_experts", data.sorted.tileExperts.data(),

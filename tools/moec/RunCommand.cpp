@@ -63,9 +63,12 @@ int64_t fieldInt(const StageSpec &spec, const char *name, int64_t fallback) {
   return std::strtoll(it->second.c_str(), nullptr, 10);
 }
 
-/// Experts [first, first + count) of `source` in dense device layout.
+/// Experts [first, first + count) of `source` in dense device layout; only
+/// those flagged in `present` are generated (the others stay zero and are
+/// poisoned in the emulator), which keeps real shapes affordable.
 void materializeSlice(const ref::WeightSource &source, int64_t first,
-                      int64_t count, std::vector<uint8_t> &elements,
+                      int64_t count, const std::vector<uint8_t> &present,
+                      std::vector<uint8_t> &elements,
                       std::vector<uint8_t> &scales) {
   const int64_t rows = source.rows(), depth = source.depth();
   const size_t rowBytes = size_t(depth / 2), scaleBytes = size_t(depth / 32);
@@ -73,6 +76,8 @@ void materializeSlice(const ref::WeightSource &source, int64_t first,
   scales.assign(size_t(count * rows) * scaleBytes, 0);
   ref::WeightScratch scratch;
   for (int64_t e = 0; e < count; ++e) {
+    if (!present[size_t(e)])
+      continue;
     ref::ExpertRows expert = source.expertRows(first + e, 0, rows, scratch);
     std::memcpy(&elements[size_t(e * rows) * rowBytes], expert.elements,
                 size_t(rows) * rowBytes);
@@ -335,6 +340,12 @@ int runLayer(const RunArgs &args) {
     }
     sorted.numRoutes = numRoutes;
     sorted.mTile = w2.tileM;
+    // MXFP4 experts some tile of this rank selects: only they are generated.
+    const int64_t mxfp4Experts = local - (w2.sharedFp8 ? 1 : 0);
+    std::vector<uint8_t> present(size_t(mxfp4Experts), 0);
+    for (int32_t e : sorted.tileExperts)
+      if (e >= 0 && e < mxfp4Experts)
+        present[size_t(e)] = 1;
 
     // W13 (or, without one, the oracle's intermediate from random rows).
     emu::W2Data w2Data;
@@ -356,8 +367,9 @@ int runLayer(const RunArgs &args) {
       w13Data.aCodes = tokenCodes;
       w13Data.aScales = tokenScales;
       w13Data.sorted = sorted;
-      materializeSlice(w13Weights, rank * local, local - (w13.sharedFp8 ? 1 : 0),
+      materializeSlice(w13Weights, rank * local, mxfp4Experts, present,
                        w13Data.bPacked, w13Data.bScales);
+      w13Data.bExpertsPresent = present;
       if (w13.sharedFp8)
         ref::generateFp8Expert(args.seed, 0x5B13, 2 * inter, hidden,
                                w13Data.sharedCodes, w13Data.sharedScales);
@@ -393,8 +405,9 @@ int runLayer(const RunArgs &args) {
       oracleScales = generated.aScales;
     }
 
-    materializeSlice(w2Weights, rank * local, local - (w2.sharedFp8 ? 1 : 0),
+    materializeSlice(w2Weights, rank * local, mxfp4Experts, present,
                      w2Data.bPacked, w2Data.bScales);
+    w2Data.bExpertsPresent = present;
     if (w2.sharedFp8)
       ref::generateFp8Expert(args.seed, 0x5B2, hidden, inter, w2Data.sharedCodes,
                              w2Data.sharedScales);

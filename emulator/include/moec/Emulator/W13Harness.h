@@ -40,6 +40,10 @@ struct W13Data {
   std::vector<uint8_t> bPacked, bScales;
   /// The shared expert: [2I, H] FP8 + [2I, H/32] E8M0 (sharedFp8 only).
   std::vector<uint8_t> sharedCodes, sharedScales;
+  /// Optional, one flag per MXFP4 expert of bPacked: experts without a flag
+  /// were never generated and stay poisoned in the emulator, so a kernel
+  /// that reads an expert no tile selects is a finding.
+  std::vector<uint8_t> bExpertsPresent;
   ref::SortedRoutes sorted;
 };
 
