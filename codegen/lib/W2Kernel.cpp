@@ -204,7 +204,10 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   // Epilogue: accumulator value a of a lane sits at (accRow(a), accCol) of
   // the MFMA's source-A x source-B block. BF16 output rounds once (to
   // nearest even); split-K partials stay FP32.
+  const bool stage = op.getBf16Lds();
+  Value lds = func.getWorkgroupAttributions()[0];
   auto bf16x4 = VectorType::get({4}, b.getBF16Type());
+  auto i32x2 = VectorType::get({2}, b.getI32Type());
   for (int64_t mi = 0; mi < mFrags; ++mi) {
     for (int64_t ni = 0; ni < nFrags; ++ni) {
       Value acc = accs[mi * nFrags + ni];
@@ -218,25 +221,65 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
         if (splitK == 1)
           quad = arith::TruncFOp::create(b, loc, bf16x4, quad);
         if (bMajor) {
-          // Four consecutive output columns of one row: one store of 8
-          // (BF16) or 16 (FP32) bytes.
-          Value col = add(colBase, add(fragCol, rowOfFour));
-          vector::StoreOp::create(b, loc, quad, outBuf,
-                                  ValueRange{outIndex(fragRoute[mi], col)},
-                                  /*nontemporal=*/false,
-                                  llvm::MaybeAlign(splitK == 1 ? 8 : 16));
+          // Four consecutive output columns of one row.
+          Value localCol = add(fragCol, rowOfFour);
+          if (stage) {
+            // Into the LDS tile [tileM][tileN] BF16: 8 bytes = 2 dwords.
+            Value dword = divC(add(mul(add(laneRow, idx(mi * dim)), tileN),
+                                   localCol), 2);
+            vector::StoreOp::create(
+                b, loc, vector::BitCastOp::create(b, loc, i32x2, quad), lds,
+                ValueRange{dword}, /*nontemporal=*/false, llvm::MaybeAlign(8));
+            continue;
+          }
+          vector::StoreOp::create(
+              b, loc, quad, outBuf,
+              ValueRange{outIndex(fragRoute[mi], add(colBase, localCol))},
+              /*nontemporal=*/false, llvm::MaybeAlign(splitK == 1 ? 8 : 16));
           continue;
         }
-        Value col = add(colBase, add(fragCol, laneRow));
+        Value localCol = add(fragCol, laneRow);
         for (int64_t j = 0; j < 4; ++j) {
           Value row = add(rowOfFour, idx(mi * dim + j));
           Value value = vector::ExtractOp::create(b, loc, quad, j);
-          memref::StoreOp::create(b, loc, value, outBuf,
-                                  ValueRange{outIndex(routeOfRow(row), col)});
+          memref::StoreOp::create(
+              b, loc, value, outBuf,
+              ValueRange{outIndex(routeOfRow(row), add(colBase, localCol))});
         }
       }
     }
   }
+  if (!stage)
+    return;
+  // Write the staged tile back: each lane copies 16-byte chunks (8 BF16
+  // columns) of whole rows.
+  gpu::BarrierOp::create(b, loc);
+  const int64_t chunksPerRow = tileN / 8, chunks = tileM * chunksPerRow;
+  for (int64_t first = 0; first < chunks; first += lanes) {
+    Value chunk = add(tid, idx(first));
+    std::optional<OpBuilder::InsertionGuard> tail;
+    if (first + lanes > chunks) {
+      auto ifActive = scf::IfOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, chunk,
+                                idx(chunks)),
+          /*withElseRegion=*/false);
+      tail.emplace(b);
+      b.setInsertionPointToStart(ifActive.thenBlock());
+    }
+    Value row = divC(chunk, chunksPerRow);
+    Value col = mul(remC(chunk, chunksPerRow), 8);
+    Value data = load16(lds, divC(add(mul(row, tileN), col), 2));
+    Value outElement = add(mul(routeOfRow(row), hidden), add(colBase, col));
+    vector::StoreOp::create(
+        b, loc, vector::BitCastOp::create(
+                    b, loc, VectorType::get({8}, b.getBF16Type()), data),
+        outBuf, ValueRange{outElement}, /*nontemporal=*/false,
+        llvm::MaybeAlign(16));
+  }
+  // A persistent workgroup's next tile reuses the LDS.
+  if (tile.getPersistCu() > 0)
+    gpu::BarrierOp::create(b, loc);
 }
 
 } // namespace

@@ -271,7 +271,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit";
-    bool w2Only = field.first == "split_k";
+    bool w2Only = field.first == "split_k" || field.first == "bf16_lds";
     if (!common.count(field.first) && !(isW13 && w13Only) &&
         !(!isW13 && w2Only)) {
       read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
@@ -306,7 +306,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   // The clamp limit is written as an integer (DeepSeek V4: 10).
   int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0;
   bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
-       persistStrided = false;
+       persistStrided = false, bf16Lds = false;
   if (!read.integer("swiglu_limit", 0, swigluLimit) ||
       !read.integer("waves_per_eu", 0, wavesPerEu) ||
       !read.integer("split_k", 1, splitK) ||
@@ -314,7 +314,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("xcd_swizzle", xcdSwizzle) ||
       !read.flag("a_swizzle", aSwizzle) ||
       !read.integer("persist_cu", 0, persistCu) ||
-      !read.flag("persist_strided", persistStrided))
+      !read.flag("persist_strided", persistStrided) ||
+      !read.flag("bf16_lds", bf16Lds))
     return nullptr;
 
   Location loc = locationOf(context, spec);
@@ -366,10 +367,13 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       symbol += "_shfp8";
     if (splitK > 1)
       symbol += "_sk" + std::to_string(splitK);
+    if (bf16Lds)
+      symbol += "_ldsout";
     auto w2 = moe::W2Op::create(builder, loc, symbol, problem, tile);
     if (sharedFp8)
       w2.setSharedFp8Expert(true);
     w2.setSplitK(splitK);
+    w2.setBf16Lds(bf16Lds);
     op = w2;
     description.symbol = symbol;
     if (succeeded(mlir::verify(w2, /*verifyRecursively=*/false)))
@@ -408,6 +412,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     description.fields.push_back({"swiglu_limit", std::to_string(swigluLimit)});
   } else {
     description.fields.push_back({"split_k", std::to_string(splitK)});
+    description.fields.push_back({"bf16_lds", std::to_string(int(bf16Lds))});
   }
   std::sort(description.fields.begin(), description.fields.end());
   return op;

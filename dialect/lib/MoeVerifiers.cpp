@@ -140,7 +140,9 @@ int64_t W2Op::getLdsBytes() {
   // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes
   // (k FP8 bytes for a shared expert).
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
-  return tile.getM() * tile.getK() + tile.getN() * bRowBytes;
+  int64_t gemm = tile.getM() * tile.getK() + tile.getN() * bRowBytes;
+  // bf16_lds stages the m x n BF16 output tile afterwards.
+  return getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2) : gemm;
 }
 
 LogicalResult W2Op::verify() {
@@ -167,6 +169,13 @@ LogicalResult W2Op::verify() {
     return emitOpError("tile.k (")
            << tile.getK() << ") must divide problem.intermediate ("
            << problem.getIntermediate() << "), the K of W2";
+  if (getBf16Lds() && getSplitK() > 1)
+    return emitOpError("bf16_lds stages the BF16 output; split_k (")
+           << getSplitK() << ") writes FP32 partials";
+  // The staging stores need four consecutive columns per lane, which only
+  // the weights-as-source-A orientation gives.
+  if (getBf16Lds() && tile.getOrientation() != MfmaOrientation::b_major)
+    return emitOpError("bf16_lds needs tile.orientation = b_major");
   // Split-K slices take ceil(steps / split_k) K steps each (the last may
   // be shorter); every slice must get at least one.
   int64_t steps = problem.getIntermediate() / tile.getK();

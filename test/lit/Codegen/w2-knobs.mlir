@@ -94,3 +94,12 @@ moe.w2 @w2_persist problem(#p) tile(#moe.tile<m = 32, n = 128, persist_cu = 64>)
 // CHECK: %[[Y:.*]] = gpu.block_id  y
 // CHECK: scf.for %{{.*}} = %[[Y]] to %{{.*}} step %c64{{.*}} {
 moe.w2 @w2_persist_strided problem(#p) tile(#moe.tile<m = 32, n = 128, persist_cu = 64, persist_strided = true>)
+
+// bf16_lds: the BF16 tile goes to LDS (8-byte stores), then after a barrier
+// whole 16-byte row chunks go out.
+// CHECK-LABEL: gpu.func @w2_ldsout(
+// CHECK: scf.for
+// CHECK: vector.store {{.*}} : memref<{{[0-9]+}}xi32, #gpu.address_space<workgroup>>, vector<2xi32>
+// CHECK: gpu.barrier
+// CHECK: vector.store {{.*}} : memref<268435456xbf16, #amdgpu.address_space<fat_raw_buffer>>, vector<8xbf16>
+moe.w2 @w2_ldsout problem(#p) tile(#moe.tile<m = 32, n = 128, orientation = b_major>) {bf16_lds}

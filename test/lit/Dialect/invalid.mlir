@@ -167,3 +167,11 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 // -----
 // expected-error @+1 {{tile.persist_cu must be 0 (not persistent) to 256, got 300}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, persist_cu = 300>)
+
+// -----
+// expected-error @+1 {{bf16_lds needs tile.orientation = b_major}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>) {bf16_lds}
+
+// -----
+// expected-error @+1 {{bf16_lds stages the BF16 output; split_k (2) writes FP32 partials}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, orientation = b_major>) {bf16_lds, split_k = 2 : i64}

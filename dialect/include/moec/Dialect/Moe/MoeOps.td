@@ -40,6 +40,12 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     the S partials of a route in increasing order before weighting, so the
     result does not depend on scheduling (no atomics).
 
+    With `bf16_lds` the BF16 output tile is staged in LDS (over the GEMM
+    tiles) and written back as whole 16-byte row chunks, one
+    `buffer_store_dwordx4` per 8 columns, instead of each lane storing the
+    scattered pieces its accumulators hold. Needs `b_major` (each lane then
+    owns four consecutive columns); not with split_k.
+
     ```mlir
     moe.w2 @w2_t32x128 problem(#moe.problem<hidden = 5120, intermediate = 2304,
         experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
@@ -52,7 +58,8 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     Moe_ProblemAttr:$problem,
     Moe_TileAttr:$tile,
     UnitAttr:$shared_fp8_expert,
-    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k
+    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k,
+    UnitAttr:$bf16_lds
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
