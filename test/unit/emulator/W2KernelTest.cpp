@@ -262,3 +262,42 @@ TEST_CASE("W2 comparison report", "[.report]") {
     CHECK(outcome.pass);
   }
 }
+
+TEST_CASE("weights of experts marked absent are poisoned for the kernel",
+          "[w2][detector]") {
+  // moec run generates only the experts some tile selects and marks the
+  // rest absent. Marking a selected expert absent must make the kernel's
+  // reads of its weights findings (and unmarked experts must stay silent).
+  Built built = build(w2Spec(knobMatrix()[1], 256, 512, 8, 2, 2));
+  W2DataOptions options;
+  options.seed = 8;
+  options.tokens = 40;
+  W2Data data;
+  REQUIRE(generateW2Data(built.shape, options, data).ok());
+  data.bExpertsPresent.assign(size_t(built.shape.localExperts), 1);
+  int32_t used = -1;
+  for (int32_t e : data.sorted.tileExperts)
+    if (ref::isValidExpert(e, built.shape.localExperts))
+      used = e;
+  REQUIRE(used >= 0);
+  for (int32_t e = 0; e < built.shape.localExperts; ++e) {
+    bool selected = false;
+    for (int32_t t : data.sorted.tileExperts)
+      selected |= t == e;
+    if (!selected)
+      data.bExpertsPresent[size_t(e)] = 0; // truly unused: must stay silent
+  }
+  std::string error;
+  W2Outcome clean;
+  REQUIRE(mlir::succeeded(
+      runW2(built.kernel.func, built.shape, data, LaunchConfig(), clean, error)));
+  CHECK(clean.run.totalFindings() == 0);
+
+  data.bExpertsPresent[size_t(used)] = 0;
+  W2Outcome poisoned;
+  REQUIRE(mlir::succeeded(runW2(built.kernel.func, built.shape, data,
+                                LaunchConfig(), poisoned, error)));
+  CHECK(poisoned.run.findingCounts[int(FindingKind::UninitializedRead)] > 0);
+  REQUIRE(!poisoned.run.findings.empty());
+  CHECK(poisoned.run.findings[0].detail.find("'b") != std::string::npos);
+}
