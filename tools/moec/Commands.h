@@ -24,6 +24,7 @@ void addCompileCommand(CLI::App &app, int &exitStatus);
 void addInspectCommand(CLI::App &app, int &exitStatus);
 void addSelectCommand(CLI::App &app, int &exitStatus);
 void addExtractCommand(CLI::App &app, int &exitStatus);
+void addVerifyCommand(CLI::App &app, int &exitStatus);
 void addReferenceCommand(CLI::App &app, int &exitStatus);
 void addRunCommand(CLI::App &app, int &exitStatus);
 

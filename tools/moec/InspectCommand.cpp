@@ -3,6 +3,7 @@
 #include "Commands.h"
 
 #include "moec/bundle.h"
+#include "moec/kernel_occupancy.h"
 #include "moec/target_info.h"
 
 #include <CLI/CLI.hpp>
@@ -20,16 +21,7 @@ struct InspectArgs {
 };
 
 moec::rt::OccupancyEstimate occupancyOf(const moec::rt::KernelInfo &kernel) {
-  const moec::rt::TargetInfo &chip = moec::rt::gfx950TargetInfo();
-  moec::rt::KernelResourceUse use;
-  use.archVgprs = kernel.resources.vgpr;
-  use.agprs = kernel.resources.agpr;
-  use.sgprs = kernel.resources.sgpr;
-  use.ldsBytes = kernel.resources.ldsBytes;
-  use.workgroupSize = kernel.launch.workgroupSize[0] *
-                      kernel.launch.workgroupSize[1] *
-                      kernel.launch.workgroupSize[2];
-  return moec::rt::estimateOccupancy(chip, use);
+  return moec::rt::estimateKernelOccupancy(moec::rt::gfx950TargetInfo(), kernel);
 }
 
 int runInspect(const InspectArgs &args) {

@@ -15,6 +15,7 @@ int main(int argc, char **argv) {
   addInspectCommand(app, exitStatus);
   addSelectCommand(app, exitStatus);
   addExtractCommand(app, exitStatus);
+  addVerifyCommand(app, exitStatus);
 #ifdef MOEC_HAVE_REFERENCE
   addReferenceCommand(app, exitStatus);
 #endif
