@@ -12,7 +12,7 @@
 #ifndef MOEC_CODEGEN_LIB_GEMMEMITTER_H
 #define MOEC_CODEGEN_LIB_GEMMEMITTER_H
 
-#include "moec/Codegen/KernelAbi.h"
+#include "KernelEmitter.h"
 #include "moec/Codegen/MfmaLayout.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
@@ -22,46 +22,6 @@
 #include "mlir/IR/BuiltinTypes.h"
 
 namespace moec {
-
-/// Builder shorthands every kernel emitter uses: index arithmetic, buffer
-/// types, raw-buffer casts and 16-byte accesses.
-class KernelEmitter {
-public:
-  KernelEmitter(mlir::OpBuilder &builder, mlir::Location loc)
-      : b(builder), loc(loc) {}
-
-protected:
-  mlir::Value idx(int64_t value);
-  mlir::Value add(mlir::Value x, mlir::Value y);
-  mlir::Value mul(mlir::Value x, int64_t c);
-  mlir::Value mul(mlir::Value x, mlir::Value y);
-  mlir::Value divC(mlir::Value x, int64_t c);
-  mlir::Value remC(mlir::Value x, int64_t c);
-  mlir::Value i32(int64_t value);
-  mlir::Value toIndex(mlir::Value i32Value);
-
-  mlir::MemRefType globalBuffer(int64_t elements, mlir::Type elementType);
-  mlir::MemRefType ldsBuffer(int64_t dwords);
-  /// Wraps a kernel argument as a raw-buffer fat pointer; `validBytes` (i64,
-  /// may be null) bounds it for the hardware range check.
-  mlir::Value asBuffer(mlir::Value memref, mlir::Value validBytes);
-  /// countI32 * bytesPerItem as i64.
-  mlir::Value bytesOf(mlir::Value countI32, int64_t bytesPerItem);
-  mlir::Value load16(mlir::Value memref, mlir::Value dwordIndex,
-                     bool nontemporal = false);
-  void store16(mlir::Value value, mlir::Value memref, mlir::Value dwordIndex);
-  /// A gpu.module named `name` with one kernel gpu.func of `argTypes`, the
-  /// workgroup size of `abi` and `ldsDwords` of LDS (none when 0). The
-  /// builder is left at the start of the function body. Fails (with an
-  /// error) when `argTypes` disagree with `abi` in count or kind, so the
-  /// manifest can never describe a signature the kernel does not have.
-  mlir::FailureOr<mlir::gpu::GPUFuncOp>
-  createKernel(llvm::StringRef name, llvm::ArrayRef<mlir::Type> argTypes,
-               const KernelAbi &abi, int64_t ldsDwords);
-
-  mlir::OpBuilder &b;
-  mlir::Location loc;
-};
 
 /// The scaled-MFMA GEMM shared by W13 and W2.
 class GemmEmitter : public KernelEmitter {
