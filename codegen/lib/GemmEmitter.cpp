@@ -174,37 +174,64 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   Value accZero = arith::ConstantOp::create(
       b, loc, accType, DenseElementsAttr::get(accType, 0.0f));
   SmallVector<Value> accInit(mFrags * bFrags, accZero);
-  auto kLoop =
-      scf::ForOp::create(b, loc, ops.kBegin ? ops.kBegin : idx(0),
-                         ops.kEnd ? ops.kEnd : idx(ops.depth), idx(tileK),
-                         accInit);
+  Value kFirst = ops.kBegin ? ops.kBegin : idx(0);
+  const int64_t bDwordsPerK = ops.bFp8 ? 4 : 8;
+  // With tile.b_prefetch the next K step's weights are loaded into
+  // registers while this step's MFMAs run, and carried through the loop.
+  const bool prefetch = tile.getBPrefetch();
+  SmallVector<Value> loopInit = accInit;
+  if (prefetch)
+    for (const CopySlot &slot : ops.bSlots)
+      loopInit.push_back(load16(ops.bBuffer,
+                                add(slot.globalDword, divC(kFirst, bDwordsPerK)),
+                                ops.bNontemporal));
+  auto kLoop = scf::ForOp::create(b, loc, kFirst,
+                                  ops.kEnd ? ops.kEnd : idx(ops.depth),
+                                  idx(tileK), loopInit);
   OpBuilder::InsertionGuard loopGuard(b);
   b.setInsertionPointToStart(kLoop.getBody());
   Value k0 = kLoop.getInductionVar();
-  SmallVector<Value> accs(kLoop.getRegionIterArgs().begin(),
-                          kLoop.getRegionIterArgs().end());
+  auto iterArgs = kLoop.getRegionIterArgs();
+  SmallVector<Value> accs(iterArgs.begin(), iterArgs.begin() + accInit.size());
+  SmallVector<Value> bRegs(iterArgs.begin() + accInit.size(), iterArgs.end());
 
+  /// Runs `body` for a slot, under its scf.if when some lanes are idle.
+  auto forSlot = [&](const CopySlot &slot, function_ref<void()> body) {
+    if (!slot.active) {
+      body();
+      return;
+    }
+    auto guarded = scf::IfOp::create(b, loc, slot.active, false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(guarded.thenBlock());
+    body();
+  };
   auto emitCopy = [&](ArrayRef<CopySlot> slots, Value src, Value kDwords,
                       bool nontemporal) {
-    for (const CopySlot &slot : slots) {
-      auto copy = [&] {
+    for (const CopySlot &slot : slots)
+      forSlot(slot, [&] {
         Value data = load16(src, add(slot.globalDword, kDwords), nontemporal);
         store16(data, ops.lds, slot.ldsDword);
-      };
-      if (!slot.active) {
-        copy();
-        continue;
-      }
-      auto guarded = scf::IfOp::create(b, loc, slot.active, false);
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(guarded.thenBlock());
-      copy();
-    }
+      });
   };
   emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
-  emitCopy(ops.bSlots, ops.bBuffer, divC(k0, ops.bFp8 ? 4 : 8),
-           ops.bNontemporal);
+  if (prefetch) {
+    for (size_t i = 0; i < ops.bSlots.size(); ++i)
+      forSlot(ops.bSlots[i],
+              [&] { store16(bRegs[i], ops.lds, ops.bSlots[i].ldsDword); });
+  } else {
+    emitCopy(ops.bSlots, ops.bBuffer, divC(k0, bDwordsPerK), ops.bNontemporal);
+  }
   gpu::BarrierOp::create(b, loc);
+  // The next step's weights. Past the last step this reads the next rows
+  // (or, at the end of the tensor, zeros from the bounds check): unused.
+  SmallVector<Value> bNext;
+  if (prefetch) {
+    Value kNextDwords = divC(add(k0, idx(tileK)), bDwordsPerK);
+    for (const CopySlot &slot : ops.bSlots)
+      bNext.push_back(load16(ops.bBuffer, add(slot.globalDword, kNextDwords),
+                             ops.bNontemporal));
+  }
 
   const mfma::OperandLayout fp4 =
       mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
@@ -254,8 +281,11 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   }
   // The next iteration overwrites the tiles every wave is reading.
   gpu::BarrierOp::create(b, loc);
-  scf::YieldOp::create(b, loc, accs);
-  return SmallVector<Value>(kLoop.getResults().begin(), kLoop.getResults().end());
+  SmallVector<Value> yielded = accs;
+  yielded.append(bNext.begin(), bNext.end());
+  scf::YieldOp::create(b, loc, yielded);
+  return SmallVector<Value>(kLoop.getResults().begin(),
+                            kLoop.getResults().begin() + accInit.size());
 }
 
 } // namespace moec

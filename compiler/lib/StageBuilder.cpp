@@ -127,6 +127,8 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
   if (tile.getPersistCu() > 0)
     s += (tile.getPersistStrided() ? "_pers" : "_per") +
          std::to_string(tile.getPersistCu());
+  if (tile.getBPrefetch())
+    s += "_bpf";
   return s;
 }
 
@@ -267,7 +269,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
       "waves", "mfma", "orientation", "b_cache", "b_layout",
       "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
-      "persist_cu", "persist_strided"};
+      "persist_cu", "persist_strided", "b_prefetch"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit";
@@ -306,7 +308,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   // The clamp limit is written as an integer (DeepSeek V4: 10).
   int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0;
   bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
-       persistStrided = false, bf16Lds = false;
+       persistStrided = false, bf16Lds = false, bPrefetch = false;
   if (!read.integer("swiglu_limit", 0, swigluLimit) ||
       !read.integer("waves_per_eu", 0, wavesPerEu) ||
       !read.integer("split_k", 1, splitK) ||
@@ -315,6 +317,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("a_swizzle", aSwizzle) ||
       !read.integer("persist_cu", 0, persistCu) ||
       !read.flag("persist_strided", persistStrided) ||
+      !read.flag("b_prefetch", bPrefetch) ||
       !read.flag("bf16_lds", bf16Lds))
     return nullptr;
 
@@ -334,7 +337,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   auto tile = moe::TileAttr::getChecked(emitError, context, m, n, k, waves,
                                         shape, orientation, bCache, wavesPerEu,
                                         xcdSwizzle, aSwizzle, persistCu,
-                                        persistStrided);
+                                        persistStrided, bPrefetch);
   if (!problem || !tile) {
     error = diagnostic;
     return nullptr;
@@ -405,6 +408,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"xcd_swizzle", std::to_string(int(xcdSwizzle))},
       {"persist_cu", std::to_string(persistCu)},
       {"persist_strided", std::to_string(int(persistStrided))},
+      {"b_prefetch", std::to_string(int(bPrefetch))},
   };
   if (isW13) {
     description.fields.push_back(

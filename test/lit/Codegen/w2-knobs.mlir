@@ -103,3 +103,15 @@ moe.w2 @w2_persist_strided problem(#p) tile(#moe.tile<m = 32, n = 128, persist_c
 // CHECK: gpu.barrier
 // CHECK: vector.store {{.*}} : memref<268435456xbf16, #amdgpu.address_space<fat_raw_buffer>>, vector<8xbf16>
 moe.w2 @w2_ldsout problem(#p) tile(#moe.tile<m = 32, n = 128, orientation = b_major>) {bf16_lds}
+
+// tile.b_prefetch: the first B tile is loaded before the loop and the next
+// one after the barrier, carried as loop arguments (4 accumulators + 4 B
+// chunks per lane here).
+// CHECK-LABEL: gpu.func @w2_bprefetch(
+// CHECK: vector.load
+// CHECK: scf.for {{.*}} -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>) {
+// CHECK: gpu.barrier
+// CHECK-NEXT: arith.constant
+// CHECK: vector.load
+// CHECK: amdgpu.scaled_mfma
+moe.w2 @w2_bprefetch problem(#p) tile(#moe.tile<m = 32, n = 128, b_prefetch = true>)

@@ -95,6 +95,10 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     or every P-th tile (`persist_strided = true`, which spreads the
     experts' tiles evenly when their sizes differ).
 
+    `b_prefetch` pipelines the weights: the next K step's B tile is loaded
+    into registers right after the barrier, so its global latency overlaps
+    this step's MFMAs, and is written to LDS at the top of the next step.
+
     ```mlir
     #moe.tile<m = 32, n = 128, k = 256, waves = 4, mfma = m16n16k128,
               orientation = a_major, b_cache = nt>
@@ -115,7 +119,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"bool", "false">:$xcd_swizzle,
     DefaultValuedParameter<"bool", "false">:$a_swizzle,
     DefaultValuedParameter<"int64_t", "0">:$persist_cu,
-    DefaultValuedParameter<"bool", "false">:$persist_strided
+    DefaultValuedParameter<"bool", "false">:$persist_strided,
+    DefaultValuedParameter<"bool", "false">:$b_prefetch
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
