@@ -253,6 +253,18 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
   return op;
 }
 
+StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel) {
+  StageSpec spec{kernel.stage, kernel.knobs, kernel.where};
+  if (const TableProblem *problem = table.findProblem(kernel.problem)) {
+    spec.fields["hidden"] = std::to_string(problem->hidden);
+    spec.fields["intermediate"] = std::to_string(problem->intermediate);
+    spec.fields["experts"] = std::to_string(problem->experts);
+    spec.fields["top_k"] = std::to_string(problem->topK);
+    spec.fields["ep"] = std::to_string(problem->ep);
+  }
+  return spec;
+}
+
 Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                         StageDescription &description, std::string &error) {
   MLIRContext *context = builder.getContext();

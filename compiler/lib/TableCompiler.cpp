@@ -64,19 +64,13 @@ CompileStatus compileTable(const TuningTable &table,
   compiled = CompiledTable();
 
   for (const TableKernel &kernel : table.kernels) {
-    const TableProblem *problem = table.findProblem(kernel.problem);
-    StageSpec spec{kernel.stage, kernel.knobs, kernel.where};
     for (const char *field : {"hidden", "intermediate", "experts", "top_k", "ep"})
       if (kernel.knobs.count(field)) {
         error = kernel.where.file + ":" + std::to_string(kernel.where.line) +
                 ": field '" + field + "': belongs on the problem line";
         return CompileStatus::BadInput;
       }
-    spec.fields["hidden"] = std::to_string(problem->hidden);
-    spec.fields["intermediate"] = std::to_string(problem->intermediate);
-    spec.fields["experts"] = std::to_string(problem->experts);
-    spec.fields["top_k"] = std::to_string(problem->topK);
-    spec.fields["ep"] = std::to_string(problem->ep);
+    StageSpec spec = stageSpecOf(table, kernel);
     StageDescription description;
     Operation *op = buildStageOp(builder, spec, description, error);
     if (!op)

@@ -37,6 +37,9 @@ struct StageSpec {
   SourceLine where;
 };
 
+/// The spec of a table kernel: its knobs plus its problem's fields.
+StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel);
+
 /// What the rest of the compiler needs to know about a built stage op.
 struct StageDescription {
   /// Readable symbol that encodes the problem and every knob.
