@@ -223,11 +223,15 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
     emitCopy(ops.bSlots, ops.bBuffer, divC(k0, bDwordsPerK), ops.bNontemporal);
   }
   gpu::BarrierOp::create(b, loc);
-  // The next step's weights. Past the last step this reads the next rows
-  // (or, at the end of the tensor, zeros from the bounds check): unused.
+  // The next step's weights. The last step reloads its own K range rather
+  // than reading past it: rows beyond belong to another expert (possibly
+  // one nobody uploaded) and would only cost bandwidth.
   SmallVector<Value> bNext;
   if (prefetch) {
-    Value kNextDwords = divC(add(k0, idx(tileK)), bDwordsPerK);
+    Value kLast = arith::SubIOp::create(
+        b, loc, ops.kEnd ? ops.kEnd : idx(ops.depth), idx(tileK));
+    Value kNext = arith::MinUIOp::create(b, loc, add(k0, idx(tileK)), kLast);
+    Value kNextDwords = divC(kNext, bDwordsPerK);
     for (const CopySlot &slot : ops.bSlots)
       bNext.push_back(load16(ops.bBuffer, add(slot.globalDword, kNextDwords),
                              ops.bNontemporal));
