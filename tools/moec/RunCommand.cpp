@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CommandSupport.h"
 #include "Commands.h"
 
 #include "moec/Emulator/StageHarness.h"
@@ -107,17 +108,11 @@ int runLayer(const RunArgs &args) {
     return cli::kBadInput;
   }
   const Manifest &manifest = bundle->manifest();
-  std::string network = args.network;
-  if (network.empty()) {
-    std::set<std::string> networks;
-    for (const SelectionTable &t : manifest.selection)
-      networks.insert(t.network);
-    if (networks.size() != 1) {
-      std::cerr << "moec: " << args.bundle
-                << ": the bundle serves several networks; pass --network\n";
-      return cli::kBadInput;
-    }
-    network = *networks.begin();
+  std::string network;
+  if (!moec::cli::resolveNetwork(manifest, args.bundle, args.network, network,
+                                 error)) {
+    std::cerr << "moec: " << error << "\n";
+    return cli::kBadInput;
   }
   TableHandle handle;
   if (!bundle->selector().resolveTable(network, args.ep, args.workspace, handle,

@@ -1,5 +1,6 @@
 //===- SelectCommand.cpp - moec select BUNDLE --ep --workspace --m --------===//
 
+#include "CommandSupport.h"
 #include "Commands.h"
 
 #include "moec/bundle.h"
@@ -40,17 +41,11 @@ int runSelect(const SelectArgs &args, bool haveM) {
     return moec::cli::kBadInput;
   }
   const Manifest &manifest = bundle->manifest();
-  std::string network = args.network;
-  if (network.empty()) {
-    std::set<std::string> networks;
-    for (const SelectionTable &t : manifest.selection)
-      networks.insert(t.network);
-    if (networks.size() != 1) {
-      std::cerr << "moec: " << args.bundle
-                << ": the bundle serves several networks; pass --network\n";
-      return moec::cli::kBadInput;
-    }
-    network = *networks.begin();
+  std::string network;
+  if (!moec::cli::resolveNetwork(manifest, args.bundle, args.network, network,
+                                 error)) {
+    std::cerr << "moec: " << error << "\n";
+    return moec::cli::kBadInput;
   }
   TableHandle handle;
   if (!bundle->selector().resolveTable(network, args.ep, args.workspace, handle,

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moec/Compiler/StageBuilder.h"
 #include "moec/Compiler/TuningTable.h"
 #include "moec/Emulator/W13Harness.h"
 #include "moec/Emulator/W2Harness.h"
@@ -35,22 +36,6 @@ std::vector<std::string> shippedTables() {
   return paths;
 }
 
-/// The StageSpec of a table kernel at its real problem.
-StageSpec specOf(const TuningTable &table, const TableKernel &kernel) {
-  StageSpec spec;
-  spec.stage = kernel.stage;
-  spec.where = kernel.where;
-  spec.fields = kernel.knobs;
-  if (const TableProblem *problem = table.findProblem(kernel.problem)) {
-    spec.fields["hidden"] = std::to_string(problem->hidden);
-    spec.fields["intermediate"] = std::to_string(problem->intermediate);
-    spec.fields["experts"] = std::to_string(problem->experts);
-    spec.fields["top_k"] = std::to_string(problem->topK);
-    spec.fields["ep"] = std::to_string(problem->ep);
-  }
-  return spec;
-}
-
 } // namespace
 
 TEST_CASE("every op of every shipped kernel is supported by the emulator",
@@ -69,7 +54,7 @@ TEST_CASE("every op of every shipped kernel is supported by the emulator",
       INFO("kernel " << kernel.name << " (" << kernel.stage << ")");
       BuiltKernel built;
       bool builtOk = mlir::succeeded(
-          buildKernelIR(context, smallStageSpec(specOf(table, kernel)), built, error));
+          buildKernelIR(context, smallStageSpec(stageSpecOf(table, kernel)), built, error));
       INFO(error);
       REQUIRE(builtOk);
       std::set<std::string> opNames;
@@ -106,7 +91,7 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
       INFO(path << ": kernel " << kernel.name);
       BuiltKernel built;
       REQUIRE(mlir::succeeded(buildKernelIR(
-          context, smallStageSpec(specOf(table, kernel)), built, error)));
+          context, smallStageSpec(stageSpecOf(table, kernel)), built, error)));
       if (ref::Status driven = checkHarnessSupports(built.description);
           !driven) {
         WARN(path << ": kernel " << kernel.name << " not run: "
@@ -153,7 +138,7 @@ TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
       INFO(path << ": kernel " << kernel.name);
       BuiltKernel built;
       REQUIRE(mlir::succeeded(buildKernelIR(
-          context, smallStageSpec(specOf(table, kernel)), built, error)));
+          context, smallStageSpec(stageSpecOf(table, kernel)), built, error)));
       if (ref::Status driven = checkHarnessSupports(built.description);
           !driven) {
         WARN(path << ": kernel " << kernel.name << " not run: "
