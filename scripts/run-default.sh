@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-./scripts/build.sh
+./scripts/build.sh moec
 ./build/bin/moec compile tuning_tables/flash_ep4.table -o build/flash_ep4.moeb
 ./build/bin/moec inspect build/flash_ep4.moeb
 ./build/bin/moec select build/flash_ep4.moeb --ep 4 --workspace 1024 --m 6
