@@ -222,6 +222,23 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   } else {
     emitCopy(ops.bSlots, ops.bBuffer, divC(k0, bDwordsPerK), ops.bNontemporal);
   }
+  // Each lane's E8M0 scales of K sub-step kk: one byte per A and per B
+  // fragment. They come from global memory, not LDS, so with
+  // tile.scale_prefetch they are requested before the barrier and their
+  // latency overlaps the wait.
+  const int64_t subSteps = tileK / layout.k;
+  auto loadScales = [&](int64_t kk, SmallVector<Value> &aScale,
+                        SmallVector<Value> &bScale) {
+    Value block = add(divC(k0, 32), add(laneGroup, idx(kk * layout.k / 32)));
+    for (size_t mi = 0; mi < ops.aScaleRow.size(); ++mi)
+      aScale.push_back(loadScale(ops.aScaleBuffer, add(ops.aScaleRow[mi], block)));
+    for (size_t bi = 0; bi < ops.bScaleRow.size(); ++bi)
+      bScale.push_back(loadScale(ops.bScaleBuffer, add(ops.bScaleRow[bi], block)));
+  };
+  SmallVector<SmallVector<Value>> earlyA(subSteps), earlyB(subSteps);
+  if (tile.getScalePrefetch())
+    for (int64_t kk = 0; kk < subSteps; ++kk)
+      loadScales(kk, earlyA[kk], earlyB[kk]);
   gpu::BarrierOp::create(b, loc);
   // The next step's weights. The last step reloads its own K range rather
   // than reading past it: rows beyond belong to another expert (possibly
@@ -240,9 +257,10 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   const mfma::OperandLayout fp4 =
       mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
   auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
-  for (int64_t kk = 0; kk < tileK / mfmaK; ++kk) {
-    SmallVector<Value> aFrag, bFrag, aScale, bScale;
-    Value block = add(divC(k0, 32), add(laneGroup, idx(kk * mfmaK / 32)));
+  for (int64_t kk = 0; kk < subSteps; ++kk) {
+    SmallVector<Value> aFrag, bFrag, aScale = earlyA[kk], bScale = earlyB[kk];
+    if (!tile.getScalePrefetch())
+      loadScales(kk, aScale, bScale);
     // Fragments follow the run table: each run is 16 bytes of one row.
     for (size_t mi = 0; mi < mFrags; ++mi) {
       Value rowDword =
@@ -250,7 +268,6 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
       aFrag.push_back(loadFp8Fragment(
           ops.lds, rowDword, kk * mfmaK,
           tile.getASwizzle() ? ops.aTileRow[mi] : Value()));
-      aScale.push_back(loadScale(ops.aScaleBuffer, add(ops.aScaleRow[mi], block)));
     }
     for (size_t bi = 0; bi < bFrags; ++bi) {
       if (ops.bFp8) {
@@ -267,7 +284,6 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
         Value data = load16(ops.lds, add(rowDword, divC(kElem, 8)));
         bFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
       }
-      bScale.push_back(loadScale(ops.bScaleBuffer, add(ops.bScaleRow[bi], block)));
     }
     for (size_t mi = 0; mi < mFrags; ++mi) {
       for (size_t bi = 0; bi < bFrags; ++bi) {

@@ -129,6 +129,8 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
          std::to_string(tile.getPersistCu());
   if (tile.getBPrefetch())
     s += "_bpf";
+  if (tile.getScalePrefetch())
+    s += "_spf";
   return s;
 }
 
@@ -281,7 +283,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
       "waves", "mfma", "orientation", "b_cache", "b_layout",
       "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
-      "persist_cu", "persist_strided", "b_prefetch"};
+      "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit";
@@ -320,7 +322,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   // The clamp limit is written as an integer (DeepSeek V4: 10).
   int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0;
   bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
-       persistStrided = false, bf16Lds = false, bPrefetch = false;
+       persistStrided = false, bf16Lds = false, bPrefetch = false,
+       scalePrefetch = false;
   if (!read.integer("swiglu_limit", 0, swigluLimit) ||
       !read.integer("waves_per_eu", 0, wavesPerEu) ||
       !read.integer("split_k", 1, splitK) ||
@@ -330,6 +333,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.integer("persist_cu", 0, persistCu) ||
       !read.flag("persist_strided", persistStrided) ||
       !read.flag("b_prefetch", bPrefetch) ||
+      !read.flag("scale_prefetch", scalePrefetch) ||
       !read.flag("bf16_lds", bf16Lds))
     return nullptr;
 
@@ -349,7 +353,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   auto tile = moe::TileAttr::getChecked(emitError, context, m, n, k, waves,
                                         shape, orientation, bCache, wavesPerEu,
                                         xcdSwizzle, aSwizzle, persistCu,
-                                        persistStrided, bPrefetch);
+                                        persistStrided, bPrefetch,
+                                        scalePrefetch);
   if (!problem || !tile) {
     error = diagnostic;
     return nullptr;
@@ -421,6 +426,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"persist_cu", std::to_string(persistCu)},
       {"persist_strided", std::to_string(int(persistStrided))},
       {"b_prefetch", std::to_string(int(bPrefetch))},
+      {"scale_prefetch", std::to_string(int(scalePrefetch))},
   };
   if (isW13) {
     description.fields.push_back(

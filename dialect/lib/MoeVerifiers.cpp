@@ -71,7 +71,7 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                CachePolicy bCache, int64_t wavesPerEu,
                                bool xcdSwizzle, bool aSwizzle,
                                int64_t persistCu, bool persistStrided,
-                               bool bPrefetch) {
+                               bool bPrefetch, bool scalePrefetch) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({64, 128, 256, 512}, n))

@@ -17,6 +17,7 @@
 // CHECK: vector.load %{{.*}} : memref<{{.*}}xi32, #amdgpu.address_space<fat_raw_buffer>>, vector<4xi32>
 // CHECK-NOT: nontemporal = true
 // CHECK: gpu.barrier
+// CHECK: memref.load {{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>
 // CHECK: amdgpu.scaled_mfma 16x16x128 ({{.*}}[0] * %{{.*}}) * ({{.*}}[0] * %{{.*}}) + %{{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<4xf32>
 // CHECK: gpu.return
 moe.w2 @w2_base problem(#p) tile(#moe.tile<m = 32, n = 128>)
@@ -115,3 +116,13 @@ moe.w2 @w2_ldsout problem(#p) tile(#moe.tile<m = 32, n = 128, orientation = b_ma
 // CHECK: vector.load
 // CHECK: amdgpu.scaled_mfma
 moe.w2 @w2_bprefetch problem(#p) tile(#moe.tile<m = 32, n = 128, b_prefetch = true>)
+
+// tile.scale_prefetch: the scale bytes of the K step are loaded before the
+// barrier (in the baseline they follow it).
+// CHECK-LABEL: gpu.func @w2_scale_prefetch(
+// CHECK: scf.for
+// CHECK: memref.load {{.*}} : memref<{{[0-9]+}}xi8, #amdgpu.address_space<fat_raw_buffer>>
+// CHECK: gpu.barrier
+// CHECK-NOT: memref.load {{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>
+// CHECK: amdgpu.scaled_mfma
+moe.w2 @w2_scale_prefetch problem(#p) tile(#moe.tile<m = 32, n = 128, scale_prefetch = true>)

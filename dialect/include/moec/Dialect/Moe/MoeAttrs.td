@@ -98,6 +98,9 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     `b_prefetch` pipelines the weights: the next K step's B tile is loaded
     into registers right after the barrier, so its global latency overlaps
     this step's MFMAs, and is written to LDS at the top of the next step.
+    `scale_prefetch` requests every E8M0 scale byte of the K step before the
+    barrier instead of next to each MFMA, so their global-memory latency
+    overlaps the wait.
 
     ```mlir
     #moe.tile<m = 32, n = 128, k = 256, waves = 4, mfma = m16n16k128,
@@ -120,7 +123,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"bool", "false">:$a_swizzle,
     DefaultValuedParameter<"int64_t", "0">:$persist_cu,
     DefaultValuedParameter<"bool", "false">:$persist_strided,
-    DefaultValuedParameter<"bool", "false">:$b_prefetch
+    DefaultValuedParameter<"bool", "false">:$b_prefetch,
+    DefaultValuedParameter<"bool", "false">:$scale_prefetch
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
