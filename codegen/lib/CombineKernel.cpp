@@ -11,6 +11,7 @@
 
 #include "KernelEmitter.h"
 #include "moec/Codegen/KernelBuilders.h"
+#include "moec/Codegen/PeerProtocol.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -27,7 +28,9 @@ namespace {
 constexpr int64_t kTokenIndexedExtent = int64_t(1) << 28;
 
 enum CombineArg : unsigned {
-  kRows, kTopkIds, kTopkWeights, kOut, kNumTokens, kCombineArgCount
+  kRows, kTopkIds, kTopkWeights, kOut, kNumTokens, kCombineArgCount,
+  // Only with peer_rows.
+  kControl = kCombineArgCount, kEpoch
 };
 
 class CombineEmitter : KernelEmitter {
@@ -43,6 +46,11 @@ public:
     argTypes[kTopkWeights] = globalBuffer(kTokenIndexedExtent, b.getF32Type());
     argTypes[kOut] = globalBuffer(kTokenIndexedExtent, b.getI32Type());
     argTypes[kNumTokens] = b.getI32Type();
+    if (op.getPeerRows()) {
+      argTypes.push_back(globalBuffer(
+          peer::controlWords(problem.getLocalExperts()), b.getI32Type()));
+      argTypes.push_back(b.getI32Type());
+    }
     OpBuilder::InsertionGuard guard(b);
     FailureOr<gpu::GPUFuncOp> func = createKernel(
         op.getSymName(), argTypes, getCombineKernelAbi(op), /*ldsDwords=*/0);
@@ -106,6 +114,12 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
   Value wave = divC(tid, 64);
   Value lane = remC(tid, 64);
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  const bool peerRows = op.getPeerRows();
+  // Peer rows are complete once every rank's stage 2 has signalled.
+  if (peerRows)
+    emitWaitUntil(tid, arg(kControl), idx(peer::kCombineReady),
+                  arith::MulIOp::create(b, loc, arg(kEpoch),
+                                        i32(problem.getEp())));
   // A fixed grid (blocks > 0) strides over the tokens; otherwise the grid
   // covers them and each wave handles at most one. (No gpu.grid_dim: its
   // ROCDL lowering ignores the 32-bit index width.)
@@ -168,9 +182,12 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
         Value route = add(mul(token, topK), idx(k));
         Value rowF32 = splitK > 1 ? loadPartialSum(rows, route, column)
                                   : loadBf16Row(rows, route, column);
-        Value w = vector::BroadcastOp::create(b, loc, f32x8, weight[k]);
-        Value sum = arith::AddFOp::create(
-            b, loc, acc, arith::MulFOp::create(b, loc, w, rowF32));
+        // Peer rows already carry the routing weight.
+        if (!peerRows)
+          rowF32 = arith::MulFOp::create(
+              b, loc, vector::BroadcastOp::create(b, loc, f32x8, weight[k]),
+              rowF32);
+        Value sum = arith::AddFOp::create(b, loc, acc, rowF32);
         scf::YieldOp::create(b, loc, sum);
         b.setInsertionPointToStart(ifValid.elseBlock());
         scf::YieldOp::create(b, loc, acc);
@@ -202,6 +219,11 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op) {
       {"out", K::Buffer, "bf16", A::Write, "[num_tokens, H]"},
       {"num_tokens", K::I32, "i32", A::Value, "scalar"},
   };
+  if (op.getPeerRows()) {
+    abi.args.push_back({"control", K::Buffer, "i32", A::ReadWrite,
+                        "[control words] (this rank's)"});
+    abi.args.push_back({"epoch", K::I32, "i32", A::Value, "scalar"});
+  }
   int64_t blocks = op.getTile().getBlocks();
   int64_t waves = op.getTile().getWaves();
   abi.gridX = blocks > 0 ? std::to_string(blocks)

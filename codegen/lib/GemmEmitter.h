@@ -87,6 +87,36 @@ public:
   /// workgroup's M tiles, and the function's gpu.return follows the loop.
   std::pair<mlir::Value, mlir::Value> emitTileIds(int64_t nTiles,
                                                   mlir::Value mTilesI32);
+  /// Where a peer stage keeps its work list in LDS (dword offsets): the
+  /// received count per local expert and the exclusive prefix of their M
+  /// tiles (experts + 1 words), then one word per wave and one for the
+  /// workgroup to broadcast atomics' results.
+  struct PeerLds {
+    int64_t counts = 0, tileScan = 0, waveWords = 0, groupWord = 0;
+    /// The layout from dword `base`; the ops' getPeerLdsBytes() sizes it.
+    static PeerLds at(int64_t base, int64_t experts, int64_t waves) {
+      return {base, base + experts, base + 2 * experts + 1,
+              base + 2 * experts + 1 + waves};
+    }
+  };
+  /// One item of a peer stage's work: an M tile of one expert's receive
+  /// rows (`count` of them used) by one N tile.
+  struct PeerItem {
+    mlir::Value expert, mTile, nTile, count;
+  };
+  /// Reads the receive count of every local expert (word `countBase` + e of
+  /// the i32 buffer `control`, capped at `capacity`) into LDS and scans
+  /// their M tiles there; returns the number of work items (index):
+  /// non-empty M tiles times `nTiles`. Ends with a barrier.
+  mlir::Value emitPeerWorkList(mlir::Value lds, const PeerLds &at,
+                               mlir::Value control, mlir::Value countBase,
+                               int64_t experts, int64_t capacity,
+                               int64_t nTiles);
+  /// Decodes work item `item` (N tile fastest, so consecutive workgroups
+  /// share activation rows) with a binary search of the tile scan.
+  PeerItem decodePeerItem(mlir::Value item, mlir::Value lds,
+                          const PeerLds &at, int64_t experts, int64_t nTiles);
+
   /// Function attributes the tile asks for (waves_per_eu).
   void applyTileHints(mlir::gpu::GPUFuncOp func);
 

@@ -4,6 +4,9 @@
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 using namespace mlir;
@@ -72,6 +75,41 @@ Value KernelEmitter::load16(Value memref, Value dwordIndex, bool nontemporal) {
 void KernelEmitter::store16(Value value, Value memref, Value dwordIndex) {
   vector::StoreOp::create(b, loc, value, memref, ValueRange{dwordIndex},
                           /*nontemporal=*/false, llvm::MaybeAlign(16));
+}
+
+Value KernelEmitter::atomicAddI32(Value memref, Value index, Value amountI32) {
+  return memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                     amountI32, memref, ValueRange{index});
+}
+
+void KernelEmitter::onThreadZero(Value tid, function_ref<void()> body) {
+  Value first =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, idx(0));
+  auto ifFirst = scf::IfOp::create(b, loc, first, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifFirst.thenBlock());
+  body();
+}
+
+void KernelEmitter::emitWaitUntil(Value tid, Value memref, Value index,
+                                  Value targetI32) {
+  onThreadZero(tid, [&] {
+    auto loop = scf::WhileOp::create(b, loc, TypeRange{}, ValueRange{});
+    Block *before = b.createBlock(&loop.getBefore());
+    // An atomic add of zero is the poll: a plain load could be served from a
+    // stale cache line.
+    Value word = atomicAddI32(memref, index, i32(0));
+    Value behind = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::slt,
+        arith::SubIOp::create(b, loc, word, targetI32), i32(0));
+    scf::ConditionOp::create(b, loc, behind, ValueRange{});
+    b.createBlock(&loop.getAfter());
+    ROCDL::SSleepOp::create(b, loc, 1);
+    scf::YieldOp::create(b, loc);
+    (void)before;
+    b.setInsertionPointAfter(loop);
+  });
+  gpu::BarrierOp::create(b, loc);
 }
 
 FailureOr<gpu::GPUFuncOp> KernelEmitter::createKernel(StringRef name,

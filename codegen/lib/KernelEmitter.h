@@ -45,6 +45,18 @@ protected:
   mlir::Value load16(mlir::Value memref, mlir::Value dwordIndex,
                      bool nontemporal = false);
   void store16(mlir::Value value, mlir::Value memref, mlir::Value dwordIndex);
+  /// memref.atomic_rmw addi on element `index` of an i32 global buffer
+  /// (acquire-release, system scope once lowered); returns the old value.
+  mlir::Value atomicAddI32(mlir::Value memref, mlir::Value index,
+                           mlir::Value amountI32);
+  /// Emits `body` under scf.if (tid == 0).
+  void onThreadZero(mlir::Value tid, llvm::function_ref<void()> body);
+  /// Thread 0 polls the i32 word until `word - target >= 0` (signed, so
+  /// monotonic counters may wrap), sleeping between polls; then a
+  /// workgroup barrier so every wave sees what the signaller wrote.
+  void emitWaitUntil(mlir::Value tid, mlir::Value memref, mlir::Value index,
+                     mlir::Value targetI32);
+
   /// A gpu.module named `name` with one kernel gpu.func of `argTypes`, the
   /// workgroup size of `abi` and `ldsDwords` of LDS (none when 0). The
   /// builder is left at the start of the function body. Fails (with an

@@ -17,6 +17,7 @@
 
 #include "GemmEmitter.h"
 #include "moec/Codegen/KernelBuilders.h"
+#include "moec/Codegen/PeerProtocol.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -40,6 +41,15 @@ enum W13Arg : unsigned {
   kBShared = kW13ArgCount, kBSharedScale
 };
 
+/// Argument positions of the fused stage 1 (`peer`); after kPeerFirst come
+/// problem.ep receive-row buffers, ep receive-scale buffers, ep receive
+/// metadata buffers and ep control buffers, one of each per rank.
+enum W13PeerArg : unsigned {
+  kPA, kPAScale, kPTopkIds, kPTopkWeights, kPB, kPBScale, kPRecvA,
+  kPRecvScale, kPOut, kPOutScale, kPControl, kPNumTokens, kPEpoch, kPRank,
+  kPeerFirst
+};
+
 class W13Emitter : GemmEmitter {
 public:
   W13Emitter(OpBuilder &builder, moe::W13Op op)
@@ -49,7 +59,31 @@ public:
   FailureOr<gpu::GPUModuleOp> emit();
 
 private:
+  /// Where the rows of one tile come from and go to.
+  struct TileRows {
+    /// Local expert (index and i32) and the first intermediate column.
+    Value expert, expertI32, colBase;
+    /// Per tile row (index): the A row to read and the output row to
+    /// write; past-the-end rows give an out-of-range row, so their loads
+    /// read zero and their stores are dropped.
+    function_ref<Value(Value)> aRow, outRow;
+    Value aBuf, aScaleBuf, outBuf, outScaleBuf, lds;
+    /// Weight and scale arguments (the shared expert's may be null).
+    Value b, bScale, bShared, bSharedScale;
+  };
+
+  /// The route-list kernel: one tile per workgroup from the sorted routes.
   void emitBody(gpu::GPUFuncOp func);
+  /// The fused MegaMoE stage 1 (`peer`): dispatch, then W13 tiles.
+  void emitPeerBody(gpu::GPUFuncOp func);
+  /// Stage 1's producer role: copies this rank's routes to their
+  /// destinations and signals each destination.
+  void emitDispatch(gpu::GPUFuncOp func, Value role, const PeerLds &words,
+                    Value aBuf, Value aScaleBuf, Value idsBuf, Value weightsBuf,
+                    Value numRoutesI32, Value epoch,
+                    function_ref<Value(unsigned, int64_t)> peerArg);
+  /// GEMM, activation and quantisation of one tile.
+  void emitTile(const TileRows &rows);
   /// Physical W13 row of logical intermediate column `column` (an index),
   /// for the gate row or the up row.
   Value physicalRow(Value column, bool up);
@@ -68,6 +102,43 @@ FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
   const int64_t inter = problem.getIntermediate();
   const bool shared = op.getSharedFp8Expert();
   const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
+
+  if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
+    const int64_t rows = problem.getLocalExperts() * peer.getCapacity();
+    const int64_t ep = problem.getEp();
+    SmallVector<Type> argTypes(kPeerFirst);
+    argTypes[kPA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+    argTypes[kPAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
+    argTypes[kPTopkIds] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+    argTypes[kPTopkWeights] = globalBuffer(kRouteIndexedExtent, b.getF32Type());
+    argTypes[kPB] =
+        globalBuffer(routedExperts * 2 * inter * hidden / 8, b.getI32Type());
+    argTypes[kPBScale] =
+        globalBuffer(routedExperts * 2 * inter * hidden / 32, b.getI8Type());
+    Type recvA = globalBuffer(rows * hidden / 4, b.getI32Type());
+    Type recvScale = globalBuffer(rows * hidden / 32, b.getI8Type());
+    Type recvMeta = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
+    Type control = globalBuffer(
+        peer::controlWords(problem.getLocalExperts()), b.getI32Type());
+    argTypes[kPRecvA] = recvA;
+    argTypes[kPRecvScale] = recvScale;
+    argTypes[kPOut] = globalBuffer(rows * inter / 4, b.getI32Type());
+    argTypes[kPOutScale] = globalBuffer(rows * inter / 32, b.getI8Type());
+    argTypes[kPControl] = control;
+    argTypes[kPNumTokens] = b.getI32Type();
+    argTypes[kPEpoch] = b.getI32Type();
+    argTypes[kPRank] = b.getI32Type();
+    for (Type type : {recvA, recvScale, recvMeta, control})
+      argTypes.append(ep, type);
+    OpBuilder::InsertionGuard guard(b);
+    FailureOr<gpu::GPUFuncOp> func = createKernel(
+        op.getSymName(), argTypes, getW13KernelAbi(op), op.getLdsBytes() / 4);
+    if (failed(func))
+      return failure();
+    applyTileHints(*func);
+    emitPeerBody(*func);
+    return (*func)->getParentOfType<gpu::GPUModuleOp>();
+  }
 
   SmallVector<Type> argTypes(kW13ArgCount);
   argTypes[kA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
@@ -192,51 +263,72 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
   const int64_t topK = problem.getTopK();
-  const int64_t tileM = tile.getM(), tileN = tile.getN(), tileK = tile.getK();
-  const int64_t waveN = tile.getWaveN();
-  const int64_t dim = layout.dim;
+  const int64_t tileM = tile.getM(), tileN = tile.getN();
   auto arg = [&](W13Arg which) { return func.getArgument(which); };
 
   Value numTokens = arg(kNumTokens), numSorted = arg(kNumSorted);
   Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
   Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
-  Value aBuf = asBuffer(arg(kA), bytesOf(numTokens, hidden));
-  Value aScaleBuf = asBuffer(arg(kAScale), bytesOf(numTokens, hidden / 32));
+  TileRows rows;
+  rows.aBuf = asBuffer(arg(kA), bytesOf(numTokens, hidden));
+  rows.aScaleBuf = asBuffer(arg(kAScale), bytesOf(numTokens, hidden / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
-  Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, inter));
-  Value outScaleBuf = asBuffer(arg(kOutScale), bytesOf(numRoutes, inter / 32));
-  Value lds = func.getWorkgroupAttributions()[0];
-  const bool shared = op.getSharedFp8Expert();
-  const int64_t sharedExpert = problem.getLocalExperts() - 1;
+  rows.outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, inter));
+  rows.outScaleBuf = asBuffer(arg(kOutScale), bytesOf(numRoutes, inter / 32));
+  rows.lds = func.getWorkgroupAttributions()[0];
+  rows.b = arg(kB);
+  rows.bScale = arg(kBScale);
+  if (op.getSharedFp8Expert()) {
+    rows.bShared = arg(kBShared);
+    rows.bSharedScale = arg(kBSharedScale);
+  }
 
   emitLaneIds();
   auto [nTile, mTile] = emitTileIds(inter / tileN, numTiles);
-  Value expertI32 =
+  rows.expertI32 =
       memref::LoadOp::create(b, loc, tileExpertBuf, ValueRange{mTile});
-  emitExpertGuard(expertI32, problem.getLocalExperts());
-
-  Value expert = toIndex(expertI32);
+  emitExpertGuard(rows.expertI32, problem.getLocalExperts());
+  rows.expert = toIndex(rows.expertI32);
+  rows.colBase = mul(nTile, tileN);
   Value rowBase = mul(mTile, tileM);
-  Value colBase = mul(nTile, tileN);
   auto routeOfRow = [&](Value row) {
     return toIndex(memref::LoadOp::create(b, loc, sortedBuf,
                                           ValueRange{add(rowBase, row)}));
   };
   auto tokenOfRow = [&](Value row) { return divC(routeOfRow(row), topK); };
+  rows.aRow = tokenOfRow;
+  rows.outRow = routeOfRow;
+  emitTile(rows);
+  // A persistent workgroup's next tile overwrites the staging area others
+  // may still be reading.
+  if (tile.getPersistCu() > 0)
+    gpu::BarrierOp::create(b, loc);
+}
+
+void W13Emitter::emitTile(const TileRows &rows) {
+  const int64_t hidden = problem.getHidden();
+  const int64_t inter = problem.getIntermediate();
+  const int64_t tileM = tile.getM(), tileN = tile.getN(), tileK = tile.getK();
+  const int64_t waveN = tile.getWaveN();
+  const int64_t dim = layout.dim;
+  const bool shared = op.getSharedFp8Expert();
+  const int64_t sharedExpert = problem.getLocalExperts() - 1;
+  Value lds = rows.lds, expert = rows.expert, colBase = rows.colBase;
+
   const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
-  SmallVector<Value> fragRoute;
+  SmallVector<Value> fragARow;
   for (int64_t mi = 0; mi < mFrags; ++mi)
-    fragRoute.push_back(routeOfRow(add(laneRow, idx(mi * dim))));
+    fragARow.push_back(rows.aRow(add(laneRow, idx(mi * dim))));
   Value waveCol = mul(wave, waveN);
 
   auto makeOperands = [&](bool bFp8) {
     GemmOperands ops;
-    ops.aBuffer = aBuf;
-    ops.aScaleBuffer = aScaleBuf;
-    ops.bBuffer = asBuffer(arg(bFp8 ? W13Arg(kBShared) : kB), Value());
+    ops.aBuffer = rows.aBuf;
+    ops.aScaleBuffer = rows.aScaleBuf;
+    ops.bBuffer = asBuffer(bFp8 ? rows.bShared : rows.b, Value());
     ops.bScaleBuffer =
-        asBuffer(arg(bFp8 ? W13Arg(kBSharedScale) : kBScale), Value());
+        asBuffer(bFp8 ? rows.bSharedScale : rows.bScale, Value());
     ops.lds = lds;
     ops.ldsADword = 0;
     ops.ldsBDword = tileM * tileK / 4;
@@ -249,7 +341,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
     // B tile rows [0, tileN) are gate rows, [tileN, 2 tileN) up rows.
     ops.aSlots = planCopy(
         tileM, tileK / 16,
-        [&](Value row) { return mul(tokenOfRow(row), hidden / 4); },
+        [&](Value row) { return mul(rows.aRow(row), hidden / 4); },
         ops.ldsADword, /*swizzle=*/tile.getASwizzle());
     ops.bSlots = planCopy(
         2 * tileN, bFp8 ? tileK / 16 : tileK / 32,
@@ -269,7 +361,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
         ops.ldsBDword);
     for (int64_t mi = 0; mi < mFrags; ++mi) {
       ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
-      ops.aScaleRow.push_back(mul(divC(fragRoute[mi], topK), hidden / 32));
+      ops.aScaleRow.push_back(mul(fragARow[mi], hidden / 32));
     }
     for (bool up : {false, true}) {
       for (int64_t ni = 0; ni < nFrags; ++ni) {
@@ -284,7 +376,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   Value isShared;
   if (shared)
     isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                     expertI32, i32(sharedExpert));
+                                     rows.expertI32, i32(sharedExpert));
   SmallVector<Value> accs =
       emitGemm(isShared, mFrags * 2 * nFrags, makeOperands);
 
@@ -342,17 +434,261 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
     for (int64_t q = 0; q < 8; ++q)
       values.push_back(vector::BitCastOp::create(
           b, loc, f32x4, load16(lds, add(stageDword, idx(4 * q)))));
-    Value route = routeOfRow(row);
-    Value outByte = add(mul(route, inter), add(colBase, mul(block, 32)));
+    Value outRow = rows.outRow(row);
+    Value outByte = add(mul(outRow, inter), add(colBase, mul(block, 32)));
     Value scaleIndex =
-        add(mul(route, inter / 32), add(divC(colBase, 32), block));
-    emitQuantizedBlock(values, outBuf, divC(outByte, 4), outScaleBuf,
-                       scaleIndex);
+        add(mul(outRow, inter / 32), add(divC(colBase, 32), block));
+    emitQuantizedBlock(values, rows.outBuf, divC(outByte, 4),
+                       rows.outScaleBuf, scaleIndex);
   }
-  // A persistent workgroup's next tile overwrites the staging area others
-  // may still be reading.
-  if (tile.getPersistCu() > 0)
-    gpu::BarrierOp::create(b, loc);
+}
+
+
+void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
+  moe::PeerTransportAttr peer = op.getPeerAttr();
+  const int64_t hidden = problem.getHidden();
+  const int64_t inter = problem.getIntermediate();
+  const int64_t topK = problem.getTopK();
+  const int64_t ep = problem.getEp();
+  const int64_t experts = problem.getLocalExperts();
+  const int64_t capacity = peer.getCapacity();
+  const int64_t rowsTotal = experts * capacity;
+  const int64_t groups = peer.getWorkgroups();
+  const int64_t producers = peer.getDispatchCus();
+  const int64_t waves = tile.getWaves();
+  const int64_t tileM = tile.getM(), tileN = tile.getN();
+  auto arg = [&](unsigned which) { return func.getArgument(which); };
+  auto peerArg = [&](unsigned kind, int64_t rank) {
+    return func.getArgument(kPeerFirst + kind * ep + rank);
+  };
+  Value lds = func.getWorkgroupAttributions()[0];
+  const PeerLds words = PeerLds::at(
+      (op.getLdsBytes() - op.getPeerLdsBytes()) / 4, experts, waves);
+  Value control = arg(kPControl);
+  Value numTokens = arg(kPNumTokens), epoch = arg(kPEpoch);
+  Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
+  Value aBuf = asBuffer(arg(kPA), bytesOf(numTokens, hidden));
+  Value aScaleBuf = asBuffer(arg(kPAScale), bytesOf(numTokens, hidden / 32));
+  Value idsBuf = asBuffer(arg(kPTopkIds), bytesOf(numRoutes, 4));
+  Value weightsBuf = asBuffer(arg(kPTopkWeights), bytesOf(numRoutes, 4));
+  auto constBytes = [&](int64_t bytes) {
+    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytes);
+  };
+
+  emitLaneIds();
+  // Roles by arrival: the first `producers` tickets of a launch dispatch.
+  onThreadZero(tid, [&] {
+    Value ticket =
+        atomicAddI32(control, idx(peer::kStage1Ticket), i32(1));
+    Value role = arith::RemUIOp::create(b, loc, ticket, i32(groups));
+    memref::StoreOp::create(b, loc, role, lds, ValueRange{idx(words.groupWord)});
+  });
+  gpu::BarrierOp::create(b, loc);
+  Value role = toIndex(
+      memref::LoadOp::create(b, loc, lds, ValueRange{idx(words.groupWord)}));
+  Value isProducer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                           role, idx(producers));
+  auto ifProducer = scf::IfOp::create(b, loc, isProducer, false);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifProducer.thenBlock());
+    emitDispatch(func, role, words, aBuf, aScaleBuf, idsBuf, weightsBuf,
+                 numRoutes, epoch, peerArg);
+  }
+
+  // Everyone computes once every producer wave of every rank has signalled
+  // this rank: ep * producers * waves signals per launch.
+  Value expected = arith::MulIOp::create(b, loc, epoch,
+                                         i32(ep * producers * waves));
+  emitWaitUntil(tid, control, idx(peer::kDispatchDone), expected);
+  Value bank = arith::AddIOp::create(
+      b, loc, i32(peer::kExpertCounts),
+      arith::MulIOp::create(
+          b, loc, arith::AndIOp::create(b, loc, epoch, i32(1)), i32(experts)));
+  const int64_t nTiles = inter / tileN;
+  Value items = emitPeerWorkList(lds, words, control, toIndex(bank), experts,
+                                 capacity, nTiles);
+  TileRows rows;
+  rows.aBuf = asBuffer(arg(kPRecvA), constBytes(rowsTotal * hidden));
+  rows.aScaleBuf =
+      asBuffer(arg(kPRecvScale), constBytes(rowsTotal * hidden / 32));
+  rows.outBuf = asBuffer(arg(kPOut), constBytes(rowsTotal * inter));
+  rows.outScaleBuf =
+      asBuffer(arg(kPOutScale), constBytes(rowsTotal * inter / 32));
+  rows.lds = lds;
+  rows.b = arg(kPB);
+  rows.bScale = arg(kPBScale);
+  auto work = scf::ForOp::create(b, loc, role, items, idx(groups));
+  gpu::ReturnOp::create(b, loc);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(work.getBody());
+  PeerItem item = decodePeerItem(work.getInductionVar(), lds, words, experts,
+                                 nTiles);
+  rows.expert = item.expert;
+  rows.expertI32 = arith::IndexCastOp::create(b, loc, b.getI32Type(), item.expert);
+  rows.colBase = mul(item.nTile, tileN);
+  Value firstRow = mul(item.mTile, tileM);
+  Value used = toIndex(item.count);
+  Value expertBase = add(mul(item.expert, capacity), firstRow);
+  // Rows past the expert's count read zeros and write nothing.
+  auto receiveRow = [&](Value row) {
+    Value inUse = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                        add(firstRow, row), used);
+    return arith::SelectOp::create(b, loc, inUse, add(expertBase, row),
+                                   idx(rowsTotal))
+        .getResult();
+  };
+  rows.aRow = receiveRow;
+  rows.outRow = receiveRow;
+  emitTile(rows);
+  // The next item reuses the LDS tiles.
+  gpu::BarrierOp::create(b, loc);
+}
+
+void W13Emitter::emitDispatch(
+    gpu::GPUFuncOp func, Value role, const PeerLds &words, Value aBuf,
+    Value aScaleBuf, Value idsBuf, Value weightsBuf, Value numRoutesI32,
+    Value epoch, function_ref<Value(unsigned, int64_t)> peerArg) {
+  moe::PeerTransportAttr peer = op.getPeerAttr();
+  const int64_t hidden = problem.getHidden();
+  const int64_t topK = problem.getTopK();
+  const int64_t ep = problem.getEp();
+  const int64_t experts = problem.getLocalExperts();
+  const int64_t capacity = peer.getCapacity();
+  const int64_t rowsTotal = experts * capacity;
+  const int64_t waves = tile.getWaves();
+  const int64_t producers = peer.getDispatchCus();
+  const int64_t routesPerRank = peer.getMaxTokens() * topK;
+  Value lds = func.getWorkgroupAttributions()[0];
+  Value control = func.getArgument(kPControl);
+  Value rank = func.getArgument(kPRank);
+  Value isLaneZero =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, idx(0));
+  auto onLaneZero = [&](function_ref<void()> body) {
+    auto ifLane = scf::IfOp::create(b, loc, isLaneZero, false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifLane.thenBlock());
+    body();
+  };
+
+  // The first producer clears the count bank the next launch uses (its
+  // previous use ended with this rank's last stage 2).
+  Value isFirst =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, role, idx(0));
+  auto ifFirst = scf::IfOp::create(b, loc, isFirst, false);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifFirst.thenBlock());
+    Value nextEpoch = arith::AddIOp::create(b, loc, epoch, i32(1));
+    Value nextBank = toIndex(arith::AddIOp::create(
+        b, loc, i32(peer::kExpertCounts),
+        arith::MulIOp::create(
+            b, loc, arith::AndIOp::create(b, loc, nextEpoch, i32(1)),
+            i32(experts))));
+    auto clear = scf::ForOp::create(b, loc, tid, idx(experts), idx(lanes));
+    b.setInsertionPointToStart(clear.getBody());
+    memref::StoreOp::create(b, loc, i32(0), control,
+                            ValueRange{add(nextBank, clear.getInductionVar())});
+  }
+
+  // One wave per route: lane 0 takes the receive row with an atomic on the
+  // destination's count, every lane copies 16-byte chunks of the row.
+  Value bank = toIndex(arith::AddIOp::create(
+      b, loc, i32(peer::kExpertCounts),
+      arith::MulIOp::create(b, loc, arith::AndIOp::create(b, loc, epoch, i32(1)),
+                            i32(experts))));
+  Value waveSlot = add(idx(words.waveWords), wave);
+  auto routes = scf::ForOp::create(b, loc, add(mul(role, waves), wave),
+                                   toIndex(numRoutesI32),
+                                   idx(producers * waves));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(routes.getBody());
+    Value route = routes.getInductionVar();
+    Value id = memref::LoadOp::create(b, loc, idsBuf, ValueRange{route});
+    // Invalid ids (negative, or past every rank's experts) go nowhere.
+    Value valid = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
+                              i32(ep * experts)));
+    auto ifValid = scf::IfOp::create(b, loc, valid, false);
+    b.setInsertionPointToStart(ifValid.thenBlock());
+    Value dest = arith::DivUIOp::create(b, loc, id, i32(experts));
+    Value expert = toIndex(arith::RemUIOp::create(b, loc, id, i32(experts)));
+    Value token = divC(route, topK);
+    Value weight = memref::LoadOp::create(b, loc, weightsBuf, ValueRange{route});
+    Value source = arith::AddIOp::create(
+        b, loc,
+        arith::MulIOp::create(b, loc, rank, i32(routesPerRank)),
+        arith::AddIOp::create(
+            b, loc,
+            arith::IndexCastOp::create(b, loc, b.getI32Type(), route), i32(1)));
+    for (int64_t d = 0; d < ep; ++d) {
+      OpBuilder::InsertionGuard perDest(b);
+      auto ifDest = scf::IfOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, dest, i32(d)),
+          false);
+      b.setInsertionPointToStart(ifDest.thenBlock());
+      Value destControl = peerArg(3, d);
+      onLaneZero([&] {
+        Value slot = atomicAddI32(destControl, add(bank, expert), i32(1));
+        memref::StoreOp::create(b, loc, slot, lds, ValueRange{waveSlot});
+      });
+      Value slot = memref::LoadOp::create(b, loc, lds, ValueRange{waveSlot});
+      Value fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                         slot, i32(capacity));
+      auto ifFits = scf::IfOp::create(b, loc, fits, /*withElseRegion=*/true);
+      b.setInsertionPointToStart(ifFits.thenBlock());
+      Value row = add(mul(expert, capacity), toIndex(slot));
+      Value recvA = asBuffer(peerArg(0, d),
+                             arith::ConstantIntOp::create(
+                                 b, loc, b.getI64Type(), rowsTotal * hidden));
+      auto copy = scf::ForOp::create(b, loc, lane, idx(hidden / 16), idx(64));
+      {
+        OpBuilder::InsertionGuard inCopy(b);
+        b.setInsertionPointToStart(copy.getBody());
+        Value chunk = mul(copy.getInductionVar(), 4);
+        store16(load16(aBuf, add(mul(token, hidden / 4), chunk)), recvA,
+                add(mul(row, hidden / 4), chunk));
+      }
+      // Scales: 4 bytes per lane.
+      auto i8x4 = VectorType::get({4}, b.getI8Type());
+      Value recvScale = peerArg(1, d);
+      auto copyScales =
+          scf::ForOp::create(b, loc, lane, idx(hidden / 128), idx(64));
+      {
+        OpBuilder::InsertionGuard inCopy(b);
+        b.setInsertionPointToStart(copyScales.getBody());
+        Value at = mul(copyScales.getInductionVar(), 4);
+        Value bytes = vector::LoadOp::create(
+            b, loc, i8x4, aScaleBuf, ValueRange{add(mul(token, hidden / 32), at)});
+        vector::StoreOp::create(b, loc, bytes, recvScale,
+                                ValueRange{add(mul(row, hidden / 32), at)});
+      }
+      Value meta = peerArg(2, d);
+      onLaneZero([&] {
+        Value weightBits =
+            arith::BitcastOp::create(b, loc, b.getI32Type(), weight);
+        memref::StoreOp::create(b, loc, weightBits, meta,
+                                ValueRange{mul(row, peer::kMetaWords)});
+        memref::StoreOp::create(b, loc, source, meta,
+                                ValueRange{add(mul(row, peer::kMetaWords), idx(1))});
+      });
+      // A full expert: counted on the destination, never silently lost.
+      b.setInsertionPointToStart(ifFits.elseBlock());
+      onLaneZero([&] {
+        (void)atomicAddI32(destControl, idx(peer::kOverflow), i32(1));
+      });
+    }
+  }
+  // Each wave signals every destination once its routes are out; the
+  // acquire-release atomic orders the wave's copies before the signal.
+  onLaneZero([&] {
+    for (int64_t d = 0; d < ep; ++d)
+      (void)atomicAddI32(peerArg(3, d), idx(peer::kDispatchDone), i32(1));
+  });
 }
 
 } // namespace
@@ -362,6 +698,42 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
   using A = KernelArg::Access;
   moe::TileAttr tile = op.getTile();
   KernelAbi abi;
+  abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
+  if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
+    abi.args = {
+        {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
+        {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_tokens, H/32]"},
+        {"topk_ids", K::Buffer, "i32", A::Read, "[num_tokens, top_k] (global expert ids)"},
+        {"topk_weights", K::Buffer, "f32", A::Read, "[num_tokens, top_k]"},
+        {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, 2I, H/2]"},
+        {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, 2I, H/32]"},
+        {"recv_a", K::Buffer, "f8E4M3FN", A::Read, "[local_experts * capacity, H] (this rank's)"},
+        {"recv_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts * capacity, H/32] (this rank's)"},
+        {"out", K::Buffer, "f8E4M3FN", A::Write, "[local_experts * capacity, I]"},
+        {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[local_experts * capacity, I/32]"},
+        {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
+        {"num_tokens", K::I32, "i32", A::Value, "scalar (<= max_tokens)"},
+        {"epoch", K::I32, "i32", A::Value, "scalar (launch count, from 1, equal on every rank)"},
+        {"rank", K::I32, "i32", A::Value, "scalar"},
+    };
+    const char *kinds[] = {"peer_recv_a", "peer_recv_scale", "peer_recv_meta",
+                           "peer_control"};
+    const char *shapes[] = {"[local_experts * capacity, H]",
+                            "[local_experts * capacity, H/32]",
+                            "[local_experts * capacity, 2]", "[control words]"};
+    const char *types[] = {"f8E4M3FN", "f8E8M0FNU", "i32", "i32"};
+    for (int kind = 0; kind < 4; ++kind)
+      for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
+        abi.args.push_back({std::string(kinds[kind]) + std::to_string(r),
+                            K::Buffer, types[kind],
+                            kind == 3 ? A::ReadWrite : A::Write,
+                            std::string(shapes[kind]) + " of rank " +
+                                std::to_string(r)});
+    abi.gridX = std::to_string(peer.getWorkgroups());
+    abi.gridY = "1";
+    abi.gridZ = "1";
+    return abi;
+  }
   abi.args = {
       {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
       {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_tokens, H/32]"},
@@ -384,7 +756,6 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
                   ? std::to_string(tile.getPersistCu())
                   : "num_sorted / " + std::to_string(tile.getM());
   abi.gridZ = "1";
-  abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
   return abi;
 }
 

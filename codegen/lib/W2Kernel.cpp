@@ -21,6 +21,7 @@
 
 #include "moec/Codegen/KernelBuilders.h"
 #include "GemmEmitter.h"
+#include "moec/Codegen/PeerProtocol.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
@@ -50,6 +51,12 @@ enum W2Arg : unsigned {
   kBShared = kW2ArgCount, kBSharedScale
 };
 
+/// Argument positions of the fused stage 2 (`peer`); after kPeerFirst come
+/// problem.ep combine buffers and problem.ep control buffers.
+enum W2PeerArg : unsigned {
+  kPA, kPAScale, kPB, kPBScale, kPRecvMeta, kPControl, kPEpoch, kPeerFirst
+};
+
 /// Emits one W2 kernel: the shared GEMM plus its arguments and epilogue.
 class W2Emitter : GemmEmitter {
 public:
@@ -60,7 +67,21 @@ public:
   FailureOr<gpu::GPUModuleOp> emit();
 
 private:
+  /// What the GEMM of one tile reads.
+  struct TileRows {
+    Value expert, expertI32, colBase;
+    /// Per tile row (index): the A row, past-the-end rows out of range.
+    function_ref<Value(Value)> aRow;
+    Value aBuf, aScaleBuf, lds, kBegin, kEnd;
+    Value b, bScale, bShared, bSharedScale;
+  };
+
+  /// The route-list kernel.
   void emitBody(gpu::GPUFuncOp func);
+  /// The fused MegaMoE stage 2 (`peer`).
+  void emitPeerBody(gpu::GPUFuncOp func);
+  /// The K loop of one tile; accumulators as GemmEmitter::emitGemm.
+  SmallVector<Value> emitTileGemm(const TileRows &rows);
 
   moe::W2Op op;
   moe::ProblemAttr problem;
@@ -71,6 +92,35 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
   const int64_t inter = problem.getIntermediate();
   const bool shared = op.getSharedFp8Expert();
   const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
+
+  if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
+    const int64_t rows = problem.getLocalExperts() * peer.getCapacity();
+    const int64_t ep = problem.getEp();
+    SmallVector<Type> argTypes(kPeerFirst);
+    argTypes[kPA] = globalBuffer(rows * inter / 4, b.getI32Type());
+    argTypes[kPAScale] = globalBuffer(rows * inter / 32, b.getI8Type());
+    argTypes[kPB] =
+        globalBuffer(routedExperts * hidden * inter / 8, b.getI32Type());
+    argTypes[kPBScale] =
+        globalBuffer(routedExperts * hidden * inter / 32, b.getI8Type());
+    argTypes[kPRecvMeta] = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
+    Type control = globalBuffer(peer::controlWords(problem.getLocalExperts()),
+                                b.getI32Type());
+    argTypes[kPControl] = control;
+    argTypes[kPEpoch] = b.getI32Type();
+    argTypes.append(ep, globalBuffer(peer.getMaxTokens() * problem.getTopK() *
+                                         hidden,
+                                     b.getBF16Type()));
+    argTypes.append(ep, control);
+    OpBuilder::InsertionGuard guard(b);
+    FailureOr<gpu::GPUFuncOp> func = createKernel(
+        op.getSymName(), argTypes, getW2KernelAbi(op), op.getLdsBytes() / 4);
+    if (failed(func))
+      return failure();
+    applyTileHints(*func);
+    emitPeerBody(*func);
+    return (*func)->getParentOfType<gpu::GPUModuleOp>();
+  }
 
   SmallVector<Type> argTypes(kW2ArgCount);
   argTypes[kA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
@@ -119,7 +169,6 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   const int64_t outRowBytes = splitK > 1 ? splitK * hidden * 4 : hidden * 2;
   Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, outRowBytes));
   const bool shared = op.getSharedFp8Expert();
-  const int64_t sharedExpert = problem.getLocalExperts() - 1;
 
   emitLaneIds();
   auto [nTile, mTile] = emitTileIds(hidden / tileN, numTiles);
@@ -156,50 +205,23 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     return add(mul(add(mul(route, splitK), kSlice), hidden), col);
   };
 
-  auto makeOperands = [&](bool bFp8) {
-    GemmOperands ops;
-    ops.aBuffer = aBuf;
-    ops.aScaleBuffer = aScaleBuf;
-    ops.bBuffer = asBuffer(arg(bFp8 ? W2Arg(kBShared) : kB), Value());
-    ops.bScaleBuffer = asBuffer(arg(bFp8 ? W2Arg(kBSharedScale) : kBScale), Value());
-    ops.lds = func.getWorkgroupAttributions()[0];
-    ops.ldsADword = 0;
-    ops.ldsBDword = tileM * tileK / 4;
-    ops.depth = inter;
-    ops.kBegin = kBegin;
-    ops.kEnd = kEnd;
-    ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
-    ops.bFp8 = bFp8;
-    // Weight row (expert, column) in rows of the [E, H, .] tensors; the
-    // shared expert's tensor holds just its own rows.
-    Value weightRowBase = bFp8 ? colBase : add(mul(expert, hidden), colBase);
-    // A rows are tileK FP8 bytes (tileK / 16 chunks of 16 bytes); B rows
-    // tileK / 2 packed bytes (tileK / 32 chunks), or tileK FP8 bytes.
-    ops.aSlots = planCopy(
-        tileM, tileK / 16,
-        [&](Value row) { return mul(routeOfRow(row), inter / 4); },
-        ops.ldsADword, /*swizzle=*/tile.getASwizzle());
-    const int64_t bRowDwords = bFp8 ? inter / 4 : inter / 8;
-    ops.bSlots = planCopy(
-        tileN, bFp8 ? tileK / 16 : tileK / 32,
-        [&](Value row) { return mul(add(weightRowBase, row), bRowDwords); },
-        ops.ldsBDword);
-    for (int64_t mi = 0; mi < mFrags; ++mi) {
-      ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
-      ops.aScaleRow.push_back(mul(fragRoute[mi], inter / 32));
-    }
-    for (int64_t ni = 0; ni < nFrags; ++ni) {
-      ops.bTileRow.push_back(add(add(waveCol, idx(ni * dim)), laneRow));
-      ops.bScaleRow.push_back(
-          mul(add(weightRowBase, ops.bTileRow.back()), inter / 32));
-    }
-    return ops;
-  };
-  Value isShared;
-  if (shared)
-    isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                     expertI32, i32(sharedExpert));
-  SmallVector<Value> accs = emitGemm(isShared, mFrags * nFrags, makeOperands);
+  TileRows rows;
+  rows.expert = expert;
+  rows.expertI32 = expertI32;
+  rows.colBase = colBase;
+  rows.aRow = routeOfRow;
+  rows.aBuf = aBuf;
+  rows.aScaleBuf = aScaleBuf;
+  rows.lds = func.getWorkgroupAttributions()[0];
+  rows.kBegin = kBegin;
+  rows.kEnd = kEnd;
+  rows.b = arg(kB);
+  rows.bScale = arg(kBScale);
+  if (shared) {
+    rows.bShared = arg(kBShared);
+    rows.bSharedScale = arg(kBSharedScale);
+  }
+  SmallVector<Value> accs = emitTileGemm(rows);
 
   // Epilogue: accumulator value a of a lane sits at (accRow(a), accCol) of
   // the MFMA's source-A x source-B block. BF16 output rounds once (to
@@ -282,6 +304,226 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     gpu::BarrierOp::create(b, loc);
 }
 
+void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
+  moe::PeerTransportAttr peer = op.getPeerAttr();
+  const int64_t hidden = problem.getHidden();
+  const int64_t inter = problem.getIntermediate();
+  const int64_t ep = problem.getEp();
+  const int64_t experts = problem.getLocalExperts();
+  const int64_t capacity = peer.getCapacity();
+  const int64_t rowsTotal = experts * capacity;
+  const int64_t groups = peer.getWorkgroups();
+  const int64_t waves = tile.getWaves();
+  const int64_t routesPerRank = peer.getMaxTokens() * problem.getTopK();
+  const int64_t tileM = tile.getM(), tileN = tile.getN();
+  const int64_t waveN = tile.getWaveN(), dim = layout.dim;
+  const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
+  auto arg = [&](unsigned which) { return func.getArgument(which); };
+  Value lds = func.getWorkgroupAttributions()[0];
+  const PeerLds words = PeerLds::at(
+      (op.getLdsBytes() - op.getPeerLdsBytes()) / 4, experts, waves);
+  Value control = arg(kPControl), epoch = arg(kPEpoch);
+  auto constBytes = [&](int64_t bytes) {
+    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytes);
+  };
+  Value metaBuf =
+      asBuffer(arg(kPRecvMeta), constBytes(rowsTotal * peer::kMetaWords * 4));
+  SmallVector<Value> combine;
+  for (int64_t r = 0; r < ep; ++r)
+    combine.push_back(asBuffer(arg(kPeerFirst + r),
+                               constBytes(routesPerRank * hidden * 2)));
+
+  emitLaneIds();
+  // Stage 1 ran before on this stream: the counts are final.
+  Value bank = arith::AddIOp::create(
+      b, loc, i32(peer::kExpertCounts),
+      arith::MulIOp::create(
+          b, loc, arith::AndIOp::create(b, loc, epoch, i32(1)), i32(experts)));
+  const int64_t nTiles = hidden / tileN;
+  Value items = emitPeerWorkList(lds, words, control, toIndex(bank), experts,
+                                 capacity, nTiles);
+  TileRows rows;
+  rows.aBuf = asBuffer(arg(kPA), constBytes(rowsTotal * inter));
+  rows.aScaleBuf = asBuffer(arg(kPAScale), constBytes(rowsTotal * inter / 32));
+  rows.lds = lds;
+  rows.b = arg(kPB);
+  rows.bScale = arg(kPBScale);
+  Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  auto work = scf::ForOp::create(b, loc, block, items, idx(groups));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(work.getBody());
+    PeerItem item = decodePeerItem(work.getInductionVar(), lds, words,
+                                   experts, nTiles);
+    rows.expert = item.expert;
+    rows.expertI32 =
+        arith::IndexCastOp::create(b, loc, b.getI32Type(), item.expert);
+    rows.colBase = mul(item.nTile, tileN);
+    Value firstRow = mul(item.mTile, tileM);
+    Value used = toIndex(item.count);
+    Value expertBase = add(mul(item.expert, capacity), firstRow);
+    auto receiveRow = [&](Value row) {
+      Value inUse = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                          add(firstRow, row), used);
+      return arith::SelectOp::create(b, loc, inUse, add(expertBase, row),
+                                     idx(rowsTotal))
+          .getResult();
+    };
+    rows.aRow = receiveRow;
+    SmallVector<Value> accs = emitTileGemm(rows);
+
+    // Epilogue: value x routing weight, BF16, into the source rank's
+    // combine row. Unused rows read metadata 0 ("no route") and store
+    // nothing.
+    auto storeRow = [&](Value tileRow, Value column, Value values) {
+      Value metaWord = mul(receiveRow(tileRow), peer::kMetaWords);
+      Value weight = arith::BitcastOp::create(
+          b, loc, b.getF32Type(),
+          memref::LoadOp::create(b, loc, metaBuf, ValueRange{metaWord}));
+      Value source = memref::LoadOp::create(b, loc, metaBuf,
+                                            ValueRange{add(metaWord, idx(1))});
+      Value hasSource = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                              source, i32(0));
+      Value packed = arith::SubIOp::create(b, loc, source, i32(1));
+      Value srcRank = arith::DivUIOp::create(b, loc, packed, i32(routesPerRank));
+      Value route =
+          toIndex(arith::RemUIOp::create(b, loc, packed, i32(routesPerRank)));
+      Value scaled;
+      if (auto vectorType = dyn_cast<VectorType>(values.getType())) {
+        scaled = arith::MulFOp::create(
+            b, loc, values, vector::BroadcastOp::create(b, loc, vectorType, weight));
+        scaled = arith::TruncFOp::create(
+            b, loc, VectorType::get(vectorType.getShape(), b.getBF16Type()),
+            scaled);
+      } else {
+        scaled = arith::TruncFOp::create(
+            b, loc, b.getBF16Type(), arith::MulFOp::create(b, loc, values, weight));
+      }
+      Value element = add(mul(route, hidden), column);
+      for (int64_t r = 0; r < ep; ++r) {
+        Value here = arith::AndIOp::create(
+            b, loc, hasSource,
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, srcRank,
+                                  i32(r)));
+        auto ifHere = scf::IfOp::create(b, loc, here, false);
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(ifHere.thenBlock());
+        if (isa<VectorType>(scaled.getType()))
+          vector::StoreOp::create(b, loc, scaled, combine[r], ValueRange{element},
+                                  /*nontemporal=*/true, llvm::MaybeAlign(8));
+        else
+          memref::StoreOp::create(b, loc, scaled, combine[r], ValueRange{element},
+                                  /*nontemporal=*/true);
+      }
+    };
+    Value waveCol = mul(wave, waveN);
+    for (int64_t mi = 0; mi < mFrags; ++mi) {
+      for (int64_t ni = 0; ni < nFrags; ++ni) {
+        Value acc = accs[mi * nFrags + ni];
+        Value fragCol = add(waveCol, idx(ni * dim));
+        for (int64_t a = 0; a < layout.accPerLane; a += 4) {
+          Value rowOfFour =
+              add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
+          Value quad = vector::ShuffleOp::create(
+              b, loc, acc, acc, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
+          if (bMajor) {
+            storeRow(add(laneRow, idx(mi * dim)),
+                     add(rows.colBase, add(fragCol, rowOfFour)), quad);
+            continue;
+          }
+          Value column = add(rows.colBase, add(fragCol, laneRow));
+          for (int64_t j = 0; j < 4; ++j)
+            storeRow(add(rowOfFour, idx(mi * dim + j)), column,
+                     vector::ExtractOp::create(b, loc, quad, j));
+        }
+      }
+    }
+    // The next item reuses the LDS tiles.
+    gpu::BarrierOp::create(b, loc);
+  }
+
+  // Every wave takes a ticket after its stores; the wave that completes
+  // the launch's count (acquiring every earlier wave's release) signals
+  // each source rank that its combine rows are complete.
+  Value isLaneZero =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, idx(0));
+  auto ifLane = scf::IfOp::create(b, loc, isLaneZero, false);
+  b.setInsertionPointToStart(ifLane.thenBlock());
+  Value ticket = atomicAddI32(control, idx(peer::kStage2Ticket), i32(1));
+  Value last = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::eq,
+      arith::RemUIOp::create(b, loc, arith::AddIOp::create(b, loc, ticket, i32(1)),
+                             i32(groups * waves)),
+      i32(0));
+  auto ifLast = scf::IfOp::create(b, loc, last, false);
+  b.setInsertionPointToStart(ifLast.thenBlock());
+  for (int64_t r = 0; r < ep; ++r)
+    (void)atomicAddI32(arg(kPeerFirst + ep + r), idx(peer::kCombineReady),
+                       i32(1));
+  b.setInsertionPointAfter(ifLane);
+  gpu::ReturnOp::create(b, loc);
+}
+
+SmallVector<Value> W2Emitter::emitTileGemm(const TileRows &rows) {
+  const int64_t inter = problem.getIntermediate();
+  const int64_t hidden = problem.getHidden();
+  const int64_t tileM = tile.getM(), tileK = tile.getK();
+  const int64_t waveN = tile.getWaveN();
+  const int64_t dim = layout.dim;
+  const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
+  const bool shared = op.getSharedFp8Expert();
+  const int64_t sharedExpert = problem.getLocalExperts() - 1;
+  Value waveCol = mul(wave, waveN);
+  SmallVector<Value> fragARow;
+  for (int64_t mi = 0; mi < mFrags; ++mi)
+    fragARow.push_back(rows.aRow(add(laneRow, idx(mi * dim))));
+  auto makeOperands = [&](bool bFp8) {
+    GemmOperands ops;
+    ops.aBuffer = rows.aBuf;
+    ops.aScaleBuffer = rows.aScaleBuf;
+    ops.bBuffer = asBuffer(bFp8 ? rows.bShared : rows.b, Value());
+    ops.bScaleBuffer = asBuffer(bFp8 ? rows.bSharedScale : rows.bScale, Value());
+    ops.lds = rows.lds;
+    ops.ldsADword = 0;
+    ops.ldsBDword = tileM * tileK / 4;
+    ops.depth = inter;
+    ops.kBegin = rows.kBegin;
+    ops.kEnd = rows.kEnd;
+    ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+    ops.bFp8 = bFp8;
+    // Weight row (expert, column) in rows of the [E, H, .] tensors; the
+    // shared expert's tensor holds just its own rows.
+    Value weightRowBase =
+        bFp8 ? rows.colBase : add(mul(rows.expert, hidden), rows.colBase);
+    // A rows are tileK FP8 bytes (tileK / 16 chunks of 16 bytes); B rows
+    // tileK / 2 packed bytes (tileK / 32 chunks), or tileK FP8 bytes.
+    ops.aSlots = planCopy(
+        tileM, tileK / 16,
+        [&](Value row) { return mul(rows.aRow(row), inter / 4); },
+        ops.ldsADword, /*swizzle=*/tile.getASwizzle());
+    const int64_t bRowDwords = bFp8 ? inter / 4 : inter / 8;
+    ops.bSlots = planCopy(
+        tile.getN(), bFp8 ? tileK / 16 : tileK / 32,
+        [&](Value row) { return mul(add(weightRowBase, row), bRowDwords); },
+        ops.ldsBDword);
+    for (int64_t mi = 0; mi < mFrags; ++mi) {
+      ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
+      ops.aScaleRow.push_back(mul(fragARow[mi], inter / 32));
+    }
+    for (int64_t ni = 0; ni < nFrags; ++ni) {
+      ops.bTileRow.push_back(add(add(waveCol, idx(ni * dim)), laneRow));
+      ops.bScaleRow.push_back(
+          mul(add(weightRowBase, ops.bTileRow.back()), inter / 32));
+    }
+    return ops;
+  };
+  Value isShared;
+  if (shared)
+    isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     rows.expertI32, i32(sharedExpert));
+  return emitGemm(isShared, mFrags * nFrags, makeOperands);
+}
+
 } // namespace
 
 const char *toString(KernelArg::Kind kind) {
@@ -303,6 +545,28 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
   using A = KernelArg::Access;
   moe::TileAttr tile = op.getTile();
   KernelAbi abi;
+  abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
+  if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
+    abi.args = {
+        {"a", K::Buffer, "f8E4M3FN", A::Read, "[local_experts * capacity, I]"},
+        {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts * capacity, I/32]"},
+        {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, H, I/2]"},
+        {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
+        {"recv_meta", K::Buffer, "i32", A::Read, "[local_experts * capacity, 2] (this rank's)"},
+        {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
+        {"epoch", K::I32, "i32", A::Value, "scalar (as stage 1)"},
+    };
+    for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
+      abi.args.push_back({"peer_combine" + std::to_string(r), K::Buffer, "bf16",
+                          A::Write, "[max_tokens * top_k, H] of rank " + std::to_string(r)});
+    for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
+      abi.args.push_back({"peer_control" + std::to_string(r), K::Buffer, "i32",
+                          A::ReadWrite, "[control words] of rank " + std::to_string(r)});
+    abi.gridX = std::to_string(peer.getWorkgroups());
+    abi.gridY = "1";
+    abi.gridZ = "1";
+    return abi;
+  }
   abi.args = {
       {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_routes, I]"},
       {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_routes, I/32]"},
@@ -325,7 +589,6 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
                   ? std::to_string(tile.getPersistCu())
                   : "num_sorted / " + std::to_string(tile.getM());
   abi.gridZ = std::to_string(op.getSplitK());
-  abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
   return abi;
 }
 

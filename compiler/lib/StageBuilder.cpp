@@ -173,7 +173,7 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
   if (isSort)
     known.insert("m");
   else
-    known.insert({"blocks", "split_k"});
+    known.insert({"blocks", "split_k", "peer_rows"});
   for (const auto &field : spec.fields)
     if (!known.count(field.first)) {
       read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
@@ -181,7 +181,8 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
     }
   int64_t hidden, intermediate, experts, topK, ep, blocks = 0, mTile = 0, waves;
   int64_t splitK = 1;
-  if (!read.integer("split_k", 1, splitK))
+  bool peerRows = false;
+  if (!read.integer("split_k", 1, splitK) || !read.flag("peer_rows", peerRows))
     return nullptr;
   if (!read.integer("hidden", -1, hidden) ||
       !read.integer("intermediate", -1, intermediate) ||
@@ -227,9 +228,12 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
              std::to_string(blocks) + "_w" + std::to_string(waves);
     if (splitK > 1)
       symbol += "_sk" + std::to_string(splitK);
+    if (peerRows)
+      symbol += "_ep" + std::to_string(ep) + "_peer";
     auto combine = moe::CombineOp::create(
         builder, loc, builder.getStringAttr(symbol), problem, tile,
         builder.getI64IntegerAttr(splitK));
+    combine.setPeerRows(peerRows);
     op = combine;
     if (succeeded(mlir::verify(op, /*verifyRecursively=*/false)))
       description.abi = getCombineKernelAbi(combine);
@@ -249,8 +253,10 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
       {"top_k", std::to_string(topK)},
       {"waves", std::to_string(waves)},
   };
-  if (!isSort)
+  if (!isSort) {
     description.fields.push_back({"split_k", std::to_string(splitK)});
+    description.fields.push_back({"peer_rows", std::to_string(int(peerRows))});
+  }
   std::sort(description.fields.begin(), description.fields.end());
   return op;
 }
@@ -283,10 +289,12 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
       "waves", "mfma", "orientation", "b_cache", "b_layout",
       "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
-      "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch"};
+      "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch",
+      "transport", "capacity", "max_tokens", "workgroups"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
-                   field.first == "swiglu_limit";
+                   field.first == "swiglu_limit" ||
+                   field.first == "dispatch_cus";
     bool w2Only = field.first == "split_k" || field.first == "bf16_lds";
     if (!common.count(field.first) && !(isW13 && w13Only) &&
         !(!isW13 && w2Only)) {
@@ -336,6 +344,35 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("scale_prefetch", scalePrefetch) ||
       !read.flag("bf16_lds", bf16Lds))
     return nullptr;
+  // The peer transport (MegaMoE fused stages): `transport = fixed_slot`.
+  enum class Transport { None, FixedSlot };
+  Transport transport;
+  int64_t capacity = 0, maxTokens = 0, workgroups = 256, dispatchCus = 16;
+  if (!read.enumeration<Transport>(
+          "transport", Transport::None,
+          [](llvm::StringRef text) -> std::optional<Transport> {
+            if (text == "none")
+              return Transport::None;
+            if (text == "fixed_slot")
+              return Transport::FixedSlot;
+            return std::nullopt;
+          },
+          "none, fixed_slot", transport))
+    return nullptr;
+  const bool hasPeer = transport == Transport::FixedSlot;
+  if (hasPeer &&
+      (!read.integer("capacity", -1, capacity) ||
+       !read.integer("max_tokens", -1, maxTokens) ||
+       !read.integer("workgroups", 256, workgroups) ||
+       !read.integer("dispatch_cus", 16, dispatchCus)))
+    return nullptr;
+  if (!hasPeer)
+    for (const char *field : {"capacity", "max_tokens", "workgroups",
+                              "dispatch_cus"})
+      if (spec.fields.count(field)) {
+        read.fail(field, "only applies with transport = fixed_slot");
+        return nullptr;
+      }
 
   Location loc = locationOf(context, spec);
   // The verifiers report through diagnostics; keep the first as the error.
@@ -355,9 +392,22 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                         xcdSwizzle, aSwizzle, persistCu,
                                         persistStrided, bPrefetch,
                                         scalePrefetch);
-  if (!problem || !tile) {
+  moe::PeerTransportAttr peer;
+  if (hasPeer)
+    peer = moe::PeerTransportAttr::getChecked(emitError, context, capacity,
+                                              maxTokens, workgroups,
+                                              isW13 ? dispatchCus : 1);
+  if (!problem || !tile || (hasPeer && !peer)) {
     error = diagnostic;
     return nullptr;
+  }
+  // Fused peer stages name their transport: capacity, token bound, grid.
+  std::string peerSuffix;
+  if (hasPeer) {
+    peerSuffix = "_fs" + std::to_string(capacity) + "_mt" +
+                 std::to_string(maxTokens) + "_g" + std::to_string(workgroups);
+    if (isW13)
+      peerSuffix += "_d" + std::to_string(dispatchCus);
   }
 
   Operation *op;
@@ -371,12 +421,16 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       symbol += "_clamp" + std::to_string(swigluLimit);
     if (sharedFp8)
       symbol += "_shfp8";
+    symbol += peerSuffix;
     auto w13 = moe::W13Op::create(
         builder, loc, builder.getStringAttr(symbol), problem, tile,
         builder.getI64IntegerAttr(interleave),
-        builder.getF32FloatAttr(static_cast<float>(swigluLimit)));
+        builder.getF32FloatAttr(static_cast<float>(swigluLimit)),
+        /*shared_fp8_expert=*/UnitAttr(), /*peer=*/moe::PeerTransportAttr());
     if (sharedFp8)
       w13.setSharedFp8Expert(true);
+    if (peer)
+      w13.setPeerAttr(peer);
     op = w13;
     description.symbol = symbol;
     if (succeeded(mlir::verify(w13, /*verifyRecursively=*/false)))
@@ -389,11 +443,18 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       symbol += "_sk" + std::to_string(splitK);
     if (bf16Lds)
       symbol += "_ldsout";
-    auto w2 = moe::W2Op::create(builder, loc, symbol, problem, tile);
+    symbol += peerSuffix;
+    auto w2 = moe::W2Op::create(builder, loc, builder.getStringAttr(symbol),
+                                problem, tile, /*shared_fp8_expert=*/UnitAttr(),
+                                builder.getI64IntegerAttr(1),
+                                /*bf16_lds=*/UnitAttr(),
+                                /*peer=*/moe::PeerTransportAttr());
     if (sharedFp8)
       w2.setSharedFp8Expert(true);
     w2.setSplitK(splitK);
     w2.setBf16Lds(bf16Lds);
+    if (peer)
+      w2.setPeerAttr(peer);
     op = w2;
     description.symbol = symbol;
     if (succeeded(mlir::verify(w2, /*verifyRecursively=*/false)))
@@ -428,6 +489,14 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"b_prefetch", std::to_string(int(bPrefetch))},
       {"scale_prefetch", std::to_string(int(scalePrefetch))},
   };
+  if (hasPeer) {
+    description.fields.push_back({"transport", "fixed_slot"});
+    description.fields.push_back({"capacity", std::to_string(capacity)});
+    description.fields.push_back({"max_tokens", std::to_string(maxTokens)});
+    description.fields.push_back({"workgroups", std::to_string(workgroups)});
+    if (isW13)
+      description.fields.push_back({"dispatch_cus", std::to_string(dispatchCus)});
+  }
   if (isW13) {
     description.fields.push_back(
         {"gate_up_interleave", std::to_string(interleave)});

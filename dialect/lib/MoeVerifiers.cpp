@@ -120,6 +120,57 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 //===----------------------------------------------------------------------===//
+// PeerTransportAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                          int64_t capacity, int64_t maxTokens,
+                          int64_t workgroups, int64_t dispatchCus) {
+  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
+  if (capacity <= 0)
+    return emitError() << "peer.capacity must be positive, got " << capacity;
+  if (maxTokens <= 0)
+    return emitError() << "peer.max_tokens must be positive, got "
+                       << maxTokens;
+  if (workgroups <= 0 ||
+      workgroups > int64_t(target.computeUnits) * target.maxWavesPerCu())
+    return emitError() << "peer.workgroups must be in [1, "
+                       << int64_t(target.computeUnits) * target.maxWavesPerCu()
+                       << "], got " << workgroups;
+  // Producers must all be resident while others wait on them; roles go by
+  // arrival, so that holds when they fit one per CU and leave a consumer.
+  if (dispatchCus <= 0 || dispatchCus >= workgroups ||
+      dispatchCus > int64_t(target.computeUnits))
+    return emitError() << "peer.dispatch_cus must be in [1, min(workgroups - "
+                          "1, "
+                       << target.computeUnits << ")], got " << dispatchCus;
+  return success();
+}
+
+/// Rules every stage with a `#moe.peer` transport shares: the receive rows
+/// of an expert are whole M tiles and the stage runs its own persistent
+/// work loop.
+static LogicalResult verifyPeerStage(Operation *op, PeerTransportAttr peer,
+                                     ProblemAttr problem, TileAttr tile) {
+  if (peer.getCapacity() % tile.getM() != 0)
+    return op->emitOpError("peer.capacity (")
+           << peer.getCapacity() << ") must be a multiple of tile.m ("
+           << tile.getM() << ")";
+  if (tile.getPersistCu() > 0 || tile.getXcdSwizzle())
+    return op->emitOpError("tile.persist_cu and tile.xcd_swizzle do not apply "
+                           "with peer: the stage runs peer.workgroups "
+                           "persistent workgroups");
+  // Source routes are packed as rank * max_tokens * top_k + route + 1 in 31
+  // bits.
+  if (problem.getEp() * peer.getMaxTokens() * problem.getTopK() >=
+      (int64_t(1) << 31) - 1)
+    return op->emitOpError("problem.ep * peer.max_tokens * problem.top_k must "
+                           "fit in 31 bits");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // W2Op
 //===----------------------------------------------------------------------===//
 
@@ -143,7 +194,26 @@ int64_t W2Op::getLdsBytes() {
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
   int64_t gemm = tile.getM() * tile.getK() + tile.getN() * bRowBytes;
   // bf16_lds stages the m x n BF16 output tile afterwards.
-  return getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2) : gemm;
+  return (getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2)
+                       : gemm) +
+         getPeerLdsBytes();
+}
+
+/// Bytes of the peer stages' LDS words: counts and tile prefix per local
+/// expert plus the total, one word per wave, one per workgroup.
+static int64_t peerLdsBytes(PeerTransportAttr peer, ProblemAttr problem,
+                            TileAttr tile) {
+  if (!peer)
+    return 0;
+  return 4 * (2 * problem.getLocalExperts() + 1 + tile.getWaves() + 1);
+}
+
+int64_t W2Op::getPeerLdsBytes() {
+  return peerLdsBytes(getPeerAttr(), getProblem(), getTile());
+}
+
+int64_t W13Op::getPeerLdsBytes() {
+  return peerLdsBytes(getPeerAttr(), getProblem(), getTile());
 }
 
 LogicalResult W2Op::verify() {
@@ -177,6 +247,13 @@ LogicalResult W2Op::verify() {
   // the weights-as-source-A orientation gives.
   if (getBf16Lds() && tile.getOrientation() != MfmaOrientation::b_major)
     return emitOpError("bf16_lds needs tile.orientation = b_major");
+  if (PeerTransportAttr peer = getPeerAttr()) {
+    if (failed(verifyPeerStage(*this, peer, problem, tile)))
+      return failure();
+    if (getSplitK() > 1 || getBf16Lds() || getSharedFp8Expert())
+      return emitOpError("peer: split_k, bf16_lds and shared_fp8_expert do "
+                         "not apply to the fused stage 2");
+  }
   // Split-K slices take ceil(steps / split_k) K steps each (the last may
   // be shorter); every slice must get at least one.
   int64_t steps = problem.getIntermediate() / tile.getK();
@@ -204,7 +281,7 @@ int64_t W13Op::getLdsBytes() {
   // shared FP8 expert); afterwards the m x n FP32 activation tile.
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
   int64_t gemm = tile.getM() * tile.getK() + 2 * tile.getN() * bRowBytes;
-  return std::max(gemm, tile.getM() * tile.getN() * 4);
+  return std::max(gemm, tile.getM() * tile.getN() * 4) + getPeerLdsBytes();
 }
 
 LogicalResult W13Op::verify() {
@@ -240,6 +317,14 @@ LogicalResult W13Op::verify() {
            << problem.getIntermediate() << ")";
   if (getSwigluLimit().convertToFloat() < 0.0f)
     return emitOpError("swiglu_limit must be >= 0 (0 disables the clamp)");
+  if (PeerTransportAttr peer = getPeerAttr()) {
+    if (failed(verifyPeerStage(*this, peer, problem, tile)))
+      return failure();
+    if (interleave != 0 || getSharedFp8Expert())
+      return emitOpError("peer: gate_up_interleave and shared_fp8_expert do "
+                         "not apply to the fused stage 1 (MegaMoE W13 is gate "
+                         "rows then up rows)");
+  }
   // Gate and up accumulators: twice the W2 count.
   int64_t accumulatorRegs = 2 * tile.getM() * tile.getWaveN() / 64;
   if (accumulatorRegs > 448)
@@ -284,6 +369,10 @@ LogicalResult CombineOp::verify() {
     return emitOpError("problem.hidden (")
            << problem.getHidden()
            << ") must be a multiple of 8 for 16-byte row access";
+  if (getPeerRows() && getSplitK() > 1)
+    return emitOpError("peer_rows are BF16 rows from the fused stage 2; "
+                       "split_k (")
+           << getSplitK() << ") does not apply";
   const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
   int64_t blocks = getTile().getBlocks();
   // A persistent grid larger than the chip gains nothing and hides a typo.

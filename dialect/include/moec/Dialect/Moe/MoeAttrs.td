@@ -158,4 +158,39 @@ def Moe_CombineTileAttr : Moe_Attr<"CombineTile", "combine_tile"> {
   let genVerifyDecl = 1;
 }
 
+def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
+  let summary = "expert-parallel peer transport of a fused MegaMoE stage";
+  let description = [{
+    Makes `moe.w13` the fused stage 1 of MegaMoE (peer dispatch + W13 +
+    SwiGLU + FP8 quantisation) and `moe.w2` the fused stage 2 (W2, routing
+    weight, BF16 rows stored into the source ranks' combine buffers), with
+    the fixed-slot transport: every local expert owns `capacity` receive
+    rows on every rank, a route takes the next row of its expert with an
+    atomic on the destination, and a route past the capacity is counted in
+    the destination's overflow word (reported, never silently dropped: the
+    layer must be treated as failed).
+
+    `max_tokens` bounds the tokens of one rank per launch (the workspace
+    capacity of the tuning key). `workgroups` is the persistent grid of the
+    stage; roles go by arrival order (a ticket from an atomic counter), not
+    by block id, so the workgroups that others wait on are always resident.
+    In stage 1 the first `dispatch_cus` arrivals copy routes to their
+    destinations, then every workgroup computes W13 tiles. docs/families.md
+    gives the buffers, the control words and the launch protocol.
+
+    ```mlir
+    #moe.peer<capacity = 4096, max_tokens = 1024, workgroups = 256,
+              dispatch_cus = 32>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$capacity,
+    "int64_t":$max_tokens,
+    DefaultValuedParameter<"int64_t", "256">:$workgroups,
+    DefaultValuedParameter<"int64_t", "16">:$dispatch_cus
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // MOEC_DIALECT_MOE_MOEATTRS_TD

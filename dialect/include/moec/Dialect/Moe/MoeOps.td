@@ -46,6 +46,19 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     scattered pieces its accumulators hold. Needs `b_major` (each lane then
     owns four consecutive columns); not with split_k.
 
+    With `peer` (#moe.peer, MegaMoE stage 2 of expert parallelism) the rows
+    are this rank's receive rows, expert e owning rows [e * capacity,
+    (e + 1) * capacity) of which the first count[e] are used; each output
+    row is multiplied by its routing weight, rounded to BF16 and stored
+    into the combine buffer of the rank the route came from, at row
+    `token * top_k + k`. The last workgroup to finish signals every source
+    rank. Arguments: `a`, `a_scale` (the stage-1 intermediate over
+    receive rows), `b`, `b_scale`, `recv_meta` (i32 [experts * capacity, 2]:
+    weight bits and source route + 1), `control` (i32 control words),
+    `epoch` (i32), then `problem.ep` combine buffers (BF16
+    [max_tokens * top_k, H], one per rank) and `problem.ep` control
+    buffers. Grid: (peer.workgroups, 1, 1).
+
     ```mlir
     moe.w2 @w2_t32x128 problem(#moe.problem<hidden = 5120, intermediate = 2304,
         experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
@@ -59,7 +72,8 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     Moe_TileAttr:$tile,
     UnitAttr:$shared_fp8_expert,
     DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k,
-    UnitAttr:$bf16_lds
+    UnitAttr:$bf16_lds,
+    OptionalAttr<Moe_PeerTransportAttr>:$peer
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
@@ -68,8 +82,13 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Bytes of LDS the kernel stages per K step (A tile plus B tile; the
-    /// B tile of FP8 shared-expert rows is twice as large).
+    /// B tile of FP8 shared-expert rows is twice as large), plus
+    /// getPeerLdsBytes().
     int64_t getLdsBytes();
+    /// With `peer`: LDS words after the GEMM's for the work list (a count
+    /// and a tile prefix per local expert, plus the total) and one word per
+    /// wave and per workgroup to broadcast atomics' results; else 0.
+    int64_t getPeerLdsBytes();
   }];
 }
 
@@ -106,6 +125,14 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     [2I, H]) and `b_shared_scale` (E8M0 [2I, H/32]) after the other
     arguments; see `moe.w2`.
 
+    With `peer` (#moe.peer) the kernel is MegaMoE stage 1: it also
+    dispatches this rank's routes to the ranks owning their experts (FP8
+    row, scales, routing weight and source route into the destination's
+    receive rows), waits until every rank's producers have finished, and
+    computes W13 over its own receive rows; the intermediate is indexed by
+    receive row. docs/families.md gives the arguments, buffers and the
+    launch protocol. Not with `shared_fp8_expert` or `gate_up_interleave`.
+
     ```mlir
     moe.w13 @w13 problem(#moe.problem<hidden = 5120, intermediate = 2304,
         experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
@@ -119,7 +146,8 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     Moe_TileAttr:$tile,
     DefaultValuedAttr<I64Attr, "0">:$gate_up_interleave,
     DefaultValuedAttr<F32Attr, "0.0f">:$swiglu_limit,
-    UnitAttr:$shared_fp8_expert
+    UnitAttr:$shared_fp8_expert,
+    OptionalAttr<Moe_PeerTransportAttr>:$peer
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
@@ -128,8 +156,11 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Bytes of LDS: the A and B tiles of a K step, reused afterwards to
-    /// stage the FP32 activation tile for quantisation.
+    /// stage the FP32 activation tile for quantisation, plus
+    /// getPeerLdsBytes().
     int64_t getLdsBytes();
+    /// With `peer`: the work-list and broadcast words (see moe.w2).
+    int64_t getPeerLdsBytes();
   }];
 }
 
@@ -150,6 +181,12 @@ def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
     With `split_k` S > 1, `rows` are the FP32 split-K partials of `moe.w2`,
     [num_tokens * top_k, S, H], summed in increasing order per route.
 
+    With `peer_rows` the rows were written by the peers' fused stage 2
+    (`moe.w2` with `peer`): already multiplied by the routing weight, so
+    they are summed unweighted, after every workgroup has waited until all
+    `problem.ep` ranks have signalled this rank's control word. Two more
+    arguments follow: `control` (i32) and `epoch` (i32).
+
     ```mlir
     moe.combine @combine problem(#moe.problem<hidden = 5120,
         intermediate = 2304, experts = 384, top_k = 6, ep = 4,
@@ -161,7 +198,8 @@ def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
     SymbolNameAttr:$sym_name,
     Moe_ProblemAttr:$problem,
     Moe_CombineTileAttr:$tile,
-    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k
+    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k,
+    UnitAttr:$peer_rows
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`

@@ -1,0 +1,63 @@
+//===- PeerProtocol.h - control words of the fused MegaMoE stages -*- C++ -*-===//
+///
+/// \file
+/// The fixed-slot peer transport of `#moe.peer` as data: the i32 words of a
+/// rank's control buffer and the packing of a receive row's metadata. The
+/// codegen, the emulator harness and an engine's buffer set-up all read
+/// these, so they agree by construction. docs/families.md tells the protocol.
+/// Plain C++, no MLIR dependency.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_CODEGEN_PEERPROTOCOL_H
+#define MOEC_CODEGEN_PEERPROTOCOL_H
+
+#include <cstdint>
+
+namespace moec::peer {
+
+/// Word indices of a rank's control buffer (i32). The engine zeroes the
+/// buffer once at allocation; the kernels never need it reset again:
+/// tickets and signals only grow (compared modulo 2^32), and the two banks
+/// of expert counts alternate with the epoch.
+enum ControlWord : int64_t {
+  /// Arrival tickets of stage 1 workgroups (role = ticket % workgroups).
+  kStage1Ticket = 0,
+  /// +1 from every producer workgroup of every source rank per launch.
+  kDispatchDone = 1,
+  /// +1 per route that found its expert's receive rows full. Sticky: the
+  /// engine reads it after the layer, treats nonzero as a failed layer,
+  /// and clears it.
+  kOverflow = 2,
+  /// Arrival tickets of stage 2 workgroups at their end.
+  kStage2Ticket = 3,
+  /// +1 from every destination rank's stage 2 per launch.
+  kCombineReady = 4,
+  /// Two banks of per-local-expert receive counts, bank = epoch & 1.
+  kExpertCounts = 16,
+};
+
+/// Words of a control buffer for `localExperts` experts per rank.
+inline int64_t controlWords(int64_t localExperts) {
+  return kExpertCounts + 2 * localExperts;
+}
+
+/// First count word of the bank launch `epoch` uses.
+inline int64_t countBank(int64_t epoch, int64_t localExperts) {
+  return kExpertCounts + (epoch & 1) * localExperts;
+}
+
+/// i32 words per receive row in `recv_meta`: the routing weight's FP32
+/// bits, then the source route + 1 (0: no route).
+constexpr int64_t kMetaWords = 2;
+
+/// The source route of a receive row: the route `token * top_k + k` of
+/// rank `rank`, counted over max_tokens * top_k routes per rank, plus one
+/// so that a zero (an unused or out-of-range row) means "no route".
+inline int32_t packSource(int64_t rank, int64_t route, int64_t routesPerRank) {
+  return static_cast<int32_t>(rank * routesPerRank + route + 1);
+}
+
+} // namespace moec::peer
+
+#endif // MOEC_CODEGEN_PEERPROTOCOL_H
