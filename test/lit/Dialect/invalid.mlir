@@ -175,3 +175,31 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 // -----
 // expected-error @+1 {{bf16_lds stages the BF16 output; split_k (2) writes FP32 partials}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, orientation = b_major>) {bf16_lds, split_k = 2 : i64}
+
+// -----
+// expected-error @+1 {{peer.capacity must be positive, got 0}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 0, max_tokens = 16>}
+
+// -----
+// expected-error @+1 {{peer.dispatch_cus must be in [1, min(workgroups - 1, 256)], got 8}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 8, dispatch_cus = 8>}
+
+// -----
+// expected-error @+1 {{peer.capacity (40) must be a multiple of tile.m (16)}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 40, max_tokens = 16>}
+
+// -----
+// expected-error @+1 {{tile.persist_cu and tile.xcd_swizzle do not apply with peer}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, xcd_swizzle = true>) {peer = #moe.peer<capacity = 32, max_tokens = 16>}
+
+// -----
+// expected-error @+1 {{peer: split_k, bf16_lds and shared_fp8_expert do not apply to the fused stage 2}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 512, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {split_k = 2 : i64, peer = #moe.peer<capacity = 32, max_tokens = 16>}
+
+// -----
+// expected-error @+1 {{peer: gate_up_interleave and shared_fp8_expert do not apply to the fused stage 1}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {gate_up_interleave = 16 : i64, peer = #moe.peer<capacity = 32, max_tokens = 16>}
+
+// -----
+// expected-error @+1 {{peer_rows are BF16 rows from the fused stage 2; split_k (2) does not apply}}
+moe.combine @c problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<waves = 4>) {split_k = 2 : i64, peer_rows}

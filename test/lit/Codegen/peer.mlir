@@ -1,0 +1,64 @@
+// The fused MegaMoE stages (#moe.peer): stage 1 takes an arrival ticket,
+// dispatches routes with an atomic per receive row on the destination and
+// signals every destination, spins (scf.while + s_sleep) until every rank's
+// producers are done, then runs W13 tiles from the work list; stage 2 stores
+// weighted BF16 rows into the source rank's combine buffer (one branch per
+// rank) and the last wave signals every source; the peer-rows combine waits
+// for ep signals and does not weight again.
+// RUN: moe-opt %s --moe-lower-to-kernel | FileCheck %s
+
+#p1 = #moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2,
+                   ep = 2, activation = f8E4M3FN, weight = f4E2M1FN,
+                   output = f8E4M3FN>
+#p2 = #moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2,
+                   ep = 2, activation = f8E4M3FN, weight = f4E2M1FN,
+                   output = bf16>
+#pc = #moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2,
+                   ep = 2, activation = bf16, weight = f4E2M1FN, output = bf16>
+#peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6,
+                  dispatch_cus = 2>
+
+// Stage 1: 14 fixed arguments, then 4 x ep peer buffers.
+// CHECK-LABEL: gpu.func @stage1(
+// CHECK-COUNT-22: memref<
+// CHECK: memref.atomic_rmw addi %c1_i32
+// CHECK: arith.remui %{{.*}}, %c6_i32
+// Producer: the count of the route's expert on the destination, per rank.
+// CHECK: arith.cmpi eq, %{{.*}}, %c0_i32
+// CHECK: memref.atomic_rmw addi %c1_i32
+// CHECK: arith.cmpi slt, %{{.*}}, %c32_i32
+// CHECK: arith.cmpi eq, %{{.*}}, %c1_i32
+// CHECK: memref.atomic_rmw addi %c1_i32
+// Every producer wave signals both destinations.
+// CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c1{{[_0-9]*}}]
+// Wait for ep * dispatch_cus * waves = 16 signals per epoch.
+// CHECK: arith.muli %{{.*}}, %c16_i32
+// CHECK: scf.while
+// CHECK: memref.atomic_rmw addi %c0_i32
+// CHECK: rocdl.s.sleep 1
+// CHECK: gpu.barrier
+// CHECK: amdgpu.scaled_mfma
+moe.w13 @stage1 problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #peer}
+
+// Stage 2: weighted BF16 rows, non-temporal stores into rank 0 or rank 1.
+// CHECK-LABEL: gpu.func @stage2(
+// CHECK: amdgpu.scaled_mfma
+// CHECK: arith.mulf
+// CHECK: arith.truncf {{.*}} to vector<4xbf16>
+// CHECK: scf.if
+// CHECK: vector.store {{.*}}nontemporal = true
+// CHECK: scf.if
+// CHECK: vector.store {{.*}}nontemporal = true
+// The wave that completes 6 workgroups x 4 waves signals both sources.
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c3{{[_0-9]*}}]
+// CHECK: arith.remui %{{.*}}, %c24_i32
+// CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c4{{[_0-9]*}}]
+moe.w2 @stage2 problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #peer}
+
+// CHECK-LABEL: gpu.func @combine(
+// CHECK: arith.muli %{{.*}}, %c2_i32
+// CHECK: scf.while
+// CHECK: gpu.barrier
+// CHECK-NOT: arith.mulf
+// CHECK: arith.addf
+moe.combine @combine problem(#pc) tile(#moe.combine_tile<waves = 4>) {peer_rows}
