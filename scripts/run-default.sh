@@ -8,4 +8,5 @@ cd "$(dirname "$0")/.."
 ./scripts/build.sh moec
 ./build/bin/moec compile tuning_tables/flash_ep4.table -o build/flash_ep4.moeb
 ./build/bin/moec inspect build/flash_ep4.moeb
-./build/bin/moec select build/flash_ep4.moeb --ep 4 --workspace 1024 --m 6
+./build/bin/moec select build/flash_ep4.moeb --network flash --ep 4 --workspace 1024 --m 6
+./build/bin/moec select build/flash_ep4.moeb --network flash-fused --ep 4 --workspace 1024 --m 6

@@ -98,6 +98,19 @@ std::pair<Value, Value> GemmEmitter::emitTileIds(int64_t nTiles,
     inTileLoop = true;
     return {nTile, loop.getInductionVar()};
   }
+  if (int64_t group = tile.getGroupM()) {
+    // Linear id -> group of `group` M tiles (the last one may be shorter);
+    // inside it, M is fastest, then N.
+    Value linear = add(mul(mTile, nTiles), nTile);
+    Value tiles = toIndex(mTilesI32);
+    Value first = mul(divC(linear, group * nTiles), group);
+    Value rows = arith::MinUIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, tiles, first), idx(group));
+    Value within = remC(linear, group * nTiles);
+    Value m = add(first, arith::RemUIOp::create(b, loc, within, rows));
+    Value n = arith::DivUIOp::create(b, loc, within, rows);
+    return {n, m};
+  }
   if (!tile.getXcdSwizzle())
     return {nTile, mTile};
   // Workgroups go to the 8 XCDs round-robin by linear id. Renumber so XCD x

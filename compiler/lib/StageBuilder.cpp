@@ -131,6 +131,8 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
     s += "_bpf";
   if (tile.getScalePrefetch())
     s += "_spf";
+  if (tile.getGroupM() > 0)
+    s += "_gm" + std::to_string(tile.getGroupM());
   return s;
 }
 
@@ -290,7 +292,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       "waves", "mfma", "orientation", "b_cache", "b_layout",
       "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
       "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch",
-      "transport", "capacity", "max_tokens", "workgroups"};
+      "transport", "capacity", "max_tokens", "workgroups", "group_m"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit" ||
@@ -328,7 +330,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
           "cached, nt", bCache))
     return nullptr;
   // The clamp limit is written as an integer (DeepSeek V4: 10).
-  int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0;
+  int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0,
+          groupM = 0;
   bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
        persistStrided = false, bf16Lds = false, bPrefetch = false,
        scalePrefetch = false;
@@ -339,6 +342,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("xcd_swizzle", xcdSwizzle) ||
       !read.flag("a_swizzle", aSwizzle) ||
       !read.integer("persist_cu", 0, persistCu) ||
+      !read.integer("group_m", 0, groupM) ||
       !read.flag("persist_strided", persistStrided) ||
       !read.flag("b_prefetch", bPrefetch) ||
       !read.flag("scale_prefetch", scalePrefetch) ||
@@ -391,7 +395,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                         shape, orientation, bCache, wavesPerEu,
                                         xcdSwizzle, aSwizzle, persistCu,
                                         persistStrided, bPrefetch,
-                                        scalePrefetch);
+                                        scalePrefetch, groupM);
   moe::PeerTransportAttr peer;
   if (hasPeer)
     peer = moe::PeerTransportAttr::getChecked(emitError, context, capacity,
@@ -488,6 +492,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"persist_strided", std::to_string(int(persistStrided))},
       {"b_prefetch", std::to_string(int(bPrefetch))},
       {"scale_prefetch", std::to_string(int(scalePrefetch))},
+      {"group_m", std::to_string(groupM)},
   };
   if (hasPeer) {
     description.fields.push_back({"transport", "fixed_slot"});

@@ -71,7 +71,8 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                CachePolicy bCache, int64_t wavesPerEu,
                                bool xcdSwizzle, bool aSwizzle,
                                int64_t persistCu, bool persistStrided,
-                               bool bPrefetch, bool scalePrefetch) {
+                               bool bPrefetch, bool scalePrefetch,
+                               int64_t groupM) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({64, 128, 256, 512}, n))
@@ -109,6 +110,12 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (xcdSwizzle && persistCu > 0)
     return emitError() << "tile.xcd_swizzle cannot be combined with "
                           "tile.persist_cu";
+  if (!llvm::is_contained({0, 2, 4, 8, 16}, groupM))
+    return emitError() << "tile.group_m must be one of 0, 2, 4, 8, 16, got "
+                       << groupM;
+  if (groupM > 0 && (xcdSwizzle || persistCu > 0))
+    return emitError() << "tile.group_m cannot be combined with "
+                          "tile.xcd_swizzle or tile.persist_cu";
   // Each wave holds an (m x n/waves) FP32 accumulator; with operands it must
   // fit the unified 512-entry register file of a lane.
   int64_t accumulatorRegs = m * (n / waves) / 64;

@@ -200,17 +200,11 @@ LogicalResult runW13(Operation *funcOp, const W13Shape &shape,
   return success();
 }
 
-namespace {
-
-/// One FP8 E4M3 ulp at magnitude |x| for block scale `scale`: 3 mantissa
-/// bits, normal exponents down to -6 (below that the subnormal step 2^-9).
 double ulpFp8(double x, double scale) {
   const double v = std::fabs(x) / scale;
   const int exponent = v > 0 ? std::max(std::ilogb(v), -6) : -6;
   return std::ldexp(scale, exponent - 3);
 }
-
-} // namespace
 
 void compareW13(const W13Shape &shape, const W13Data &data,
                 const W2DataOptions &options, W13Outcome &outcome) {

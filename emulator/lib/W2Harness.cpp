@@ -66,6 +66,52 @@ LogicalResult buildKernelIR(MLIRContext &context, const StageSpec &spec,
   return success();
 }
 
+void shrinkPeerFields(StageSpec &spec) {
+  auto it = spec.fields.find("transport");
+  if (it == spec.fields.end() || it->second == "none")
+    return;
+  auto integer = [&](const char *name, int64_t fallback) {
+    auto field = spec.fields.find(name);
+    if (field == spec.fields.end())
+      return fallback;
+    char *end = nullptr;
+    long long value = std::strtoll(field->second.c_str(), &end, 10);
+    return (field->second.empty() || *end != '\0') ? fallback : int64_t(value);
+  };
+  const int64_t m = std::max<int64_t>(1, integer("m", 16));
+  const int64_t ep = std::max<int64_t>(1, integer("ep", 1));
+  spec.fields["max_tokens"] = "16";
+  spec.fields["capacity"] =
+      std::to_string((std::max<int64_t>(ep * 16, m) + m - 1) / m * m);
+  spec.fields["workgroups"] =
+      std::to_string(std::min<int64_t>(integer("workgroups", 6), 6));
+  if (spec.fields.count("dispatch_cus"))
+    spec.fields["dispatch_cus"] =
+        std::to_string(std::min<int64_t>(integer("dispatch_cus", 2), 2));
+}
+
+void smallConfigSpecs(std::vector<StageSpec> &specs) {
+  auto integer = [](const StageSpec &spec, const char *name, int64_t fallback) {
+    auto it = spec.fields.find(name);
+    return it == spec.fields.end() ? fallback
+                                   : int64_t(std::strtoll(it->second.c_str(),
+                                                          nullptr, 10));
+  };
+  int64_t size = 0;
+  for (const StageSpec &spec : specs)
+    size = std::max(size, 2 * std::max(integer(spec, "n", 128),
+                                       integer(spec, "k", 256)));
+  for (StageSpec &spec : specs) {
+    const int64_t ep = std::max<int64_t>(1, integer(spec, "ep", 1));
+    spec.fields["hidden"] = std::to_string(size);
+    spec.fields["intermediate"] = std::to_string(size);
+    spec.fields["experts"] = std::to_string(4 * ep);
+    spec.fields["top_k"] =
+        std::to_string(std::min<int64_t>(integer(spec, "top_k", 2), 4));
+    shrinkPeerFields(spec);
+  }
+}
+
 StageSpec smallStageSpec(const StageSpec &spec) {
   StageSpec small = spec;
   auto integer = [&](const char *name, int64_t fallback) {
@@ -85,6 +131,7 @@ StageSpec smallStageSpec(const StageSpec &spec) {
   small.fields["experts"] = std::to_string(experts);
   small.fields["top_k"] =
       std::to_string(std::min<int64_t>(std::min<int64_t>(integer("top_k", 2), 4), experts));
+  shrinkPeerFields(small);
   return small;
 }
 

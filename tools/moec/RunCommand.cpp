@@ -14,6 +14,7 @@
 #include "CommandSupport.h"
 #include "Commands.h"
 
+#include "moec/Emulator/PeerHarness.h"
 #include "moec/Emulator/StageHarness.h"
 #include "moec/Emulator/W13Harness.h"
 #include "moec/Emulator/W2Harness.h"
@@ -29,6 +30,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -94,6 +96,69 @@ struct Stage {
 
 const char *verdict(bool pass) { return pass ? "PASS" : "FAIL"; }
 
+/// A fused MegaMoE config (`#moe.peer` stages): stage 1, stage 2 and the
+/// peer-rows combine on every rank at once, in one emulated memory.
+int runPeerConfig(const RunArgs &args, std::vector<StageSpec> specs,
+                  const std::vector<std::string> &names) {
+  if (!args.small) {
+    std::cerr << "moec: fused MegaMoE configs run on the emulator with "
+                 "--small only: their fixed-slot receive rows (local experts "
+                 "x capacity x H bytes per rank) do not fit in host memory "
+                 "at the real shape\n";
+    return cli::kBadInput;
+  }
+  mlir::MLIRContext context;
+  emu::prepareContext(context);
+  const emu::BuiltKernel *stage1 = nullptr, *stage2 = nullptr,
+                         *combine = nullptr;
+  std::vector<emu::BuiltKernel> kernels(specs.size());
+  std::string error;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (failed(emu::buildKernelIR(context, specs[i], kernels[i], error))) {
+      std::cerr << "moec: kernel " << names[i] << ": " << error << "\n";
+      return cli::kBadInput;
+    }
+    std::string unsupported;
+    if (failed(emu::checkSupported(
+            mlir::cast<mlir::gpu::GPUFuncOp>(kernels[i].func), unsupported))) {
+      std::cout << specs[i].stage << " " << names[i] << ": " << unsupported
+                << " -> FAIL\n";
+      return cli::kCheckFailed;
+    }
+    const std::string &stage = specs[i].stage;
+    (stage == "w13" ? stage1 : stage == "w2" ? stage2 : combine) = &kernels[i];
+  }
+  if (!stage1 || !stage2 || !combine) {
+    std::cout << "a fused config needs a w13, a w2 and a combine stage -> FAIL\n";
+    return cli::kCheckFailed;
+  }
+  const int64_t ep = fieldInt(specs[0], "ep", 1);
+  const int64_t tokens = std::min<int64_t>(args.m, 16);
+  std::cout << "problem H " << fieldInt(specs[0], "hidden", 0) << " I "
+            << fieldInt(specs[0], "intermediate", 0) << " E "
+            << fieldInt(specs[0], "experts", 0) << " top_k "
+            << fieldInt(specs[0], "top_k", 0) << " ep " << ep
+            << " (--small, fused, " << tokens << " tokens per rank, capacity "
+            << fieldInt(specs[0], "capacity", 0) << "), seed " << args.seed
+            << "\n";
+  emu::PeerLayerOptions options;
+  options.seed = args.seed;
+  options.tokensPerRank.assign(size_t(ep), tokens);
+  options.invalidFraction = args.invalidFraction;
+  options.epochs = 2;
+  emu::PeerLayerOutcome outcome;
+  if (failed(emu::runPeerLayer(*stage1, *stage2, *combine, options, outcome,
+                               error))) {
+    std::cout << "fused layer: " << error << " -> FAIL\n";
+    return cli::kCheckFailed;
+  }
+  std::cout << outcome.summary;
+  std::cout << (outcome.pass ? "PASS" : "FAIL") << ": " << outcome.stats.mfmas
+            << " emulated MFMAs over " << ep << " ranks and 2 launches in "
+            << outcome.stats.seconds << " s\n";
+  return outcome.pass ? cli::kSuccess : cli::kCheckFailed;
+}
+
 int runLayer(const RunArgs &args) {
   using namespace moec::rt;
   std::string error;
@@ -135,30 +200,30 @@ int runLayer(const RunArgs &args) {
   // Specs from the manifest; --small shrinks every stage to one common
   // problem so the stages still chain (H and I agree across kernels).
   std::vector<StageSpec> specs;
-  int64_t smallSize = 0;
   for (uint32_t k : config.kernels) {
     const KernelInfo &kernel = manifest.kernels[k];
     StageSpec spec;
     spec.stage = kernel.stage;
     for (const auto &[key, value] : kernel.config)
       spec.fields[key] = unquote(value);
-    smallSize = std::max(smallSize, 2 * std::max(fieldInt(spec, "n", 128),
-                                                 fieldInt(spec, "k", 256)));
     specs.push_back(std::move(spec));
   }
   if (specs.empty()) {
     std::cerr << "moec: config " << config.id << " has no kernels\n";
     return cli::kBadInput;
   }
+  const bool fused = std::any_of(specs.begin(), specs.end(), [](const StageSpec &spec) {
+    auto it = spec.fields.find("transport");
+    return it != spec.fields.end() && it->second != "none";
+  });
   if (args.small)
-    for (StageSpec &spec : specs) {
-      const int64_t ep = std::max<int64_t>(1, fieldInt(spec, "ep", 1));
-      spec.fields["hidden"] = std::to_string(smallSize);
-      spec.fields["intermediate"] = std::to_string(smallSize);
-      spec.fields["experts"] = std::to_string(4 * ep);
-      spec.fields["top_k"] =
-          std::to_string(std::min<int64_t>(fieldInt(spec, "top_k", 2), 4));
-    }
+    emu::smallConfigSpecs(specs);
+  if (fused) {
+    std::vector<std::string> names;
+    for (uint32_t k : config.kernels)
+      names.push_back(manifest.kernels[k].name);
+    return runPeerConfig(args, specs, names);
+  }
 
   mlir::MLIRContext context;
   emu::prepareContext(context);

@@ -65,6 +65,16 @@ moe.w2 @w2_wpe problem(#p) tile(#moe.tile<m = 32, n = 128, waves_per_eu = 2>)
 // CHECK: arith.select
 moe.w2 @w2_xcd problem(#p) tile(#moe.tile<m = 32, n = 128, xcd_swizzle = true>)
 
+// tile.group_m = 4: the linear block id is regrouped into runs of 4 M
+// tiles (the last run shorter), M fastest inside a run.
+// CHECK-LABEL: gpu.func @w2_group(
+// CHECK: gpu.block_id  y
+// CHECK: arith.divui %{{.*}}, %c16
+// CHECK: arith.minui %{{.*}}, %c4
+// CHECK: arith.remui
+// CHECK: arith.divui
+moe.w2 @w2_group problem(#p) tile(#moe.tile<m = 32, n = 128, group_m = 4>)
+
 // tile.a_swizzle: A chunks are XORed with the row in LDS, for the copy and
 // for the fragment loads.
 // CHECK-LABEL: gpu.func @w2_aswz(

@@ -203,3 +203,11 @@ moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, t
 // -----
 // expected-error @+1 {{peer_rows are BF16 rows from the fused stage 2; split_k (2) does not apply}}
 moe.combine @c problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<waves = 4>) {split_k = 2 : i64, peer_rows}
+
+// -----
+// expected-error @+1 {{tile.group_m must be one of 0, 2, 4, 8, 16, got 3}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, group_m = 3>)
+
+// -----
+// expected-error @+1 {{tile.group_m cannot be combined with tile.xcd_swizzle or tile.persist_cu}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, group_m = 4, xcd_swizzle = true>)

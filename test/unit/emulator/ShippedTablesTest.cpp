@@ -2,13 +2,15 @@
 //
 // Walks tuning_tables/*.table, rebuilds every kernel with the same knobs at
 // a small problem (smallStageSpec), and requires that the emulator supports
-// every op of its IR. W2 kernels are also executed and compared with the
-// oracle (the CI subset of "every shipped configuration passes").
+// every op of its IR. W2 and W13 kernels are also executed and compared
+// with the oracle, and fused MegaMoE configs run whole over emulated EP
+// ranks (the CI subset of "every shipped configuration passes").
 //
 //===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Compiler/TuningTable.h"
+#include "moec/Emulator/PeerHarness.h"
 #include "moec/Emulator/W13Harness.h"
 #include "moec/Emulator/W2Harness.h"
 
@@ -88,6 +90,9 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
     for (const TableKernel &kernel : table.kernels) {
       if (kernel.stage != "w2")
         continue;
+      // Fused peer stages run as whole configs: the [peer] case below.
+      if (kernel.knobs.count("transport"))
+        continue;
       INFO(path << ": kernel " << kernel.name);
       BuiltKernel built;
       REQUIRE(mlir::succeeded(buildKernelIR(
@@ -135,6 +140,9 @@ TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
     for (const TableKernel &kernel : table.kernels) {
       if (kernel.stage != "w13")
         continue;
+      // Fused peer stages run as whole configs: the [peer] case below.
+      if (kernel.knobs.count("transport"))
+        continue;
       INFO(path << ": kernel " << kernel.name);
       BuiltKernel built;
       REQUIRE(mlir::succeeded(buildKernelIR(
@@ -168,4 +176,62 @@ TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
   }
   CHECK(ran > 0);
   CHECK(ran >= skipped);
+}
+
+TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
+          "shape",
+          "[tables][peer]") {
+  mlir::MLIRContext context;
+  prepareContext(context);
+  int ran = 0;
+  for (const std::string &path : shippedTables()) {
+    TuningTable table;
+    std::string error;
+    REQUIRE(readTuningTable(path, table, error));
+    for (const TableConfig &config : table.configs) {
+      std::vector<StageSpec> specs;
+      bool fused = false;
+      for (const std::string &name : config.kernels) {
+        const TableKernel *kernel = table.findKernel(name);
+        REQUIRE(kernel);
+        specs.push_back(stageSpecOf(table, *kernel));
+        fused |= kernel->knobs.count("transport") &&
+                 kernel->knobs.at("transport") != "none";
+      }
+      if (!fused)
+        continue;
+      INFO(path << ": config " << config.name);
+      smallConfigSpecs(specs);
+      std::vector<BuiltKernel> kernels(specs.size());
+      const BuiltKernel *stage[3] = {nullptr, nullptr, nullptr};
+      for (size_t i = 0; i < specs.size(); ++i) {
+        INFO("stage " << specs[i].stage);
+        bool built =
+            mlir::succeeded(buildKernelIR(context, specs[i], kernels[i], error));
+        INFO(error);
+        REQUIRE(built);
+        stage[specs[i].stage == "w13" ? 0 : specs[i].stage == "w2" ? 1 : 2] =
+            &kernels[i];
+      }
+      REQUIRE(stage[0]);
+      REQUIRE(stage[1]);
+      REQUIRE(stage[2]);
+      const int64_t ep = std::strtoll(specs[0].fields["ep"].c_str(), nullptr, 10);
+      PeerLayerOptions options;
+      options.seed = 103;
+      options.tokensPerRank.assign(size_t(ep), 12);
+      options.tokensPerRank.back() = 0; // an empty rank
+      options.invalidFraction = 0.1;
+      PeerLayerOutcome outcome;
+      bool ok = mlir::succeeded(
+          runPeerLayer(*stage[0], *stage[1], *stage[2], options, outcome, error));
+      INFO(error);
+      REQUIRE(ok);
+      INFO(outcome.summary);
+      CHECK(outcome.codesCompared > 0);
+      CHECK(outcome.pass);
+      ++ran;
+    }
+  }
+  CHECK(ran > 0);
 }

@@ -301,3 +301,26 @@ TEST_CASE("weights of experts marked absent are poisoned for the kernel",
   REQUIRE(!poisoned.run.findings.empty());
   CHECK(poisoned.run.findings[0].detail.find("'b") != std::string::npos);
 }
+
+TEST_CASE("W2 with tile.group_m computes every tile exactly once", "[w2]") {
+  // 40 tokens x 2 routes over 4 local experts give about 6 M tiles of 16:
+  // groups of 4 leave a shorter last group.
+  for (int64_t group : {2, 4}) {
+    StageSpec spec = w2Spec(Knobs{16, 128, 4, "16x16x128", "b_major", "nt"},
+                            512, 512, 8, 2, 2);
+    spec.fields["group_m"] = std::to_string(group);
+    Built built = build(spec);
+    W2DataOptions options;
+    options.seed = 23;
+    options.tokens = 40;
+    options.invalidFraction = 0.1;
+    options.emptyTiles = 1;
+    W2Outcome outcome = runCase(built, options);
+    INFO("group_m " << group << ": " << outcome.summary);
+    CHECK(outcome.pass);
+    CHECK(outcome.elementsChecked > 0);
+    CHECK(outcome.listedRowsUnwritten == 0);
+    CHECK(outcome.unlistedRowsWritten == 0);
+    CHECK(outcome.run.totalFindings() == 0);
+  }
+}

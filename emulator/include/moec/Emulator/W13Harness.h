@@ -81,6 +81,10 @@ mlir::LogicalResult runW13(mlir::Operation *func, const W13Shape &shape,
                            const W13Data &data, const LaunchConfig &launch,
                            W13Outcome &outcome, std::string &error);
 
+/// One FP8 E4M3 ulp at magnitude |x| for block scale `scale`: 3 mantissa
+/// bits, normal exponents down to -6 (below that the subnormal step 2^-9).
+double ulpFp8(double x, double scale);
+
 /// Per element: |dequant(emu) - activation| <= one FP8 ulp at the kernel's
 /// block scale (half an ulp of quantisation, the rest for FP32-vs-double
 /// activation differences at a rounding tie); scales may differ from the

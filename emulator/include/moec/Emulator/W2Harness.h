@@ -49,9 +49,19 @@ mlir::LogicalResult buildKernelIR(mlir::MLIRContext &context,
 
 /// The same stage and knobs at a small problem, for fast emulation: hidden
 /// and intermediate become 2 * max(n, k) (divisible by both tile sizes), 4
-/// local experts per rank at the same EP, top_k capped at 4. Fields that are
+/// local experts per rank at the same EP, top_k capped at 4, and
+/// shrinkPeerFields. Fields that are
 /// missing or not integers are left for buildStageOp to report.
 StageSpec smallStageSpec(const StageSpec &spec);
+
+/// smallStageSpec for the kernels of one config, which must still chain:
+/// one hidden and intermediate size for all, 2 * the largest max(n, k).
+void smallConfigSpecs(std::vector<StageSpec> &specs);
+
+/// The peer-transport part of smallStageSpec: for a fused stage
+/// (`transport` set), 16 tokens per rank, a capacity holding all of them in
+/// whole M tiles, at most 6 workgroups and 2 producers. Others unchanged.
+void shrinkPeerFields(StageSpec &spec);
 
 /// The problem and the knobs of a W2 kernel that the harness needs.
 struct W2Shape {

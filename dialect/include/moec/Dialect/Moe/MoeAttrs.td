@@ -89,6 +89,12 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     row number, so the 16 rows an MFMA fragment load touches hit different
     LDS banks.
 
+    `group_m` G > 0 (spatial partitioning) orders the tiles in groups of G
+    M tiles: consecutive workgroups walk down the G M tiles of a group
+    before moving to the next N tile, so a group's activation rows and the
+    weight columns in use stay in L2 together. Not with `xcd_swizzle` or
+    `persist_cu` (both renumber tiles their own way).
+
     `persist_cu` P > 0 makes the kernel persistent: the grid has P rows of
     workgroups (instead of one per M tile) and each loops over M tiles,
     either a contiguous run of ceil(tiles / P) (`persist_strided = false`)
@@ -124,7 +130,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"int64_t", "0">:$persist_cu,
     DefaultValuedParameter<"bool", "false">:$persist_strided,
     DefaultValuedParameter<"bool", "false">:$b_prefetch,
-    DefaultValuedParameter<"bool", "false">:$scale_prefetch
+    DefaultValuedParameter<"bool", "false">:$scale_prefetch,
+    DefaultValuedParameter<"int64_t", "0">:$group_m
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

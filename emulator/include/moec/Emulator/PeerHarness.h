@@ -1,0 +1,76 @@
+//===- PeerHarness.h - a MegaMoE layer over emulated EP ranks ---*- C++ -*-===//
+///
+/// \file
+/// Runs the fused MegaMoE stages (moe.w13 and moe.w2 with `#moe.peer`, and
+/// moe.combine with `peer_rows`) on `ep` emulated ranks at once, sharing
+/// one global memory so that every rank's peer pointers reach the others'
+/// buffers, and compares each rank's stage-1 intermediate and final output
+/// with the reference oracle (ref::runMegaMoe, fixed-slot transport).
+///
+/// Per launch ("epoch") every rank gets fresh seeded tokens; stage 1 runs
+/// on all ranks concurrently, then stage 2 and the combine of all ranks run
+/// concurrently, so the combine's wait on the peers' signals is exercised.
+/// Several epochs reuse the control buffers as an engine would, which
+/// exercises the alternating count banks and the monotonic counters.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_EMULATOR_PEERHARNESS_H
+#define MOEC_EMULATOR_PEERHARNESS_H
+
+#include "moec/Emulator/W2Harness.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moec::emu {
+
+struct PeerLayerOptions {
+  uint64_t seed = 1;
+  /// Tokens per rank (size ep), each <= max_tokens; 0 is an empty rank.
+  std::vector<int64_t> tokensPerRank;
+  /// Probability that a route slot is invalid (-1 or an id >= experts).
+  double invalidFraction = 0.0;
+  /// Launches run back to back on the same control buffers.
+  int epochs = 2;
+  /// Resident workgroups per rank and kernel (0: the whole grid).
+  unsigned maxResidentWorkgroups = 0;
+};
+
+struct PeerLayerOutcome {
+  RunStats stats;
+  uint64_t findings = 0;
+  /// Worst over ranks and epochs.
+  double intermediateRelL2 = 0.0, outputRelL2 = 0.0;
+  /// FP8 intermediate codes equal to the oracle's, out of those compared.
+  int64_t codesEqual = 0, codesCompared = 0;
+  /// Receive rows whose source route the oracle does not know, counts that
+  /// differ from the oracle's plan, nonzero overflow words, output
+  /// elements nothing wrote.
+  int64_t unknownRows = 0, countMismatches = 0, overflows = 0,
+          outputUnwritten = 0;
+  bool pass = false;
+  /// One line per epoch and a verdict.
+  std::string summary;
+};
+
+/// Relative L2 bound of the final output: each weighted row is rounded to
+/// BF16 once in stage 2 and the sum once more (2^-9 each), and an FP8 code
+/// of the intermediate may flip by one ulp at a rounding tie between FP32
+/// and double accumulation.
+constexpr double kPeerOutputRelL2Bound = 1.0 / 128.0;
+
+/// Runs `epochs` launches of the layer built from `stage1`, `stage2` and
+/// `combine` (gpu.funcs with their descriptions) and fills `outcome`.
+/// Fails with a one-line `error` on a hard emulator error (for example a
+/// deadlock) or inconsistent kernels.
+mlir::LogicalResult runPeerLayer(const BuiltKernel &stage1,
+                                 const BuiltKernel &stage2,
+                                 const BuiltKernel &combine,
+                                 const PeerLayerOptions &options,
+                                 PeerLayerOutcome &outcome, std::string &error);
+
+} // namespace moec::emu
+
+#endif // MOEC_EMULATOR_PEERHARNESS_H

@@ -1,0 +1,377 @@
+//===- PeerHarness.cpp - a MegaMoE layer over emulated EP ranks -----------===//
+
+#include "moec/Emulator/PeerHarness.h"
+
+#include "moec/Codegen/PeerProtocol.h"
+#include "moec/Emulator/W13Harness.h"
+#include "moec/reference/Families.h"
+#include "moec/reference/Formats.h"
+#include "moec/reference/Generate.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+using namespace mlir;
+
+namespace moec::emu {
+namespace {
+
+/// The problem and transport of the fused stages, read from the stage 1
+/// description and checked against the other two.
+struct PeerShape {
+  int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
+  int64_t localExperts = 0, tileM = 0, capacity = 0, maxTokens = 0;
+  int64_t workgroups1 = 0, workgroups2 = 0, combineWaves = 4;
+  double swigluLimit = 0.0;
+};
+
+int64_t fieldOf(const StageDescription &description, const char *name,
+                int64_t fallback) {
+  for (const auto &[key, value] : description.fields)
+    if (key == name)
+      return std::strtoll(value.c_str(), nullptr, 10);
+  return fallback;
+}
+
+LogicalResult parsePeerShape(const BuiltKernel &stage1, const BuiltKernel &stage2,
+                             const BuiltKernel &combine, PeerShape &shape,
+                             std::string &error) {
+  const StageDescription &d1 = stage1.description;
+  shape.hidden = fieldOf(d1, "hidden", 0);
+  shape.intermediate = fieldOf(d1, "intermediate", 0);
+  shape.experts = fieldOf(d1, "experts", 0);
+  shape.topK = fieldOf(d1, "top_k", 0);
+  shape.ep = fieldOf(d1, "ep", 1);
+  shape.tileM = fieldOf(d1, "m", 0);
+  shape.capacity = fieldOf(d1, "capacity", 0);
+  shape.maxTokens = fieldOf(d1, "max_tokens", 0);
+  shape.workgroups1 = fieldOf(d1, "workgroups", 0);
+  shape.workgroups2 = fieldOf(stage2.description, "workgroups", 0);
+  shape.combineWaves = fieldOf(combine.description, "waves", 4);
+  shape.swigluLimit = double(fieldOf(d1, "swiglu_limit", 0));
+  shape.localExperts = shape.ep > 0 ? shape.experts / shape.ep : 0;
+  if (shape.capacity <= 0 || shape.workgroups1 <= 0 || shape.workgroups2 <= 0) {
+    error = "peer harness: " + d1.symbol + " / " + stage2.description.symbol +
+            " are not fused peer stages (transport = fixed_slot)";
+    return failure();
+  }
+  for (const char *name : {"hidden", "intermediate", "experts", "top_k", "ep"})
+    for (const BuiltKernel *other : {&stage2, &combine})
+      if (fieldOf(other->description, name, -1) != fieldOf(d1, name, -1)) {
+        error = "peer harness: field '" + std::string(name) + "' of " +
+                other->description.symbol + " differs from " + d1.symbol;
+        return failure();
+      }
+  if (fieldOf(stage2.description, "capacity", -1) != shape.capacity ||
+      fieldOf(stage2.description, "max_tokens", -1) != shape.maxTokens ||
+      fieldOf(combine.description, "peer_rows", 0) != 1) {
+    error = "peer harness: stage 2 must share stage 1's capacity and "
+            "max_tokens, and the combine must read peer_rows";
+    return failure();
+  }
+  return success();
+}
+
+double relativeL2(double errorSquares, double referenceSquares) {
+  return referenceSquares > 0 ? std::sqrt(errorSquares / referenceSquares)
+                              : std::sqrt(errorSquares);
+}
+
+/// One rank's buffers in the shared global memory.
+struct RankBuffers {
+  unsigned a, aScale, ids, weights, w13, w13Scale, w2, w2Scale;
+  unsigned recvA, recvScale, recvMeta, inter, interScale, control, combineRows,
+      out;
+};
+
+} // namespace
+
+LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
+                           const BuiltKernel &combine,
+                           const PeerLayerOptions &options,
+                           PeerLayerOutcome &outcome, std::string &error) {
+  outcome = PeerLayerOutcome();
+  PeerShape shape;
+  if (failed(parsePeerShape(stage1, stage2, combine, shape, error)))
+    return failure();
+  const int64_t H = shape.hidden, I = shape.intermediate, ep = shape.ep;
+  const int64_t L = shape.localExperts, C = shape.capacity, K = shape.topK;
+  const int64_t rows = L * C;
+  if (int64_t(options.tokensPerRank.size()) != ep) {
+    error = "peer harness: tokensPerRank has " +
+            std::to_string(options.tokensPerRank.size()) + " entries, ep is " +
+            std::to_string(ep);
+    return failure();
+  }
+  for (int64_t tokens : options.tokensPerRank)
+    if (tokens < 0 || tokens > shape.maxTokens) {
+      error = "peer harness: " + std::to_string(tokens) +
+              " tokens on a rank exceed max_tokens " +
+              std::to_string(shape.maxTokens);
+      return failure();
+    }
+
+  // Weights over all experts; rank r holds experts [r L, (r + 1) L).
+  ref::MoeShape moeShape{H, I, shape.experts, K};
+  ref::GeneratedMxfp4Weights w13(options.seed, /*tensorTag=*/0xE13,
+                                 shape.experts, 2 * I, H,
+                                 ref::defaultScaleExponent(H));
+  ref::GeneratedMxfp4Weights w2(options.seed, /*tensorTag=*/0xE2, shape.experts,
+                                H, I, ref::defaultScaleExponent(I));
+  std::vector<uint8_t> w13Packed, w13Scales, w2Packed, w2Scales;
+  ref::materializeWeights(w13, w13Packed, w13Scales);
+  ref::materializeWeights(w2, w2Packed, w2Scales);
+
+  GlobalMemory memory;
+  auto addBuffer = [&](const std::string &name, size_t bytes) {
+    // Empty ranks still pass valid pointers.
+    return memory.addBuffer(name, std::max<size_t>(bytes, 16));
+  };
+  std::vector<RankBuffers> buffers(ep);
+  for (int64_t r = 0; r < ep; ++r) {
+    RankBuffers &rb = buffers[r];
+    const std::string p = "rank" + std::to_string(r) + ".";
+    const size_t w13Bytes = size_t(L * 2 * I * H / 2),
+                 w13ScaleBytes = size_t(L * 2 * I * H / 32);
+    const size_t w2Bytes = size_t(L * H * I / 2), w2ScaleBytes = size_t(L * H * I / 32);
+    rb.w13 = addBuffer(p + "w13", w13Bytes);
+    memory.write(rb.w13, 0, w13Packed.data() + r * w13Bytes, w13Bytes);
+    rb.w13Scale = addBuffer(p + "w13_scale", w13ScaleBytes);
+    memory.write(rb.w13Scale, 0, w13Scales.data() + r * w13ScaleBytes,
+                 w13ScaleBytes);
+    rb.w2 = addBuffer(p + "w2", w2Bytes);
+    memory.write(rb.w2, 0, w2Packed.data() + r * w2Bytes, w2Bytes);
+    rb.w2Scale = addBuffer(p + "w2_scale", w2ScaleBytes);
+    memory.write(rb.w2Scale, 0, w2Scales.data() + r * w2ScaleBytes, w2ScaleBytes);
+    rb.a = addBuffer(p + "a", size_t(shape.maxTokens * H));
+    rb.aScale = addBuffer(p + "a_scale", size_t(shape.maxTokens * H / 32));
+    rb.ids = addBuffer(p + "topk_ids", size_t(shape.maxTokens * K * 4));
+    rb.weights = addBuffer(p + "topk_weights", size_t(shape.maxTokens * K * 4));
+    rb.recvA = addBuffer(p + "recv_a", size_t(rows * H));
+    rb.recvScale = addBuffer(p + "recv_scale", size_t(rows * H / 32));
+    rb.recvMeta = addBuffer(p + "recv_meta", size_t(rows * peer::kMetaWords * 4));
+    rb.inter = addBuffer(p + "intermediate", size_t(rows * I));
+    rb.interScale = addBuffer(p + "intermediate_scale", size_t(rows * I / 32));
+    const size_t controlBytes = size_t(peer::controlWords(L) * 4);
+    rb.control = addBuffer(p + "control", controlBytes);
+    std::vector<uint8_t> zeros(controlBytes, 0);
+    memory.write(rb.control, 0, zeros.data(), controlBytes);
+    rb.combineRows = addBuffer(p + "combine_rows", size_t(shape.maxTokens * K * H * 2));
+    rb.out = addBuffer(p + "out", size_t(shape.maxTokens * H * 2));
+  }
+
+  auto func = [](const BuiltKernel &kernel) {
+    return cast<gpu::GPUFuncOp>(kernel.func);
+  };
+  auto buffer = [](unsigned id) { return KernelArgValue::makeBuffer(id); };
+  auto scalar = [](int64_t v) { return KernelArgValue::makeScalar(v); };
+  auto launchOf = [&](int64_t grid) {
+    LaunchConfig launch;
+    launch.grid = {grid, 1, 1};
+    launch.maxResidentWorkgroups = options.maxResidentWorkgroups
+                                       ? options.maxResidentWorkgroups
+                                       : unsigned(grid);
+    return launch;
+  };
+
+  std::ostringstream summary;
+  bool pass = true;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    // Fresh tokens per epoch and rank.
+    std::vector<ref::TokenBatch> batches(ep);
+    ref::RoutingOptions routing;
+    routing.invalidFraction = options.invalidFraction;
+    for (int64_t r = 0; r < ep; ++r)
+      batches[r] = ref::generateBatch(options.seed + uint64_t(epoch) * 7919,
+                                      /*stream=*/uint64_t(r),
+                                      options.tokensPerRank[r], moeShape,
+                                      routing);
+    ref::MegaMoeConfig config;
+    config.shape = moeShape;
+    config.ep = ep;
+    config.transport = ref::Transport::FixedSlot;
+    config.mTile = shape.tileM;
+    config.slotCapacity = C;
+    config.swigluLimit = shape.swigluLimit;
+    config.mode = ref::OracleMode::QuantFaithful;
+    std::vector<ref::MegaMoeRankResult> oracle;
+    if (ref::Status status = ref::runMegaMoe(config, w13, w2, batches, oracle);
+        !status) {
+      error = "peer harness: oracle: " + status.message();
+      return failure();
+    }
+
+    // Inputs: the oracle's quantised tokens (the source-side 1x32 step that
+    // precedes stage 1); receive rows, outputs and combine rows poisoned.
+    for (int64_t r = 0; r < ep; ++r) {
+      RankBuffers &rb = buffers[r];
+      const ref::StageResults &st = oracle[r].stages;
+      const ref::TokenBatch &batch = batches[r];
+      for (unsigned id : {rb.a, rb.aScale, rb.ids, rb.weights, rb.recvA,
+                          rb.recvScale, rb.recvMeta, rb.inter, rb.interScale,
+                          rb.combineRows, rb.out})
+        memory.poison(id);
+      if (batch.tokens > 0) {
+        memory.write(rb.a, 0, st.inputCodes.data(), st.inputCodes.size());
+        memory.write(rb.aScale, 0, st.inputScales.data(), st.inputScales.size());
+        memory.write(rb.ids, 0, batch.topkIds.data(), batch.topkIds.size() * 4);
+        memory.write(rb.weights, 0, batch.topkWeights.data(),
+                     batch.topkWeights.size() * 4);
+      }
+    }
+
+    std::vector<KernelLaunch> phase1, phase2;
+    for (int64_t r = 0; r < ep; ++r) {
+      const RankBuffers &rb = buffers[r];
+      KernelLaunch s1;
+      s1.func = func(stage1);
+      s1.label = "rank " + std::to_string(r);
+      s1.launch = launchOf(shape.workgroups1);
+      s1.args = {buffer(rb.a), buffer(rb.aScale), buffer(rb.ids),
+                 buffer(rb.weights), buffer(rb.w13), buffer(rb.w13Scale),
+                 buffer(rb.recvA), buffer(rb.recvScale), buffer(rb.inter),
+                 buffer(rb.interScale), buffer(rb.control),
+                 scalar(batches[r].tokens), scalar(epoch), scalar(r)};
+      for (int kind = 0; kind < 4; ++kind)
+        for (int64_t d = 0; d < ep; ++d) {
+          const RankBuffers &db = buffers[d];
+          unsigned ids[] = {db.recvA, db.recvScale, db.recvMeta, db.control};
+          s1.args.push_back(buffer(ids[kind]));
+        }
+      phase1.push_back(std::move(s1));
+
+      KernelLaunch s2;
+      s2.func = func(stage2);
+      s2.label = "rank " + std::to_string(r);
+      s2.launch = launchOf(shape.workgroups2);
+      s2.args = {buffer(rb.inter), buffer(rb.interScale), buffer(rb.w2),
+                 buffer(rb.w2Scale), buffer(rb.recvMeta), buffer(rb.control),
+                 scalar(epoch)};
+      for (int64_t s = 0; s < ep; ++s)
+        s2.args.push_back(buffer(buffers[s].combineRows));
+      for (int64_t s = 0; s < ep; ++s)
+        s2.args.push_back(buffer(buffers[s].control));
+      phase2.push_back(std::move(s2));
+      // A rank without tokens launches no combine workgroup (grid 0).
+      if (batches[r].tokens > 0) {
+        KernelLaunch c;
+        c.func = func(combine);
+        c.label = "rank " + std::to_string(r) + " combine";
+        c.launch = launchOf((batches[r].tokens + shape.combineWaves - 1) /
+                            shape.combineWaves);
+        c.args = {buffer(rb.combineRows), buffer(rb.ids), buffer(rb.weights),
+                  buffer(rb.out), scalar(batches[r].tokens),
+                  buffer(rb.control), scalar(epoch)};
+        phase2.push_back(std::move(c));
+      }
+    }
+    for (auto *phase : {&phase1, &phase2}) {
+      FailureOr<RunResult> run = runKernels(*phase, memory, error);
+      if (failed(run)) {
+        error = "epoch " + std::to_string(epoch) + ": " + error;
+        return failure();
+      }
+      outcome.stats.workgroups += run->stats.workgroups;
+      outcome.stats.waves += run->stats.waves;
+      outcome.stats.waveOps += run->stats.waveOps;
+      outcome.stats.mfmas += run->stats.mfmas;
+      outcome.stats.seconds += run->stats.seconds;
+      outcome.findings += run->totalFindings();
+      if (run->totalFindings() && !run->findings.empty())
+        summary << "finding: " << run->findings.front().str() << "\n";
+    }
+
+    // Compare.
+    double interErr = 0, interRef = 0, outErr = 0, outRef = 0;
+    int64_t overTolerance = 0;
+    for (int64_t r = 0; r < ep; ++r) {
+      const RankBuffers &rb = buffers[r];
+      const ref::MegaMoeRankResult &want = oracle[r];
+      const int32_t *control =
+          reinterpret_cast<const int32_t *>(memory.data(rb.control));
+      if (control[peer::kOverflow] != 0)
+        ++outcome.overflows;
+      std::map<std::pair<int32_t, int32_t>, int64_t> oracleRow;
+      for (int64_t row = 0; row < want.plan.numRows; ++row)
+        if (want.plan.sourceRank[row] >= 0)
+          oracleRow[{want.plan.sourceRank[row], want.plan.sourceRoute[row]}] = row;
+      const int32_t *meta =
+          reinterpret_cast<const int32_t *>(memory.data(rb.recvMeta));
+      const uint8_t *codes = memory.data(rb.inter);
+      const uint8_t *scales = memory.data(rb.interScale);
+      const int64_t bank = peer::countBank(epoch, L);
+      const int64_t routesPerRank = shape.maxTokens * K;
+      for (int64_t e = 0; e < L; ++e) {
+        const int64_t count = control[bank + e];
+        if (count != want.plan.expertCounts[e])
+          ++outcome.countMismatches;
+        for (int64_t slot = 0; slot < std::min(count, C); ++slot) {
+          const int64_t row = e * C + slot;
+          const int32_t packed = meta[row * peer::kMetaWords + 1] - 1;
+          auto it = oracleRow.find({int32_t(packed / routesPerRank),
+                                    int32_t(packed % routesPerRank)});
+          if (packed < 0 || it == oracleRow.end()) {
+            ++outcome.unknownRows;
+            continue;
+          }
+          const int64_t oRow = it->second;
+          for (int64_t c = 0; c < I; ++c) {
+            const double scale = ref::decodeE8M0(scales[row * I / 32 + c / 32]);
+            const double got = ref::decodeFp8E4M3(codes[row * I + c]) * scale;
+            const double act = want.stages.activation[oRow * I + c];
+            interErr += (got - act) * (got - act);
+            interRef += act * act;
+            ++outcome.codesCompared;
+            outcome.codesEqual +=
+                codes[row * I + c] == want.stages.intermediateCodes[oRow * I + c];
+            if (std::fabs(got - act) > ulpFp8(act, scale))
+              ++overTolerance;
+          }
+        }
+      }
+      const int64_t tokens = batches[r].tokens;
+      const uint16_t *out = reinterpret_cast<const uint16_t *>(memory.data(rb.out));
+      const uint8_t *written = memory.written(rb.out);
+      for (int64_t i = 0; i < tokens * H; ++i) {
+        if (!written[2 * i] || !written[2 * i + 1]) {
+          ++outcome.outputUnwritten;
+          continue;
+        }
+        const double got = ref::decodeBf16(out[i]);
+        const double ref = want.stages.output[i];
+        outErr += (got - ref) * (got - ref);
+        outRef += ref * ref;
+      }
+    }
+    const double interRel = relativeL2(interErr, interRef);
+    const double outRel = relativeL2(outErr, outRef);
+    outcome.intermediateRelL2 = std::max(outcome.intermediateRelL2, interRel);
+    outcome.outputRelL2 = std::max(outcome.outputRelL2, outRel);
+    const bool epochPass =
+        outcome.findings == 0 && outcome.overflows == 0 &&
+        outcome.countMismatches == 0 && outcome.unknownRows == 0 &&
+        outcome.outputUnwritten == 0 && overTolerance == 0 &&
+        interRel <= kW13RelL2Bound && outRel <= kPeerOutputRelL2Bound;
+    pass &= epochPass;
+    summary << "epoch " << epoch << ": intermediate rel L2 " << interRel
+            << " (" << overTolerance << " elements over one FP8 ulp), output rel L2 "
+            << outRel << " (bound " << kPeerOutputRelL2Bound << ")"
+            << (epochPass ? " PASS" : " FAIL") << "\n";
+  }
+  if (outcome.countMismatches || outcome.unknownRows || outcome.overflows ||
+      outcome.outputUnwritten || outcome.findings)
+    summary << "count mismatches " << outcome.countMismatches
+            << ", unknown receive rows " << outcome.unknownRows
+            << ", overflow words " << outcome.overflows
+            << ", unwritten output elements " << outcome.outputUnwritten
+            << ", findings " << outcome.findings << "\n";
+  outcome.pass = pass;
+  outcome.summary = summary.str();
+  return success();
+}
+
+} // namespace moec::emu
