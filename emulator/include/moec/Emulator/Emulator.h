@@ -32,6 +32,11 @@ class GPUFuncOp;
 } // namespace gpu
 } // namespace mlir
 
+namespace moec::rt {
+struct KernelInfo;
+struct KernelResources;
+} // namespace moec::rt
+
 namespace moec::emu {
 
 /// Host buffers the kernel sees as global memory. Each byte carries a shadow
@@ -87,7 +92,8 @@ struct LaunchConfig {
   std::array<int64_t, 3> grid{{1, 1, 1}};
   /// Workgroup size; {0, 0, 0} takes the gpu.func's known_block_size.
   std::array<int64_t, 3> block{{0, 0, 0}};
-  /// Workgroups resident at once (scheduled round-robin among themselves).
+  /// Workgroups resident at once (scheduled round-robin among themselves);
+  /// residentWorkgroupCap() gives the hardware's number for a kernel.
   unsigned maxResidentWorkgroups = 4;
   /// Ops one wave may execute before the run is declared runaway (never
   /// hang); 0 means no limit.
@@ -155,6 +161,22 @@ mlir::FailureOr<RunResult> runKernel(mlir::gpu::GPUFuncOp func,
                                      llvm::ArrayRef<KernelArgValue> args,
                                      const LaunchConfig &launch,
                                      std::string &error);
+
+/// Workgroups of one kernel that gfx950 keeps resident at once on
+/// `computeUnits` CUs: the runtime's occupancy model (estimateKernelOccupancy
+/// over gfx950TargetInfo()) gives the workgroups per CU for the kernel's
+/// registers, LDS and `workgroupSize` threads, times `computeUnits`. Use it
+/// as LaunchConfig::maxResidentWorkgroups to emulate the residency hazard of
+/// a kernel that waits on other workgroups. Fails, naming the reason, when
+/// the kernel cannot launch at all.
+mlir::FailureOr<unsigned>
+residentWorkgroupCap(const moec::rt::KernelResources &resources,
+                     unsigned workgroupSize, unsigned computeUnits,
+                     std::string &error);
+/// The same for a manifest kernel (its resources and launch workgroup size).
+mlir::FailureOr<unsigned>
+residentWorkgroupCap(const moec::rt::KernelInfo &kernel, unsigned computeUnits,
+                     std::string &error);
 
 } // namespace moec::emu
 
