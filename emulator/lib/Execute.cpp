@@ -1,12 +1,15 @@
 //===- Execute.cpp - waves, workgroups, memory and detectors --------------===//
 ///
 /// \file
-/// Runs a decoded Program. A wave executes all 64 lanes of an op at once;
+/// Runs decoded Programs. A wave executes all 64 lanes of an op at once;
 /// every value is uniform (one copy) or per-lane (64 copies). Control flow
 /// uses an explicit frame stack, never C++ recursion, so a wave suspends at a
-/// barrier in any nesting and resumes later. Workgroups are resident up to a
-/// limit and scheduled round-robin; a barrier releases when every live wave
-/// of the workgroup has reached it.
+/// barrier or a yield in any nesting and resumes later. Workgroups are
+/// resident up to a limit per launch and scheduled round-robin over all
+/// launches of a run; a barrier releases when every live wave of the
+/// workgroup has reached it. A wave yields at every scf.while iteration
+/// boundary and at rocdl.s.sleep, so spin-waits make progress, and a round in
+/// which nothing can change any more is reported as a deadlock.
 ///
 /// Plain C++ apart from the MLIR support types in signatures: no MLIR op is
 /// touched here (Program.cpp decoded them).
@@ -194,7 +197,14 @@ double ieeeMinimum(double x, double y) {
 
 enum class WaveState { Ready, AtBarrier, Done };
 
-enum class FrameKind : uint8_t { Body, IfThen, IfElse, ForBody };
+enum class FrameKind : uint8_t {
+  Body,
+  IfThen,
+  IfElse,
+  ForBody,
+  WhileBefore,
+  WhileAfter,
+};
 
 /// One active region of a wave.
 struct Frame {
@@ -202,7 +212,7 @@ struct Frame {
   int block = 0;
   unsigned pos = 0;
   uint64_t mask = 0;
-  /// The scf.if / scf.for that owns this region.
+  /// The scf.if / scf.for / scf.while that owns this region.
   unsigned owner = 0;
   // scf.if
   uint64_t elseMask = 0;
@@ -211,7 +221,19 @@ struct Frame {
   // equal for a uniform loop), the values carried between iterations.
   bool uniformLoop = true;
   std::vector<int64_t> iv, ub, step;
+  /// scf.for: the carried values; scf.if: the then-region's results;
+  /// scf.while: the results of the lanes that have left the loop.
   std::vector<RtValue> saved;
+  // scf.while: whether any lane has left, and the state at the previous
+  // iteration boundary (the before-region's arguments, the loop mask, the
+  // global write count and the wave's barrier count), to recognise an
+  // iteration that changed nothing.
+  bool anyExited = false;
+  bool hasSnapshot = false;
+  uint64_t snapMask = 0;
+  uint64_t snapWrites = 0;
+  uint64_t snapBarriers = 0;
+  std::vector<RtValue> snapArgs;
 };
 
 /// LDS shadow of one byte: who wrote and read it in which barrier interval.
@@ -229,6 +251,17 @@ struct Wave {
   int id = 0;
   WaveState state = WaveState::Ready;
   uint64_t steps = 0;
+  /// Barriers this wave has stopped at.
+  uint64_t barrierStops = 0;
+  /// Retracing: an scf.while iteration of the frame at `retraceDepth` ended
+  /// in the state it started in, with no memory write anywhere and no
+  /// barrier on the way. Until something writes memory the wave repeats that
+  /// iteration forever (execution is deterministic); see Executor::isIdle.
+  bool retracing = false;
+  uint64_t retraceWrites = 0;
+  uint64_t retraceBarriers = 0;
+  size_t retraceDepth = 0;
+  unsigned retraceOp = 0;
   std::vector<RtValue> regs;
   std::vector<Frame> frames;
 };
@@ -241,16 +274,36 @@ struct Workgroup {
   uint32_t epoch = 1;
 };
 
-enum class Stop { Barrier, Done, Error };
+/// Why runWave returned: a barrier, a yield (scf.while iteration boundary
+/// or rocdl.s.sleep; the wave stays ready), the wave's end, or a hard error.
+enum class Stop { Barrier, Yield, Done, Error };
 
+/// One launch of a run: its program, geometry, resident workgroups and
+/// results. Every launch of a run shares the global memory and the count of
+/// memory writes.
 class Executor {
 public:
   Executor(const Program &program, GlobalMemory &memory,
-           const LaunchConfig &launch, RunResult &result, std::string &error)
-      : program(program), memory(memory), launch(launch), result(result),
+           const LaunchConfig &launch, std::string label, uint64_t &writes,
+           RunResult &result, std::string &error)
+      : program(program), memory(memory), launch(launch),
+        label(std::move(label)), writes(writes), result(result),
         error(error) {}
 
-  LogicalResult run(llvm::ArrayRef<KernelArgValue> args);
+  /// Resolves the workgroup size and binds the arguments.
+  LogicalResult prepare(llvm::ArrayRef<KernelArgValue> args);
+  /// Fills free resident slots, then runs every ready wave of every resident
+  /// workgroup once (until it stops), releases barriers and retires finished
+  /// workgroups. Sets `progress` when anything happened that can let a wave
+  /// get further: a workgroup started or finished, a wave ended, a barrier
+  /// released, or a wave yielded that is not merely retracing.
+  LogicalResult runRound(bool &progress);
+  /// Every workgroup of the grid has finished.
+  bool finished() const { return next >= total && resident.empty(); }
+  /// Deadlock report: one entry per resident workgroup with a retracing
+  /// wave, and a note on workgroups never made resident.
+  void describeStall(std::vector<std::string> &spinners,
+                     std::vector<std::string> &notes) const;
 
 private:
   LogicalResult bindArguments(llvm::ArrayRef<KernelArgValue> args);
@@ -259,11 +312,19 @@ private:
   LogicalResult execOp(Workgroup &wg, Wave &wave, const POp &p, uint64_t mask);
   LogicalResult enterIf(Wave &wave, unsigned opIndex, uint64_t mask);
   LogicalResult enterFor(Wave &wave, unsigned opIndex, uint64_t mask);
+  LogicalResult enterWhile(Wave &wave, unsigned opIndex, uint64_t mask);
   LogicalResult finishRegion(Wave &wave, const POp &yield);
+  LogicalResult finishBefore(Wave &wave, const POp &condition);
+  void backEdge(Wave &wave, const POp &yield);
   void bindLoopArgs(Wave &wave, Frame &frame);
+  /// The wave is retracing and nothing has been written since it started to:
+  /// on its own it can never get further.
+  bool isIdle(const Wave &wave) const;
 
+  /// "LABEL: " or nothing.
+  std::string prefix() const { return label.empty() ? label : label + ": "; }
   LogicalResult fatal(const POp &p, const std::string &why) {
-    error = "emulator: " + program.kernelName + " at " +
+    error = "emulator: " + prefix() + program.kernelName + " at " +
             describeLocation(p.op) + " (" + describeOpName(p.op) + "): " + why;
     return failure();
   }
@@ -288,12 +349,20 @@ private:
   const Program &program;
   GlobalMemory &memory;
   const LaunchConfig &launch;
+  const std::string label;
+  /// Stores and atomics, over all launches, that changed a byte of global
+  /// memory or LDS (its value or its written-shadow).
+  uint64_t &writes;
   RunResult &result;
   std::string &error;
   std::array<int64_t, 3> block{{1, 1, 1}};
   int64_t threadsPerGroup = 1;
   int wavesPerGroup = 1;
   std::vector<RtValue> argValues;
+  std::deque<std::unique_ptr<Workgroup>> resident;
+  /// Linear id of the next workgroup to start, and the grid's size.
+  int64_t next = 0;
+  int64_t total = 0;
 };
 
 void Executor::report(FindingKind kind, const POp &p, const Workgroup &wg,
@@ -303,6 +372,7 @@ void Executor::report(FindingKind kind, const POp &p, const Workgroup &wg,
     return;
   Finding finding;
   finding.kind = kind;
+  finding.launch = label;
   finding.kernel = program.kernelName;
   finding.location = describeLocation(p.op);
   finding.opName = describeOpName(p.op);
@@ -315,7 +385,7 @@ void Executor::report(FindingKind kind, const POp &p, const Workgroup &wg,
 
 LogicalResult Executor::bindArguments(llvm::ArrayRef<KernelArgValue> args) {
   if (args.size() != program.argSlots.size()) {
-    error = "emulator: " + program.kernelName + " takes " +
+    error = "emulator: " + prefix() + program.kernelName + " takes " +
             std::to_string(program.argSlots.size()) + " arguments, got " +
             std::to_string(args.size());
     return failure();
@@ -329,11 +399,11 @@ LogicalResult Executor::bindArguments(llvm::ArrayRef<KernelArgValue> args) {
     if (vi.isMemRef) {
       if (args[i].kind != KernelArgValue::Kind::Buffer ||
           args[i].buffer >= memory.bufferCount()) {
-        error = "emulator: " + which + " must be a registered buffer";
+        error = "emulator: " + prefix() + which + " must be a registered buffer";
         return failure();
       }
       if (vi.space != Space::Global) {
-        error = "emulator: " + which + " must be a global memref";
+        error = "emulator: " + prefix() + which + " must be a global memref";
         return failure();
       }
       int64_t extent = vi.memElemBytes;
@@ -344,7 +414,7 @@ LogicalResult Executor::bindArguments(llvm::ArrayRef<KernelArgValue> args) {
     }
     if (args[i].kind != KernelArgValue::Kind::Scalar || vi.elem != Elem::Int ||
         vi.count != 1) {
-      error = "emulator: " + which + " must be an integer scalar";
+      error = "emulator: " + prefix() + which + " must be an integer scalar";
       return failure();
     }
     value.shape(true, vi.laneBytes);
@@ -386,72 +456,119 @@ std::unique_ptr<Workgroup> Executor::makeWorkgroup(int64_t linearId) {
   return wg;
 }
 
-LogicalResult Executor::run(llvm::ArrayRef<KernelArgValue> args) {
+LogicalResult Executor::prepare(llvm::ArrayRef<KernelArgValue> args) {
   for (int d = 0; d < 3; ++d) {
     block[d] = launch.block[d] ? launch.block[d] : program.knownBlockSize[d];
     if (block[d] <= 0) {
-      error = "emulator: " + program.kernelName +
+      error = "emulator: " + prefix() + program.kernelName +
               ": no workgroup size (launch.block or known_block_size)";
       return failure();
     }
     if (launch.grid[d] <= 0) {
-      error = "emulator: grid dimensions must be positive";
+      error = "emulator: " + prefix() + "grid dimensions must be positive";
       return failure();
     }
   }
   threadsPerGroup = block[0] * block[1] * block[2];
   wavesPerGroup = static_cast<int>((threadsPerGroup + kLanes - 1) / kLanes);
-  if (failed(bindArguments(args)))
-    return failure();
+  total = launch.grid[0] * launch.grid[1] * launch.grid[2];
+  return bindArguments(args);
+}
 
-  const int64_t total = launch.grid[0] * launch.grid[1] * launch.grid[2];
+bool Executor::isIdle(const Wave &wave) const {
+  if (!wave.retracing || wave.retraceWrites != writes ||
+      wave.retraceBarriers != wave.barrierStops ||
+      wave.frames.size() <= wave.retraceDepth)
+    return false;
+  const Frame &loop = wave.frames[wave.retraceDepth];
+  return loop.owner == wave.retraceOp &&
+         (loop.kind == FrameKind::WhileBefore ||
+          loop.kind == FrameKind::WhileAfter);
+}
+
+LogicalResult Executor::runRound(bool &progress) {
   const unsigned cap = std::max(1u, launch.maxResidentWorkgroups);
-  std::deque<std::unique_ptr<Workgroup>> resident;
-  int64_t next = 0;
-  while (next < total || !resident.empty()) {
-    while (resident.size() < cap && next < total)
-      resident.push_back(makeWorkgroup(next++));
-    bool progress = false;
-    for (auto it = resident.begin(); it != resident.end();) {
-      Workgroup &wg = **it;
-      for (Wave &wave : wg.waves) {
-        if (wave.state != WaveState::Ready)
-          continue;
+  while (resident.size() < cap && next < total) {
+    resident.push_back(makeWorkgroup(next++));
+    progress = true;
+  }
+  for (auto it = resident.begin(); it != resident.end();) {
+    Workgroup &wg = **it;
+    for (Wave &wave : wg.waves) {
+      if (wave.state != WaveState::Ready)
+        continue;
+      switch (runWave(wg, wave)) {
+      case Stop::Error:
+        return failure();
+      case Stop::Done:
+        wave.state = WaveState::Done;
         progress = true;
-        Stop stop = runWave(wg, wave);
-        if (stop == Stop::Error)
-          return failure();
-        wave.state = stop == Stop::Done ? WaveState::Done : WaveState::AtBarrier;
+        break;
+      case Stop::Barrier:
+        // Arriving changes nothing another wave can see; the release below
+        // (when every live wave is here) is the progress.
+        wave.state = WaveState::AtBarrier;
+        break;
+      case Stop::Yield:
+        ++result.stats.yields;
+        if (!isIdle(wave))
+          progress = true;
+        break;
       }
-      bool anyWaiting = false, allDone = true;
-      for (const Wave &wave : wg.waves) {
-        anyWaiting |= wave.state == WaveState::AtBarrier;
-        allDone &= wave.state == WaveState::Done;
-      }
-      // Every live wave is at the barrier (finished waves do not hold it,
-      // as s_barrier counts only waves that have not ended).
-      if (anyWaiting) {
-        for (Wave &wave : wg.waves)
-          if (wave.state == WaveState::AtBarrier)
-            wave.state = WaveState::Ready;
-        ++wg.epoch;
-        ++result.stats.barriers;
-        progress = true;
-      }
-      if (allDone)
-        it = resident.erase(it);
-      else
-        ++it;
     }
-    if (!progress) {
-      // Unreachable with barrier-only synchronisation; kept so that a future
-      // wait op (a spin on a flag) reports instead of hanging.
-      error = "emulator: " + program.kernelName +
-              ": deadlock, no wave of the resident workgroups can proceed";
-      return failure();
+    bool anyWaiting = false, allDone = true;
+    for (const Wave &wave : wg.waves) {
+      anyWaiting |= wave.state == WaveState::AtBarrier;
+      allDone &= wave.state == WaveState::Done;
+    }
+    // Every live wave is at the barrier (finished waves do not hold it, as
+    // s_barrier counts only waves that have not ended).
+    bool allArrived = anyWaiting;
+    for (const Wave &wave : wg.waves)
+      allArrived &= wave.state != WaveState::Ready;
+    if (allArrived) {
+      for (Wave &wave : wg.waves)
+        if (wave.state == WaveState::AtBarrier)
+          wave.state = WaveState::Ready;
+      ++wg.epoch;
+      ++result.stats.barriers;
+      progress = true;
+    }
+    if (allDone) {
+      it = resident.erase(it);
+      progress = true;
+    } else {
+      ++it;
     }
   }
   return success();
+}
+
+void Executor::describeStall(std::vector<std::string> &spinners,
+                             std::vector<std::string> &notes) const {
+  for (const auto &wg : resident) {
+    for (const Wave &wave : wg->waves) {
+      if (wave.state != WaveState::Ready || !isIdle(wave))
+        continue;
+      const POp &loop = program.ops[wave.retraceOp];
+      spinners.push_back(prefix() + program.kernelName + " workgroup (" +
+                         std::to_string(wg->id[0]) + "," +
+                         std::to_string(wg->id[1]) + "," +
+                         std::to_string(wg->id[2]) + ") wave " +
+                         std::to_string(wave.id) + " at " +
+                         describeLocation(loop.op) + " (" +
+                         describeOpName(loop.op) + ")");
+      break;
+    }
+  }
+  if (next < total) {
+    const int64_t waiting = total - next;
+    notes.push_back(prefix() + std::to_string(waiting) + " workgroup" +
+                    (waiting == 1 ? "" : "s") + " of " + program.kernelName +
+                    " not yet resident (at most " +
+                    std::to_string(std::max(1u, launch.maxResidentWorkgroups)) +
+                    " resident)");
+  }
 }
 
 Stop Executor::runWave(Workgroup &wg, Wave &wave) {
@@ -473,11 +590,31 @@ Stop Executor::runWave(Workgroup &wg, Wave &wave) {
       return Stop::Done;
     case Kind::Barrier:
       ++frame.pos;
+      ++wave.barrierStops;
       return Stop::Barrier;
+    case Kind::Sleep:
+      ++frame.pos;
+      return Stop::Yield;
     case Kind::Yield:
+      if (frame.kind == FrameKind::WhileAfter) {
+        // An scf.while iteration boundary: give the scheduler its turn back.
+        backEdge(wave, p);
+        return Stop::Yield;
+      }
       if (failed(finishRegion(wave, p)))
         return Stop::Error;
       continue;
+    case Kind::Condition:
+      if (failed(finishBefore(wave, p)))
+        return Stop::Error;
+      continue;
+    case Kind::While: {
+      const uint64_t mask = frame.mask;
+      ++frame.pos;
+      if (failed(enterWhile(wave, opIndex, mask)))
+        return Stop::Error;
+      continue;
+    }
     case Kind::If: {
       const uint64_t mask = frame.mask;
       ++frame.pos;
@@ -601,12 +738,130 @@ LogicalResult Executor::enterFor(Wave &wave, unsigned opIndex, uint64_t mask) {
   return success();
 }
 
+LogicalResult Executor::enterWhile(Wave &wave, unsigned opIndex,
+                                   uint64_t mask) {
+  const POp &p = program.ops[opIndex];
+  if (!mask)
+    return fatal(p, "internal: scf.while entered with no active lane");
+  Frame frame;
+  frame.kind = FrameKind::WhileBefore;
+  frame.owner = opIndex;
+  frame.block = p.regions[0];
+  frame.mask = mask;
+  frame.saved.resize(p.out.size());
+  const PBlock &before = program.blocks[p.regions[0]];
+  for (size_t i = 0; i < before.args.size(); ++i)
+    wave.regs[before.args[i]] = wave.regs[p.in[i]];
+  wave.frames.push_back(std::move(frame));
+  return success();
+}
+
+LogicalResult Executor::finishBefore(Wave &wave, const POp &condition) {
+  Frame &frame = wave.frames.back();
+  if (frame.kind != FrameKind::WhileBefore)
+    return fatal(condition, "scf.condition outside an scf.while");
+  const POp &owner = program.ops[frame.owner];
+  const RtValue &cond = wave.regs[condition.in[0]];
+  uint64_t condBits = 0;
+  if (cond.uniform) {
+    condBits = cond.bytes[0] ? kAllLanes : 0;
+  } else {
+    for (int l = 0; l < kLanes; ++l)
+      if (cond.bytes[l])
+        condBits |= uint64_t(1) << l;
+  }
+  const uint64_t stay = frame.mask & condBits, leave = frame.mask & ~condBits;
+  // Lanes whose condition is false leave with the forwarded values; they
+  // wait, masked off, until every lane has left.
+  if (leave) {
+    for (size_t i = 0; i < owner.out.size(); ++i) {
+      const RtValue &value = wave.regs[condition.in[i + 1]];
+      if (frame.anyExited)
+        mergeLanes(frame.saved[i], value, leave, info(owner.out[i]).laneBytes);
+      else
+        frame.saved[i] = value;
+    }
+    frame.anyExited = true;
+  }
+  if (!stay) {
+    for (size_t i = 0; i < owner.out.size(); ++i)
+      wave.regs[owner.out[i]] = std::move(frame.saved[i]);
+    wave.frames.pop_back();
+    return success();
+  }
+  const PBlock &after = program.blocks[owner.regions[1]];
+  for (size_t i = 0; i < after.args.size(); ++i)
+    wave.regs[after.args[i]] = wave.regs[condition.in[i + 1]];
+  frame.kind = FrameKind::WhileAfter;
+  frame.block = owner.regions[1];
+  frame.pos = 0;
+  frame.mask = stay;
+  return success();
+}
+
+/// Whether `a` and `b` hold the same value on every lane of `mask` (memrefs:
+/// the same memory and bounds).
+bool sameOnLanes(const RtValue &a, const RtValue &b, uint64_t mask,
+                 unsigned laneBytes) {
+  if (laneBytes == 0)
+    return a.mem.space == b.mem.space && a.mem.buffer == b.mem.buffer &&
+           a.mem.baseBytes == b.mem.baseBytes &&
+           a.mem.extentBytes == b.mem.extentBytes &&
+           a.mem.numRecords == b.mem.numRecords;
+  if (a.uniform && b.uniform)
+    return a.bytes == b.bytes;
+  for (int l = 0; l < kLanes; ++l)
+    if ((mask >> l & 1) &&
+        std::memcmp(a.lane(l, laneBytes), b.lane(l, laneBytes), laneBytes) != 0)
+      return false;
+  return true;
+}
+
+void Executor::backEdge(Wave &wave, const POp &yield) {
+  Frame &frame = wave.frames.back();
+  const POp &owner = program.ops[frame.owner];
+  const PBlock &before = program.blocks[owner.regions[0]];
+  for (size_t i = 0; i < before.args.size(); ++i)
+    wave.regs[before.args[i]] = wave.regs[yield.in[i]];
+  frame.kind = FrameKind::WhileBefore;
+  frame.block = owner.regions[0];
+  frame.pos = 0;
+  // Values defined outside the loop are fixed while the wave is in it, so
+  // the state at an iteration boundary is the mask and the before-region's
+  // arguments. Equal to the previous boundary, with no write anywhere and no
+  // barrier in between: the iteration changed nothing, and (execution being
+  // deterministic) the next ones will not either until memory changes.
+  bool same = frame.hasSnapshot && frame.snapWrites == writes &&
+              frame.snapBarriers == wave.barrierStops &&
+              frame.snapMask == frame.mask;
+  for (size_t i = 0; same && i < before.args.size(); ++i)
+    same = sameOnLanes(frame.snapArgs[i], wave.regs[before.args[i]],
+                       frame.mask, info(before.args[i]).laneBytes);
+  if (same && !isIdle(wave)) {
+    wave.retracing = true;
+    wave.retraceWrites = writes;
+    wave.retraceBarriers = wave.barrierStops;
+    wave.retraceDepth = wave.frames.size() - 1;
+    wave.retraceOp = frame.owner;
+  }
+  frame.snapArgs.resize(before.args.size());
+  for (size_t i = 0; i < before.args.size(); ++i)
+    frame.snapArgs[i] = wave.regs[before.args[i]];
+  frame.hasSnapshot = true;
+  frame.snapMask = frame.mask;
+  frame.snapWrites = writes;
+  frame.snapBarriers = wave.barrierStops;
+}
+
 LogicalResult Executor::finishRegion(Wave &wave, const POp &yield) {
   Frame &frame = wave.frames.back();
   const POp &owner = program.ops[frame.owner];
   switch (frame.kind) {
   case FrameKind::Body:
     return fatal(yield, "scf.yield outside a region");
+  case FrameKind::WhileBefore:
+  case FrameKind::WhileAfter:
+    return fatal(yield, "internal: scf.while regions end in runWave");
   case FrameKind::IfThen: {
     frame.saved.clear();
     for (unsigned slot : yield.in)
@@ -757,6 +1012,9 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     for (unsigned b = 0; b < bytes && !atomic; ++b) {
       LdsShadow &s = wg.shadow[size_t(at + b)];
       if (isWrite) {
+        // A byte becoming written changes what a load of it reports.
+        if (!s.written)
+          ++writes;
         s.written = 1;
         s.writer = self;
         s.writeEpoch = epoch;
@@ -796,6 +1054,8 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
   }
   uint8_t *shadow = memory.written(mem.buffer) + offset;
   if (isWrite && !atomic) {
+    if (std::memchr(shadow, 0, bytes))
+      ++writes;
     std::memset(shadow, 1, bytes);
   } else {
     for (unsigned b = 0; b < bytes; ++b)
@@ -1128,8 +1388,13 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       const int64_t index = linearIndex(mi, wave, p.in, 2, l);
       uint8_t *dst =
           access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
-      if (dst)
-        std::memcpy(dst, value.lane(l, bytes), bytes);
+      if (!dst)
+        continue;
+      // Only a store that changes memory counts as a write: a wave that
+      // rewrites the same value while it waits cannot release anyone.
+      if (std::memcmp(dst, value.lane(l, bytes), bytes) != 0)
+        ++writes;
+      std::memcpy(dst, value.lane(l, bytes), bytes);
     }
     return success();
   }
@@ -1180,8 +1445,16 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       }
       setBits(r.lane(l, bytes), vi.elemBits, 0, old);
       setBits(at, vi.elemBits, 0, next & m);
-      if (mem.space != Space::Lds)
-        std::memset(memory.written(mem.buffer) + index * mi.memElemBytes, 1, bytes);
+      // An atomic that leaves the value as it was (a spin's fetch-add of 0)
+      // is not a write.
+      if (getBits(at, vi.elemBits, 0) != old)
+        ++writes;
+      if (mem.space != Space::Lds) {
+        uint8_t *shadow = memory.written(mem.buffer) + index * mi.memElemBytes;
+        if (std::memchr(shadow, 0, bytes))
+          ++writes;
+        std::memset(shadow, 1, bytes);
+      }
     }
     return success();
   }
@@ -1357,18 +1630,76 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
 
 } // namespace
 
-FailureOr<RunResult> execute(const Program &program, GlobalMemory &memory,
-                             llvm::ArrayRef<KernelArgValue> args,
-                             const LaunchConfig &launch, std::string &error) {
-  RunResult result;
+FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
+                             GlobalMemory &memory, std::string &error) {
   const auto start = std::chrono::steady_clock::now();
-  Executor executor(program, memory, launch, result, error);
-  if (failed(executor.run(args)))
+  uint64_t writes = 0;
+  std::vector<RunResult> results(launches.size());
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.reserve(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const LaunchInput &in = launches[i];
+    executors.push_back(std::make_unique<Executor>(
+        *in.program, memory, *in.launch, in.label, writes, results[i], error));
+    if (failed(executors.back()->prepare(in.args)))
+      return failure();
+  }
+  // Rounds over all launches until every grid has finished. A round with
+  // no progress and no memory write leaves every live wave retracing a
+  // spin or waiting at a barrier only such waves could release: nothing can
+  // ever change what they wait on.
+  for (;;) {
+    bool live = false;
+    for (const auto &executor : executors)
+      live |= !executor->finished();
+    if (!live)
+      break;
+    bool progress = false;
+    const uint64_t writesBefore = writes;
+    for (auto &executor : executors)
+      if (!executor->finished() && failed(executor->runRound(progress)))
+        return failure();
+    if (progress || writes != writesBefore)
+      continue;
+    std::vector<std::string> spinners, notes;
+    for (const auto &executor : executors)
+      executor->describeStall(spinners, notes);
+    if (spinners.empty()) // not expected: a stalled round has a spinner
+      spinners.push_back("no wave can proceed");
+    const size_t shown = std::min<size_t>(spinners.size(), 4);
+    error = "emulator: deadlock: " + std::to_string(spinners.size()) +
+            (spinners.size() == 1 ? " workgroup spins" : " workgroups spin") +
+            " and nothing can change what they wait on: ";
+    for (size_t i = 0; i < shown; ++i)
+      error += (i ? "; " : "") + spinners[i];
+    if (spinners.size() > shown)
+      error += "; and " + std::to_string(spinners.size() - shown) + " more";
+    for (const std::string &note : notes)
+      error += "; " + note;
     return failure();
-  result.stats.seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
-  return result;
+  }
+
+  RunResult total;
+  for (RunResult &result : results) {
+    RunStats &sum = total.stats;
+    const RunStats &one = result.stats;
+    sum.workgroups += one.workgroups;
+    sum.waves += one.waves;
+    sum.waveOps += one.waveOps;
+    sum.mfmas += one.mfmas;
+    sum.barriers += one.barriers;
+    sum.yields += one.yields;
+    sum.rawLoadsOutOfRange += one.rawLoadsOutOfRange;
+    sum.rawStoresDropped += one.rawStoresDropped;
+    for (size_t k = 0; k < total.findingCounts.size(); ++k)
+      total.findingCounts[k] += result.findingCounts[k];
+    for (Finding &finding : result.findings)
+      total.findings.push_back(std::move(finding));
+  }
+  total.stats.seconds = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+  return total;
 }
 
 } // namespace moec::emu::detail

@@ -79,7 +79,8 @@ const char *toString(FindingKind kind) {
 }
 
 std::string Finding::str() const {
-  std::string s = toString(kind);
+  std::string s = launch.empty() ? std::string() : launch + ": ";
+  s += toString(kind);
   s += " in " + kernel + " at " + location + " (" + opName + ") workgroup (" +
        std::to_string(workgroup[0]) + "," + std::to_string(workgroup[1]) + "," +
        std::to_string(workgroup[2]) + ") wave " + std::to_string(wave) +

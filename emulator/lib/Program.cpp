@@ -13,6 +13,7 @@
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -580,8 +581,28 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
             p.regions[0] = *body;
             return success();
           })
+          .Case([&](scf::WhileOp o) -> LogicalResult {
+            p.kind = Kind::While;
+            FailureOr<int> before = decodeBlock(o.getBefore().front());
+            if (failed(before))
+              return failure();
+            FailureOr<int> after = decodeBlock(o.getAfter().front());
+            if (failed(after))
+              return failure();
+            p.regions[0] = *before;
+            p.regions[1] = *after;
+            return success();
+          })
+          .Case([&](scf::ConditionOp) {
+            p.kind = Kind::Condition;
+            return success();
+          })
           .Case([&](scf::YieldOp) {
             p.kind = Kind::Yield;
+            return success();
+          })
+          .Case([&](ROCDL::SSleepOp) {
+            p.kind = Kind::Sleep;
             return success();
           })
           .Default([&](Operation *o) {
@@ -647,13 +668,49 @@ LogicalResult checkSupported(gpu::GPUFuncOp func, std::string &error) {
   return detail::decodeProgram(func, program, error);
 }
 
+FailureOr<RunResult> runKernels(ArrayRef<KernelLaunch> launches,
+                                GlobalMemory &memory, std::string &error) {
+  // One decoded program per distinct gpu.func (ranks often share one).
+  std::vector<std::unique_ptr<detail::Program>> programs;
+  llvm::DenseMap<Operation *, const detail::Program *> decoded;
+  std::vector<detail::LaunchInput> inputs;
+  inputs.reserve(launches.size());
+  for (const KernelLaunch &launch : launches) {
+    gpu::GPUFuncOp func = launch.func; // op handles are cheap copies
+    if (!func) {
+      error = "emulator: " +
+              (launch.label.empty() ? std::string() : launch.label + ": ") +
+              "launch without a kernel";
+      return failure();
+    }
+    const detail::Program *&program = decoded[func.getOperation()];
+    if (!program) {
+      programs.push_back(std::make_unique<detail::Program>());
+      if (failed(detail::decodeProgram(func, *programs.back(), error))) {
+        if (!launch.label.empty())
+          error.insert(error.find(": ") + 2, launch.label + ": ");
+        return failure();
+      }
+      program = programs.back().get();
+    }
+    detail::LaunchInput input;
+    input.program = program;
+    input.args = launch.args;
+    input.launch = &launch.launch;
+    input.label = launch.label;
+    inputs.push_back(std::move(input));
+  }
+  return detail::execute(inputs, memory, error);
+}
+
 FailureOr<RunResult> runKernel(gpu::GPUFuncOp func, GlobalMemory &memory,
                                ArrayRef<KernelArgValue> args,
                                const LaunchConfig &launch, std::string &error) {
-  detail::Program program;
-  if (failed(detail::decodeProgram(func, program, error)))
-    return failure();
-  return detail::execute(program, memory, args, launch, error);
+  KernelLaunch single;
+  single.func = func;
+  single.args.assign(args.begin(), args.end());
+  single.launch = launch;
+  return runKernels(single, memory, error);
 }
 
 } // namespace moec::emu

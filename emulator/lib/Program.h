@@ -86,7 +86,10 @@ enum class Kind : uint8_t {
   ScaledMfma,
   If,
   For,
+  While,     ///< scf.while: regions[0] the before block, regions[1] the after
+  Condition, ///< scf.condition: in[0] the condition, then forwarded values
   Yield,
+  Sleep,     ///< rocdl.s.sleep: gives the scheduler its turn back
 };
 
 enum class IntOp : uint8_t {
@@ -112,7 +115,8 @@ struct POp {
   uint8_t sub = 0;
   std::vector<unsigned> in;
   std::vector<unsigned> out;
-  /// Blocks of scf.if (then, else; -1 when empty) or scf.for (body, -1).
+  /// Blocks of scf.if (then, else; -1 when empty), scf.for (body, -1) or
+  /// scf.while (before, after).
   int regions[2] = {-1, -1};
   /// Kind-specific integers: shuffle mask, extract position, slice offset,
   /// gpu dimension, scaled-MFMA parameters (m, k, scalesIdxA, scalesIdxB,
@@ -157,12 +161,18 @@ mlir::LogicalResult decodeProgram(mlir::gpu::GPUFuncOp func, Program &program,
 std::string describeLocation(mlir::Operation *op);
 std::string describeOpName(mlir::Operation *op);
 
-/// Executes a decoded program (Execute.cpp).
-mlir::FailureOr<RunResult> execute(const Program &program,
-                                   GlobalMemory &memory,
-                                   llvm::ArrayRef<KernelArgValue> args,
-                                   const LaunchConfig &launch,
-                                   std::string &error);
+/// One launch of a run: a decoded program, its arguments and geometry.
+struct LaunchInput {
+  const Program *program = nullptr;
+  llvm::ArrayRef<KernelArgValue> args;
+  const LaunchConfig *launch = nullptr;
+  std::string label;
+};
+
+/// Executes the launches at once in one cooperative scheduler over `memory`
+/// (Execute.cpp).
+mlir::FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
+                                   GlobalMemory &memory, std::string &error);
 
 } // namespace moec::emu::detail
 

@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -21,7 +22,7 @@ mlir::MLIRContext &context() {
     auto *c = new mlir::MLIRContext();
     c->loadDialect<mlir::amdgpu::AMDGPUDialect, mlir::arith::ArithDialect,
                    mlir::gpu::GPUDialect, mlir::math::MathDialect,
-                   mlir::memref::MemRefDialect,
+                   mlir::memref::MemRefDialect, mlir::ROCDL::ROCDLDialect,
                    mlir::scf::SCFDialect, mlir::vector::VectorDialect>();
     return c;
   }();

@@ -11,11 +11,17 @@
 /// workgroup, wave and lane: LDS races within a barrier interval, reads of
 /// bytes nothing wrote, and out-of-bounds global and LDS accesses.
 ///
+/// Several launches (EP ranks) can run at once in one cooperative scheduler
+/// over one GlobalMemory, so kernels that spin on flags other workgroups or
+/// other ranks write make progress, and a wait nothing can satisfy is
+/// reported as a deadlock instead of hanging.
+///
 //===----------------------------------------------------------------------===//
 
 #ifndef MOEC_EMULATOR_EMULATOR_H
 #define MOEC_EMULATOR_EMULATOR_H
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/ArrayRef.h"
 
@@ -26,11 +32,10 @@
 #include <string>
 #include <vector>
 
-namespace mlir {
-namespace gpu {
-class GPUFuncOp;
-} // namespace gpu
-} // namespace mlir
+namespace moec::rt {
+struct KernelInfo;
+struct KernelResources;
+} // namespace moec::rt
 
 namespace moec::emu {
 
@@ -87,7 +92,8 @@ struct LaunchConfig {
   std::array<int64_t, 3> grid{{1, 1, 1}};
   /// Workgroup size; {0, 0, 0} takes the gpu.func's known_block_size.
   std::array<int64_t, 3> block{{0, 0, 0}};
-  /// Workgroups resident at once (scheduled round-robin among themselves).
+  /// Workgroups resident at once (scheduled round-robin among themselves);
+  /// residentWorkgroupCap() gives the hardware's number for a kernel.
   unsigned maxResidentWorkgroups = 4;
   /// Ops one wave may execute before the run is declared runaway (never
   /// hang); 0 means no limit.
@@ -102,6 +108,8 @@ const char *toString(FindingKind kind);
 /// One detector report.
 struct Finding {
   FindingKind kind = FindingKind::OutOfBounds;
+  /// The launch's label (KernelLaunch::label, e.g. "rank 1"); may be empty.
+  std::string launch;
   std::string kernel;
   /// The op's location as MLIR prints it, and the op name.
   std::string location;
@@ -112,7 +120,8 @@ struct Finding {
   /// Which memory and byte offset, and for races the other wave.
   std::string detail;
 
-  /// One line: "kind in KERNEL at LOC (op) workgroup (x,y,z) wave w lane l: detail".
+  /// One line: "[LABEL: ]kind in KERNEL at LOC (op) workgroup (x,y,z) wave w
+  /// lane l: detail".
   std::string str() const;
 };
 
@@ -123,6 +132,9 @@ struct RunStats {
   uint64_t waveOps = 0;
   uint64_t mfmas = 0;
   uint64_t barriers = 0;
+  /// Times a wave gave the scheduler back its turn (an scf.while iteration
+  /// boundary or rocdl.s.sleep).
+  uint64_t yields = 0;
   /// Raw-buffer accesses past the descriptor's range: loads that returned
   /// zero and stores that were dropped (hardware semantics, not findings).
   uint64_t rawLoadsOutOfRange = 0;
@@ -145,16 +157,54 @@ struct RunResult {
 mlir::LogicalResult checkSupported(mlir::gpu::GPUFuncOp func,
                                    std::string &error);
 
-/// Runs `func` over the grid. Hard errors (an unsupported op, a division by
-/// zero, a runaway loop, a deadlock, a bad argument binding) fail with a
-/// one-line `error`; detector reports come back as findings, and the
-/// offending access is made harmless (a load returns zero, a store is
-/// dropped) so the run continues.
+/// One kernel launch of a multi-launch run: the kernel, its arguments and
+/// geometry, and a label that prefixes its findings and errors.
+struct KernelLaunch {
+  mlir::gpu::GPUFuncOp func;
+  std::vector<KernelArgValue> args;
+  LaunchConfig launch;
+  /// E.g. "rank 1"; empty for a single launch.
+  std::string label;
+};
+
+/// Runs all `launches` at once in one cooperative scheduler over `memory`:
+/// rounds go over the launches in order, each keeping up to its own
+/// `launch.maxResidentWorkgroups` workgroups of its own grid resident, and
+/// every resident wave runs until a barrier, a yield (an scf.while
+/// iteration boundary or rocdl.s.sleep) or its end. A buffer id passed to
+/// several launches is memory all of them address (a peer pointer). Hard
+/// errors (an unsupported op, a division by zero, a runaway loop, a
+/// deadlock, a bad argument binding) fail with a one-line `error` that
+/// names the launch's label; detector reports come back as findings (with
+/// the label), and the offending access is made harmless (a load returns
+/// zero, a store is dropped) so the run continues. Stats and finding counts
+/// are summed over the launches.
+mlir::FailureOr<RunResult> runKernels(llvm::ArrayRef<KernelLaunch> launches,
+                                      GlobalMemory &memory,
+                                      std::string &error);
+
+/// Runs `func` over the grid: runKernels() with one unlabelled launch.
 mlir::FailureOr<RunResult> runKernel(mlir::gpu::GPUFuncOp func,
                                      GlobalMemory &memory,
                                      llvm::ArrayRef<KernelArgValue> args,
                                      const LaunchConfig &launch,
                                      std::string &error);
+
+/// Workgroups of one kernel that gfx950 keeps resident at once on
+/// `computeUnits` CUs: the runtime's occupancy model (estimateKernelOccupancy
+/// over gfx950TargetInfo()) gives the workgroups per CU for the kernel's
+/// registers, LDS and `workgroupSize` threads, times `computeUnits`. Use it
+/// as LaunchConfig::maxResidentWorkgroups to emulate the residency hazard of
+/// a kernel that waits on other workgroups. Fails, naming the reason, when
+/// the kernel cannot launch at all.
+mlir::FailureOr<unsigned>
+residentWorkgroupCap(const moec::rt::KernelResources &resources,
+                     unsigned workgroupSize, unsigned computeUnits,
+                     std::string &error);
+/// The same for a manifest kernel (its resources and launch workgroup size).
+mlir::FailureOr<unsigned>
+residentWorkgroupCap(const moec::rt::KernelInfo &kernel, unsigned computeUnits,
+                     std::string &error);
 
 } // namespace moec::emu
 

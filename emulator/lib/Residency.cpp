@@ -1,0 +1,52 @@
+//===- Residency.cpp - resident workgroups from the occupancy model -------===//
+///
+/// \file
+/// The emulator's residency cap for a kernel, from the runtime's occupancy
+/// model: a kernel that waits on other workgroups deadlocks on hardware when
+/// the workgroups it waits on cannot be resident at the same time, and the
+/// emulator reproduces that only with the hardware's cap.
+///
+//===----------------------------------------------------------------------===//
+
+#include "moec/Emulator/Emulator.h"
+
+#include "moec/kernel_occupancy.h"
+#include "moec/manifest.h"
+#include "moec/target_info.h"
+
+#include <limits>
+
+namespace moec::emu {
+
+mlir::FailureOr<unsigned>
+residentWorkgroupCap(const rt::KernelInfo &kernel, unsigned computeUnits,
+                     std::string &error) {
+  const rt::OccupancyEstimate estimate =
+      rt::estimateKernelOccupancy(rt::gfx950TargetInfo(), kernel);
+  if (estimate.limiter == rt::OccupancyLimiter::Invalid) {
+    error = std::string("emulator: ") +
+            (kernel.name.empty() ? std::string() : kernel.name + ": ") +
+            "cannot launch on gfx950: " +
+            (estimate.problem ? estimate.problem : "invalid resources");
+    return mlir::failure();
+  }
+  if (computeUnits == 0) {
+    error = "emulator: residentWorkgroupCap needs at least one compute unit";
+    return mlir::failure();
+  }
+  const uint64_t cap = uint64_t(estimate.workgroupsPerCu) * computeUnits;
+  return static_cast<unsigned>(
+      std::min<uint64_t>(cap, std::numeric_limits<unsigned>::max()));
+}
+
+mlir::FailureOr<unsigned>
+residentWorkgroupCap(const rt::KernelResources &resources,
+                     unsigned workgroupSize, unsigned computeUnits,
+                     std::string &error) {
+  rt::KernelInfo kernel;
+  kernel.resources = resources;
+  kernel.launch.workgroupSize = {{workgroupSize, 1, 1}};
+  return residentWorkgroupCap(kernel, computeUnits, error);
+}
+
+} // namespace moec::emu
