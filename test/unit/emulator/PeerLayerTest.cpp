@@ -113,3 +113,25 @@ TEST_CASE("fused MegaMoE layer at EP4 with an empty rank and few resident "
   options.maxResidentWorkgroups = 2;
   runLayer(knobs, options);
 }
+
+TEST_CASE("fused MegaMoE stage 1 with fewer resident workgroups than "
+          "producers is reported as a deadlock",
+          "[peer]") {
+  // dispatch_cus = 2 but one workgroup resident per rank: the first
+  // producer waits for the second, which can never start.
+  PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
+  BuiltKernel s1, s2, c;
+  std::string error;
+  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w13", knobs), s1, error)));
+  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w2", knobs), s2, error)));
+  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("combine", knobs), c, error)));
+  PeerLayerOptions options;
+  options.tokensPerRank = {4, 4};
+  options.maxResidentWorkgroups = 1;
+  PeerLayerOutcome outcome;
+  CHECK(failed(runPeerLayer(s1, s2, c, options, outcome, error)));
+  INFO(error);
+  CHECK(error.find("epoch 1: emulator: deadlock") == 0);
+  CHECK(error.find("rank 0") != std::string::npos);
+  CHECK(error.find("not yet resident") != std::string::npos);
+}
