@@ -7,11 +7,13 @@
 #include "moec/reference/Families.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
+#include "moec/reference/Npy.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -122,9 +124,26 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
                                  ref::defaultScaleExponent(H));
   ref::GeneratedMxfp4Weights w2(options.seed, /*tensorTag=*/0xE2, shape.experts,
                                 H, I, ref::defaultScaleExponent(I));
-  std::vector<uint8_t> w13Packed, w13Scales, w2Packed, w2Scales;
-  ref::materializeWeights(w13, w13Packed, w13Scales);
-  ref::materializeWeights(w2, w2Packed, w2Scales);
+  // Every launch's tokens up front: only experts some route names are
+  // generated and copied in; the others stay poisoned, so a kernel that
+  // reads them is a finding (and real shapes stay affordable).
+  std::vector<std::vector<ref::TokenBatch>> launches(size_t(options.epochs));
+  std::vector<bool> used(size_t(shape.experts), false);
+  ref::RoutingOptions routing;
+  routing.invalidFraction = options.invalidFraction;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
+    batches.resize(size_t(ep));
+    for (int64_t r = 0; r < ep; ++r) {
+      batches[r] = ref::generateBatch(options.seed + uint64_t(epoch) * 7919,
+                                      /*stream=*/uint64_t(r),
+                                      options.tokensPerRank[r], moeShape,
+                                      routing);
+      for (int32_t id : batches[r].topkIds)
+        if (id >= 0 && id < shape.experts)
+          used[size_t(id)] = true;
+    }
+  }
 
   GlobalMemory memory;
   auto addBuffer = [&](const std::string &name, size_t bytes) {
@@ -139,14 +158,22 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
                  w13ScaleBytes = size_t(L * 2 * I * H / 32);
     const size_t w2Bytes = size_t(L * H * I / 2), w2ScaleBytes = size_t(L * H * I / 32);
     rb.w13 = addBuffer(p + "w13", w13Bytes);
-    memory.write(rb.w13, 0, w13Packed.data() + r * w13Bytes, w13Bytes);
     rb.w13Scale = addBuffer(p + "w13_scale", w13ScaleBytes);
-    memory.write(rb.w13Scale, 0, w13Scales.data() + r * w13ScaleBytes,
-                 w13ScaleBytes);
     rb.w2 = addBuffer(p + "w2", w2Bytes);
-    memory.write(rb.w2, 0, w2Packed.data() + r * w2Bytes, w2Bytes);
     rb.w2Scale = addBuffer(p + "w2_scale", w2ScaleBytes);
-    memory.write(rb.w2Scale, 0, w2Scales.data() + r * w2ScaleBytes, w2ScaleBytes);
+    ref::WeightScratch scratch;
+    for (int64_t e = 0; e < L; ++e) {
+      if (!used[size_t(r * L + e)])
+        continue;
+      ref::ExpertRows gateUp = w13.expertRows(r * L + e, 0, 2 * I, scratch);
+      memory.write(rb.w13, size_t(e) * w13Bytes / L, gateUp.elements, w13Bytes / L);
+      memory.write(rb.w13Scale, size_t(e) * w13ScaleBytes / L, gateUp.scales,
+                   w13ScaleBytes / L);
+      ref::ExpertRows down = w2.expertRows(r * L + e, 0, H, scratch);
+      memory.write(rb.w2, size_t(e) * w2Bytes / L, down.elements, w2Bytes / L);
+      memory.write(rb.w2Scale, size_t(e) * w2ScaleBytes / L, down.scales,
+                   w2ScaleBytes / L);
+    }
     rb.a = addBuffer(p + "a", size_t(shape.maxTokens * H));
     rb.aScale = addBuffer(p + "a_scale", size_t(shape.maxTokens * H / 32));
     rb.ids = addBuffer(p + "topk_ids", size_t(shape.maxTokens * K * 4));
@@ -181,15 +208,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
   std::ostringstream summary;
   bool pass = true;
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
-    // Fresh tokens per epoch and rank.
-    std::vector<ref::TokenBatch> batches(ep);
-    ref::RoutingOptions routing;
-    routing.invalidFraction = options.invalidFraction;
-    for (int64_t r = 0; r < ep; ++r)
-      batches[r] = ref::generateBatch(options.seed + uint64_t(epoch) * 7919,
-                                      /*stream=*/uint64_t(r),
-                                      options.tokensPerRank[r], moeShape,
-                                      routing);
+    const std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
     ref::MegaMoeConfig config;
     config.shape = moeShape;
     config.ep = ep;
@@ -345,6 +364,42 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
         const double ref = want.stages.output[i];
         outErr += (got - ref) * (got - ref);
         outRef += ref * ref;
+      }
+    }
+    if (!options.saveDir.empty() && epoch == options.epochs) {
+      std::error_code ec;
+      std::filesystem::create_directories(options.saveDir, ec);
+      using ref::NpyArray;
+      using ref::NpyDtype;
+      auto bytesOf = [&](unsigned id, size_t size) {
+        return std::vector<uint8_t>(memory.data(id), memory.data(id) + size);
+      };
+      for (int64_t r = 0; r < ep; ++r) {
+        const RankBuffers &rb = buffers[r];
+        const int64_t tokens = batches[r].tokens;
+        std::vector<uint16_t> out(size_t(tokens * H));
+        std::memcpy(out.data(), memory.data(rb.out), out.size() * 2);
+        std::vector<int32_t> meta(size_t(rows * peer::kMetaWords));
+        std::memcpy(meta.data(), memory.data(rb.recvMeta), meta.size() * 4);
+        const std::vector<std::pair<std::string, NpyArray>> arrays = {
+            {"tokens_bf16", NpyArray::fromVector(NpyDtype::UInt16, {tokens, H}, batches[r].hiddenBf16)},
+            {"a_codes", NpyArray::fromVector(NpyDtype::UInt8, {tokens, H}, oracle[r].stages.inputCodes)},
+            {"a_scales", NpyArray::fromVector(NpyDtype::UInt8, {tokens, H / 32}, oracle[r].stages.inputScales)},
+            {"topk_ids", NpyArray::fromVector(NpyDtype::Int32, {tokens, K}, batches[r].topkIds)},
+            {"topk_weights", NpyArray::fromVector(NpyDtype::Float32, {tokens, K}, batches[r].topkWeights)},
+            {"recv_meta", NpyArray::fromVector(NpyDtype::Int32, {rows, peer::kMetaWords}, meta)},
+            {"intermediate_codes", NpyArray::fromVector(NpyDtype::UInt8, {rows, I}, bytesOf(rb.inter, size_t(rows * I)))},
+            {"intermediate_scales", NpyArray::fromVector(NpyDtype::UInt8, {rows, I / 32}, bytesOf(rb.interScale, size_t(rows * I / 32)))},
+            {"out_bf16", NpyArray::fromVector(NpyDtype::UInt16, {tokens, H}, out)},
+            {"oracle_out", NpyArray::fromVector(NpyDtype::Float32, {tokens, H}, oracle[r].stages.output)}};
+        for (const auto &[name, array] : arrays) {
+          const std::string path = options.saveDir + "/rank" + std::to_string(r) +
+                                   "_" + name + ".npy";
+          if (ref::Status status = ref::writeNpy(path, array); !status) {
+            error = "peer harness: " + status.message();
+            return failure();
+          }
+        }
       }
     }
     const double interRel = relativeL2(interErr, interRef);

@@ -36,6 +36,11 @@ struct PeerLayerOptions {
   int epochs = 2;
   /// Resident workgroups per rank and kernel (0: the whole grid).
   unsigned maxResidentWorkgroups = 0;
+  /// When set, the last launch's arrays are written there as .npy, per
+  /// rank r: rank{r}_{tokens_bf16, a_codes, a_scales, topk_ids,
+  /// topk_weights, recv_meta, intermediate_codes, intermediate_scales,
+  /// out_bf16, oracle_out}.
+  std::string saveDir;
 };
 
 struct PeerLayerOutcome {
