@@ -48,7 +48,7 @@ public:
     argTypes[kNumTokens] = b.getI32Type();
     if (op.getPeerRows()) {
       argTypes.push_back(globalBuffer(
-          peer::controlWords(problem.getLocalExperts()), b.getI32Type()));
+          peer::controlWords(problem.getLocalExperts(), problem.getEp()), b.getI32Type()));
       argTypes.push_back(b.getI32Type());
     }
     OpBuilder::InsertionGuard guard(b);

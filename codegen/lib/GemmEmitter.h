@@ -88,30 +88,42 @@ public:
   std::pair<mlir::Value, mlir::Value> emitTileIds(int64_t nTiles,
                                                   mlir::Value mTilesI32);
   /// Where a peer stage keeps its work list in LDS (dword offsets): the
-  /// received count per local expert and the exclusive prefix of their M
-  /// tiles (experts + 1 words), then one word per wave and one for the
-  /// workgroup to broadcast atomics' results.
+  /// received count and first receive row per local expert, the exclusive
+  /// prefix of their M tiles (experts + 1 words), then one word per wave
+  /// and one for the workgroup to broadcast atomics' results.
   struct PeerLds {
-    int64_t counts = 0, tileScan = 0, waveWords = 0, groupWord = 0;
+    int64_t counts = 0, bases = 0, tileScan = 0, waveWords = 0, groupWord = 0;
     /// The layout from dword `base`; the ops' getPeerLdsBytes() sizes it.
     static PeerLds at(int64_t base, int64_t experts, int64_t waves) {
-      return {base, base + experts, base + 2 * experts + 1,
-              base + 2 * experts + 1 + waves};
+      return {base, base + experts, base + 2 * experts,
+              base + 3 * experts + 1, base + 3 * experts + 1 + waves};
     }
   };
   /// One item of a peer stage's work: an M tile of one expert's receive
-  /// rows (`count` of them used) by one N tile.
+  /// rows (`count` of them used, the first at `base`) by one N tile.
   struct PeerItem {
-    mlir::Value expert, mTile, nTile, count;
+    mlir::Value expert, mTile, nTile, count, base;
   };
-  /// Reads the receive count of every local expert (word `countBase` + e of
-  /// the i32 buffer `control`, capped at `capacity`) into LDS and scans
-  /// their M tiles there; returns the number of work items (index):
-  /// non-empty M tiles times `nTiles`. Ends with a barrier.
+  /// Builds the work list in LDS from `countOf(expert)` (an i32 per local
+  /// expert): with `fixedCapacity` > 0 expert e's rows start at e x
+  /// fixedCapacity and at most that many count; with 0 (compact) they are
+  /// packed in expert order from row 0 and cut at `rowsTotal`. Returns the
+  /// number of work items (index): non-empty M tiles times `nTiles`. Ends
+  /// with a barrier.
   mlir::Value emitPeerWorkList(mlir::Value lds, const PeerLds &at,
-                               mlir::Value control, mlir::Value countBase,
-                               int64_t experts, int64_t capacity,
-                               int64_t nTiles);
+                               llvm::function_ref<mlir::Value(mlir::Value)> countOf,
+                               int64_t experts, int64_t fixedCapacity,
+                               int64_t rowsTotal, int64_t nTiles);
+  /// Index of word `offset` in the bank that launch `epoch` (i32) uses of a
+  /// two-bank control region at word `region` with `bankWords` per bank.
+  mlir::Value bankWord(mlir::Value epoch, int64_t region, int64_t bankWords,
+                       mlir::Value offset);
+  /// The rows this rank receives for local `expert` in launch `epoch`
+  /// (i32): its fixed-slot counter, or the sum of the compact source-count
+  /// table's column over the `ep` source ranks.
+  mlir::Value peerReceiveCount(moe::PeerTransportAttr peer, mlir::Value control,
+                               mlir::Value epoch, mlir::Value expert,
+                               int64_t experts, int64_t ep);
   /// Decodes work item `item` (N tile fastest, so consecutive workgroups
   /// share activation rows) with a binary search of the tile scan.
   PeerItem decodePeerItem(mlir::Value item, mlir::Value lds,

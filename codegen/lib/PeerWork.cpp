@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GemmEmitter.h"
+#include "moec/Codegen/PeerProtocol.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -23,42 +24,72 @@ using namespace mlir;
 namespace moec {
 
 Value GemmEmitter::emitPeerWorkList(Value lds, const PeerLds &at,
-                                    Value control, Value countBase,
-                                    int64_t experts, int64_t capacity,
-                                    int64_t nTiles) {
+                                    function_ref<Value(Value)> countOf,
+                                    int64_t experts, int64_t fixedCapacity,
+                                    int64_t rowsTotal, int64_t nTiles) {
   const int64_t tileM = tile.getM();
-  // Counts (capped: an overflowing expert's count keeps growing) and their
-  // M tiles, one expert per lane.
+  auto store = [&](Value value, int64_t region, Value expert) {
+    memref::StoreOp::create(b, loc, value, lds,
+                            ValueRange{add(idx(region), expert)});
+  };
+  auto load = [&](int64_t region, Value expert) {
+    return memref::LoadOp::create(b, loc, lds,
+                                  ValueRange{add(idx(region), expert)})
+        .getResult();
+  };
+  auto tilesOf = [&](Value count) {
+    return arith::DivUIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, count, i32(tileM - 1)),
+        i32(tileM));
+  };
+  // Counts, one expert per lane. A fixed-slot expert's count keeps growing
+  // past its capacity when routes overflow: cap it.
   auto loop = scf::ForOp::create(b, loc, tid, idx(experts), idx(lanes));
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value expert = loop.getInductionVar();
-    Value count = memref::LoadOp::create(b, loc, control,
-                                         ValueRange{add(countBase, expert)});
-    count = arith::MinSIOp::create(b, loc, count, i32(capacity));
-    count = arith::MaxSIOp::create(b, loc, count, i32(0));
-    memref::StoreOp::create(b, loc, count, lds,
-                            ValueRange{add(idx(at.counts), expert)});
-    Value tiles = arith::DivUIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, count, i32(tileM - 1)),
-        i32(tileM));
-    memref::StoreOp::create(b, loc, tiles, lds,
-                            ValueRange{add(idx(at.tileScan), expert)});
+    Value count = arith::MaxSIOp::create(b, loc, countOf(expert), i32(0));
+    if (fixedCapacity > 0) {
+      count = arith::MinSIOp::create(b, loc, count, i32(fixedCapacity));
+      store(tilesOf(count), at.tileScan, expert);
+      store(arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                       mul(expert, fixedCapacity)),
+            at.bases, expert);
+    }
+    store(count, at.counts, expert);
   }
   gpu::BarrierOp::create(b, loc);
-  // Exclusive scan in place; word `experts` receives the total.
+  // Thread 0: exclusive scan of the tiles in place (word `experts` gets the
+  // total); compact also packs the experts' rows from row 0, cut at
+  // rowsTotal (rows past it were never written: the producers counted them
+  // as overflow).
   onThreadZero(tid, [&] {
     auto scan = scf::ForOp::create(b, loc, idx(0), idx(experts), idx(1),
-                                   ValueRange{i32(0)});
+                                   ValueRange{i32(0), i32(0)});
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(scan.getBody());
-    Value word = add(idx(at.tileScan), scan.getInductionVar());
-    Value tiles = memref::LoadOp::create(b, loc, lds, ValueRange{word});
-    Value before = scan.getRegionIterArg(0);
-    memref::StoreOp::create(b, loc, before, lds, ValueRange{word});
-    scf::YieldOp::create(b, loc,
-                         ValueRange{arith::AddIOp::create(b, loc, before, tiles)});
+    Value expert = scan.getInductionVar();
+    Value tilesBefore = scan.getRegionIterArg(0);
+    Value rowsBefore = scan.getRegionIterArg(1);
+    Value tiles;
+    if (fixedCapacity > 0) {
+      tiles = load(at.tileScan, expert);
+    } else {
+      Value room = arith::MaxSIOp::create(
+          b, loc, arith::SubIOp::create(b, loc, i32(rowsTotal), rowsBefore),
+          i32(0));
+      Value count =
+          arith::MinSIOp::create(b, loc, load(at.counts, expert), room);
+      store(count, at.counts, expert);
+      store(rowsBefore, at.bases, expert);
+      tiles = tilesOf(count);
+      rowsBefore = arith::AddIOp::create(b, loc, rowsBefore, count);
+    }
+    store(tilesBefore, at.tileScan, expert);
+    scf::YieldOp::create(
+        b, loc,
+        ValueRange{arith::AddIOp::create(b, loc, tilesBefore, tiles), rowsBefore});
     b.setInsertionPointAfter(scan);
     memref::StoreOp::create(b, loc, scan.getResult(0), lds,
                             ValueRange{idx(at.tileScan + experts)});
@@ -67,6 +98,30 @@ Value GemmEmitter::emitPeerWorkList(Value lds, const PeerLds &at,
   Value total = memref::LoadOp::create(b, loc, lds,
                                        ValueRange{idx(at.tileScan + experts)});
   return mul(toIndex(total), nTiles);
+}
+
+Value GemmEmitter::bankWord(Value epoch, int64_t region, int64_t bankWords,
+                           Value offset) {
+  Value bank = toIndex(arith::AndIOp::create(b, loc, epoch, i32(1)));
+  return add(add(idx(region), mul(bank, bankWords)), offset);
+}
+
+Value GemmEmitter::peerReceiveCount(moe::PeerTransportAttr peer, Value control,
+                                    Value epoch, Value expert, int64_t experts,
+                                    int64_t ep) {
+  if (!peer.isCompact())
+    return memref::LoadOp::create(
+        b, loc, control,
+        ValueRange{bankWord(epoch, peer::kExpertCounts, experts, expert)});
+  const int64_t table = peer::sourceCountWord(0, 0, 0, experts, ep);
+  Value sum = i32(0);
+  for (int64_t source = 0; source < ep; ++source) {
+    Value word = bankWord(epoch, table, ep * experts,
+                          add(idx(source * experts), expert));
+    sum = arith::AddIOp::create(
+        b, loc, sum, memref::LoadOp::create(b, loc, control, ValueRange{word}));
+  }
+  return sum;
 }
 
 GemmEmitter::PeerItem GemmEmitter::decodePeerItem(Value item, Value lds,
@@ -102,6 +157,8 @@ GemmEmitter::PeerItem GemmEmitter::decodePeerItem(Value item, Value lds,
   out.mTile = toIndex(arith::SubIOp::create(b, loc, tileIndex, first));
   out.count = memref::LoadOp::create(b, loc, lds,
                                      ValueRange{add(idx(at.counts), out.expert)});
+  out.base = memref::LoadOp::create(b, loc, lds,
+                                    ValueRange{add(idx(at.bases), out.expert)});
   return out;
 }
 

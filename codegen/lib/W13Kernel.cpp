@@ -104,7 +104,7 @@ FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
   const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
 
   if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
-    const int64_t rows = problem.getLocalExperts() * peer.getCapacity();
+    const int64_t rows = peer.getReceiveRows(problem.getLocalExperts());
     const int64_t ep = problem.getEp();
     SmallVector<Type> argTypes(kPeerFirst);
     argTypes[kPA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
@@ -119,7 +119,7 @@ FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
     Type recvScale = globalBuffer(rows * hidden / 32, b.getI8Type());
     Type recvMeta = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
     Type control = globalBuffer(
-        peer::controlWords(problem.getLocalExperts()), b.getI32Type());
+        peer::controlWords(problem.getLocalExperts(), problem.getEp()), b.getI32Type());
     argTypes[kPRecvA] = recvA;
     argTypes[kPRecvScale] = recvScale;
     argTypes[kPOut] = globalBuffer(rows * inter / 4, b.getI32Type());
@@ -452,7 +452,7 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t ep = problem.getEp();
   const int64_t experts = problem.getLocalExperts();
   const int64_t capacity = peer.getCapacity();
-  const int64_t rowsTotal = experts * capacity;
+  const int64_t rowsTotal = peer.getReceiveRows(experts);
   const int64_t groups = peer.getWorkgroups();
   const int64_t producers = peer.getDispatchCus();
   const int64_t waves = tile.getWaves();
@@ -501,13 +501,13 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   Value expected = arith::MulIOp::create(b, loc, epoch,
                                          i32(ep * producers * waves));
   emitWaitUntil(tid, control, idx(peer::kDispatchDone), expected);
-  Value bank = arith::AddIOp::create(
-      b, loc, i32(peer::kExpertCounts),
-      arith::MulIOp::create(
-          b, loc, arith::AndIOp::create(b, loc, epoch, i32(1)), i32(experts)));
   const int64_t nTiles = inter / tileN;
-  Value items = emitPeerWorkList(lds, words, control, toIndex(bank), experts,
-                                 capacity, nTiles);
+  Value items = emitPeerWorkList(
+      lds, words,
+      [&](Value expert) {
+        return peerReceiveCount(peer, control, epoch, expert, experts, ep);
+      },
+      experts, peer.isCompact() ? 0 : capacity, rowsTotal, nTiles);
   TileRows rows;
   rows.aBuf = asBuffer(arg(kPRecvA), constBytes(rowsTotal * hidden));
   rows.aScaleBuf =
@@ -529,7 +529,7 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   rows.colBase = mul(item.nTile, tileN);
   Value firstRow = mul(item.mTile, tileM);
   Value used = toIndex(item.count);
-  Value expertBase = add(mul(item.expert, capacity), firstRow);
+  Value expertBase = add(toIndex(item.base), firstRow);
   // Rows past the expert's count read zeros and write nothing.
   auto receiveRow = [&](Value row) {
     Value inUse = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
@@ -555,7 +555,7 @@ void W13Emitter::emitDispatch(
   const int64_t ep = problem.getEp();
   const int64_t experts = problem.getLocalExperts();
   const int64_t capacity = peer.getCapacity();
-  const int64_t rowsTotal = experts * capacity;
+  const int64_t rowsTotal = peer.getReceiveRows(experts);
   const int64_t waves = tile.getWaves();
   const int64_t producers = peer.getDispatchCus();
   const int64_t routesPerRank = peer.getMaxTokens() * topK;
@@ -571,32 +571,142 @@ void W13Emitter::emitDispatch(
     body();
   };
 
-  // The first producer clears the count bank the next launch uses (its
-  // previous use ended with this rank's last stage 2).
+  const bool compact = peer.isCompact();
+  const int64_t tableWord = peer::sourceCountWord(0, 0, 0, experts, ep);
+  const int64_t cursorRegion = peer::cursorWord(0, 0, 0, experts, ep);
+  const int64_t allExperts = ep * experts;
+  auto forEachLane = [&](int64_t count, function_ref<void(Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, tid, idx(count), idx(lanes));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    body(loop.getInductionVar());
+  };
+  auto ifThen = [&](Value condition, function_ref<void()> body) {
+    auto ifOp = scf::IfOp::create(b, loc, condition, false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    body();
+  };
+  auto ldsAt = [&](Value index) {
+    return memref::LoadOp::create(b, loc, lds, ValueRange{index}).getResult();
+  };
   Value isFirst =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, role, idx(0));
-  auto ifFirst = scf::IfOp::create(b, loc, isFirst, false);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifFirst.thenBlock());
-    Value nextEpoch = arith::AddIOp::create(b, loc, epoch, i32(1));
-    Value nextBank = toIndex(arith::AddIOp::create(
-        b, loc, i32(peer::kExpertCounts),
-        arith::MulIOp::create(
-            b, loc, arith::AndIOp::create(b, loc, nextEpoch, i32(1)),
-            i32(experts))));
-    auto clear = scf::ForOp::create(b, loc, tid, idx(experts), idx(lanes));
-    b.setInsertionPointToStart(clear.getBody());
-    memref::StoreOp::create(b, loc, i32(0), control,
-                            ValueRange{add(nextBank, clear.getInductionVar())});
+  Value nextEpoch = arith::AddIOp::create(b, loc, epoch, i32(1));
+
+  // The first producer clears the banks the next launch uses (their
+  // previous use ended with this rank's last stage 2) and, with compact,
+  // plans: it counts this rank's routes per destination expert in LDS,
+  // writes the counts into every destination's source-count table and
+  // signals it, one signal per wave after that wave's stores.
+  ifThen(isFirst, [&] {
+    if (!compact) {
+      forEachLane(experts, [&](Value e) {
+        memref::StoreOp::create(
+            b, loc, i32(0), control,
+            ValueRange{bankWord(nextEpoch, peer::kExpertCounts, experts, e)});
+      });
+      return;
+    }
+    forEachLane(allExperts, [&](Value i) {
+      memref::StoreOp::create(
+          b, loc, i32(0), control,
+          ValueRange{bankWord(nextEpoch, tableWord, allExperts, i)});
+      memref::StoreOp::create(
+          b, loc, i32(0), control,
+          ValueRange{bankWord(nextEpoch, cursorRegion, allExperts, i)});
+      memref::StoreOp::create(b, loc, i32(0), lds, ValueRange{i});
+    });
+    gpu::BarrierOp::create(b, loc);
+    auto histogram = scf::ForOp::create(b, loc, tid, toIndex(numRoutesI32),
+                                        idx(lanes));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(histogram.getBody());
+      Value id = memref::LoadOp::create(b, loc, idsBuf,
+                                        ValueRange{histogram.getInductionVar()});
+      Value valid = arith::AndIOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
+                                i32(allExperts)));
+      ifThen(valid, [&] {
+        (void)memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                          i32(1), lds, ValueRange{toIndex(id)});
+      });
+    }
+    gpu::BarrierOp::create(b, loc);
+    Value rankIndex = toIndex(rank);
+    for (int64_t d = 0; d < ep; ++d)
+      forEachLane(experts, [&](Value e) {
+        Value count = ldsAt(add(idx(d * experts), e));
+        memref::StoreOp::create(
+            b, loc, count, peerArg(3, d),
+            ValueRange{bankWord(epoch, tableWord, allExperts,
+                                add(mul(rankIndex, experts), e))});
+      });
+    onLaneZero([&] {
+      for (int64_t d = 0; d < ep; ++d)
+        (void)atomicAddI32(peerArg(3, d), idx(peer::kCountsReady), i32(1));
+    });
+    gpu::BarrierOp::create(b, loc);
+  });
+
+  // Compact: once a destination's table is complete (every source's planner
+  // waves have signalled it), each producer computes where this rank's rows
+  // for each of its experts start: the expert's base (the totals of the
+  // experts before it) plus the rows of lower source ranks. LDS words
+  // [d * experts + e] get those starts, [allExperts, + experts) the totals.
+  if (compact) {
+    Value rankI32 = rank;
+    for (int64_t d = 0; d < ep; ++d) {
+      Value destControl = peerArg(3, d);
+      emitWaitUntil(tid, destControl, idx(peer::kCountsReady),
+                    arith::MulIOp::create(b, loc, epoch, i32(ep * waves)));
+      forEachLane(experts, [&](Value e) {
+        Value total = i32(0), lower = i32(0);
+        for (int64_t source = 0; source < ep; ++source) {
+          Value rows = memref::LoadOp::create(
+              b, loc, destControl,
+              ValueRange{bankWord(epoch, tableWord, allExperts,
+                                  add(idx(source * experts), e))});
+          total = arith::AddIOp::create(b, loc, total, rows);
+          Value below = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::slt, i32(source), rankI32);
+          lower = arith::AddIOp::create(
+              b, loc, lower,
+              arith::SelectOp::create(b, loc, below, rows, i32(0)));
+        }
+        memref::StoreOp::create(b, loc, total, lds,
+                                ValueRange{add(idx(allExperts), e)});
+        memref::StoreOp::create(b, loc, lower, lds,
+                                ValueRange{add(idx(d * experts), e)});
+      });
+      gpu::BarrierOp::create(b, loc);
+      onThreadZero(tid, [&] {
+        auto scan = scf::ForOp::create(b, loc, idx(0), idx(experts), idx(1),
+                                       ValueRange{i32(0)});
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(scan.getBody());
+        Value e = scan.getInductionVar();
+        Value at = add(idx(d * experts), e);
+        Value before = scan.getRegionIterArg(0);
+        memref::StoreOp::create(
+            b, loc, arith::AddIOp::create(b, loc, ldsAt(at), before), lds,
+            ValueRange{at});
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{arith::AddIOp::create(
+                b, loc, before, ldsAt(add(idx(allExperts), e)))});
+      });
+      gpu::BarrierOp::create(b, loc);
+    }
   }
 
-  // One wave per route: lane 0 takes the receive row with an atomic on the
-  // destination's count, every lane copies 16-byte chunks of the row.
-  Value bank = toIndex(arith::AddIOp::create(
-      b, loc, i32(peer::kExpertCounts),
-      arith::MulIOp::create(b, loc, arith::AndIOp::create(b, loc, epoch, i32(1)),
-                            i32(experts))));
+  // One wave per route: lane 0 takes the receive row with an atomic (fixed
+  // slot: on the destination's expert count; compact: on this rank's cursor
+  // for the destination expert, added to the start computed above), every
+  // lane copies 16-byte chunks of the row.
   Value waveSlot = add(idx(words.waveWords), wave);
   auto routes = scf::ForOp::create(b, loc, add(mul(role, waves), wave),
                                    toIndex(numRoutesI32),
@@ -633,15 +743,42 @@ void W13Emitter::emitDispatch(
       b.setInsertionPointToStart(ifDest.thenBlock());
       Value destControl = peerArg(3, d);
       onLaneZero([&] {
-        Value slot = atomicAddI32(destControl, add(bank, expert), i32(1));
+        Value slot =
+            compact
+                ? atomicAddI32(control,
+                               bankWord(epoch, cursorRegion, allExperts,
+                                        add(idx(d * experts), expert)),
+                               i32(1))
+                : atomicAddI32(destControl,
+                               bankWord(epoch, peer::kExpertCounts, experts,
+                                        expert),
+                               i32(1));
         memref::StoreOp::create(b, loc, slot, lds, ValueRange{waveSlot});
       });
       Value slot = memref::LoadOp::create(b, loc, lds, ValueRange{waveSlot});
-      Value fits = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
-                                         slot, i32(capacity));
+      // Fixed slot: the expert's rows are [e * capacity, (e + 1) * capacity);
+      // compact: this rank's start for the expert plus the slot, below the
+      // rank's receive rows.
+      Value rowI32 =
+          compact ? arith::AddIOp::create(b, loc, ldsAt(add(idx(d * experts), expert)),
+                                          slot)
+                        .getResult()
+                  : arith::AddIOp::create(
+                        b, loc,
+                        arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                                   mul(expert, capacity)),
+                        slot)
+                        .getResult();
+      Value fits = compact
+                       ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                               rowI32, i32(rowsTotal))
+                             .getResult()
+                       : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                               slot, i32(capacity))
+                             .getResult();
       auto ifFits = scf::IfOp::create(b, loc, fits, /*withElseRegion=*/true);
       b.setInsertionPointToStart(ifFits.thenBlock());
-      Value row = add(mul(expert, capacity), toIndex(slot));
+      Value row = toIndex(rowI32);
       Value recvA = asBuffer(peerArg(0, d),
                              arith::ConstantIntOp::create(
                                  b, loc, b.getI64Type(), rowsTotal * hidden));

@@ -94,7 +94,7 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
   const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
 
   if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
-    const int64_t rows = problem.getLocalExperts() * peer.getCapacity();
+    const int64_t rows = peer.getReceiveRows(problem.getLocalExperts());
     const int64_t ep = problem.getEp();
     SmallVector<Type> argTypes(kPeerFirst);
     argTypes[kPA] = globalBuffer(rows * inter / 4, b.getI32Type());
@@ -104,7 +104,7 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
     argTypes[kPBScale] =
         globalBuffer(routedExperts * hidden * inter / 32, b.getI8Type());
     argTypes[kPRecvMeta] = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
-    Type control = globalBuffer(peer::controlWords(problem.getLocalExperts()),
+    Type control = globalBuffer(peer::controlWords(problem.getLocalExperts(), problem.getEp()),
                                 b.getI32Type());
     argTypes[kPControl] = control;
     argTypes[kPEpoch] = b.getI32Type();
@@ -311,7 +311,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t ep = problem.getEp();
   const int64_t experts = problem.getLocalExperts();
   const int64_t capacity = peer.getCapacity();
-  const int64_t rowsTotal = experts * capacity;
+  const int64_t rowsTotal = peer.getReceiveRows(experts);
   const int64_t groups = peer.getWorkgroups();
   const int64_t waves = tile.getWaves();
   const int64_t routesPerRank = peer.getMaxTokens() * problem.getTopK();
@@ -335,13 +335,13 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
 
   emitLaneIds();
   // Stage 1 ran before on this stream: the counts are final.
-  Value bank = arith::AddIOp::create(
-      b, loc, i32(peer::kExpertCounts),
-      arith::MulIOp::create(
-          b, loc, arith::AndIOp::create(b, loc, epoch, i32(1)), i32(experts)));
   const int64_t nTiles = hidden / tileN;
-  Value items = emitPeerWorkList(lds, words, control, toIndex(bank), experts,
-                                 capacity, nTiles);
+  Value items = emitPeerWorkList(
+      lds, words,
+      [&](Value expert) {
+        return peerReceiveCount(peer, control, epoch, expert, experts, ep);
+      },
+      experts, peer.isCompact() ? 0 : capacity, rowsTotal, nTiles);
   TileRows rows;
   rows.aBuf = asBuffer(arg(kPA), constBytes(rowsTotal * inter));
   rows.aScaleBuf = asBuffer(arg(kPAScale), constBytes(rowsTotal * inter / 32));
@@ -361,7 +361,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
     rows.colBase = mul(item.nTile, tileN);
     Value firstRow = mul(item.mTile, tileM);
     Value used = toIndex(item.count);
-    Value expertBase = add(mul(item.expert, capacity), firstRow);
+    Value expertBase = add(toIndex(item.base), firstRow);
     auto receiveRow = [&](Value row) {
       Value inUse = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
                                           add(firstRow, row), used);

@@ -348,8 +348,9 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("scale_prefetch", scalePrefetch) ||
       !read.flag("bf16_lds", bf16Lds))
     return nullptr;
-  // The peer transport (MegaMoE fused stages): `transport = fixed_slot`.
-  enum class Transport { None, FixedSlot };
+  // The peer transport (MegaMoE fused stages): `transport = fixed_slot` or
+  // `compact`.
+  enum class Transport { None, FixedSlot, Compact };
   Transport transport;
   int64_t capacity = 0, maxTokens = 0, workgroups = 256, dispatchCus = 16;
   if (!read.enumeration<Transport>(
@@ -359,11 +360,13 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
               return Transport::None;
             if (text == "fixed_slot")
               return Transport::FixedSlot;
+            if (text == "compact")
+              return Transport::Compact;
             return std::nullopt;
           },
-          "none, fixed_slot", transport))
+          "none, fixed_slot, compact", transport))
     return nullptr;
-  const bool hasPeer = transport == Transport::FixedSlot;
+  const bool hasPeer = transport != Transport::None;
   if (hasPeer &&
       (!read.integer("capacity", -1, capacity) ||
        !read.integer("max_tokens", -1, maxTokens) ||
@@ -374,7 +377,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     for (const char *field : {"capacity", "max_tokens", "workgroups",
                               "dispatch_cus"})
       if (spec.fields.count(field)) {
-        read.fail(field, "only applies with transport = fixed_slot");
+        read.fail(field, "only applies with transport = fixed_slot or compact");
         return nullptr;
       }
 
@@ -398,7 +401,11 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                         scalePrefetch, groupM);
   moe::PeerTransportAttr peer;
   if (hasPeer)
-    peer = moe::PeerTransportAttr::getChecked(emitError, context, capacity,
+    peer = moe::PeerTransportAttr::getChecked(emitError, context,
+                                              transport == Transport::Compact
+                                                  ? moe::PeerKind::compact
+                                                  : moe::PeerKind::fixed_slot,
+                                              capacity,
                                               maxTokens, workgroups,
                                               isW13 ? dispatchCus : 1);
   if (!problem || !tile || (hasPeer && !peer)) {
@@ -408,7 +415,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   // Fused peer stages name their transport: capacity, token bound, grid.
   std::string peerSuffix;
   if (hasPeer) {
-    peerSuffix = "_fs" + std::to_string(capacity) + "_mt" +
+    peerSuffix = (transport == Transport::Compact ? "_cp" : "_fs") +
+                 std::to_string(capacity) + "_mt" +
                  std::to_string(maxTokens) + "_g" + std::to_string(workgroups);
     if (isW13)
       peerSuffix += "_d" + std::to_string(dispatchCus);
@@ -495,7 +503,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"group_m", std::to_string(groupM)},
   };
   if (hasPeer) {
-    description.fields.push_back({"transport", "fixed_slot"});
+    description.fields.push_back(
+        {"transport", transport == Transport::Compact ? "compact" : "fixed_slot"});
     description.fields.push_back({"capacity", std::to_string(capacity)});
     description.fields.push_back({"max_tokens", std::to_string(maxTokens)});
     description.fields.push_back({"workgroups", std::to_string(workgroups)});

@@ -132,7 +132,7 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult
 PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                          int64_t capacity, int64_t maxTokens,
+                          PeerKind kind, int64_t capacity, int64_t maxTokens,
                           int64_t workgroups, int64_t dispatchCus) {
   const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
   if (capacity <= 0)
@@ -160,7 +160,8 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 /// work loop.
 static LogicalResult verifyPeerStage(Operation *op, PeerTransportAttr peer,
                                      ProblemAttr problem, TileAttr tile) {
-  if (peer.getCapacity() % tile.getM() != 0)
+  if (peer.getKind() == PeerKind::fixed_slot &&
+      peer.getCapacity() % tile.getM() != 0)
     return op->emitOpError("peer.capacity (")
            << peer.getCapacity() << ") must be a multiple of tile.m ("
            << tile.getM() << ")";
@@ -206,13 +207,13 @@ int64_t W2Op::getLdsBytes() {
          getPeerLdsBytes();
 }
 
-/// Bytes of the peer stages' LDS words: counts and tile prefix per local
-/// expert plus the total, one word per wave, one per workgroup.
+/// Bytes of the peer stages' LDS words: count, first row and tile prefix
+/// per local expert plus the total, one word per wave, one per workgroup.
 static int64_t peerLdsBytes(PeerTransportAttr peer, ProblemAttr problem,
                             TileAttr tile) {
   if (!peer)
     return 0;
-  return 4 * (2 * problem.getLocalExperts() + 1 + tile.getWaves() + 1);
+  return 4 * (3 * problem.getLocalExperts() + 1 + tile.getWaves() + 1);
 }
 
 int64_t W2Op::getPeerLdsBytes() {

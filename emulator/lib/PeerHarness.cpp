@@ -29,6 +29,9 @@ struct PeerShape {
   int64_t localExperts = 0, tileM = 0, capacity = 0, maxTokens = 0;
   int64_t workgroups1 = 0, workgroups2 = 0, combineWaves = 4;
   double swigluLimit = 0.0;
+  bool compact = false;
+  /// Receive rows of one rank.
+  int64_t rows() const { return compact ? capacity : localExperts * capacity; }
 };
 
 int64_t fieldOf(const StageDescription &description, const char *name,
@@ -56,6 +59,9 @@ LogicalResult parsePeerShape(const BuiltKernel &stage1, const BuiltKernel &stage
   shape.combineWaves = fieldOf(combine.description, "waves", 4);
   shape.swigluLimit = double(fieldOf(d1, "swiglu_limit", 0));
   shape.localExperts = shape.ep > 0 ? shape.experts / shape.ep : 0;
+  for (const auto &[key, value] : d1.fields)
+    if (key == "transport")
+      shape.compact = value == "compact";
   if (shape.capacity <= 0 || shape.workgroups1 <= 0 || shape.workgroups2 <= 0) {
     error = "peer harness: " + d1.symbol + " / " + stage2.description.symbol +
             " are not fused peer stages (transport = fixed_slot)";
@@ -102,7 +108,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     return failure();
   const int64_t H = shape.hidden, I = shape.intermediate, ep = shape.ep;
   const int64_t L = shape.localExperts, C = shape.capacity, K = shape.topK;
-  const int64_t rows = L * C;
+  const int64_t rows = shape.rows();
   if (int64_t(options.tokensPerRank.size()) != ep) {
     error = "peer harness: tokensPerRank has " +
             std::to_string(options.tokensPerRank.size()) + " entries, ep is " +
@@ -183,7 +189,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     rb.recvMeta = addBuffer(p + "recv_meta", size_t(rows * peer::kMetaWords * 4));
     rb.inter = addBuffer(p + "intermediate", size_t(rows * I));
     rb.interScale = addBuffer(p + "intermediate_scale", size_t(rows * I / 32));
-    const size_t controlBytes = size_t(peer::controlWords(L) * 4);
+    const size_t controlBytes = size_t(peer::controlWords(L, ep) * 4);
     rb.control = addBuffer(p + "control", controlBytes);
     std::vector<uint8_t> zeros(controlBytes, 0);
     memory.write(rb.control, 0, zeros.data(), controlBytes);
@@ -212,9 +218,11 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     ref::MegaMoeConfig config;
     config.shape = moeShape;
     config.ep = ep;
-    config.transport = ref::Transport::FixedSlot;
+    config.transport =
+        shape.compact ? ref::Transport::Compact : ref::Transport::FixedSlot;
     config.mTile = shape.tileM;
-    config.slotCapacity = C;
+    if (!shape.compact)
+      config.slotCapacity = C;
     config.swigluLimit = shape.swigluLimit;
     config.mode = ref::OracleMode::QuantFaithful;
     std::vector<ref::MegaMoeRankResult> oracle;
@@ -322,14 +330,31 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
           reinterpret_cast<const int32_t *>(memory.data(rb.recvMeta));
       const uint8_t *codes = memory.data(rb.inter);
       const uint8_t *scales = memory.data(rb.interScale);
-      const int64_t bank = peer::countBank(epoch, L);
       const int64_t routesPerRank = shape.maxTokens * K;
+      // Rows per local expert as the kernels counted them, and where each
+      // expert's rows start (compact: packed in expert order).
+      std::vector<int64_t> counts(static_cast<size_t>(L), 0),
+          firstRow(static_cast<size_t>(L), 0);
+      int64_t packedRows = 0;
       for (int64_t e = 0; e < L; ++e) {
-        const int64_t count = control[bank + e];
+        if (shape.compact) {
+          for (int64_t s = 0; s < ep; ++s)
+            counts[e] += control[peer::sourceCountWord(epoch, s, e, L, ep)];
+          firstRow[e] = packedRows;
+          packedRows += counts[e];
+        } else {
+          counts[e] = control[peer::countBank(epoch, L) + e];
+          firstRow[e] = e * C;
+        }
+      }
+      for (int64_t e = 0; e < L; ++e) {
+        const int64_t count = counts[e];
         if (count != want.plan.expertCounts[e])
           ++outcome.countMismatches;
-        for (int64_t slot = 0; slot < std::min(count, C); ++slot) {
-          const int64_t row = e * C + slot;
+        const int64_t used = shape.compact ? std::min(count, rows - firstRow[e])
+                                           : std::min(count, C);
+        for (int64_t slot = 0; slot < used; ++slot) {
+          const int64_t row = firstRow[e] + slot;
           const int32_t packed = meta[row * peer::kMetaWords + 1] - 1;
           auto it = oracleRow.find({int32_t(packed / routesPerRank),
                                     int32_t(packed % routesPerRank)});

@@ -81,8 +81,12 @@ void shrinkPeerFields(StageSpec &spec) {
   const int64_t m = std::max<int64_t>(1, integer("m", 16));
   const int64_t ep = std::max<int64_t>(1, integer("ep", 1));
   spec.fields["max_tokens"] = "16";
+  // Fixed slot: per expert, whole M tiles; compact: every route of every
+  // rank could come here.
   spec.fields["capacity"] =
-      std::to_string((std::max<int64_t>(ep * 16, m) + m - 1) / m * m);
+      it->second == "compact"
+          ? std::to_string(ep * 16 * std::max<int64_t>(1, integer("top_k", 1)))
+          : std::to_string((std::max<int64_t>(ep * 16, m) + m - 1) / m * m);
   spec.fields["workgroups"] =
       std::to_string(std::min<int64_t>(integer("workgroups", 6), 6));
   if (spec.fields.count("dispatch_cus"))

@@ -112,7 +112,10 @@ int runPeerConfig(const RunArgs &args, std::vector<StageSpec> specs,
     for (StageSpec &spec : specs)
       if (spec.fields.count("capacity")) {
         spec.fields["max_tokens"] = std::to_string(tokens);
-        spec.fields["capacity"] = std::to_string((ep * tokens + 127) / 128 * 128);
+        spec.fields["capacity"] =
+            spec.fields["transport"] == "compact"
+                ? std::to_string(ep * tokens * fieldInt(spec, "top_k", 1))
+                : std::to_string((ep * tokens + 127) / 128 * 128);
       }
   }
   mlir::MLIRContext context;

@@ -62,3 +62,19 @@ moe.w2 @stage2 problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_majo
 // CHECK-NOT: arith.mulf
 // CHECK: arith.addf
 moe.combine @combine problem(#pc) tile(#moe.combine_tile<waves = 4>) {peer_rows}
+
+// Compact: the first producer counts the routes per destination expert
+// with LDS atomics, publishes the counts into every destination's
+// source-count table and signals word 5; every producer waits for each
+// destination's table (ep x waves planner signals per launch) and takes
+// rows from its own cursor (an atomic on this rank's control buffer).
+// CHECK-LABEL: gpu.func @stage1_compact(
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}} : (i32, memref<{{[0-9]+}}xi32, #gpu.address_space<workgroup>>)
+// CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c5{{[_0-9]*}}]
+// CHECK: arith.muli %{{.*}}, %c8_i32
+// CHECK: scf.while
+// CHECK: memref.atomic_rmw addi %c0_i32{{[_0-9]*}}, %{{.*}}[%c5{{[_0-9]*}}]
+// CHECK: scf.while
+// CHECK: memref.atomic_rmw addi %c0_i32{{[_0-9]*}}, %{{.*}}[%c5{{[_0-9]*}}]
+// CHECK: amdgpu.scaled_mfma
+moe.w13 @stage1_compact problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<kind = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 2>}

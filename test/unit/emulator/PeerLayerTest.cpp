@@ -35,6 +35,7 @@ struct PeerKnobs {
   int64_t m1, n1, m2, n2;
   const char *orientation;
   int64_t capacity, maxTokens, workgroups, dispatchCus;
+  const char *transport = "fixed_slot";
 };
 
 StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
@@ -52,7 +53,7 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
   spec.fields["m"] = std::to_string(w13 ? k.m1 : k.m2);
   spec.fields["n"] = std::to_string(w13 ? k.n1 : k.n2);
   spec.fields["orientation"] = k.orientation;
-  spec.fields["transport"] = "fixed_slot";
+  spec.fields["transport"] = k.transport;
   spec.fields["capacity"] = std::to_string(k.capacity);
   spec.fields["max_tokens"] = std::to_string(k.maxTokens);
   spec.fields["workgroups"] = std::to_string(k.workgroups);
@@ -134,4 +135,28 @@ TEST_CASE("fused MegaMoE stage 1 with fewer resident workgroups than "
   CHECK(error.find("epoch 1: emulator: deadlock") == 0);
   CHECK(error.find("rank 0") != std::string::npos);
   CHECK(error.find("not yet resident") != std::string::npos);
+}
+
+TEST_CASE("compact MegaMoE layer at EP2 and EP4 matches the oracle", "[peer]") {
+  // Compact: capacity counts all receive rows of a rank (every route of
+  // every rank could land on one rank: ep x max_tokens x top_k).
+  SECTION("EP2, b_major, two launches") {
+    PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 2 * 16 * 2, 16, 6, 2,
+                    "compact"};
+    PeerLayerOptions options;
+    options.seed = 31;
+    options.tokensPerRank = {11, 7};
+    options.invalidFraction = 0.1;
+    runLayer(knobs, options);
+  }
+  SECTION("EP4, a_major 32-row tiles, an empty rank, 2 resident workgroups") {
+    PeerKnobs knobs{4, 32, 64, 32, 128, "a_major", 4 * 8 * 2, 8, 6, 2,
+                    "compact"};
+    PeerLayerOptions options;
+    options.seed = 37;
+    options.tokensPerRank = {6, 8, 0, 3};
+    options.invalidFraction = 0.05;
+    options.maxResidentWorkgroups = 2;
+    runLayer(knobs, options);
+  }
 }

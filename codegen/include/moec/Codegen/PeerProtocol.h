@@ -33,13 +33,35 @@ enum ControlWord : int64_t {
   kStage2Ticket = 3,
   /// +1 from every destination rank's stage 2 per launch.
   kCombineReady = 4,
-  /// Two banks of per-local-expert receive counts, bank = epoch & 1.
+  /// Compact: +1 from every planner wave of every source rank per launch,
+  /// once its row counts are in this rank's source-count table.
+  kCountsReady = 5,
+  /// Fixed slot: two banks of per-local-expert receive counts, bank =
+  /// epoch & 1. Compact: the two banks are followed by the source-count
+  /// table and the source cursors (see sourceCountWord and cursorWord).
   kExpertCounts = 16,
 };
 
-/// Words of a control buffer for `localExperts` experts per rank.
-inline int64_t controlWords(int64_t localExperts) {
-  return kExpertCounts + 2 * localExperts;
+/// Words of a control buffer for `localExperts` experts per rank and `ep`
+/// ranks (both transports use the same size).
+inline int64_t controlWords(int64_t localExperts, int64_t ep) {
+  return kExpertCounts + 2 * localExperts + 4 * ep * localExperts;
+}
+
+/// Compact, on a destination: the rows source rank `source` sends to local
+/// expert `expert` in launch `epoch` (two banks of [ep][localExperts]).
+inline int64_t sourceCountWord(int64_t epoch, int64_t source, int64_t expert,
+                               int64_t localExperts, int64_t ep) {
+  return kExpertCounts + 2 * localExperts +
+         ((epoch & 1) * ep + source) * localExperts + expert;
+}
+
+/// Compact, on a source: the next row it writes for (destination, expert)
+/// in launch `epoch` (two banks of [ep][localExperts]).
+inline int64_t cursorWord(int64_t epoch, int64_t destination, int64_t expert,
+                          int64_t localExperts, int64_t ep) {
+  return kExpertCounts + 2 * localExperts + 2 * ep * localExperts +
+         ((epoch & 1) * ep + destination) * localExperts + expert;
 }
 
 /// First count word of the bank launch `epoch` uses.

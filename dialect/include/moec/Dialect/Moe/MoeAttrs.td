@@ -35,6 +35,15 @@ def Moe_CachePolicy : I32EnumAttr<"CachePolicy",
 }
 def Moe_CachePolicyAttr : EnumAttr<Moe_Dialect, Moe_CachePolicy, "cache_policy">;
 
+def Moe_PeerKind : I32EnumAttr<"PeerKind",
+    "where a route's receive row comes from", [
+    I32EnumAttrCase<"fixed_slot", 0>,
+    I32EnumAttrCase<"compact", 1>
+  ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+
 def Moe_ProblemAttr : Moe_Attr<"Problem", "problem"> {
   let summary = "shape and data types of one MoE layer";
   let description = [{
@@ -170,11 +179,18 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
   let description = [{
     Makes `moe.w13` the fused stage 1 of MegaMoE (peer dispatch + W13 +
     SwiGLU + FP8 quantisation) and `moe.w2` the fused stage 2 (W2, routing
-    weight, BF16 rows stored into the source ranks' combine buffers), with
-    the fixed-slot transport: every local expert owns `capacity` receive
-    rows on every rank, a route takes the next row of its expert with an
-    atomic on the destination, and a route past the capacity is counted in
-    the destination's overflow word (reported, never silently dropped: the
+    weight, BF16 rows stored into the source ranks' combine buffers).
+
+    `kind = fixed_slot`: every local expert owns `capacity` receive rows on
+    every rank and a route takes the next row of its expert with an atomic
+    on the destination. `kind = compact`: `capacity` receive rows per rank
+    in all; a planner workgroup per source counts its routes per
+    destination expert and publishes the counts into every destination's
+    table, and each producer then places its rows at the expert's base
+    (an exclusive scan of the experts' totals) plus the counts of lower
+    source ranks, so each expert's rows are contiguous and sources sit in
+    rank order. Either way a route that finds no row is counted in the
+    destination's overflow word (reported, never silently dropped: the
     layer must be treated as failed).
 
     `max_tokens` bounds the tokens of one rank per launch (the workspace
@@ -182,15 +198,19 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     stage; roles go by arrival order (a ticket from an atomic counter), not
     by block id, so the workgroups that others wait on are always resident.
     In stage 1 the first `dispatch_cus` arrivals copy routes to their
-    destinations, then every workgroup computes W13 tiles. docs/families.md
-    gives the buffers, the control words and the launch protocol.
+    destinations (with compact, the first of them plans), then every
+    workgroup computes W13 tiles. docs/families.md gives the buffers, the
+    control words and the launch protocol.
 
     ```mlir
     #moe.peer<capacity = 4096, max_tokens = 1024, workgroups = 256,
               dispatch_cus = 32>
+    #moe.peer<kind = compact, capacity = 196608, max_tokens = 8192>
     ```
   }];
   let parameters = (ins
+    DefaultValuedParameter<"::moec::moe::PeerKind",
+                           "::moec::moe::PeerKind::fixed_slot">:$kind,
     "int64_t":$capacity,
     "int64_t":$max_tokens,
     DefaultValuedParameter<"int64_t", "256">:$workgroups,
@@ -198,6 +218,15 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Receive rows of one rank: local experts x capacity (fixed slot) or
+    /// capacity (compact).
+    int64_t getReceiveRows(int64_t localExperts) const {
+      return getKind() == PeerKind::fixed_slot ? localExperts * getCapacity()
+                                               : getCapacity();
+    }
+    bool isCompact() const { return getKind() == PeerKind::compact; }
+  }];
 }
 
 #endif // MOEC_DIALECT_MOE_MOEATTRS_TD
