@@ -137,6 +137,10 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
   std::vector<bool> used(size_t(shape.experts), false);
   ref::RoutingOptions routing;
   routing.invalidFraction = options.invalidFraction;
+  if (options.hotRank >= 0) {
+    routing.ep = ep;
+    routing.hotRank = options.hotRank;
+  }
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
     batches.resize(size_t(ep));
@@ -145,6 +149,13 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
                                       /*stream=*/uint64_t(r),
                                       options.tokensPerRank[r], moeShape,
                                       routing);
+      // Duplicate ids: a fixed, seeded choice of tokens.
+      uint64_t state = options.seed * 6364136223846793005ull + uint64_t(r);
+      for (int64_t t = 0; K >= 2 && t < batches[r].tokens; ++t) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        if (double(state >> 11) * 0x1.0p-53 < options.duplicateFraction)
+          batches[r].topkIds[size_t(t * K + 1)] = batches[r].topkIds[size_t(t * K)];
+      }
       for (int32_t id : batches[r].topkIds)
         if (id >= 0 && id < shape.experts)
           used[size_t(id)] = true;
@@ -226,8 +237,17 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     config.swigluLimit = shape.swigluLimit;
     config.mode = ref::OracleMode::QuantFaithful;
     std::vector<ref::MegaMoeRankResult> oracle;
-    if (ref::Status status = ref::runMegaMoe(config, w13, w2, batches, oracle);
-        !status) {
+    ref::Status status = ref::runMegaMoe(config, w13, w2, batches, oracle);
+    if (!status && !shape.compact) {
+      // The kernels' capacity is too small for this routing: plan the
+      // oracle with room for every route; the kernels must report overflow.
+      summary << "epoch " << epoch << ": fixed-slot capacity " << C
+              << " is too small for this routing (" << status.message()
+              << "): the kernels must report overflow\n";
+      config.slotCapacity = ep * shape.maxTokens * K;
+      status = ref::runMegaMoe(config, w13, w2, batches, oracle);
+    }
+    if (!status) {
       error = "peer harness: oracle: " + status.message();
       return failure();
     }

@@ -160,3 +160,45 @@ TEST_CASE("compact MegaMoE layer at EP2 and EP4 matches the oracle", "[peer]") {
     runLayer(knobs, options);
   }
 }
+
+TEST_CASE("fused MegaMoE with duplicate expert ids per token", "[peer]") {
+  // A token naming one expert twice sends two rows there; both are summed
+  // with their own weights.
+  for (const char *transport : {"fixed_slot", "compact"}) {
+    INFO(transport);
+    const bool compact = std::string(transport) == "compact";
+    PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", compact ? 2 * 12 * 2 : 32,
+                    12, 6, 2, transport};
+    PeerLayerOptions options;
+    options.seed = 41;
+    options.tokensPerRank = {12, 10};
+    options.duplicateFraction = 0.5;
+    options.epochs = 1;
+    runLayer(knobs, options);
+  }
+}
+
+TEST_CASE("a fixed-slot expert past its capacity is reported as overflow, "
+          "not dropped silently",
+          "[peer]") {
+  // Hot-rank routing sends every route to rank 0's 4 experts: 64 routes
+  // for 4 x 16 receive rows, more than 16 for some expert.
+  PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 16, 16, 6, 2};
+  BuiltKernel s1, s2, c;
+  std::string error;
+  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w13", knobs), s1, error)));
+  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w2", knobs), s2, error)));
+  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("combine", knobs), c, error)));
+  PeerLayerOptions options;
+  options.seed = 43;
+  options.tokensPerRank = {16, 16};
+  options.hotRank = 0;
+  options.epochs = 1;
+  PeerLayerOutcome outcome;
+  INFO(error);
+  REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error)));
+  INFO(outcome.summary);
+  CHECK(outcome.summary.find("too small") != std::string::npos);
+  CHECK(outcome.overflows > 0);
+  CHECK_FALSE(outcome.pass);
+}

@@ -32,6 +32,11 @@ struct PeerLayerOptions {
   std::vector<int64_t> tokensPerRank;
   /// Probability that a route slot is invalid (-1 or an id >= experts).
   double invalidFraction = 0.0;
+  /// Fraction of tokens whose second route repeats the first one's expert
+  /// (a duplicate id: two rows for one expert, both summed).
+  double duplicateFraction = 0.0;
+  /// >= 0: every route goes to an expert of this rank (hot-rank routing).
+  int64_t hotRank = -1;
   /// Launches run back to back on the same control buffers.
   int epochs = 2;
   /// Resident workgroups per rank and kernel (0: the whole grid).
@@ -66,6 +71,10 @@ struct PeerLayerOutcome {
 /// and double accumulation.
 constexpr double kPeerOutputRelL2Bound = 1.0 / 128.0;
 
+/// When the kernels' fixed-slot capacity is too small for the routing, the
+/// oracle plans with room for every route and the outcome reports the
+/// overflow words (the layer then fails, as an engine must treat it).
+///
 /// Runs `epochs` launches of the layer built from `stage1`, `stage2` and
 /// `combine` (gpu.funcs with their descriptions) and fills `outcome`.
 /// Fails with a one-line `error` on a hard emulator error (for example a
