@@ -103,6 +103,12 @@ public:
   /// rows (`count` of them used, the first at `base`) by one N tile.
   struct PeerItem {
     mlir::Value expert, mTile, nTile, count, base;
+    /// The same, ready for a tile body: expert as i32, first output column,
+    /// first row of the tile among the expert's rows, the expert's used
+    /// rows and the tile's first receive row (index values).
+    mlir::Value expertI32, colBase, firstRow, used, tileBase;
+    /// Receive rows of the rank: the out-of-range row for unused rows.
+    int64_t rowsTotal = 0;
   };
   /// Builds the work list in LDS from `countOf(expert)` (an i32 per local
   /// expert): with `fixedCapacity` > 0 expert e's rows start at e x
@@ -127,7 +133,12 @@ public:
   /// Decodes work item `item` (N tile fastest, so consecutive workgroups
   /// share activation rows) with a binary search of the tile scan.
   PeerItem decodePeerItem(mlir::Value item, mlir::Value lds,
-                          const PeerLds &at, int64_t experts, int64_t nTiles);
+                          const PeerLds &at, int64_t experts, int64_t nTiles,
+                          int64_t rowsTotal);
+  /// The receive row of tile row `row` (index) of `item`; rows past the
+  /// expert's count give rowsTotal, past every buffer's valid bytes, so
+  /// they read zeros and write nothing.
+  mlir::Value peerReceiveRow(const PeerItem &item, mlir::Value row);
 
   /// Function attributes the tile asks for (waves_per_eu).
   void applyTileHints(mlir::gpu::GPUFuncOp func);

@@ -127,7 +127,8 @@ Value GemmEmitter::peerReceiveCount(moe::PeerTransportAttr peer, Value control,
 GemmEmitter::PeerItem GemmEmitter::decodePeerItem(Value item, Value lds,
                                                   const PeerLds &at,
                                                   int64_t experts,
-                                                  int64_t nTiles) {
+                                                  int64_t nTiles,
+                                                  int64_t rowsTotal) {
   PeerItem out;
   out.nTile = remC(item, nTiles);
   Value tileIndex = arith::IndexCastOp::create(b, loc, b.getI32Type(),
@@ -159,7 +160,21 @@ GemmEmitter::PeerItem GemmEmitter::decodePeerItem(Value item, Value lds,
                                      ValueRange{add(idx(at.counts), out.expert)});
   out.base = memref::LoadOp::create(b, loc, lds,
                                     ValueRange{add(idx(at.bases), out.expert)});
+  out.expertI32 =
+      arith::IndexCastOp::create(b, loc, b.getI32Type(), out.expert);
+  out.colBase = mul(out.nTile, tile.getN());
+  out.firstRow = mul(out.mTile, tile.getM());
+  out.used = toIndex(out.count);
+  out.tileBase = add(toIndex(out.base), out.firstRow);
+  out.rowsTotal = rowsTotal;
   return out;
+}
+
+Value GemmEmitter::peerReceiveRow(const PeerItem &item, Value row) {
+  Value inUse = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                      add(item.firstRow, row), item.used);
+  return arith::SelectOp::create(b, loc, inUse, add(item.tileBase, row),
+                                 idx(item.rowsTotal));
 }
 
 } // namespace moec

@@ -523,21 +523,11 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(work.getBody());
   PeerItem item = decodePeerItem(work.getInductionVar(), lds, words, experts,
-                                 nTiles);
+                                 nTiles, rowsTotal);
   rows.expert = item.expert;
-  rows.expertI32 = arith::IndexCastOp::create(b, loc, b.getI32Type(), item.expert);
-  rows.colBase = mul(item.nTile, tileN);
-  Value firstRow = mul(item.mTile, tileM);
-  Value used = toIndex(item.count);
-  Value expertBase = add(toIndex(item.base), firstRow);
-  // Rows past the expert's count read zeros and write nothing.
-  auto receiveRow = [&](Value row) {
-    Value inUse = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                        add(firstRow, row), used);
-    return arith::SelectOp::create(b, loc, inUse, add(expertBase, row),
-                                   idx(rowsTotal))
-        .getResult();
-  };
+  rows.expertI32 = item.expertI32;
+  rows.colBase = item.colBase;
+  auto receiveRow = [&](Value row) { return peerReceiveRow(item, row); };
   rows.aRow = receiveRow;
   rows.outRow = receiveRow;
   emitTile(rows);
