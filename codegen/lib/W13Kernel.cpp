@@ -456,7 +456,7 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t groups = peer.getWorkgroups();
   const int64_t producers = peer.getDispatchCus();
   const int64_t waves = tile.getWaves();
-  const int64_t tileM = tile.getM(), tileN = tile.getN();
+  const int64_t tileN = tile.getN();
   auto arg = [&](unsigned which) { return func.getArgument(which); };
   auto peerArg = [&](unsigned kind, int64_t rank) {
     return func.getArgument(kPeerFirst + kind * ep + rank);
