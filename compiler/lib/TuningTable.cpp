@@ -46,6 +46,7 @@ private:
   bool parseSelect(std::vector<Field> &fields);
   bool parseRow(std::vector<Field> &fields);
   bool checkReferences();
+  bool checkPeerKernels(const TableSelection &s, const TableRow &r);
 
   /// Takes the field `key` out of `fields`; absent gives false.
   bool take(std::vector<Field> &fields, const std::string &key,
@@ -271,6 +272,34 @@ bool TableParser::parseRow(std::vector<Field> &fields) {
   return noneLeft(fields);
 }
 
+/// A fused peer stage (knob `transport`) must move rows the way its
+/// selection key says, and hold the key's workspace of tokens per rank.
+bool TableParser::checkPeerKernels(const TableSelection &s, const TableRow &r) {
+  for (const std::string &name : table.findConfig(r.config)->kernels) {
+    const TableKernel *k = table.findKernel(name);
+    if (!k)
+      continue; // reported with the config
+    auto transport = k->knobs.find("transport");
+    if (transport == k->knobs.end() || transport->second == "none")
+      continue;
+    line = r.where.line;
+    std::string expected = s.transport == "fixed-slot" ? "fixed_slot" : s.transport;
+    if (transport->second != expected)
+      return fail("config", "config '" + r.config + "' uses kernel '" + name +
+                                "' with transport=" + transport->second +
+                                ", but the selection's transport is " +
+                                s.transport);
+    auto maxTokens = k->knobs.find("max_tokens");
+    if (maxTokens != k->knobs.end() &&
+        std::strtoll(maxTokens->second.c_str(), nullptr, 10) < s.workspace)
+      return fail("config", "config '" + r.config + "' uses kernel '" + name +
+                                "' with max_tokens=" + maxTokens->second +
+                                ", below the selection's workspace " +
+                                std::to_string(s.workspace));
+  }
+  return true;
+}
+
 bool TableParser::checkReferences() {
   for (const TableKernel &k : table.kernels)
     if (!table.findProblem(k.problem)) {
@@ -289,6 +318,8 @@ bool TableParser::checkReferences() {
         return fail("config", "unknown config '" + r.config + "'");
       }
       usedConfigs.insert(r.config);
+      if (!checkPeerKernels(s, r))
+        return false;
     }
   }
   for (const TableConfig &c : table.configs) {
