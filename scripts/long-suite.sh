@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The on-demand long suite: every shipped network at its real shape on the
+# CPU emulator, against the oracle (docs/emulator.md). Takes tens of
+# minutes and several GB of memory; CI runs the small-shape subset instead.
+# Usage: scripts/long-suite.sh [--quick]   (--quick: decode keys only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+./scripts/build.sh moec
+moec=./build/bin/moec
+out=build/long-suite
+mkdir -p "$out"
+for table in flash_ep4 flash_ep2 flash_tp4 dsv4_pro_tp8_fhmoe; do
+  "$moec" compile -q "tuning_tables/$table.table" -o "$out/$table.moeb"
+done
+run() {
+  echo "== moec run $*"
+  /usr/bin/time -f "wall %e s, peak %M KiB" "$moec" run "$@" --emulate
+}
+run "$out/flash_ep4.moeb" --network flash --ep 4 --workspace 1024 --m 6
+run "$out/flash_ep4.moeb" --network flash-fused --ep 4 --workspace 1024 --m 6
+run "$out/flash_ep2.moeb" --network flash-fused --ep 2 --workspace 512 --m 6
+run "$out/flash_tp4.moeb" --network flash-tp4 --ep 1 --workspace 1024 --m 8
+run "$out/dsv4_pro_tp8_fhmoe.moeb" --ep 1 --workspace 1024 --m 8
+if [[ "${1:-}" != "--quick" ]]; then
+  run "$out/flash_ep4.moeb" --network flash --ep 4 --workspace 1024 --m 96
+  run "$out/flash_ep4.moeb" --network flash-fused --ep 4 --workspace 8192 --m 256
+fi
+echo "long suite: every run above passed"
