@@ -136,9 +136,16 @@ void GemmEmitter::applyTileHints(gpu::GPUFuncOp func) {
 SmallVector<GemmEmitter::CopySlot>
 GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
                       function_ref<Value(Value row)> globalRowDword,
-                      int64_t ldsBaseDword, bool swizzle) {
+                      int64_t ldsBaseDword, bool swizzle, bool direct) {
   SmallVector<CopySlot> slots;
   const int64_t chunks = rows * chunksPerRow;
+  // An LDS DMA writes 64 chunks in lane order from one base: every wave of
+  // a slot must copy 64 consecutive chunks or none, so that the base of an
+  // active wave is its lane 0's chunk. Tiles hold m * k / 16 chunks, always
+  // a multiple of 128 for a valid #moe.tile.
+  assert((!direct || (!swizzle && chunks % 64 == 0)) &&
+         "a direct copy needs whole waves of unswizzled chunks");
+  Value waveChunk = direct ? mul(wave, 64) : Value();
   for (int64_t first = 0; first < chunks; first += lanes) {
     Value chunk = add(tid, idx(first));
     Value active;
@@ -152,10 +159,13 @@ GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
     }
     Value col = remC(chunk, chunksPerRow);
     Value ldsCol = swizzle ? swizzleChunk(col, row) : col;
+    Value ldsWaveDword;
+    if (direct)
+      ldsWaveDword = add(idx(ldsBaseDword), mul(add(waveChunk, idx(first)), 4));
     slots.push_back({add(globalRowDword(row), mul(col, 4)),
                      add(idx(ldsBaseDword),
                          add(mul(row, chunksPerRow * 4), mul(ldsCol, 4))),
-                     active});
+                     active, ldsWaveDword});
   }
   return slots;
 }
@@ -227,13 +237,51 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
         store16(data, ops.lds, slot.ldsDword);
       });
   };
-  emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
+  const bool asyncA = tile.getAsyncA();
+  if (asyncA) {
+    // tile.async_a: each lane's 16-byte chunk goes from the raw buffer
+    // straight into LDS (buffer_load_dwordx4 ... lds on gfx950). The wave's
+    // chunks land at its lane 0's LDS index + 16 bytes * lane, which is
+    // where planCopy puts them; padding rows past validBytes fail the
+    // buffer's range check and write zeros, as the register path does.
+    auto chunk = VectorType::get({4}, b.getI32Type());
+    Value kDwords = divC(k0, 4);
+    for (const CopySlot &slot : ops.aSlots)
+      forSlot(slot, [&] {
+        amdgpu::GatherToLDSOp::create(
+            b, loc, ops.aBuffer, ValueRange{add(slot.globalDword, kDwords)},
+            ops.lds, ValueRange{slot.ldsWaveDword}, TypeAttr::get(chunk));
+      });
+  } else {
+    emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
+  }
   if (prefetch) {
     for (size_t i = 0; i < ops.bSlots.size(); ++i)
       forSlot(ops.bSlots[i],
               [&] { store16(bRegs[i], ops.lds, ops.bSlots[i].ldsDword); });
   } else {
     emitCopy(ops.bSlots, ops.bBuffer, divC(k0, bDwordsPerK), ops.bNontemporal);
+  }
+  if (asyncA) {
+    // The LDS DMA is counted by vmcnt, not lgkmcnt, and each wave's copies
+    // must be complete before the barrier lets other waves read them.
+    // Found with LLVM 22 (llvm-objdump-22 -d --mcpu=gfx950): the backend
+    // waits on its own. gpu.barrier becomes a workgroup release fence +
+    // s_barrier, and the fence waits for pending LDS DMA: a small kernel
+    // with a DMA and an unrelated buffer load before the barrier gets
+    // s_waitcnt vmcnt(0) before s_barrier, while its twin copying through
+    // registers leaves the buffer load in flight across it. In this loop
+    // the B tile's ds_write_b128 also waits vmcnt(0) after the DMA, since
+    // the backend cannot tell its address from the DMA's destination. The
+    // explicit wait states the requirement in the kernel IR rather than
+    // relying on either; it merges into that same s_waitcnt vmcnt(0), and,
+    // as a scheduling barrier, keeps tile.scale_prefetch's scale loads
+    // after it, so they stay in flight across the barrier.
+    amdgpu::MemoryCounterWaitOp::create(b, loc, /*load=*/b.getI32IntegerAttr(0),
+                                        /*store=*/IntegerAttr(),
+                                        /*ds=*/IntegerAttr(),
+                                        /*exp=*/IntegerAttr(),
+                                        /*tensor=*/IntegerAttr());
   }
   // Each lane's E8M0 scales of K sub-step kk: one byte per A and per B
   // fragment. They come from global memory, not LDS, so with

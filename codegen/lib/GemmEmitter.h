@@ -35,6 +35,10 @@ public:
     mlir::Value ldsDword;
     /// Null when every lane has work in this slot.
     mlir::Value active;
+    /// With a direct (LDS DMA) plan: the LDS dword index of the first chunk
+    /// of this lane's wave, i.e. lane 0's `ldsDword`, the same for every
+    /// lane of the wave. Null otherwise.
+    mlir::Value ldsWaveDword;
   };
 
   /// Everything the K loop reads. Row indices are per lane (index values).
@@ -74,10 +78,15 @@ public:
 
   /// Copy slots for `rows` rows of `chunksPerRow` 16-byte chunks spread over
   /// all lanes; `globalRowDword(row)` gives a row's dword index at K = 0.
+  /// Slot s gives thread t chunk s * lanes + t, and chunk c lies at LDS
+  /// dword ldsBaseDword + 4 c (before the swizzle), so the 64 lanes of a
+  /// wave fill 64 consecutive chunks in lane order. `direct` (tile.async_a,
+  /// not with `swizzle`) also sets each slot's ldsWaveDword, the base an
+  /// LDS DMA (amdgpu.gather_to_lds) writes the wave's chunks from.
   llvm::SmallVector<CopySlot>
   planCopy(int64_t rows, int64_t chunksPerRow,
            llvm::function_ref<mlir::Value(mlir::Value row)> globalRowDword,
-           int64_t ldsBaseDword, bool swizzle = false);
+           int64_t ldsBaseDword, bool swizzle = false, bool direct = false);
 
   /// The (N tile, M tile) this workgroup computes. With tile.xcd_swizzle
   /// the linear block id is renumbered so that the hardware's round-robin

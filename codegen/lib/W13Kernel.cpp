@@ -342,7 +342,8 @@ void W13Emitter::emitTile(const TileRows &rows) {
     ops.aSlots = planCopy(
         tileM, tileK / 16,
         [&](Value row) { return mul(rows.aRow(row), hidden / 4); },
-        ops.ldsADword, /*swizzle=*/tile.getASwizzle());
+        ops.ldsADword, /*swizzle=*/tile.getASwizzle(),
+        /*direct=*/tile.getAsyncA());
     ops.bSlots = planCopy(
         2 * tileN, bFp8 ? tileK / 16 : tileK / 32,
         [&](Value row) {

@@ -490,7 +490,8 @@ SmallVector<Value> W2Emitter::emitTileGemm(const TileRows &rows) {
     ops.aSlots = planCopy(
         tileM, tileK / 16,
         [&](Value row) { return mul(rows.aRow(row), inter / 4); },
-        ops.ldsADword, /*swizzle=*/tile.getASwizzle());
+        ops.ldsADword, /*swizzle=*/tile.getASwizzle(),
+        /*direct=*/tile.getAsyncA());
     const int64_t bRowDwords = bFp8 ? inter / 4 : inter / 8;
     ops.bSlots = planCopy(
         tile.getN(), bFp8 ? tileK / 16 : tileK / 32,

@@ -133,6 +133,8 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
     s += "_spf";
   if (tile.getGroupM() > 0)
     s += "_gm" + std::to_string(tile.getGroupM());
+  if (tile.getAsyncA())
+    s += "_async";
   return s;
 }
 
@@ -292,7 +294,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       "waves", "mfma", "orientation", "b_cache", "b_layout",
       "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
       "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch",
-      "transport", "capacity", "max_tokens", "workgroups", "group_m"};
+      "transport", "capacity", "max_tokens", "workgroups", "group_m",
+      "async_a"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit" ||
@@ -334,7 +337,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
           groupM = 0;
   bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
        persistStrided = false, bf16Lds = false, bPrefetch = false,
-       scalePrefetch = false;
+       scalePrefetch = false, asyncA = false;
   if (!read.integer("swiglu_limit", 0, swigluLimit) ||
       !read.integer("waves_per_eu", 0, wavesPerEu) ||
       !read.integer("split_k", 1, splitK) ||
@@ -346,6 +349,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("persist_strided", persistStrided) ||
       !read.flag("b_prefetch", bPrefetch) ||
       !read.flag("scale_prefetch", scalePrefetch) ||
+      !read.flag("async_a", asyncA) ||
       !read.flag("bf16_lds", bf16Lds))
     return nullptr;
   // The peer transport (MegaMoE fused stages): `transport = fixed_slot` or
@@ -398,7 +402,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                         shape, orientation, bCache, wavesPerEu,
                                         xcdSwizzle, aSwizzle, persistCu,
                                         persistStrided, bPrefetch,
-                                        scalePrefetch, groupM);
+                                        scalePrefetch, groupM, asyncA);
   moe::PeerTransportAttr peer;
   if (hasPeer)
     peer = moe::PeerTransportAttr::getChecked(emitError, context,
@@ -501,6 +505,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"b_prefetch", std::to_string(int(bPrefetch))},
       {"scale_prefetch", std::to_string(int(scalePrefetch))},
       {"group_m", std::to_string(groupM)},
+      {"async_a", std::to_string(int(asyncA))},
   };
   if (hasPeer) {
     description.fields.push_back(

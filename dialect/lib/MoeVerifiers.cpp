@@ -72,7 +72,7 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                bool xcdSwizzle, bool aSwizzle,
                                int64_t persistCu, bool persistStrided,
                                bool bPrefetch, bool scalePrefetch,
-                               int64_t groupM) {
+                               int64_t groupM, bool asyncA) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({64, 128, 256, 512}, n))
@@ -116,6 +116,15 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (groupM > 0 && (xcdSwizzle || persistCu > 0))
     return emitError() << "tile.group_m cannot be combined with "
                           "tile.xcd_swizzle or tile.persist_cu";
+  // The LDS DMA writes a wave's 64 chunks contiguously in lane order from
+  // one base address: the XOR swizzle's permutation of chunks within a row
+  // cannot be expressed. (The other condition of the direct copy, that
+  // every wave of a copy slot fills 64 consecutive chunks or none, holds
+  // for every legal tile: m * k / 16 chunks is a multiple of 128.)
+  if (asyncA && aSwizzle)
+    return emitError() << "tile.async_a cannot be combined with "
+                          "tile.a_swizzle: the LDS DMA writes a wave's 16-byte "
+                          "chunks contiguously in lane order";
   // Each wave holds an (m x n/waves) FP32 accumulator; with operands it must
   // fit the unified 512-entry register file of a lane.
   int64_t accumulatorRegs = m * (n / waves) / 64;

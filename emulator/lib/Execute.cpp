@@ -1399,6 +1399,58 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     return success();
   }
 
+  case Kind::GatherToLds: {
+    // Each active lane reads `bytes` at its own source index (a raw buffer's
+    // range check gives zeros, as for a load) and the wave's results go to
+    // LDS contiguously in lane order: lane l at the base + l * bytes, with
+    // the base from one lane's destination indices. The op's definition
+    // names lane 0; the backend puts the first active lane's into M0
+    // (v_readfirstlane), so the two agree only when every active lane
+    // passes the same base, which is required here. The write happens now:
+    // the backend waits for the DMA (vmcnt) before the workgroup's next
+    // barrier and before this wave's own LDS reads of it.
+    const unsigned bytes = static_cast<unsigned>(p.ints[0]);
+    const size_t dstAt = 1 + static_cast<size_t>(p.ints[1]);
+    const ValueInfo &si = info(p.in[0]), &di = info(p.in[dstAt]);
+    const MemRefDesc &src = regs[p.in[0]].mem;
+    const MemRefDesc &dst = regs[p.in[dstAt]].mem;
+    if (!mask)
+      return success();
+    const int first = firstLane(mask);
+    const int64_t base = linearIndex(di, wave, p.in, dstAt + 1, first);
+    for (int l = first + 1; l < kLanes; ++l)
+      if ((mask >> l & 1) &&
+          linearIndex(di, wave, p.in, dstAt + 1, l) != base)
+        return fatal(p, "lanes " + std::to_string(first) + " and " +
+                            std::to_string(l) +
+                            " pass different LDS destinations; the wave "
+                            "writes from one base (lane 0's by the op's "
+                            "definition, the first active lane's on the "
+                            "hardware)");
+    uint8_t data[16];
+    for (int l = 0; l < kLanes; ++l) {
+      if (!(mask >> l & 1))
+        continue;
+      const int64_t from = linearIndex(si, wave, p.in, 1, l);
+      const uint8_t *in =
+          access(p, wg, wave, l, src, from * si.memElemBytes, bytes, false);
+      if (in)
+        std::memcpy(data, in, bytes);
+      else
+        std::memset(data, 0, bytes);
+      uint8_t *out = access(p, wg, wave, l, dst,
+                            base * di.memElemBytes + int64_t(l) * bytes, bytes,
+                            true);
+      if (!out)
+        continue;
+      if (std::memcmp(out, data, bytes) != 0)
+        ++writes;
+      std::memcpy(out, data, bytes);
+    }
+    ++result.stats.ldsDmaOps;
+    return success();
+  }
+
   case Kind::AtomicRmw: {
     const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
     const RtValue &value = regs[p.in[0]];
@@ -1691,6 +1743,7 @@ FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
     sum.yields += one.yields;
     sum.rawLoadsOutOfRange += one.rawLoadsOutOfRange;
     sum.rawStoresDropped += one.rawStoresDropped;
+    sum.ldsDmaOps += one.ldsDmaOps;
     for (size_t k = 0; k < total.findingCounts.size(); ++k)
       total.findingCounts[k] += result.findingCounts[k];
     for (Finding &finding : result.findings)

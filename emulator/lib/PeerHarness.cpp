@@ -326,6 +326,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
       outcome.stats.waves += run->stats.waves;
       outcome.stats.waveOps += run->stats.waveOps;
       outcome.stats.mfmas += run->stats.mfmas;
+      outcome.stats.ldsDmaOps += run->stats.ldsDmaOps;
       outcome.stats.seconds += run->stats.seconds;
       outcome.findings += run->totalFindings();
       if (run->totalFindings() && !run->findings.empty())

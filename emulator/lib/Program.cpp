@@ -532,6 +532,35 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
             p.ints = {o.getValidBytes() ? 1 : 0};
             return success();
           })
+          .Case([&](amdgpu::GatherToLDSOp o) -> LogicalResult {
+            const Space from = program.values[p.in[0]].space;
+            if (from != Space::Global && from != Space::RawBuffer)
+              return fail(o, "the source must be a global or fat_raw_buffer "
+                             "memref");
+            const unsigned dst = p.in[1 + o.getSrcIndices().size()];
+            if (program.values[dst].space != Space::Lds)
+              return fail(o, "the destination must be a workgroup memref");
+            ValueInfo transfer;
+            std::string why;
+            if (!classifyType(o.getTransferType(), transfer, why) ||
+                transfer.isMemRef)
+              return fail(o, "transfer type: " + why);
+            // The instruction moves 1, 2, 4, 12 or 16 bytes per lane;
+            // narrower ones are widened to a dword in LDS, which is not
+            // modelled.
+            if (transfer.laneBytes != 4 && transfer.laneBytes != 16)
+              return fail(o, "only 4- and 16-byte transfers");
+            p.kind = Kind::GatherToLds;
+            p.ints = {transfer.laneBytes,
+                      static_cast<int64_t>(o.getSrcIndices().size())};
+            return success();
+          })
+          .Case([&](amdgpu::MemoryCounterWaitOp) {
+            // gather_to_lds writes LDS when it executes (Execute.cpp), so
+            // waiting for it changes nothing the emulator can observe.
+            p.kind = Kind::NoOp;
+            return success();
+          })
           .Case([&](amdgpu::ScaledMFMAOp o) -> LogicalResult {
             const bool is16 = o.getM() == 16 && o.getN() == 16 && o.getK() == 128;
             const bool is32 = o.getM() == 32 && o.getN() == 32 && o.getK() == 64;

@@ -90,6 +90,10 @@ enum class Kind : uint8_t {
   Condition, ///< scf.condition: in[0] the condition, then forwarded values
   Yield,
   Sleep,     ///< rocdl.s.sleep: gives the scheduler its turn back
+  /// amdgpu.gather_to_lds: in[0] the source, in[1 .. 1 + ints[1]) its
+  /// indices, then the LDS destination and its indices; ints[0] the bytes
+  /// each lane moves.
+  GatherToLds,
 };
 
 enum class IntOp : uint8_t {
@@ -120,7 +124,8 @@ struct POp {
   int regions[2] = {-1, -1};
   /// Kind-specific integers: shuffle mask, extract position, slice offset,
   /// gpu dimension, scaled-MFMA parameters (m, k, scalesIdxA, scalesIdxB,
-  /// format A, format B), fat_raw_buffer_cast's "has validBytes".
+  /// format A, format B), fat_raw_buffer_cast's "has validBytes",
+  /// gather_to_lds's (transfer bytes, source rank).
   std::vector<int64_t> ints;
   /// Constant bytes in the value's per-lane layout.
   std::vector<uint8_t> constant;

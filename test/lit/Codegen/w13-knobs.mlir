@@ -28,6 +28,7 @@ moe.w13 @w13_concat problem(#p) tile(#moe.tile<m = 32, n = 128>) {swiglu_limit =
 // swiglu_limit = 0: no clamp, plain SiLU.
 // CHECK-LABEL: gpu.func @w13_silu(
 // CHECK-NOT: dense<1.000000e+01>
+// CHECK-NOT: amdgpu.gather_to_lds
 // CHECK: math.exp2
 moe.w13 @w13_silu problem(#p) tile(#moe.tile<m = 32, n = 128>)
 
@@ -40,3 +41,16 @@ moe.w13 @w13_silu problem(#p) tile(#moe.tile<m = 32, n = 128>)
 // CHECK-DAG: arith.remui %{{.*}}, %c16
 moe.w13 @w13_concat_rows problem(#p) tile(#moe.tile<m = 16, n = 64>)
 moe.w13 @w13_interleaved problem(#p) tile(#moe.tile<m = 16, n = 64>) {gate_up_interleave = 16 : i64}
+
+// tile.async_a (against @w13_silu): the A rows (tokens) go to LDS by LDS
+// DMA, waited for before the barrier; the gate and up rows keep the
+// register copy.
+// CHECK-LABEL: gpu.func @w13_async(
+// CHECK: scf.for
+// CHECK: amdgpu.gather_to_lds %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}] : vector<4xi32>, memref<{{[0-9]+}}xi32, #amdgpu.address_space<fat_raw_buffer>>, memref<10240xi32, #gpu.address_space<workgroup>>
+// CHECK: vector.store %{{.*}} : memref<10240xi32, #gpu.address_space<workgroup>>, vector<4xi32>
+// CHECK: amdgpu.memory_counter_wait load(0)
+// CHECK-NEXT: gpu.barrier
+// CHECK: amdgpu.scaled_mfma
+// CHECK: math.exp2
+moe.w13 @w13_async problem(#p) tile(#moe.tile<m = 32, n = 128, async_a = true>)

@@ -14,8 +14,10 @@
 // CHECK-SAME: kernel attributes {known_block_size = array<i32: 256, 1, 1>}
 // CHECK: amdgpu.fat_raw_buffer_cast %{{.*}} validBytes(%{{.*}})
 // CHECK: scf.for
+// CHECK-NOT: amdgpu.gather_to_lds
 // CHECK: vector.load %{{.*}} : memref<{{.*}}xi32, #amdgpu.address_space<fat_raw_buffer>>, vector<4xi32>
 // CHECK-NOT: nontemporal = true
+// CHECK-NOT: amdgpu.gather_to_lds
 // CHECK: gpu.barrier
 // CHECK: memref.load {{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>
 // CHECK: amdgpu.scaled_mfma 16x16x128 ({{.*}}[0] * %{{.*}}) * ({{.*}}[0] * %{{.*}}) + %{{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<4xf32>
@@ -136,3 +138,20 @@ moe.w2 @w2_bprefetch problem(#p) tile(#moe.tile<m = 32, n = 128, b_prefetch = tr
 // CHECK-NOT: memref.load {{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>
 // CHECK: amdgpu.scaled_mfma
 moe.w2 @w2_scale_prefetch problem(#p) tile(#moe.tile<m = 32, n = 128, scale_prefetch = true>)
+
+// tile.async_a (against @w2_base): the A tile goes from the raw buffer
+// straight into LDS, each wave's 64 chunks from one LDS base, then the B
+// tile through registers as before, and the DMA is waited for (vmcnt)
+// before the barrier.
+// CHECK-LABEL: gpu.func @w2_async(
+// CHECK-SAME: workgroup(%{{.*}} : memref<6144xi32, #gpu.address_space<workgroup>>)
+// CHECK: scf.for
+// CHECK: amdgpu.gather_to_lds %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}] : vector<4xi32>, memref<{{[0-9]+}}xi32, #amdgpu.address_space<fat_raw_buffer>>, memref<6144xi32, #gpu.address_space<workgroup>>
+// CHECK: amdgpu.gather_to_lds
+// CHECK-NOT: amdgpu.gather_to_lds
+// CHECK: vector.load %{{.*}} : memref<{{.*}}xi32, #amdgpu.address_space<fat_raw_buffer>>, vector<4xi32>
+// CHECK: vector.store %{{.*}} : memref<6144xi32, #gpu.address_space<workgroup>>, vector<4xi32>
+// CHECK: amdgpu.memory_counter_wait load(0)
+// CHECK-NEXT: gpu.barrier
+// CHECK: amdgpu.scaled_mfma
+moe.w2 @w2_async problem(#p) tile(#moe.tile<m = 32, n = 128, async_a = true>)

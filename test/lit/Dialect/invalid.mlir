@@ -153,6 +153,10 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 384, a_swizzle = true>)
 
 // -----
+// expected-error @+1 {{tile.async_a cannot be combined with tile.a_swizzle: the LDS DMA writes a wave's 16-byte chunks contiguously in lane order}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, a_swizzle = true, async_a = true>)
+
+// -----
 // expected-error @+1 {{split_k (4) leaves a K slice empty: W2 has 5 K steps of tile.k (128)}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, k = 128>) {split_k = 4 : i64}
 

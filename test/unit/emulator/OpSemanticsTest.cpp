@@ -637,3 +637,184 @@ gpu.module @m {
   CHECK(g[0] == 127 - 77); // signed max
   CHECK(g[1] == 0);        // unsigned min of {-77..50} as u32 and 0xFFFFFFFF
 }
+
+namespace {
+
+/// Two waves gather 16-byte chunks from a raw buffer into LDS. Lane l of
+/// wave w reads chunk (5 l + 7 w) mod 64 (a permutation; 1000 valid bytes
+/// leave chunks 62 and 63 out of range); wave 0 writes LDS dwords
+/// [256, 512), wave 1 [0, 256) (BASE). Then lanes 8..39 of wave 0 gather
+/// chunk l into a second LDS buffer pre-filled with -1 by ordinary stores,
+/// from base 0: the first active lane is 8, but lane l still lands at
+/// dword 4 l. Everything is copied to `out` after a barrier.
+const char *kGatherKernel = R"mlir(
+gpu.module @m {
+  gpu.func @gather(%src: memref<256xi32, #gpu.address_space<global>>,
+                   %out: memref<768xi32, #gpu.address_space<global>>,
+                   %valid: i32)
+      workgroup(%lds : memref<512xi32, #gpu.address_space<workgroup>>,
+                %lds2 : memref<256xi32, #gpu.address_space<workgroup>>) kernel
+      attributes {known_block_size = array<i32: 128, 1, 1>} {
+    %tid = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %c5 = arith.constant 5 : index
+    %c7 = arith.constant 7 : index
+    %c8 = arith.constant 8 : index
+    %c40 = arith.constant 40 : index
+    %c64 = arith.constant 64 : index
+    %c256 = arith.constant 256 : index
+    %v64 = arith.extui %valid : i32 to i64
+    %rs = amdgpu.fat_raw_buffer_cast %src validBytes(%v64) : memref<256xi32, #gpu.address_space<global>> to memref<256xi32, #amdgpu.address_space<fat_raw_buffer>>
+    %wave = arith.divui %tid, %c64 : index
+    %lane = arith.remui %tid, %c64 : index
+    %l5 = arith.muli %lane, %c5 : index
+    %w7 = arith.muli %wave, %c7 : index
+    %s = arith.addi %l5, %w7 : index
+    %chunk = arith.remui %s, %c64 : index
+    %srcIdx = arith.muli %chunk, %c4 : index
+    %other = arith.subi %c1, %wave : index
+    %base = BASE
+    amdgpu.gather_to_lds %rs[%srcIdx], %lds[%base] : vector<4xi32>, memref<256xi32, #amdgpu.address_space<fat_raw_buffer>>, memref<512xi32, #gpu.address_space<workgroup>>
+    %isWave0 = arith.cmpi eq, %wave, %c0 : index
+    scf.if %isWave0 {
+      %minus1 = arith.constant dense<-1> : vector<4xi32>
+      %slot = arith.muli %lane, %c4 : index
+      vector.store %minus1, %lds2[%slot] : memref<256xi32, #gpu.address_space<workgroup>>, vector<4xi32>
+      %ge = arith.cmpi uge, %lane, %c8 : index
+      %lt = arith.cmpi ult, %lane, %c40 : index
+      %some = arith.andi %ge, %lt : i1
+      scf.if %some {
+        amdgpu.gather_to_lds %rs[%slot], %lds2[%c0] : vector<4xi32>, memref<256xi32, #amdgpu.address_space<fat_raw_buffer>>, memref<256xi32, #gpu.address_space<workgroup>>
+      }
+    }
+    amdgpu.memory_counter_wait load(0)
+    gpu.barrier
+    %mine = arith.muli %tid, %c4 : index
+    %v = vector.load %lds[%mine] : memref<512xi32, #gpu.address_space<workgroup>>, vector<4xi32>
+    vector.store %v, %out[%mine] : memref<768xi32, #gpu.address_space<global>>, vector<4xi32>
+    scf.if %isWave0 {
+      %w = vector.load %lds2[%mine] : memref<256xi32, #gpu.address_space<workgroup>>, vector<4xi32>
+      %at = arith.addi %mine, %c256 : index
+      %at2 = arith.addi %at, %c256 : index
+      vector.store %w, %out[%at2] : memref<768xi32, #gpu.address_space<global>>, vector<4xi32>
+    }
+    gpu.return
+  }
+}
+)mlir";
+
+std::string gatherKernel(const std::string &base) {
+  std::string text = kGatherKernel;
+  const std::string marker = "BASE";
+  text.replace(text.find(marker), marker.size(), base);
+  return text;
+}
+
+} // namespace
+
+TEST_CASE("amdgpu.gather_to_lds: per-lane raw-buffer reads, LDS in lane "
+          "order from the wave's base",
+          "[ops][gather]") {
+  ParsedKernel kernel = parseKernel(
+      gatherKernel("arith.muli %other, %c256 : index"));
+  std::string error;
+  REQUIRE(mlir::succeeded(checkSupported(kernel.func, error)));
+  std::vector<int32_t> src(256);
+  for (int i = 0; i < 256; ++i)
+    src[size_t(i)] = 1000 + 7 * i;
+  const int64_t validBytes = 1000;
+  GlobalMemory memory;
+  unsigned srcId = addInput(memory, "src", src);
+  unsigned out = memory.addBuffer("out", 768 * 4);
+  RunResult result = runOrFail(kernel, memory,
+                               {KernelArgValue::makeBuffer(srcId),
+                                KernelArgValue::makeBuffer(out),
+                                KernelArgValue::makeScalar(validBytes)});
+  // Every LDS byte read was written by a gather or a store: no finding.
+  CHECK(result.totalFindings() == 0);
+  // Wave 0 ran two gathers, wave 1 one.
+  CHECK(result.stats.ldsDmaOps == 3);
+  // Chunks 62 and 63 (bytes [992, 1024)) fail the range check once per wave.
+  CHECK(result.stats.rawLoadsOutOfRange == 4);
+  std::vector<int32_t> got = readBuffer<int32_t>(memory, out);
+  auto chunkValue = [&](int chunk, int j) {
+    return 16 * chunk + 16 <= validBytes ? src[size_t(4 * chunk + j)] : 0;
+  };
+  int zeros = 0;
+  for (int slot = 0; slot < 128; ++slot) {
+    // LDS slots [0, 64) hold wave 1's lanes, [64, 128) wave 0's.
+    const int w = slot < 64 ? 1 : 0;
+    const int l = slot % 64;
+    const int chunk = (5 * l + 7 * w) % 64;
+    for (int j = 0; j < 4; ++j) {
+      INFO("LDS slot " << slot << " dword " << j << " (wave " << w << " lane "
+                       << l << ", chunk " << chunk << ")");
+      CHECK(got[size_t(4 * slot + j)] == chunkValue(chunk, j));
+      zeros += got[size_t(4 * slot + j)] == 0;
+    }
+  }
+  CHECK(zeros == 4 * 4);
+  for (int l = 0; l < 64; ++l) {
+    for (int j = 0; j < 4; ++j) {
+      INFO("second buffer lane " << l << " dword " << j);
+      const bool gathered = l >= 8 && l < 40;
+      CHECK(got[size_t(512 + 4 * l + j)] ==
+            (gathered ? src[size_t(4 * l + j)] : -1));
+    }
+  }
+}
+
+TEST_CASE("amdgpu.gather_to_lds writes are seen by the LDS detectors",
+          "[ops][gather][detector]") {
+  std::vector<int32_t> src(256, 3);
+  auto run = [&](const std::string &base) {
+    ParsedKernel kernel = parseKernel(gatherKernel(base));
+    GlobalMemory memory;
+    unsigned srcId = addInput(memory, "src", src);
+    unsigned out = memory.addBuffer("out", 768 * 4);
+    return runOrFail(kernel, memory,
+                     {KernelArgValue::makeBuffer(srcId),
+                      KernelArgValue::makeBuffer(out),
+                      KernelArgValue::makeScalar(int64_t(1024))});
+  };
+  SECTION("both waves gather to the same LDS in one barrier interval") {
+    RunResult result = run("arith.muli %c0, %c256 : index");
+    CHECK(countOf(result, FindingKind::LdsRace) > 0);
+    bool named = false;
+    for (const Finding &f : result.findings)
+      named |= f.opName == "amdgpu.gather_to_lds" && f.wave == 1;
+    CHECK(named);
+    // Dwords [256, 512) were never written; wave 1 reads them.
+    CHECK(countOf(result, FindingKind::UninitializedRead) > 0);
+  }
+  SECTION("a base past the end of LDS") {
+    // Base dword 400 of 512: lane l writes bytes [1600 + 16 l, +16), so
+    // lanes 28..63 of both waves are out of bounds.
+    RunResult result = run("arith.addi %c256, %c256 : index");
+    CHECK(countOf(result, FindingKind::OutOfBounds) == 2 * 64);
+    RunResult partly = run("arith.constant 400 : index");
+    CHECK(countOf(partly, FindingKind::OutOfBounds) == 2 * 36);
+  }
+}
+
+TEST_CASE("amdgpu.gather_to_lds needs one LDS base per wave", "[ops][gather]") {
+  // Every lane passing its own destination is an error, not a guess.
+  ParsedKernel kernel = parseKernel(gatherKernel("arith.muli %tid, %c4 : index"));
+  std::vector<int32_t> src(256, 1);
+  GlobalMemory memory;
+  unsigned srcId = addInput(memory, "src", src);
+  unsigned out = memory.addBuffer("out", 768 * 4);
+  std::string error;
+  std::vector<KernelArgValue> args = {KernelArgValue::makeBuffer(srcId),
+                                      KernelArgValue::makeBuffer(out),
+                                      KernelArgValue::makeScalar(int64_t(1024))};
+  mlir::FailureOr<RunResult> result =
+      runKernel(kernel.func, memory, args, LaunchConfig(), error);
+  CHECK(mlir::failed(result));
+  INFO(error);
+  CHECK(error.find("amdgpu.gather_to_lds") != std::string::npos);
+  CHECK(error.find("lanes 0 and 1 pass different LDS destinations") !=
+        std::string::npos);
+}

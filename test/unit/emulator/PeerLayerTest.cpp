@@ -36,6 +36,8 @@ struct PeerKnobs {
   const char *orientation;
   int64_t capacity, maxTokens, workgroups, dispatchCus;
   const char *transport = "fixed_slot";
+  /// tile.async_a on both GEMM stages.
+  bool asyncA = false;
 };
 
 StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
@@ -57,6 +59,8 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
   spec.fields["capacity"] = std::to_string(k.capacity);
   spec.fields["max_tokens"] = std::to_string(k.maxTokens);
   spec.fields["workgroups"] = std::to_string(k.workgroups);
+  if (k.asyncA)
+    spec.fields["async_a"] = "1";
   if (w13) {
     spec.fields["dispatch_cus"] = std::to_string(k.dispatchCus);
     spec.fields["swiglu_limit"] = "10";
@@ -98,6 +102,21 @@ TEST_CASE("fused MegaMoE layer at EP2 matches the oracle over two launches",
   PeerLayerOutcome outcome = runLayer(knobs, options);
   // Both ranks computed something on every launch.
   CHECK(outcome.stats.mfmas > 0);
+}
+
+TEST_CASE("fused MegaMoE layer with tile.async_a: the received rows go to "
+          "LDS by DMA",
+          "[peer]") {
+  PeerKnobs knobs{2, 32, 64, 16, 128, "b_major", 32, 16, 6, 2, "fixed_slot",
+                  true};
+  PeerLayerOptions options;
+  options.seed = 13;
+  options.tokensPerRank = {9, 7};
+  options.invalidFraction = 0.1;
+  options.epochs = 2;
+  PeerLayerOutcome outcome = runLayer(knobs, options);
+  CHECK(outcome.stats.mfmas > 0);
+  CHECK(outcome.stats.ldsDmaOps > 0);
 }
 
 TEST_CASE("fused MegaMoE layer at EP4 with an empty rank and few resident "

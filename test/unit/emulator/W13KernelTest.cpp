@@ -33,6 +33,8 @@ struct W13Knobs {
   const char *mfma, *orientation, *bCache;
   int interleave;
   int swigluLimit;
+  /// tile.async_a and tile.b_prefetch.
+  bool asyncA = false, bPrefetch = false;
 };
 
 StageSpec w13Spec(const W13Knobs &k, int64_t size) {
@@ -51,7 +53,9 @@ StageSpec w13Spec(const W13Knobs &k, int64_t size) {
                  {"orientation", k.orientation},
                  {"b_cache", k.bCache},
                  {"gate_up_interleave", std::to_string(k.interleave)},
-                 {"swiglu_limit", std::to_string(k.swigluLimit)}};
+                 {"swiglu_limit", std::to_string(k.swigluLimit)},
+                 {"async_a", k.asyncA ? "1" : "0"},
+                 {"b_prefetch", k.bPrefetch ? "1" : "0"}};
   return spec;
 }
 
@@ -93,6 +97,12 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
       {32, 128, 4, "32x32x64", "a_major", "cached", 0, 0},
       {32, 128, 4, "32x32x64", "b_major", "nt", 32, 10},
       {64, 128, 2, "16x16x128", "a_major", "nt", 1, 10},
+      // tile.async_a: the A tile by LDS DMA (one slot of whole waves at
+      // m 16, two at m 32 with b_prefetch, eight at m 128 over 8 waves).
+      {16, 64, 4, "16x16x128", "b_major", "nt", 0, 10, true},
+      {32, 128, 4, "16x16x128", "b_major", "nt", 0, 10, true, true},
+      {32, 128, 4, "32x32x64", "a_major", "cached", 32, 0, true},
+      {128, 256, 8, "32x32x64", "b_major", "cached", 0, 10, true},
   };
   for (const W13Knobs &k : knobs) {
     W2DataOptions options;
@@ -102,9 +112,13 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
     W13Outcome outcome = runW13Case(k, options);
     INFO("m=" << k.m << " n=" << k.n << " waves=" << k.waves << " " << k.mfma
               << " " << k.orientation << " interleave=" << k.interleave
-              << " limit=" << k.swigluLimit << ": " << outcome.summary);
+              << " limit=" << k.swigluLimit << (k.asyncA ? " async_a" : "")
+              << (k.bPrefetch ? " b_prefetch" : "") << ": "
+              << outcome.summary);
     CHECK(outcome.pass);
     CHECK(outcome.elementsChecked > 0);
+    CHECK(outcome.run.totalFindings() == 0);
+    CHECK((outcome.run.stats.ldsDmaOps > 0) == k.asyncA);
   }
 }
 

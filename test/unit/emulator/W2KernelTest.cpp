@@ -44,13 +44,18 @@ struct Knobs {
   /// Intermediate size of the test problem (640 = 5 K steps of 128 gives
   /// split-K an uneven last slice).
   int inter = 512;
+  /// tile.async_a (direct-to-LDS A copies) and the knobs it meets in the
+  /// K loop.
+  bool asyncA = false, bPrefetch = false, scalePrefetch = false;
 };
 
 std::string describe(const Knobs &k) {
   return "m=" + std::to_string(k.m) + " n=" + std::to_string(k.n) +
          " k=" + std::to_string(k.k) + " waves=" + std::to_string(k.waves) +
          " mfma=" + k.mfma + " " + k.orientation + " b_cache=" + k.bCache +
-         " split_k=" + std::to_string(k.splitK);
+         " split_k=" + std::to_string(k.splitK) +
+         (k.asyncA ? " async_a" : "") + (k.bPrefetch ? " b_prefetch" : "") +
+         (k.scalePrefetch ? " scale_prefetch" : "");
 }
 
 StageSpec w2Spec(const Knobs &k, int64_t hidden, int64_t inter,
@@ -69,7 +74,10 @@ StageSpec w2Spec(const Knobs &k, int64_t hidden, int64_t inter,
                  {"mfma", k.mfma},
                  {"orientation", k.orientation},
                  {"b_cache", k.bCache},
-                 {"split_k", std::to_string(k.splitK)}};
+                 {"split_k", std::to_string(k.splitK)},
+                 {"async_a", k.asyncA ? "1" : "0"},
+                 {"b_prefetch", k.bPrefetch ? "1" : "0"},
+                 {"scale_prefetch", k.scalePrefetch ? "1" : "0"}};
   return spec;
 }
 
@@ -140,6 +148,18 @@ const std::vector<Knobs> &knobMatrix() {
       // Split-K (flash_tp4.table): FP32 partials, uneven last slice.
       {16, 128, 4, "16x16x128", "b_major", "nt", 2, 128, 640},
       {32, 128, 4, "32x32x64", "a_major", "cached", 4, 128, 512},
+      // tile.async_a: the A tile by LDS DMA. One slot of whole waves (m 16),
+      // two and four slots, one wave, 8 waves, with b_prefetch and
+      // scale_prefetch; with k = 128 and split-K, waves 2 and 3 have no
+      // chunk (the slot's guard).
+      {16, 128, 4, "16x16x128", "b_major", "nt", 1, 256, 512, true, true},
+      {32, 128, 4, "32x32x64", "a_major", "cached", 1, 256, 512, true},
+      {64, 128, 2, "16x16x128", "a_major", "nt", 1, 256, 512, true, false,
+       true},
+      {16, 64, 1, "16x16x128", "b_major", "cached", 1, 256, 512, true, true,
+       true},
+      {128, 256, 8, "32x32x64", "b_major", "cached", 1, 256, 512, true},
+      {16, 128, 4, "16x16x128", "b_major", "nt", 2, 128, 640, true},
   };
   return knobs;
 }
@@ -162,7 +182,41 @@ TEST_CASE("W2 kernel matches the oracle for every knob set", "[w2]") {
       CHECK(outcome.elementsChecked > 0);
       CHECK(outcome.relL2 < (k.splitK > 1 ? kW2SplitRelL2Bound : kW2RelL2Bound));
       CHECK(outcome.run.totalFindings() == 0);
+      // The A tile went through LDS DMA exactly when async_a asks for it.
+      CHECK((outcome.run.stats.ldsDmaOps > 0) == k.asyncA);
     }
+  }
+}
+
+TEST_CASE("W2 with tile.async_a computes bit for bit what the register copy "
+          "does",
+          "[w2]") {
+  // Same data, same MFMAs on the same LDS bytes: identical outputs, also
+  // for padding rows (zeros from the range check) and empty tiles.
+  for (Knobs k : {Knobs{16, 128, 4, "16x16x128", "b_major", "nt"},
+                  Knobs{64, 256, 4, "16x16x128", "a_major", "cached"}}) {
+    Built plain = build(w2Spec(k, 512, 512, 8, 2, 2));
+    k.asyncA = true;
+    Built direct = build(w2Spec(k, 512, 512, 8, 2, 2));
+    W2DataOptions options;
+    options.seed = 31;
+    options.tokens = 30;
+    options.invalidFraction = 0.3;
+    options.emptyTiles = 2;
+    W2Outcome a = runCase(plain, options);
+    W2Outcome b = runCase(direct, options);
+    INFO(describe(k) << ": " << b.summary);
+    CHECK(a.pass);
+    CHECK(b.pass);
+    CHECK(b.run.totalFindings() == 0);
+    CHECK(a.run.stats.ldsDmaOps == 0);
+    CHECK(b.run.stats.ldsDmaOps > 0);
+    // Padding rows: the DMA reads the same bytes, out of range included.
+    CHECK(b.run.stats.rawLoadsOutOfRange > 0);
+    CHECK(b.run.stats.rawLoadsOutOfRange == a.run.stats.rawLoadsOutOfRange);
+    REQUIRE(a.outBits.size() == b.outBits.size());
+    CHECK(a.outBits == b.outBits);
+    CHECK(a.outWritten == b.outWritten);
   }
 }
 

@@ -139,6 +139,8 @@ struct RunStats {
   /// zero and stores that were dropped (hardware semantics, not findings).
   uint64_t rawLoadsOutOfRange = 0;
   uint64_t rawStoresDropped = 0;
+  /// amdgpu.gather_to_lds ops executed, counted once per wave.
+  uint64_t ldsDmaOps = 0;
   double seconds = 0.0;
 };
 

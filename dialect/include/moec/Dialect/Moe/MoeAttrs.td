@@ -117,6 +117,18 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     barrier instead of next to each MFMA, so their global-memory latency
     overlaps the wait.
 
+    `async_a` copies the A tile of each K step straight from global memory
+    into LDS (`amdgpu.gather_to_lds`, gfx950's 16-byte LDS DMA
+    `buffer_load_dwordx4 ... lds`) instead of through registers: no VGPRs
+    hold the A chunks and no `ds_write` is issued. A wave's 64 lanes fill 64
+    consecutive 16-byte chunks of the tile in lane order (the hardware adds
+    lane * 16 to one LDS base), so the XOR chunk swizzle of `a_swizzle`
+    cannot apply. The copies are waited for (`s_waitcnt vmcnt(0)`) after
+    the B tile's copy and before the barrier that precedes the fragment
+    loads; `scale_prefetch`'s scale loads are issued after that wait, so
+    they still overlap the barrier. `b_prefetch` combines with it
+    unchanged (the prefetched B registers go to LDS as before).
+
     ```mlir
     #moe.tile<m = 32, n = 128, k = 256, waves = 4, mfma = m16n16k128,
               orientation = a_major, b_cache = nt>
@@ -140,7 +152,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"bool", "false">:$persist_strided,
     DefaultValuedParameter<"bool", "false">:$b_prefetch,
     DefaultValuedParameter<"bool", "false">:$scale_prefetch,
-    DefaultValuedParameter<"int64_t", "0">:$group_m
+    DefaultValuedParameter<"int64_t", "0">:$group_m,
+    DefaultValuedParameter<"bool", "false">:$async_a
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
