@@ -1653,8 +1653,14 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     std::array<uint8_t, kLanes> aScales, bScales;
     gatherSource(0, aRegs);
     gatherSource(1, bRegs);
-    gatherScale(3, p.ints[1], aScales);
-    gatherScale(4, p.ints[2], bScales);
+    // amdgpu.mfma (ints[5] set) has no scale operands: every scale is 1.0.
+    if (p.ints.size() > 5 && p.ints[5]) {
+      aScales.fill(127);
+      bScales.fill(127);
+    } else {
+      gatherScale(3, p.ints[1], aScales);
+      gatherScale(4, p.ints[2], bScales);
+    }
     MfmaOperand a{static_cast<mfma::OperandFormat>(p.ints[3]), aRegs.data(), 32,
                   aScales.data()};
     MfmaOperand b{static_cast<mfma::OperandFormat>(p.ints[4]), bRegs.data(), 32,

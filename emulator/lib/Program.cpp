@@ -561,6 +561,39 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
             p.kind = Kind::NoOp;
             return success();
           })
+          .Case([&](amdgpu::MFMAOp o) -> LogicalResult {
+            // gfx950's unscaled f8f6f4 MFMA is the scaled one with every
+            // block scale 1.0 (E8M0 127); other MFMA families are not
+            // modelled.
+            const bool is16 = o.getM() == 16 && o.getN() == 16 && o.getK() == 128;
+            const bool is32 = o.getM() == 32 && o.getN() == 32 && o.getK() == 64;
+            if (!is16 && !is32)
+              return fail(o, "only the f8f6f4 shapes 16x16x128 and 32x32x64");
+            if (o.getBlocks() != 1 || o.getCbsz() != 0 || o.getAbid() != 0 ||
+                o.getBlgp() != amdgpu::MFMAPermB::none || o.getNegateA() ||
+                o.getNegateB() || o.getNegateC())
+              return fail(o, "blocks, cbsz, abid, blgp or negation");
+            auto format = [&](Value source) -> int {
+              auto vector = dyn_cast<VectorType>(source.getType());
+              Type element = vector ? vector.getElementType() : Type();
+              if (element && isa<Float8E4M3FNType>(element))
+                return static_cast<int>(mfma::OperandFormat::Fp8);
+              if (element && isa<Float4E2M1FNType>(element))
+                return static_cast<int>(mfma::OperandFormat::Fp4);
+              return -1;
+            };
+            const int fa = format(o.getSourceA()), fb = format(o.getSourceB());
+            if (fa < 0 || fb < 0)
+              return fail(o, "operands other than f8E4M3FN and f4E2M1FN");
+            if (!cast<VectorType>(o.getDestC().getType()).getElementType().isF32())
+              return fail(o, "accumulators other than f32");
+            p.kind = Kind::ScaledMfma;
+            // Operand order: sourceA, sourceB, destC; ints[5] = unit scales.
+            p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
+                                                : mfma::Shape::M32N32K64),
+                      0, 0, fa, fb, 1};
+            return success();
+          })
           .Case([&](amdgpu::ScaledMFMAOp o) -> LogicalResult {
             const bool is16 = o.getM() == 16 && o.getN() == 16 && o.getK() == 128;
             const bool is32 = o.getM() == 32 && o.getN() == 32 && o.getK() == 64;

@@ -340,3 +340,62 @@ TEST_CASE("amdgpu.scaled_mfma in kernel IR, both shapes, op_sel bytes",
     CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
   }
 }
+
+TEST_CASE("amdgpu.mfma (unscaled f8f6f4) is the scaled MFMA with unit scales",
+          "[mfma][ops]") {
+  using F = mfma::OperandFormat;
+  for (mfma::Shape shape : {mfma::Shape::M32N32K64, mfma::Shape::M16N16K128}) {
+    const Geometry geo = geometry(shape);
+    const std::string mnk = geo.dim == 32 ? "32x32x64" : "16x16x128";
+    const std::string acc = std::to_string(geo.accPerLane);
+    const std::string text =
+        "gpu.module @m {\n"
+        "  gpu.func @mfma(%a: memref<512xi32, #gpu.address_space<global>>,\n"
+        "      %b: memref<512xi32, #gpu.address_space<global>>,\n"
+        "      %c: memref<1024xf32, #gpu.address_space<global>>,\n"
+        "      %d: memref<1024xf32, #gpu.address_space<global>>) kernel\n"
+        "      attributes {known_block_size = array<i32: 64, 1, 1>} {\n"
+        "    %tid = gpu.thread_id x\n"
+        "    %c8 = arith.constant 8 : index\n"
+        "    %cacc = arith.constant " + acc + " : index\n"
+        "    %r8 = arith.muli %tid, %c8 : index\n"
+        "    %racc = arith.muli %tid, %cacc : index\n"
+        "    %avi = vector.load %a[%r8] : memref<512xi32, #gpu.address_space<global>>, vector<8xi32>\n"
+        "    %av = vector.bitcast %avi : vector<8xi32> to vector<32xf8E4M3FN>\n"
+        "    %bvi = vector.load %b[%r8] : memref<512xi32, #gpu.address_space<global>>, vector<4xi32>\n"
+        "    %bv = vector.bitcast %bvi : vector<4xi32> to vector<32xf4E2M1FN>\n"
+        "    %cv = vector.load %c[%racc] : memref<1024xf32, #gpu.address_space<global>>, vector<" + acc + "xf32>\n"
+        "    %dv = amdgpu.mfma " + mnk + " %av * %bv + %cv blgp = none : "
+        "vector<32xf8E4M3FN>, vector<32xf4E2M1FN>, vector<" + acc + "xf32>\n"
+        "    vector.store %dv, %d[%racc] : memref<1024xf32, #gpu.address_space<global>>, vector<" + acc + "xf32>\n"
+        "    gpu.return\n"
+        "  }\n"
+        "}\n";
+    ParsedKernel kernel = parseKernel(text);
+    Matrix a = randomMatrix(geo, F::Fp8, 51 + int(shape));
+    Matrix b = randomMatrix(geo, F::Fp4, 61 + int(shape));
+    // Unit block scales: the oracle then computes the unscaled product.
+    std::fill(a.scales.begin(), a.scales.end(), uint8_t(127));
+    std::fill(b.scales.begin(), b.scales.end(), uint8_t(127));
+    std::vector<float> c = randomC(geo, 5);
+    std::vector<uint8_t> aRegs, aScales, bRegs, bScales;
+    toLanes(geo, a, aRegs, aScales);
+    toLanes(geo, b, bRegs, bScales);
+    std::vector<float> cFull(1024, 0.0f);
+    std::copy(c.begin(), c.end(), cFull.begin());
+    GlobalMemory memory;
+    unsigned aId = addInput(memory, "a", aRegs);
+    unsigned bId = addInput(memory, "b", bRegs);
+    unsigned cId = addInput(memory, "c", cFull);
+    unsigned dId = memory.addBuffer("d", 1024 * 4);
+    RunResult result = runOrFail(
+        kernel, memory,
+        {KernelArgValue::makeBuffer(aId), KernelArgValue::makeBuffer(bId),
+         KernelArgValue::makeBuffer(cId), KernelArgValue::makeBuffer(dId)});
+    CHECK(result.stats.mfmas == 1);
+    std::vector<float> got = readBuffer<float>(memory, dId);
+    std::vector<float> want = expectedD(geo, a, b, c);
+    INFO("shape " << mnk);
+    CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+  }
+}
