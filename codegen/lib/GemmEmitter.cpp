@@ -84,6 +84,8 @@ std::pair<Value, Value> GemmEmitter::emitTileIds(int64_t nTiles,
     // Workgroup row y visits every P-th tile from y, or the contiguous run
     // [y * chunk, (y + 1) * chunk) with chunk = ceil(tiles / P).
     Value tiles = toIndex(mTilesI32);
+    if (int64_t skew = tile.getPersistSkew())
+      return emitSkewedTileLoop(nTile, mTile, tiles, persist, skew);
     scf::ForOp loop;
     if (tile.getPersistStrided()) {
       loop = scf::ForOp::create(b, loc, mTile, tiles, idx(persist));
@@ -126,6 +128,37 @@ std::pair<Value, Value> GemmEmitter::emitTileIds(int64_t nTiles,
                                      remC(total, kXcds), idx(0));
   Value id = arith::SelectOp::create(b, loc, even, swizzled, linear);
   return {remC(id, nTiles), divC(id, nTiles)};
+}
+
+std::pair<Value, Value> GemmEmitter::emitSkewedTileLoop(Value nTile, Value y,
+                                                       Value tiles,
+                                                       int64_t persist,
+                                                       int64_t skew) {
+  // This workgroup's tiles are first + j * stride for j in [0, count).
+  Value first, stride, count;
+  if (tile.getPersistStrided()) {
+    first = y;
+    stride = idx(persist);
+    Value remaining = arith::SubIOp::create(
+        b, loc, arith::MaxUIOp::create(b, loc, tiles, y), y);
+    count = divC(add(remaining, idx(persist - 1)), persist);
+  } else {
+    Value chunk = divC(add(tiles, idx(persist - 1)), persist);
+    first = arith::MinUIOp::create(b, loc, mul(y, chunk), tiles);
+    stride = idx(1);
+    count = arith::SubIOp::create(
+        b, loc, arith::MinUIOp::create(b, loc, add(first, chunk), tiles),
+        first);
+  }
+  auto loop = scf::ForOp::create(b, loc, idx(0), count, idx(1));
+  gpu::ReturnOp::create(b, loc);
+  b.setInsertionPointToStart(loop.getBody());
+  inTileLoop = true;
+  // Start at (y * skew) mod count and wrap around.
+  Value start = arith::RemUIOp::create(b, loc, mul(y, skew), count);
+  Value j = arith::RemUIOp::create(b, loc, add(loop.getInductionVar(), start),
+                                   count);
+  return {nTile, add(first, mul(j, stride))};
 }
 
 void GemmEmitter::applyTileHints(gpu::GPUFuncOp func) {

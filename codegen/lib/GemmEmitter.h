@@ -149,6 +149,13 @@ public:
   /// they read zeros and write nothing.
   mlir::Value peerReceiveRow(const PeerItem &item, mlir::Value row);
 
+  /// The persistent tile loop with tile.persist_skew: workgroup row `y`
+  /// visits its own tiles starting at (y * skew) mod their count.
+  std::pair<mlir::Value, mlir::Value> emitSkewedTileLoop(mlir::Value nTile,
+                                                         mlir::Value y,
+                                                         mlir::Value tiles,
+                                                         int64_t persist,
+                                                         int64_t skew);
   /// Function attributes the tile asks for (waves_per_eu).
   void applyTileHints(mlir::gpu::GPUFuncOp func);
 

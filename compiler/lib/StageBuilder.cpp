@@ -131,6 +131,8 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
     s += "_bpf";
   if (tile.getScalePrefetch())
     s += "_spf";
+  if (tile.getPersistSkew() > 0)
+    s += "_skew" + std::to_string(tile.getPersistSkew());
   if (tile.getGroupM() > 0)
     s += "_gm" + std::to_string(tile.getGroupM());
   if (tile.getAsyncA())
@@ -295,7 +297,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
       "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch",
       "transport", "capacity", "max_tokens", "workgroups", "group_m",
-      "async_a"};
+      "async_a", "persist_skew"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit" ||
@@ -334,7 +336,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     return nullptr;
   // The clamp limit is written as an integer (DeepSeek V4: 10).
   int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0,
-          groupM = 0;
+          groupM = 0, persistSkew = 0;
   bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
        persistStrided = false, bf16Lds = false, bPrefetch = false,
        scalePrefetch = false, asyncA = false;
@@ -350,6 +352,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.flag("b_prefetch", bPrefetch) ||
       !read.flag("scale_prefetch", scalePrefetch) ||
       !read.flag("async_a", asyncA) ||
+      !read.integer("persist_skew", 0, persistSkew) ||
       !read.flag("bf16_lds", bf16Lds))
     return nullptr;
   // The peer transport (MegaMoE fused stages): `transport = fixed_slot` or
@@ -402,7 +405,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                         shape, orientation, bCache, wavesPerEu,
                                         xcdSwizzle, aSwizzle, persistCu,
                                         persistStrided, bPrefetch,
-                                        scalePrefetch, groupM, asyncA);
+                                        scalePrefetch, groupM, asyncA,
+                                        persistSkew);
   moe::PeerTransportAttr peer;
   if (hasPeer)
     peer = moe::PeerTransportAttr::getChecked(emitError, context,
@@ -506,6 +510,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       {"scale_prefetch", std::to_string(int(scalePrefetch))},
       {"group_m", std::to_string(groupM)},
       {"async_a", std::to_string(int(asyncA))},
+      {"persist_skew", std::to_string(persistSkew)},
   };
   if (hasPeer) {
     description.fields.push_back(

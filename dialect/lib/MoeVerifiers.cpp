@@ -72,7 +72,8 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                bool xcdSwizzle, bool aSwizzle,
                                int64_t persistCu, bool persistStrided,
                                bool bPrefetch, bool scalePrefetch,
-                               int64_t groupM, bool asyncA) {
+                               int64_t groupM, bool asyncA,
+                               int64_t persistSkew) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({64, 128, 256, 512}, n))
@@ -106,6 +107,10 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << target.computeUnits << ", got " << persistCu;
   if (persistStrided && persistCu == 0)
     return emitError() << "tile.persist_strided needs tile.persist_cu > 0";
+  if (persistSkew < 0 || (persistSkew > 0 && persistCu == 0))
+    return emitError() << "tile.persist_skew must be 0, or positive with "
+                          "tile.persist_cu > 0, got "
+                       << persistSkew;
   // The XCD renumbering assumes one workgroup per tile.
   if (xcdSwizzle && persistCu > 0)
     return emitError() << "tile.xcd_swizzle cannot be combined with "

@@ -56,6 +56,7 @@ ref::Status parseW13Shape(const StageDescription &description, W13Shape &shape) 
   shape.tileN = base.tileN;
   shape.mfmaK = base.mfmaK;
   shape.sharedFp8 = base.sharedFp8;
+  shape.persistCu = base.persistCu;
   for (const auto &[key, value] : description.fields) {
     if (key == "gate_up_interleave")
       shape.interleave = std::strtoll(value.c_str(), nullptr, 10);
@@ -171,7 +172,8 @@ LogicalResult runW13(Operation *funcOp, const W13Shape &shape,
   outcome = W13Outcome();
   if (numTiles > 0) {
     LaunchConfig launch = launchIn;
-    launch.grid = {inter / shape.tileN, numTiles, 1};
+    launch.grid = {inter / shape.tileN,
+                   shape.persistCu > 0 ? shape.persistCu : numTiles, 1};
     std::vector<KernelArgValue> args = {
         KernelArgValue::makeBuffer(a),      KernelArgValue::makeBuffer(aScale),
         KernelArgValue::makeBuffer(b),      KernelArgValue::makeBuffer(bScale),

@@ -188,6 +188,9 @@ ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape) {
   std::string splitText;
   if (field("split_k", splitText))
     shape.splitK = std::max<int64_t>(1, std::strtoll(splitText.c_str(), nullptr, 10));
+  std::string persistText;
+  if (field("persist_cu", persistText))
+    shape.persistCu = std::max<int64_t>(0, std::strtoll(persistText.c_str(), nullptr, 10));
   std::string sharedText;
   if (field("shared_fp8_expert", sharedText))
     shape.sharedFp8 = sharedText == "1" || sharedText == "true";
@@ -317,7 +320,8 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
   outcome = W2Outcome();
   if (numTiles > 0) {
     LaunchConfig launch = launchIn;
-    launch.grid = {hidden / shape.tileN, numTiles, splitK};
+    launch.grid = {hidden / shape.tileN,
+                   shape.persistCu > 0 ? shape.persistCu : numTiles, splitK};
     std::vector<KernelArgValue> args = {
         KernelArgValue::makeBuffer(a),      KernelArgValue::makeBuffer(aScale),
         KernelArgValue::makeBuffer(b),      KernelArgValue::makeBuffer(bScale),

@@ -107,6 +107,16 @@ moe.w2 @w2_persist problem(#p) tile(#moe.tile<m = 32, n = 128, persist_cu = 64>)
 // CHECK: %[[Y:.*]] = gpu.block_id  y
 // CHECK: scf.for %{{.*}} = %[[Y]] to %{{.*}} step %c64{{.*}} {
 moe.w2 @w2_persist_strided problem(#p) tile(#moe.tile<m = 32, n = 128, persist_cu = 64, persist_strided = true>)
+// tile.persist_skew = 3: the loop runs over positions j from 0 and the
+// tile is first + ((j + y * 3) mod count) * stride.
+// CHECK-LABEL: gpu.func @w2_persist_skew(
+// CHECK: %[[Y:.*]] = gpu.block_id  y
+// CHECK: scf.for %[[J:.*]] = %c0{{.*}} to %[[COUNT:.*]] step %c1
+// CHECK: %[[S:.*]] = arith.muli %[[Y]], %c3
+// CHECK: %[[START:.*]] = arith.remui %[[S]], %[[COUNT]]
+// CHECK: %[[P:.*]] = arith.addi %[[J]], %[[START]]
+// CHECK: arith.remui %[[P]], %[[COUNT]]
+moe.w2 @w2_persist_skew problem(#p) tile(#moe.tile<m = 32, n = 128, persist_cu = 64, persist_strided = true, persist_skew = 3>)
 
 // bf16_lds: the BF16 tile goes to LDS (8-byte stores), then after a barrier
 // whole 16-byte row chunks go out.

@@ -215,3 +215,7 @@ moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, to
 // -----
 // expected-error @+1 {{tile.group_m cannot be combined with tile.xcd_swizzle or tile.persist_cu}}
 moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, group_m = 4, xcd_swizzle = true>)
+
+// -----
+// expected-error @+1 {{tile.persist_skew must be 0, or positive with tile.persist_cu > 0, got 2}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, persist_skew = 2>)

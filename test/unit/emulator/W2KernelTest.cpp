@@ -378,3 +378,29 @@ TEST_CASE("W2 with tile.group_m computes every tile exactly once", "[w2]") {
     CHECK(outcome.run.totalFindings() == 0);
   }
 }
+
+TEST_CASE("W2 with tile.persist_skew computes every tile exactly once",
+          "[w2]") {
+  // 3 persistent workgroup rows over about 6 M tiles, contiguous and
+  // strided, each starting at a rotated position in its own list.
+  for (bool strided : {false, true}) {
+    StageSpec spec = w2Spec(Knobs{16, 128, 4, "16x16x128", "b_major", "nt"},
+                            512, 512, 8, 2, 2);
+    spec.fields["persist_cu"] = "3";
+    spec.fields["persist_strided"] = strided ? "1" : "0";
+    spec.fields["persist_skew"] = "1";
+    Built built = build(spec);
+    W2DataOptions options;
+    options.seed = 29;
+    options.tokens = 40;
+    options.invalidFraction = 0.1;
+    options.emptyTiles = 1;
+    W2Outcome outcome = runCase(built, options);
+    INFO("strided " << strided << ": " << outcome.summary);
+    CHECK(outcome.pass);
+    CHECK(outcome.elementsChecked > 0);
+    CHECK(outcome.listedRowsUnwritten == 0);
+    CHECK(outcome.unlistedRowsWritten == 0);
+    CHECK(outcome.run.totalFindings() == 0);
+  }
+}

@@ -24,6 +24,8 @@ struct W13Shape {
   double swigluLimit = 0.0;
   /// FHMoE: the last local expert is a shared FP8 expert (b_shared).
   bool sharedFp8 = false;
+  /// tile.persist_cu (see W2Shape).
+  int64_t persistCu = 0;
 };
 
 ref::Status parseW13Shape(const StageDescription &description, W13Shape &shape);

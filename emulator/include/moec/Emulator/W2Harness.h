@@ -72,6 +72,9 @@ struct W2Shape {
   int64_t mfmaK = 0;
   /// Split-K slices: > 1 writes FP32 partials [routes, split_k, H] (grid z).
   int64_t splitK = 1;
+  /// tile.persist_cu: > 0 launches that many workgroup rows (grid y), each
+  /// looping over M tiles, instead of one row per M tile.
+  int64_t persistCu = 0;
   /// FHMoE: the last local expert is a shared expert with FP8 E4M3 weights
   /// (arguments b_shared, b_shared_scale); b holds the other experts.
   bool sharedFp8 = false;

@@ -109,6 +109,11 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     either a contiguous run of ceil(tiles / P) (`persist_strided = false`)
     or every P-th tile (`persist_strided = true`, which spreads the
     experts' tiles evenly when their sizes differ).
+    `persist_skew` S > 0 rotates where each persistent workgroup starts in
+    its own list of tiles: workgroup y begins at position (y * S) mod its
+    tile count and wraps around, so the workgroups do not all start on the
+    same experts' weights at once. It changes the order of the tiles, not
+    which tiles a workgroup computes.
 
     `b_prefetch` pipelines the weights: the next K step's B tile is loaded
     into registers right after the barrier, so its global latency overlaps
@@ -153,7 +158,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"bool", "false">:$b_prefetch,
     DefaultValuedParameter<"bool", "false">:$scale_prefetch,
     DefaultValuedParameter<"int64_t", "0">:$group_m,
-    DefaultValuedParameter<"bool", "false">:$async_a
+    DefaultValuedParameter<"bool", "false">:$async_a,
+    DefaultValuedParameter<"int64_t", "0">:$persist_skew
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
