@@ -129,6 +129,16 @@ public:
                                llvm::function_ref<mlir::Value(mlir::Value)> countOf,
                                int64_t experts, int64_t fixedCapacity,
                                int64_t rowsTotal, int64_t nTiles);
+  /// Runs `body(item)` (an index) over this workgroup's share of `items`:
+  /// with `shards` = 0 the items role, role + groups, ...; otherwise a
+  /// dynamic queue of `shards` shards whose counters are the control words
+  /// `queueWord(s)` (index), starting at shard role mod shards. The builder
+  /// ends after the loops.
+  void emitPeerWorkLoop(mlir::Value role, mlir::Value items, int64_t groups,
+                        int64_t shards, mlir::Value control,
+                        llvm::function_ref<mlir::Value(mlir::Value)> queueWord,
+                        mlir::Value lds, const PeerLds &at,
+                        llvm::function_ref<void(mlir::Value)> body);
   /// Index of word `offset` in the bank that launch `epoch` (i32) uses of a
   /// two-bank control region at word `region` with `bankWords` per bank.
   mlir::Value bankWord(mlir::Value epoch, int64_t region, int64_t bankWords,

@@ -100,6 +100,47 @@ Value GemmEmitter::emitPeerWorkList(Value lds, const PeerLds &at,
   return mul(toIndex(total), nTiles);
 }
 
+void GemmEmitter::emitPeerWorkLoop(Value role, Value items, int64_t groups,
+                                   int64_t shards, Value control,
+                                   function_ref<Value(Value)> queueWord,
+                                   Value lds, const PeerLds &at,
+                                   function_ref<void(Value)> body) {
+  if (shards == 0) {
+    auto work = scf::ForOp::create(b, loc, role, items, idx(groups));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(work.getBody());
+    body(work.getInductionVar());
+    return;
+  }
+  Value perShard = divC(add(items, idx(shards - 1)), shards);
+  auto visit = scf::ForOp::create(b, loc, idx(0), idx(shards), idx(1));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(visit.getBody());
+  Value shard = remC(add(role, visit.getInductionVar()), shards);
+  Value begin = arith::MinUIOp::create(b, loc, mul(shard, perShard), items);
+  Value end = arith::MinUIOp::create(b, loc, add(begin, perShard), items);
+  Value count = arith::SubIOp::create(b, loc, end, begin);
+  // Thread 0 takes the next ticket of the shard for the whole workgroup.
+  auto drain = scf::WhileOp::create(b, loc, TypeRange{b.getIndexType()},
+                                    ValueRange{});
+  b.createBlock(&drain.getBefore());
+  onThreadZero(tid, [&] {
+    Value ticket = atomicAddI32(control, queueWord(shard), i32(1));
+    memref::StoreOp::create(b, loc, ticket, lds, ValueRange{idx(at.groupWord)});
+  });
+  gpu::BarrierOp::create(b, loc);
+  Value ticket = toIndex(
+      memref::LoadOp::create(b, loc, lds, ValueRange{idx(at.groupWord)}));
+  // Everyone has read the ticket before thread 0 may write the next one.
+  gpu::BarrierOp::create(b, loc);
+  Value more =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ticket, count);
+  scf::ConditionOp::create(b, loc, more, ValueRange{ticket});
+  Block *after = b.createBlock(&drain.getAfter(), {}, {b.getIndexType()}, {loc});
+  body(add(begin, after->getArgument(0)));
+  scf::YieldOp::create(b, loc);
+}
+
 Value GemmEmitter::bankWord(Value epoch, int64_t region, int64_t bankWords,
                            Value offset) {
   Value bank = toIndex(arith::AndIOp::create(b, loc, epoch, i32(1)));

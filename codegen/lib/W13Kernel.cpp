@@ -519,21 +519,25 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   rows.lds = lds;
   rows.b = arg(kPB);
   rows.bScale = arg(kPBScale);
-  auto work = scf::ForOp::create(b, loc, role, items, idx(groups));
+  auto queueWord = [&](Value shard) {
+    return bankWord(epoch, peer::queueWord(0, /*stage=*/0, 0, experts, ep),
+                    2 * peer::kMaxWorkShards, shard);
+  };
+  emitPeerWorkLoop(role, items, groups, peer.getWorkShards(), control,
+                   queueWord, lds, words, [&](Value index) {
+    PeerItem item =
+        decodePeerItem(index, lds, words, experts, nTiles, rowsTotal);
+    rows.expert = item.expert;
+    rows.expertI32 = item.expertI32;
+    rows.colBase = item.colBase;
+    auto receiveRow = [&](Value row) { return peerReceiveRow(item, row); };
+    rows.aRow = receiveRow;
+    rows.outRow = receiveRow;
+    emitTile(rows);
+    // The next item reuses the LDS tiles.
+    gpu::BarrierOp::create(b, loc);
+  });
   gpu::ReturnOp::create(b, loc);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(work.getBody());
-  PeerItem item = decodePeerItem(work.getInductionVar(), lds, words, experts,
-                                 nTiles, rowsTotal);
-  rows.expert = item.expert;
-  rows.expertI32 = item.expertI32;
-  rows.colBase = item.colBase;
-  auto receiveRow = [&](Value row) { return peerReceiveRow(item, row); };
-  rows.aRow = receiveRow;
-  rows.outRow = receiveRow;
-  emitTile(rows);
-  // The next item reuses the LDS tiles.
-  gpu::BarrierOp::create(b, loc);
 }
 
 void W13Emitter::emitDispatch(
@@ -591,6 +595,13 @@ void W13Emitter::emitDispatch(
   // writes the counts into every destination's source-count table and
   // signals it, one signal per wave after that wave's stores.
   ifThen(isFirst, [&] {
+    // Both stages' work-queue counters of the next launch.
+    forEachLane(2 * peer::kMaxWorkShards, [&](Value i) {
+      memref::StoreOp::create(
+          b, loc, i32(0), control,
+          ValueRange{bankWord(nextEpoch, peer::queueWord(0, 0, 0, experts, ep),
+                              2 * peer::kMaxWorkShards, i)});
+    });
     if (!compact) {
       forEachLane(experts, [&](Value e) {
         memref::StoreOp::create(

@@ -349,12 +349,14 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   rows.b = arg(kPB);
   rows.bScale = arg(kPBScale);
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  auto work = scf::ForOp::create(b, loc, block, items, idx(groups));
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(work.getBody());
-    PeerItem item = decodePeerItem(work.getInductionVar(), lds, words,
-                                   experts, nTiles, rowsTotal);
+  auto queueWord = [&](Value shard) {
+    return bankWord(epoch, peer::queueWord(0, /*stage=*/1, 0, experts, ep),
+                    2 * peer::kMaxWorkShards, shard);
+  };
+  emitPeerWorkLoop(block, items, groups, peer.getWorkShards(), control,
+                   queueWord, lds, words, [&](Value index) {
+    PeerItem item =
+        decodePeerItem(index, lds, words, experts, nTiles, rowsTotal);
     rows.expert = item.expert;
     rows.expertI32 = item.expertI32;
     rows.colBase = item.colBase;
@@ -430,7 +432,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
     }
     // The next item reuses the LDS tiles.
     gpu::BarrierOp::create(b, loc);
-  }
+  });
 
   // Every wave takes a ticket after its stores; the wave that completes
   // the launch's count (acquiring every earlier wave's release) signals

@@ -297,7 +297,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
       "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch",
       "transport", "capacity", "max_tokens", "workgroups", "group_m",
-      "async_a", "persist_skew"};
+      "async_a", "persist_skew", "work_shards"};
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit" ||
@@ -359,7 +359,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   // `compact`.
   enum class Transport { None, FixedSlot, Compact };
   Transport transport;
-  int64_t capacity = 0, maxTokens = 0, workgroups = 256, dispatchCus = 16;
+  int64_t capacity = 0, maxTokens = 0, workgroups = 256, dispatchCus = 16,
+          workShards = 0;
   if (!read.enumeration<Transport>(
           "transport", Transport::None,
           [](llvm::StringRef text) -> std::optional<Transport> {
@@ -378,11 +379,12 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       (!read.integer("capacity", -1, capacity) ||
        !read.integer("max_tokens", -1, maxTokens) ||
        !read.integer("workgroups", 256, workgroups) ||
-       !read.integer("dispatch_cus", 16, dispatchCus)))
+       !read.integer("dispatch_cus", 16, dispatchCus) ||
+       !read.integer("work_shards", 0, workShards)))
     return nullptr;
   if (!hasPeer)
     for (const char *field : {"capacity", "max_tokens", "workgroups",
-                              "dispatch_cus"})
+                              "dispatch_cus", "work_shards"})
       if (spec.fields.count(field)) {
         read.fail(field, "only applies with transport = fixed_slot or compact");
         return nullptr;
@@ -415,7 +417,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                                   : moe::PeerKind::fixed_slot,
                                               capacity,
                                               maxTokens, workgroups,
-                                              isW13 ? dispatchCus : 1);
+                                              isW13 ? dispatchCus : 1,
+                                              workShards);
   if (!problem || !tile || (hasPeer && !peer)) {
     error = diagnostic;
     return nullptr;
@@ -428,6 +431,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                  std::to_string(maxTokens) + "_g" + std::to_string(workgroups);
     if (isW13)
       peerSuffix += "_d" + std::to_string(dispatchCus);
+    if (workShards > 0)
+      peerSuffix += "_ws" + std::to_string(workShards);
   }
 
   Operation *op;
@@ -520,6 +525,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     description.fields.push_back({"workgroups", std::to_string(workgroups)});
     if (isW13)
       description.fields.push_back({"dispatch_cus", std::to_string(dispatchCus)});
+    description.fields.push_back({"work_shards", std::to_string(workShards)});
   }
   if (isW13) {
     description.fields.push_back(

@@ -147,7 +147,8 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult
 PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                           PeerKind kind, int64_t capacity, int64_t maxTokens,
-                          int64_t workgroups, int64_t dispatchCus) {
+                          int64_t workgroups, int64_t dispatchCus,
+                          int64_t workShards) {
   const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
   if (capacity <= 0)
     return emitError() << "peer.capacity must be positive, got " << capacity;
@@ -159,6 +160,10 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "peer.workgroups must be in [1, "
                        << int64_t(target.computeUnits) * target.maxWavesPerCu()
                        << "], got " << workgroups;
+  if (workShards < 0 || workShards > 8)
+    return emitError() << "peer.work_shards must be in [0, 8] (0: static "
+                          "assignment), got "
+                       << workShards;
   // Producers must all be resident while others wait on them; roles go by
   // arrival, so that holds when they fit one per CU and leave a consumer.
   if (dispatchCus <= 0 || dispatchCus >= workgroups ||

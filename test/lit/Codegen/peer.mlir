@@ -78,3 +78,16 @@ moe.combine @combine problem(#pc) tile(#moe.combine_tile<waves = 4>) {peer_rows}
 // CHECK: memref.atomic_rmw addi %c0_i32{{[_0-9]*}}, %{{.*}}[%c5{{[_0-9]*}}]
 // CHECK: amdgpu.scaled_mfma
 moe.w13 @stage1_compact problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<kind = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 2>}
+
+// work_shards = 2: the W2 items come from a queue of 2 shards; thread 0
+// takes a ticket per item with an atomic on the stage's queue word.
+// CHECK-LABEL: gpu.func @stage2_queue(
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step %c1
+// CHECK: scf.while
+// CHECK: memref.atomic_rmw addi %c1_i32
+// CHECK: gpu.barrier
+// CHECK: gpu.barrier
+// CHECK: arith.cmpi ult
+// CHECK: scf.condition
+// CHECK: amdgpu.scaled_mfma
+moe.w2 @stage2_queue problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6, dispatch_cus = 1, work_shards = 2>}

@@ -219,3 +219,7 @@ moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, to
 // -----
 // expected-error @+1 {{tile.persist_skew must be 0, or positive with tile.persist_cu > 0, got 2}}
 moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, persist_skew = 2>)
+
+// -----
+// expected-error @+1 {{peer.work_shards must be in [0, 8] (0: static assignment), got 9}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {peer = #moe.peer<capacity = 32, max_tokens = 16, work_shards = 9>}

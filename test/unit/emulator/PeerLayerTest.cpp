@@ -38,6 +38,8 @@ struct PeerKnobs {
   const char *transport = "fixed_slot";
   /// tile.async_a on both GEMM stages.
   bool asyncA = false;
+  /// peer.work_shards on both GEMM stages (0: static assignment).
+  int64_t workShards = 0;
 };
 
 StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
@@ -61,6 +63,8 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
   spec.fields["workgroups"] = std::to_string(k.workgroups);
   if (k.asyncA)
     spec.fields["async_a"] = "1";
+  if (k.workShards > 0)
+    spec.fields["work_shards"] = std::to_string(k.workShards);
   if (w13) {
     spec.fields["dispatch_cus"] = std::to_string(k.dispatchCus);
     spec.fields["swiglu_limit"] = "10";
@@ -220,4 +224,23 @@ TEST_CASE("a fixed-slot expert past its capacity is reported as overflow, "
   CHECK(outcome.summary.find("too small") != std::string::npos);
   CHECK(outcome.overflows > 0);
   CHECK_FALSE(outcome.pass);
+}
+
+TEST_CASE("fused MegaMoE with a sharded dynamic work queue", "[peer]") {
+  // 1 and 3 shards, both transports, few resident workgroups: every item
+  // is taken exactly once (a missed or doubled tile changes the output or
+  // leaves it unwritten), over two launches on the same counters.
+  for (int64_t shards : {1, 3})
+    for (const char *transport : {"fixed_slot", "compact"}) {
+      INFO(shards << " shards, " << transport);
+      const bool compact = std::string(transport) == "compact";
+      PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", compact ? 2 * 14 * 2 : 32,
+                      14, 6, 2, transport, false, shards};
+      PeerLayerOptions options;
+      options.seed = 47;
+      options.tokensPerRank = {14, 9};
+      options.invalidFraction = 0.05;
+      options.maxResidentWorkgroups = 3;
+      runLayer(knobs, options);
+    }
 }

@@ -42,10 +42,23 @@ enum ControlWord : int64_t {
   kExpertCounts = 16,
 };
 
+/// Most work-queue shards of a stage (`#moe.peer` work_shards).
+constexpr int64_t kMaxWorkShards = 8;
+
 /// Words of a control buffer for `localExperts` experts per rank and `ep`
-/// ranks (both transports use the same size).
+/// ranks (both transports use the same size): the fixed words, the count
+/// banks, the compact table and cursors, and the work-queue counters.
 inline int64_t controlWords(int64_t localExperts, int64_t ep) {
-  return kExpertCounts + 2 * localExperts + 4 * ep * localExperts;
+  return kExpertCounts + 2 * localExperts + 4 * ep * localExperts +
+         2 * 2 * kMaxWorkShards;
+}
+
+/// With work shards: the next item of `shard` of stage `stage` (0: stage 1,
+/// 1: stage 2) in launch `epoch` (two banks of [2][kMaxWorkShards]).
+inline int64_t queueWord(int64_t epoch, int64_t stage, int64_t shard,
+                         int64_t localExperts, int64_t ep) {
+  return kExpertCounts + 2 * localExperts + 4 * ep * localExperts +
+         ((epoch & 1) * 2 + stage) * kMaxWorkShards + shard;
 }
 
 /// Compact, on a destination: the rows source rank `source` sends to local

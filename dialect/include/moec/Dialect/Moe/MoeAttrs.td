@@ -221,6 +221,12 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     workgroup computes W13 tiles. docs/families.md gives the buffers, the
     control words and the launch protocol.
 
+    `work_shards` S = 0 hands out the GEMM work items statically (item
+    role, role + workgroups, ...). S in 1..8 makes a dynamic queue: the
+    items are cut into S shards, each with an atomic counter; a workgroup
+    drains the shard of its role mod S first, then the others in turn, so
+    workgroups that drew cheap items take more of them.
+
     ```mlir
     #moe.peer<capacity = 4096, max_tokens = 1024, workgroups = 256,
               dispatch_cus = 32>
@@ -233,7 +239,8 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     "int64_t":$capacity,
     "int64_t":$max_tokens,
     DefaultValuedParameter<"int64_t", "256">:$workgroups,
-    DefaultValuedParameter<"int64_t", "16">:$dispatch_cus
+    DefaultValuedParameter<"int64_t", "16">:$dispatch_cus,
+    DefaultValuedParameter<"int64_t", "0">:$work_shards
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
