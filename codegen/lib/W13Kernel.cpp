@@ -617,42 +617,63 @@ void W13Emitter::emitDispatch(
       memref::StoreOp::create(
           b, loc, i32(0), control,
           ValueRange{bankWord(nextEpoch, cursorRegion, allExperts, i)});
-      memref::StoreOp::create(b, loc, i32(0), lds, ValueRange{i});
     });
-    gpu::BarrierOp::create(b, loc);
-    auto histogram = scf::ForOp::create(b, loc, tid, toIndex(numRoutesI32),
-                                        idx(lanes));
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(histogram.getBody());
-      Value id = memref::LoadOp::create(b, loc, idsBuf,
-                                        ValueRange{histogram.getInductionVar()});
-      Value valid = arith::AndIOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
-                                i32(allExperts)));
-      ifThen(valid, [&] {
-        (void)memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
-                                          i32(1), lds, ValueRange{toIndex(id)});
-      });
-    }
-    gpu::BarrierOp::create(b, loc);
-    Value rankIndex = toIndex(rank);
-    for (int64_t d = 0; d < ep; ++d)
-      forEachLane(experts, [&](Value e) {
-        Value count = ldsAt(add(idx(d * experts), e));
-        memref::StoreOp::create(
-            b, loc, count, peerArg(3, d),
-            ValueRange{bankWord(epoch, tableWord, allExperts,
-                                add(mul(rankIndex, experts), e))});
-      });
-    onLaneZero([&] {
-      for (int64_t d = 0; d < ep; ++d)
-        (void)atomicAddI32(peerArg(3, d), idx(peer::kCountsReady), i32(1));
-    });
-    gpu::BarrierOp::create(b, loc);
   });
+
+  // Compact planning: the first `plan_cus` producers each count a slice of
+  // this rank's routes per destination expert in LDS and add the counts
+  // into every destination's source-count table (zeroed by the previous
+  // launch), then signal it, one signal per wave after that wave's adds.
+  const int64_t planners = peer.getPlanCus();
+  if (compact) {
+    Value isPlanner = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                            role, idx(planners));
+    ifThen(isPlanner, [&] {
+      forEachLane(allExperts, [&](Value i) {
+        memref::StoreOp::create(b, loc, i32(0), lds, ValueRange{i});
+      });
+      gpu::BarrierOp::create(b, loc);
+      Value routesTotal = toIndex(numRoutesI32);
+      Value perPlanner = divC(add(routesTotal, idx(planners - 1)), planners);
+      Value sliceBegin =
+          arith::MinUIOp::create(b, loc, mul(role, perPlanner), routesTotal);
+      Value sliceEnd = arith::MinUIOp::create(
+          b, loc, add(sliceBegin, perPlanner), routesTotal);
+      auto histogram = scf::ForOp::create(b, loc, add(sliceBegin, tid),
+                                          sliceEnd, idx(lanes));
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(histogram.getBody());
+        Value id = memref::LoadOp::create(
+            b, loc, idsBuf, ValueRange{histogram.getInductionVar()});
+        Value valid = arith::AndIOp::create(
+            b, loc,
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
+                                  i32(allExperts)));
+        ifThen(valid, [&] {
+          (void)memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                            i32(1), lds,
+                                            ValueRange{toIndex(id)});
+        });
+      }
+      gpu::BarrierOp::create(b, loc);
+      Value rankIndex = toIndex(rank);
+      for (int64_t d = 0; d < ep; ++d)
+        forEachLane(experts, [&](Value e) {
+          (void)atomicAddI32(
+              peerArg(3, d),
+              bankWord(epoch, tableWord, allExperts,
+                       add(mul(rankIndex, experts), e)),
+              ldsAt(add(idx(d * experts), e)));
+        });
+      onLaneZero([&] {
+        for (int64_t d = 0; d < ep; ++d)
+          (void)atomicAddI32(peerArg(3, d), idx(peer::kCountsReady), i32(1));
+      });
+      gpu::BarrierOp::create(b, loc);
+    });
+  }
 
   // Compact: once a destination's table is complete (every source's planner
   // waves have signalled it), each producer computes where this rank's rows
@@ -664,7 +685,8 @@ void W13Emitter::emitDispatch(
     for (int64_t d = 0; d < ep; ++d) {
       Value destControl = peerArg(3, d);
       emitWaitUntil(tid, destControl, idx(peer::kCountsReady),
-                    arith::MulIOp::create(b, loc, epoch, i32(ep * waves)));
+                    arith::MulIOp::create(b, loc, epoch,
+                                          i32(ep * planners * waves)));
       forEachLane(experts, [&](Value e) {
         Value total = i32(0), lower = i32(0);
         for (int64_t source = 0; source < ep; ++source) {
@@ -710,11 +732,26 @@ void W13Emitter::emitDispatch(
   // for the destination expert, added to the start computed above), every
   // lane copies 16-byte chunks of the row.
   Value waveSlot = add(idx(words.waveWords), wave);
-  auto routes = scf::ForOp::create(b, loc, add(mul(role, waves), wave),
-                                   toIndex(numRoutesI32),
-                                   idx(producers * waves));
+  // A wave takes `chunk_routes` consecutive routes at a time (consecutive
+  // token rows), then strides over the producers' waves.
+  const int64_t chunk = peer.getChunkRoutes();
+  Value routesTotal = toIndex(numRoutesI32);
+  Value firstRoute = mul(add(mul(role, waves), wave), chunk);
   {
     OpBuilder::InsertionGuard guard(b);
+    scf::ForOp routes;
+    if (chunk == 1) {
+      routes = scf::ForOp::create(b, loc, firstRoute, routesTotal,
+                                  idx(producers * waves));
+    } else {
+      auto chunks = scf::ForOp::create(b, loc, firstRoute, routesTotal,
+                                       idx(producers * waves * chunk));
+      b.setInsertionPointToStart(chunks.getBody());
+      Value chunkEnd = arith::MinUIOp::create(
+          b, loc, add(chunks.getInductionVar(), idx(chunk)), routesTotal);
+      routes = scf::ForOp::create(b, loc, chunks.getInductionVar(), chunkEnd,
+                                  idx(1));
+    }
     b.setInsertionPointToStart(routes.getBody());
     Value route = routes.getInductionVar();
     Value id = memref::LoadOp::create(b, loc, idsBuf, ValueRange{route});

@@ -301,7 +301,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   for (const auto &field : spec.fields) {
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit" ||
-                   field.first == "dispatch_cus";
+                   field.first == "dispatch_cus" ||
+                   field.first == "plan_cus" || field.first == "chunk_routes";
     bool w2Only = field.first == "split_k" || field.first == "bf16_lds";
     if (!common.count(field.first) && !(isW13 && w13Only) &&
         !(!isW13 && w2Only)) {
@@ -360,7 +361,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   enum class Transport { None, FixedSlot, Compact };
   Transport transport;
   int64_t capacity = 0, maxTokens = 0, workgroups = 256, dispatchCus = 16,
-          workShards = 0;
+          workShards = 0, planCus = 1, chunkRoutes = 1;
   if (!read.enumeration<Transport>(
           "transport", Transport::None,
           [](llvm::StringRef text) -> std::optional<Transport> {
@@ -380,11 +381,14 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
        !read.integer("max_tokens", -1, maxTokens) ||
        !read.integer("workgroups", 256, workgroups) ||
        !read.integer("dispatch_cus", 16, dispatchCus) ||
-       !read.integer("work_shards", 0, workShards)))
+       !read.integer("work_shards", 0, workShards) ||
+       !read.integer("plan_cus", 1, planCus) ||
+       !read.integer("chunk_routes", 1, chunkRoutes)))
     return nullptr;
   if (!hasPeer)
     for (const char *field : {"capacity", "max_tokens", "workgroups",
-                              "dispatch_cus", "work_shards"})
+                              "dispatch_cus", "work_shards", "plan_cus",
+                              "chunk_routes"})
       if (spec.fields.count(field)) {
         read.fail(field, "only applies with transport = fixed_slot or compact");
         return nullptr;
@@ -418,7 +422,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                               capacity,
                                               maxTokens, workgroups,
                                               isW13 ? dispatchCus : 1,
-                                              workShards);
+                                              workShards, isW13 ? planCus : 1,
+                                              isW13 ? chunkRoutes : 1);
   if (!problem || !tile || (hasPeer && !peer)) {
     error = diagnostic;
     return nullptr;
@@ -433,6 +438,10 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       peerSuffix += "_d" + std::to_string(dispatchCus);
     if (workShards > 0)
       peerSuffix += "_ws" + std::to_string(workShards);
+    if (planCus > 1)
+      peerSuffix += "_pl" + std::to_string(planCus);
+    if (chunkRoutes > 1)
+      peerSuffix += "_ch" + std::to_string(chunkRoutes);
   }
 
   Operation *op;
@@ -523,8 +532,11 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     description.fields.push_back({"capacity", std::to_string(capacity)});
     description.fields.push_back({"max_tokens", std::to_string(maxTokens)});
     description.fields.push_back({"workgroups", std::to_string(workgroups)});
-    if (isW13)
+    if (isW13) {
       description.fields.push_back({"dispatch_cus", std::to_string(dispatchCus)});
+      description.fields.push_back({"plan_cus", std::to_string(planCus)});
+      description.fields.push_back({"chunk_routes", std::to_string(chunkRoutes)});
+    }
     description.fields.push_back({"work_shards", std::to_string(workShards)});
   }
   if (isW13) {

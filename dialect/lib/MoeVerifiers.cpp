@@ -148,7 +148,8 @@ LogicalResult
 PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                           PeerKind kind, int64_t capacity, int64_t maxTokens,
                           int64_t workgroups, int64_t dispatchCus,
-                          int64_t workShards) {
+                          int64_t workShards, int64_t planCus,
+                          int64_t chunkRoutes) {
   const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
   if (capacity <= 0)
     return emitError() << "peer.capacity must be positive, got " << capacity;
@@ -164,6 +165,15 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "peer.work_shards must be in [0, 8] (0: static "
                           "assignment), got "
                        << workShards;
+  if (planCus < 1 || planCus > dispatchCus ||
+      (planCus > 1 && kind != PeerKind::compact))
+    return emitError() << "peer.plan_cus must be in [1, dispatch_cus] and 1 "
+                          "unless kind = compact, got "
+                       << planCus;
+  if (!llvm::is_contained({1, 2, 4, 8, 16}, chunkRoutes))
+    return emitError() << "peer.chunk_routes must be one of 1, 2, 4, 8, 16, "
+                          "got "
+                       << chunkRoutes;
   // Producers must all be resident while others wait on them; roles go by
   // arrival, so that holds when they fit one per CU and leave a consumer.
   if (dispatchCus <= 0 || dispatchCus >= workgroups ||

@@ -92,6 +92,9 @@ void shrinkPeerFields(StageSpec &spec) {
   if (spec.fields.count("dispatch_cus"))
     spec.fields["dispatch_cus"] =
         std::to_string(std::min<int64_t>(integer("dispatch_cus", 2), 2));
+  if (spec.fields.count("plan_cus"))
+    spec.fields["plan_cus"] =
+        std::to_string(std::min<int64_t>(integer("plan_cus", 1), 2));
 }
 
 void smallConfigSpecs(std::vector<StageSpec> &specs) {

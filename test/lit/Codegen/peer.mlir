@@ -91,3 +91,17 @@ moe.w13 @stage1_compact problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation 
 // CHECK: scf.condition
 // CHECK: amdgpu.scaled_mfma
 moe.w2 @stage2_queue problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6, dispatch_cus = 1, work_shards = 2>}
+
+// plan_cus = 2, chunk_routes = 4: the planners take slices of the routes
+// and add (not store) their counts into the destinations' tables; the
+// producers wait for ep x 2 x waves = 16 planner signals; each wave walks
+// chunks of 4 routes.
+// CHECK-LABEL: gpu.func @stage1_planners(
+// CHECK: arith.cmpi ult, %{{.*}}, %c2
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}} : (i32, memref<{{[0-9]+}}xi32, #gpu.address_space<workgroup>>)
+// CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c5{{[_0-9]*}}]
+// CHECK: arith.muli %{{.*}}, %c16_i32
+// CHECK: scf.for %[[C:.*]] = %{{.*}} to %{{.*}} step %c64
+// CHECK: arith.addi %[[C]], %c4
+// CHECK: scf.for %{{.*}} = %[[C]] to %{{.*}} step %c1
+moe.w13 @stage1_planners problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<kind = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 4, plan_cus = 2, chunk_routes = 4>}

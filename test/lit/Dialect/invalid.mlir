@@ -223,3 +223,11 @@ moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, to
 // -----
 // expected-error @+1 {{peer.work_shards must be in [0, 8] (0: static assignment), got 9}}
 moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {peer = #moe.peer<capacity = 32, max_tokens = 16, work_shards = 9>}
+
+// -----
+// expected-error @+1 {{peer.plan_cus must be in [1, dispatch_cus] and 1 unless kind = compact, got 2}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, plan_cus = 2>}
+
+// -----
+// expected-error @+1 {{peer.chunk_routes must be one of 1, 2, 4, 8, 16, got 3}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, chunk_routes = 3>}

@@ -40,6 +40,8 @@ struct PeerKnobs {
   bool asyncA = false;
   /// peer.work_shards on both GEMM stages (0: static assignment).
   int64_t workShards = 0;
+  /// Stage 1's planners (compact) and routes per producer chunk.
+  int64_t planCus = 1, chunkRoutes = 1;
 };
 
 StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
@@ -67,6 +69,8 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
     spec.fields["work_shards"] = std::to_string(k.workShards);
   if (w13) {
     spec.fields["dispatch_cus"] = std::to_string(k.dispatchCus);
+    spec.fields["plan_cus"] = std::to_string(k.planCus);
+    spec.fields["chunk_routes"] = std::to_string(k.chunkRoutes);
     spec.fields["swiglu_limit"] = "10";
   }
   return spec;
@@ -243,4 +247,22 @@ TEST_CASE("fused MegaMoE with a sharded dynamic work queue", "[peer]") {
       options.maxResidentWorkgroups = 3;
       runLayer(knobs, options);
     }
+}
+
+TEST_CASE("compact MegaMoE with several planners and chunked producers",
+          "[peer]") {
+  // 3 planners each count a third of the routes; producers copy 4 routes
+  // at a time. EP4, an uneven token split.
+  PeerKnobs knobs{4, 16, 64, 16, 128, "b_major", 4 * 10 * 2, 10, 8, 3,
+                  "compact", false, 2, /*planCus=*/3, /*chunkRoutes=*/4};
+  PeerLayerOptions options;
+  options.seed = 53;
+  options.tokensPerRank = {10, 3, 7, 1};
+  options.invalidFraction = 0.1;
+  runLayer(knobs, options);
+  // Fixed slot with chunked producers.
+  PeerKnobs fixed{2, 16, 64, 16, 128, "a_major", 32, 16, 6, 2, "fixed_slot",
+                  false, 0, 1, 8};
+  options.tokensPerRank = {16, 5};
+  runLayer(fixed, options);
 }

@@ -227,6 +227,12 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     drains the shard of its role mod S first, then the others in turn, so
     workgroups that drew cheap items take more of them.
 
+    `plan_cus` P (compact only): the first P producers each count a slice
+    of the routes and add their counts into the destinations' tables, so
+    the planning of a large batch is spread over P CUs. `chunk_routes` C:
+    each producer wave copies C consecutive routes (consecutive token rows)
+    before moving on by the producers' stride.
+
     ```mlir
     #moe.peer<capacity = 4096, max_tokens = 1024, workgroups = 256,
               dispatch_cus = 32>
@@ -240,7 +246,9 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     "int64_t":$max_tokens,
     DefaultValuedParameter<"int64_t", "256">:$workgroups,
     DefaultValuedParameter<"int64_t", "16">:$dispatch_cus,
-    DefaultValuedParameter<"int64_t", "0">:$work_shards
+    DefaultValuedParameter<"int64_t", "0">:$work_shards,
+    DefaultValuedParameter<"int64_t", "1">:$plan_cus,
+    DefaultValuedParameter<"int64_t", "1">:$chunk_routes
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
