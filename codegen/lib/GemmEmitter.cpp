@@ -164,6 +164,20 @@ std::pair<Value, Value> GemmEmitter::emitSkewedTileLoop(Value nTile, Value y,
 void GemmEmitter::applyTileHints(gpu::GPUFuncOp func) {
   if (int64_t waves = tile.getWavesPerEu())
     func->setAttr("rocdl.waves_per_eu", b.getI32IntegerAttr(waves));
+  // SC bits have no spelling in the MLIR dialects: mark the weight loads
+  // non-temporal and let the backend set the bits named here (see
+  // kBCachePolicyAttr); `passthrough` becomes an LLVM function attribute.
+  int64_t bits = 0;
+  switch (tile.getBCache()) {
+  case moe::CachePolicy::sc0: bits = 1; break;
+  case moe::CachePolicy::sc1: bits = 16; break;
+  case moe::CachePolicy::sc0_sc1: bits = 17; break;
+  default: break;
+  }
+  if (bits)
+    func->setAttr("passthrough",
+                  b.getArrayAttr({b.getStrArrayAttr(
+                      {kBCachePolicyAttr, std::to_string(bits)})}));
 }
 
 SmallVector<GemmEmitter::CopySlot>

@@ -333,7 +333,7 @@ void W13Emitter::emitTile(const TileRows &rows) {
     ops.ldsADword = 0;
     ops.ldsBDword = tileM * tileK / 4;
     ops.depth = hidden;
-    ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+    ops.bNontemporal = tile.getBCache() != moe::CachePolicy::cached;
     ops.bFp8 = bFp8;
     // The shared expert's tensor holds just its own 2I rows.
     Value expertRows = bFp8 ? idx(0) : mul(expert, 2 * inter);

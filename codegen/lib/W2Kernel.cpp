@@ -481,7 +481,7 @@ SmallVector<Value> W2Emitter::emitTileGemm(const TileRows &rows) {
     ops.depth = inter;
     ops.kBegin = rows.kBegin;
     ops.kEnd = rows.kEnd;
-    ops.bNontemporal = tile.getBCache() == moe::CachePolicy::nt;
+    ops.bNontemporal = tile.getBCache() != moe::CachePolicy::cached;
     ops.bFp8 = bFp8;
     // Weight row (expert, column) in rows of the [E, H, .] tensors; the
     // shared expert's tensor holds just its own rows.

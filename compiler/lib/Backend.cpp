@@ -2,6 +2,8 @@
 
 #include "moec/Compiler/Pipeline.h"
 
+#include "CachePolicy.h"
+
 #include "lld/Common/Driver.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -79,6 +81,7 @@ moec::emitObject(llvm::Module &module, const CompileTarget &target) {
     llvm::ModulePassManager passes =
         builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
     passes.run(module, mam);
+    moec::applyWeightCachePolicy(module, builder, mam);
   }
 
   llvm::SmallVector<char, 0> buffer;

@@ -116,8 +116,8 @@ std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
     s += "_mfma32";
   if (tile.getOrientation() == moe::MfmaOrientation::b_major)
     s += "_bmajor";
-  if (tile.getBCache() == moe::CachePolicy::nt)
-    s += "_bnt";
+  if (tile.getBCache() != moe::CachePolicy::cached)
+    s += "_b" + moe::stringifyCachePolicy(tile.getBCache()).str();
   if (tile.getWavesPerEu() > 0)
     s += "_wpe" + std::to_string(tile.getWavesPerEu());
   if (tile.getXcdSwizzle())
@@ -333,7 +333,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.enumeration<moe::CachePolicy>(
           "b_cache", moe::CachePolicy::cached,
           [](llvm::StringRef text) { return moe::symbolizeCachePolicy(text); },
-          "cached, nt", bCache))
+          "cached, nt, sc0, sc1, sc0_sc1", bCache))
     return nullptr;
   // The clamp limit is written as an integer (DeepSeek V4: 10).
   int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0,

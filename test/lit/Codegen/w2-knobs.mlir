@@ -67,6 +67,13 @@ moe.w2 @w2_wpe problem(#p) tile(#moe.tile<m = 32, n = 128, waves_per_eu = 2>)
 // CHECK: arith.select
 moe.w2 @w2_xcd problem(#p) tile(#moe.tile<m = 32, n = 128, xcd_swizzle = true>)
 
+// tile.b_cache = sc1: the weight loads are marked non-temporal and the
+// kernel names the SC bits (16 = SC1) for the backend to put on them.
+// CHECK-LABEL: gpu.func @w2_bsc1(
+// CHECK-SAME: passthrough = {{\[\["moec-b-cache-policy", "16"\]\]}}
+// CHECK: vector.load {{.*}}nontemporal = true
+moe.w2 @w2_bsc1 problem(#p) tile(#moe.tile<m = 32, n = 128, b_cache = sc1>)
+
 // tile.group_m = 4: the linear block id is regrouped into runs of 4 M
 // tiles (the last run shorter), M fastest inside a run.
 // CHECK-LABEL: gpu.func @w2_group(

@@ -160,6 +160,9 @@ const std::vector<Knobs> &knobMatrix() {
        true},
       {128, 256, 8, "32x32x64", "b_major", "cached", 1, 256, 512, true},
       {16, 128, 4, "16x16x128", "b_major", "nt", 2, 128, 640, true},
+      // SC0/SC1 cache bits on the weight loads (no effect on values).
+      {32, 128, 4, "16x16x128", "b_major", "sc0"},
+      {32, 128, 4, "32x32x64", "a_major", "sc0_sc1"},
   };
   return knobs;
 }

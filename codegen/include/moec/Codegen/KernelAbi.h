@@ -41,6 +41,13 @@ struct KernelAbi {
   unsigned workgroupSize = 0;
 };
 
+/// LLVM function attribute carrying the cache-policy bits (the buffer
+/// intrinsics' aux operand: SC0 = 1, NT = 2, SC1 = 16) that the backend
+/// puts on every weight load of a kernel with tile.b_cache = sc0, sc1 or
+/// sc0_sc1. Weight loads are the kernel's only non-temporal loads, which is
+/// how the backend finds them.
+constexpr const char *kBCachePolicyAttr = "moec-b-cache-policy";
+
 const char *toString(KernelArg::Kind kind);
 const char *toString(KernelArg::Access access);
 

@@ -28,7 +28,10 @@ def Moe_MfmaOrientationAttr
 def Moe_CachePolicy : I32EnumAttr<"CachePolicy",
     "cache policy of weight (B) loads", [
     I32EnumAttrCase<"cached", 0>,
-    I32EnumAttrCase<"nt", 1>
+    I32EnumAttrCase<"nt", 1>,
+    I32EnumAttrCase<"sc0", 2>,
+    I32EnumAttrCase<"sc1", 3>,
+    I32EnumAttrCase<"sc0_sc1", 4>
   ]> {
   let cppNamespace = "::moec::moe";
   let genSpecializedAttr = 0;
@@ -87,7 +90,10 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     operand feeds its A source (`b_major` puts the weights there, so each lane
     ends up owning consecutive output columns), and `b_cache` the cache policy
     of weight loads (`nt` marks them non-temporal: weights are streamed once
-    per tile and should not evict activations).
+    per tile and should not evict activations; `sc0`, `sc1` and `sc0_sc1`
+    set those gfx950 cache-coherence bits on every weight load instead:
+    SC0 keeps the line out of the CU's L1, SC1 out of the L2, both stream it
+    through).
 
     `waves_per_eu` (0: no hint) asks the register allocator to fit that many
     waves per SIMD (`amdgpu-waves-per-eu`), trading registers for
