@@ -1654,7 +1654,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     gatherSource(0, aRegs);
     gatherSource(1, bRegs);
     // amdgpu.mfma (ints[5] set) has no scale operands: every scale is 1.0.
-    if (p.ints.size() > 5 && p.ints[5]) {
+    if (p.ints[5]) {
       aScales.fill(127);
       bScales.fill(127);
     } else {

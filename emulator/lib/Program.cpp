@@ -310,6 +310,37 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
     return success();
   };
 
+  // A gfx950 f8f6f4 MFMA, scaled or not (amdgpu.mfma has no scale operands
+  // and means every scale 1.0): ints = shape, scale byte of A and B, the
+  // operand formats, unit scales.
+  auto f8f6f4Mfma = [&](Operation *o, int64_t m, int64_t n, int64_t k,
+                        Value a, Value b, Value c, int64_t scaleByteA,
+                        int64_t scaleByteB, bool unitScales) -> LogicalResult {
+    const bool is16 = m == 16 && n == 16 && k == 128;
+    const bool is32 = m == 32 && n == 32 && k == 64;
+    if (!is16 && !is32)
+      return fail(o, "only the f8f6f4 shapes 16x16x128 and 32x32x64");
+    auto format = [&](Value source) -> int {
+      auto vector = dyn_cast<VectorType>(source.getType());
+      Type element = vector ? vector.getElementType() : Type();
+      if (element && isa<Float8E4M3FNType>(element))
+        return static_cast<int>(mfma::OperandFormat::Fp8);
+      if (element && isa<Float4E2M1FNType>(element))
+        return static_cast<int>(mfma::OperandFormat::Fp4);
+      return -1;
+    };
+    const int fa = format(a), fb = format(b);
+    if (fa < 0 || fb < 0)
+      return fail(o, "operands other than f8E4M3FN and f4E2M1FN");
+    if (!cast<VectorType>(c.getType()).getElementType().isF32())
+      return fail(o, "accumulators other than f32");
+    p.kind = Kind::ScaledMfma;
+    p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
+                                        : mfma::Shape::M32N32K64),
+              scaleByteA, scaleByteB, fa, fb, unitScales ? 1 : 0};
+    return success();
+  };
+
   LogicalResult result =
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
           .Case([&](arith::ConstantOp o) {
@@ -562,62 +593,20 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
             return success();
           })
           .Case([&](amdgpu::MFMAOp o) -> LogicalResult {
-            // gfx950's unscaled f8f6f4 MFMA is the scaled one with every
-            // block scale 1.0 (E8M0 127); other MFMA families are not
-            // modelled.
-            const bool is16 = o.getM() == 16 && o.getN() == 16 && o.getK() == 128;
-            const bool is32 = o.getM() == 32 && o.getN() == 32 && o.getK() == 64;
-            if (!is16 && !is32)
-              return fail(o, "only the f8f6f4 shapes 16x16x128 and 32x32x64");
             if (o.getBlocks() != 1 || o.getCbsz() != 0 || o.getAbid() != 0 ||
                 o.getBlgp() != amdgpu::MFMAPermB::none || o.getNegateA() ||
                 o.getNegateB() || o.getNegateC())
               return fail(o, "blocks, cbsz, abid, blgp or negation");
-            auto format = [&](Value source) -> int {
-              auto vector = dyn_cast<VectorType>(source.getType());
-              Type element = vector ? vector.getElementType() : Type();
-              if (element && isa<Float8E4M3FNType>(element))
-                return static_cast<int>(mfma::OperandFormat::Fp8);
-              if (element && isa<Float4E2M1FNType>(element))
-                return static_cast<int>(mfma::OperandFormat::Fp4);
-              return -1;
-            };
-            const int fa = format(o.getSourceA()), fb = format(o.getSourceB());
-            if (fa < 0 || fb < 0)
-              return fail(o, "operands other than f8E4M3FN and f4E2M1FN");
-            if (!cast<VectorType>(o.getDestC().getType()).getElementType().isF32())
-              return fail(o, "accumulators other than f32");
-            p.kind = Kind::ScaledMfma;
-            // Operand order: sourceA, sourceB, destC; ints[5] = unit scales.
-            p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
-                                                : mfma::Shape::M32N32K64),
-                      0, 0, fa, fb, 1};
-            return success();
+            // Operands: sourceA, sourceB, destC.
+            return f8f6f4Mfma(o, o.getM(), o.getN(), o.getK(), o.getSourceA(),
+                              o.getSourceB(), o.getDestC(), 0, 0,
+                              /*unitScales=*/true);
           })
           .Case([&](amdgpu::ScaledMFMAOp o) -> LogicalResult {
-            const bool is16 = o.getM() == 16 && o.getN() == 16 && o.getK() == 128;
-            const bool is32 = o.getM() == 32 && o.getN() == 32 && o.getK() == 64;
-            if (!is16 && !is32)
-              return fail(o, "only 16x16x128 and 32x32x64");
-            auto format = [&](Value source) -> int {
-              Type element = cast<VectorType>(source.getType()).getElementType();
-              if (isa<Float8E4M3FNType>(element))
-                return static_cast<int>(mfma::OperandFormat::Fp8);
-              if (isa<Float4E2M1FNType>(element))
-                return static_cast<int>(mfma::OperandFormat::Fp4);
-              return -1;
-            };
-            const int fa = format(o.getSourceA()), fb = format(o.getSourceB());
-            if (fa < 0 || fb < 0)
-              return fail(o, "operands other than f8E4M3FN and f4E2M1FN");
-            if (!cast<VectorType>(o.getDestC().getType()).getElementType().isF32())
-              return fail(o, "accumulators other than f32");
-            p.kind = Kind::ScaledMfma;
-            // Operand order: sourceA, sourceB, destC, scalesA, scalesB.
-            p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
-                                                : mfma::Shape::M32N32K64),
-                      o.getScalesIdxA(), o.getScalesIdxB(), fa, fb};
-            return success();
+            // Operands: sourceA, sourceB, destC, scalesA, scalesB.
+            return f8f6f4Mfma(o, o.getM(), o.getN(), o.getK(), o.getSourceA(),
+                              o.getSourceB(), o.getDestC(), o.getScalesIdxA(),
+                              o.getScalesIdxB(), /*unitScales=*/false);
           })
           .Case([&](scf::IfOp o) -> LogicalResult {
             p.kind = Kind::If;
