@@ -487,18 +487,27 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   gpu::BarrierOp::create(b, loc);
   Value role = toIndex(
       memref::LoadOp::create(b, loc, lds, ValueRange{idx(words.groupWord)}));
-  Value isProducer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                           role, idx(producers));
-  auto ifProducer = scf::IfOp::create(b, loc, isProducer, false);
-  {
+  const moe::PeerDispatch dispatch = peer.getDispatch();
+  if (dispatch == moe::PeerDispatch::only) {
+    // The dispatch kernel: every workgroup produces, nothing else.
+    emitDispatch(func, role, words, aBuf, aScaleBuf, idsBuf, weightsBuf,
+                 numRoutes, epoch, peerArg);
+    gpu::ReturnOp::create(b, loc);
+    return;
+  }
+  if (dispatch == moe::PeerDispatch::fused) {
+    Value isProducer = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::ult, role, idx(producers));
+    auto ifProducer = scf::IfOp::create(b, loc, isProducer, false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifProducer.thenBlock());
     emitDispatch(func, role, words, aBuf, aScaleBuf, idsBuf, weightsBuf,
                  numRoutes, epoch, peerArg);
   }
 
-  // Everyone computes once every producer wave of every rank has signalled
-  // this rank: ep * producers * waves signals per launch.
+  // Everyone computes once every producer wave of every rank (of this
+  // kernel, or of the dispatch kernel before it) has signalled this rank:
+  // ep * producers * waves signals per launch.
   Value expected = arith::MulIOp::create(b, loc, epoch,
                                          i32(ep * producers * waves));
   emitWaitUntil(tid, control, idx(peer::kDispatchDone), expected);

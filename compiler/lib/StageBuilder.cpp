@@ -302,7 +302,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
     bool w13Only = field.first == "gate_up_interleave" ||
                    field.first == "swiglu_limit" ||
                    field.first == "dispatch_cus" ||
-                   field.first == "plan_cus" || field.first == "chunk_routes";
+                   field.first == "plan_cus" || field.first == "chunk_routes" ||
+                   field.first == "dispatch";
     bool w2Only = field.first == "split_k" || field.first == "bf16_lds";
     if (!common.count(field.first) && !(isW13 && w13Only) &&
         !(!isW13 && w2Only)) {
@@ -362,6 +363,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   Transport transport;
   int64_t capacity = 0, maxTokens = 0, workgroups = 256, dispatchCus = 16,
           workShards = 0, planCus = 1, chunkRoutes = 1;
+  moe::PeerDispatch dispatch = moe::PeerDispatch::fused;
   if (!read.enumeration<Transport>(
           "transport", Transport::None,
           [](llvm::StringRef text) -> std::optional<Transport> {
@@ -383,12 +385,16 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
        !read.integer("dispatch_cus", 16, dispatchCus) ||
        !read.integer("work_shards", 0, workShards) ||
        !read.integer("plan_cus", 1, planCus) ||
-       !read.integer("chunk_routes", 1, chunkRoutes)))
+       !read.integer("chunk_routes", 1, chunkRoutes) ||
+       !read.enumeration<moe::PeerDispatch>(
+           "dispatch", moe::PeerDispatch::fused,
+           [](llvm::StringRef text) { return moe::symbolizePeerDispatch(text); },
+           "fused, only, none", dispatch)))
     return nullptr;
   if (!hasPeer)
     for (const char *field : {"capacity", "max_tokens", "workgroups",
                               "dispatch_cus", "work_shards", "plan_cus",
-                              "chunk_routes"})
+                              "chunk_routes", "dispatch"})
       if (spec.fields.count(field)) {
         read.fail(field, "only applies with transport = fixed_slot or compact");
         return nullptr;
@@ -423,7 +429,9 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                                               maxTokens, workgroups,
                                               isW13 ? dispatchCus : 1,
                                               workShards, isW13 ? planCus : 1,
-                                              isW13 ? chunkRoutes : 1);
+                                              isW13 ? chunkRoutes : 1,
+                                              isW13 ? dispatch
+                                                    : moe::PeerDispatch::fused);
   if (!problem || !tile || (hasPeer && !peer)) {
     error = diagnostic;
     return nullptr;
@@ -442,6 +450,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       peerSuffix += "_pl" + std::to_string(planCus);
     if (chunkRoutes > 1)
       peerSuffix += "_ch" + std::to_string(chunkRoutes);
+    if (dispatch != moe::PeerDispatch::fused)
+      peerSuffix += "_dispatch_" + moe::stringifyPeerDispatch(dispatch).str();
   }
 
   Operation *op;
@@ -536,6 +546,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       description.fields.push_back({"dispatch_cus", std::to_string(dispatchCus)});
       description.fields.push_back({"plan_cus", std::to_string(planCus)});
       description.fields.push_back({"chunk_routes", std::to_string(chunkRoutes)});
+      description.fields.push_back(
+          {"dispatch", moe::stringifyPeerDispatch(dispatch).str()});
     }
     description.fields.push_back({"work_shards", std::to_string(workShards)});
   }

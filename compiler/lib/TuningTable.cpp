@@ -47,6 +47,7 @@ private:
   bool parseRow(std::vector<Field> &fields);
   bool checkReferences();
   bool checkPeerKernels(const TableSelection &s, const TableRow &r);
+  bool checkSplitDispatch(const TableConfig &c);
 
   /// Takes the field `key` out of `fields`; absent gives false.
   bool take(std::vector<Field> &fields, const std::string &key,
@@ -300,6 +301,44 @@ bool TableParser::checkPeerKernels(const TableSelection &s, const TableRow &r) {
   return true;
 }
 
+/// A config with a separate dispatch kernel (dispatch=only) must pair it
+/// with a W13 kernel (dispatch=none) that waits for exactly its signals:
+/// dispatch_cus = the dispatch kernel's workgroups, and the same waves.
+bool TableParser::checkSplitDispatch(const TableConfig &c) {
+  auto knob = [](const TableKernel *k, const char *name, const char *fallback) {
+    auto it = k->knobs.find(name);
+    return it == k->knobs.end() ? std::string(fallback) : it->second;
+  };
+  const TableKernel *only = nullptr, *none = nullptr;
+  for (const std::string &name : c.kernels) {
+    const TableKernel *k = table.findKernel(name);
+    if (!k)
+      continue;
+    std::string mode = knob(k, "dispatch", "fused");
+    if (mode == "only")
+      only = k;
+    else if (mode == "none")
+      none = k;
+  }
+  if (!only && !none)
+    return true;
+  if (!only || !none)
+    return fail("kernels", "config '" + c.name +
+                               "' needs both a dispatch=only and a "
+                               "dispatch=none kernel");
+  if (knob(none, "dispatch_cus", "16") != knob(only, "workgroups", "256") ||
+      knob(none, "waves", "4") != knob(only, "waves", "4"))
+    return fail("kernels", "config '" + c.name + "': kernel '" + none->name +
+                               "' waits for dispatch_cus=" +
+                               knob(none, "dispatch_cus", "16") + " x waves=" +
+                               knob(none, "waves", "4") +
+                               " signals, but its dispatch kernel '" +
+                               only->name + "' has workgroups=" +
+                               knob(only, "workgroups", "256") + " x waves=" +
+                               knob(only, "waves", "4"));
+  return true;
+}
+
 bool TableParser::checkReferences() {
   for (const TableKernel &k : table.kernels)
     if (!table.findProblem(k.problem)) {
@@ -324,6 +363,8 @@ bool TableParser::checkReferences() {
   }
   for (const TableConfig &c : table.configs) {
     line = c.where.line;
+    if (!checkSplitDispatch(c))
+      return false;
     if (!usedConfigs.count(c.name))
       return fail("", "config '" + c.name +
                           "' is not selected by any row, so no key reaches it");

@@ -149,7 +149,7 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                           PeerKind kind, int64_t capacity, int64_t maxTokens,
                           int64_t workgroups, int64_t dispatchCus,
                           int64_t workShards, int64_t planCus,
-                          int64_t chunkRoutes) {
+                          int64_t chunkRoutes, PeerDispatch dispatch) {
   const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
   if (capacity <= 0)
     return emitError() << "peer.capacity must be positive, got " << capacity;
@@ -174,10 +174,24 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "peer.chunk_routes must be one of 1, 2, 4, 8, 16, "
                           "got "
                        << chunkRoutes;
+  if (dispatch == PeerDispatch::only) {
+    if (dispatchCus != workgroups)
+      return emitError() << "peer.dispatch = only: every workgroup "
+                            "dispatches, so dispatch_cus ("
+                         << dispatchCus << ") must equal workgroups ("
+                         << workgroups << ")";
+    return success();
+  }
   // Producers must all be resident while others wait on them; roles go by
   // arrival, so that holds when they fit one per CU and leave a consumer.
-  if (dispatchCus <= 0 || dispatchCus >= workgroups ||
-      dispatchCus > int64_t(target.computeUnits))
+  // (With dispatch = none they are another kernel's workgroups.)
+  if (dispatch == PeerDispatch::none &&
+      (dispatchCus <= 0 || dispatchCus > int64_t(target.computeUnits)))
+    return emitError() << "peer.dispatch_cus must be in [1, "
+                       << target.computeUnits << "], got " << dispatchCus;
+  if (dispatch == PeerDispatch::fused &&
+      (dispatchCus <= 0 || dispatchCus >= workgroups ||
+       dispatchCus > int64_t(target.computeUnits)))
     return emitError() << "peer.dispatch_cus must be in [1, min(workgroups - "
                           "1, "
                        << target.computeUnits << ")], got " << dispatchCus;
@@ -290,6 +304,8 @@ LogicalResult W2Op::verify() {
     if (getSplitK() > 1 || getBf16Lds() || getSharedFp8Expert())
       return emitOpError("peer: split_k, bf16_lds and shared_fp8_expert do "
                          "not apply to the fused stage 2");
+    if (peer.getDispatch() != PeerDispatch::fused)
+      return emitOpError("peer.dispatch applies to stage 1 (moe.w13) only");
   }
   // Split-K slices take ceil(steps / split_k) K steps each (the last may
   // be shorter); every slice must get at least one.

@@ -101,7 +101,8 @@ struct RankBuffers {
 LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
                            const BuiltKernel &combine,
                            const PeerLayerOptions &options,
-                           PeerLayerOutcome &outcome, std::string &error) {
+                           PeerLayerOutcome &outcome, std::string &error,
+                           const BuiltKernel *dispatch) {
   outcome = PeerLayerOutcome();
   PeerShape shape;
   if (failed(parsePeerShape(stage1, stage2, combine, shape, error)))
@@ -289,6 +290,14 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
           unsigned ids[] = {db.recvA, db.recvScale, db.recvMeta, db.control};
           s1.args.push_back(buffer(ids[kind]));
         }
+      if (dispatch) {
+        // The separate dispatch kernel: the same arguments, its own grid.
+        KernelLaunch d = s1;
+        d.func = func(*dispatch);
+        d.label = "rank " + std::to_string(r) + " dispatch";
+        d.launch = launchOf(fieldOf(dispatch->description, "workgroups", 1));
+        phase1.push_back(std::move(d));
+      }
       phase1.push_back(std::move(s1));
 
       KernelLaunch s2;

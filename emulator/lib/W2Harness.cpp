@@ -92,6 +92,11 @@ void shrinkPeerFields(StageSpec &spec) {
   if (spec.fields.count("dispatch_cus"))
     spec.fields["dispatch_cus"] =
         std::to_string(std::min<int64_t>(integer("dispatch_cus", 2), 2));
+  // A separate dispatch kernel keeps every workgroup a producer: 2 of them,
+  // which the dispatch_cus = 2 of the W13 kernel behind it expects.
+  auto dispatch = spec.fields.find("dispatch");
+  if (dispatch != spec.fields.end() && dispatch->second == "only")
+    spec.fields["workgroups"] = spec.fields["dispatch_cus"];
   if (spec.fields.count("plan_cus"))
     spec.fields["plan_cus"] =
         std::to_string(std::min<int64_t>(integer("plan_cus", 1), 2));

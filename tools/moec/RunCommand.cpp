@@ -121,7 +121,7 @@ int runPeerConfig(const RunArgs &args, std::vector<StageSpec> specs,
   mlir::MLIRContext context;
   emu::prepareContext(context);
   const emu::BuiltKernel *stage1 = nullptr, *stage2 = nullptr,
-                         *combine = nullptr;
+                         *combine = nullptr, *dispatch = nullptr;
   std::vector<emu::BuiltKernel> kernels(specs.size());
   std::string error;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -137,7 +137,12 @@ int runPeerConfig(const RunArgs &args, std::vector<StageSpec> specs,
       return cli::kCheckFailed;
     }
     const std::string &stage = specs[i].stage;
-    (stage == "w13" ? stage1 : stage == "w2" ? stage2 : combine) = &kernels[i];
+    auto mode = specs[i].fields.find("dispatch");
+    const bool dispatchOnly = mode != specs[i].fields.end() && mode->second == "only";
+    (dispatchOnly      ? dispatch
+     : stage == "w13" ? stage1
+     : stage == "w2"  ? stage2
+                      : combine) = &kernels[i];
   }
   if (!stage1 || !stage2 || !combine) {
     std::cout << "a fused config needs a w13, a w2 and a combine stage -> FAIL\n";
@@ -162,7 +167,7 @@ int runPeerConfig(const RunArgs &args, std::vector<StageSpec> specs,
   options.saveDir = args.saveDir;
   emu::PeerLayerOutcome outcome;
   if (failed(emu::runPeerLayer(*stage1, *stage2, *combine, options, outcome,
-                               error))) {
+                               error, dispatch))) {
     std::cout << "fused layer: " << error << " -> FAIL\n";
     return cli::kCheckFailed;
   }

@@ -105,3 +105,21 @@ moe.w2 @stage2_queue problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = 
 // CHECK: arith.addi %[[C]], %c4
 // CHECK: scf.for %{{.*}} = %[[C]] to %{{.*}} step %c1
 moe.w13 @stage1_planners problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<kind = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 4, plan_cus = 2, chunk_routes = 4>}
+
+// dispatch = only: the dispatch kernel: tickets, the producer loop and the
+// signals, no GEMM and no wait.
+// CHECK-LABEL: gpu.func @dispatch_only(
+// CHECK: memref.atomic_rmw addi %c1_i32
+// CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c1{{[_0-9]*}}]
+// CHECK-NOT: scf.while
+// CHECK-NOT: amdgpu.scaled_mfma
+// CHECK: gpu.return
+moe.w13 @dispatch_only problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 4, dispatch_cus = 4, dispatch = only>}
+
+// dispatch = none: no producers; waits for ep x 4 x 4 = 32 signals.
+// CHECK-LABEL: gpu.func @after_dispatch(
+// CHECK-NOT: arith.cmpi ult, %{{.*}}, %c4 :
+// CHECK: arith.muli %{{.*}}, %c32_i32
+// CHECK: scf.while
+// CHECK: amdgpu.scaled_mfma
+moe.w13 @after_dispatch problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6, dispatch_cus = 4, dispatch = none>}

@@ -231,3 +231,7 @@ moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, t
 // -----
 // expected-error @+1 {{peer.chunk_routes must be one of 1, 2, 4, 8, 16, got 3}}
 moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, chunk_routes = 3>}
+
+// -----
+// expected-error @+1 {{peer.dispatch = only: every workgroup dispatches, so dispatch_cus (2) must equal workgroups (8)}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 8, dispatch_cus = 2, dispatch = only>}

@@ -266,3 +266,40 @@ TEST_CASE("compact MegaMoE with several planners and chunked producers",
   options.tokensPerRank = {16, 5};
   runLayer(fixed, options);
 }
+
+TEST_CASE("separate dispatch kernel, then W13, W2 and combine", "[peer]") {
+  // The unfused MegaMoE variant: dispatch (every workgroup a producer) and
+  // the W13 kernel behind it run at once on every rank; W13 waits for the
+  // dispatch kernel's signals. Both transports.
+  for (const char *transport : {"fixed_slot", "compact"}) {
+    INFO(transport);
+    const bool compact = std::string(transport) == "compact";
+    PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", compact ? 2 * 12 * 2 : 32,
+                    12, 6, 3, transport};
+    StageSpec dispatchSpec = peerSpec("w13", knobs);
+    dispatchSpec.fields["dispatch"] = "only";
+    dispatchSpec.fields["workgroups"] = "3";
+    dispatchSpec.fields["dispatch_cus"] = "3";
+    StageSpec w13Spec = peerSpec("w13", knobs);
+    w13Spec.fields["dispatch"] = "none";
+    BuiltKernel d, s1, s2, c;
+    std::string error;
+    REQUIRE(succeeded(buildKernelIR(peerContext(), dispatchSpec, d, error)));
+    REQUIRE(succeeded(buildKernelIR(peerContext(), w13Spec, s1, error)));
+    REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w2", knobs), s2, error)));
+    REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("combine", knobs), c, error)));
+    PeerLayerOptions options;
+    options.seed = 59;
+    options.tokensPerRank = {12, 7};
+    options.invalidFraction = 0.1;
+    options.maxResidentWorkgroups = 3;
+    PeerLayerOutcome outcome;
+    INFO(error);
+    REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error, &d)));
+    INFO(outcome.summary);
+    CHECK(outcome.codesCompared > 0);
+    CHECK(outcome.findings == 0);
+    CHECK(outcome.outputRelL2 <= kPeerOutputRelL2Bound);
+    CHECK(outcome.pass);
+  }
+}

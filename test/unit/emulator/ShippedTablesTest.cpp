@@ -203,15 +203,20 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
       INFO(path << ": config " << config.name);
       smallConfigSpecs(specs);
       std::vector<BuiltKernel> kernels(specs.size());
-      const BuiltKernel *stage[3] = {nullptr, nullptr, nullptr};
+      const BuiltKernel *stage[4] = {nullptr, nullptr, nullptr, nullptr};
       for (size_t i = 0; i < specs.size(); ++i) {
         INFO("stage " << specs[i].stage);
         bool built =
             mlir::succeeded(buildKernelIR(context, specs[i], kernels[i], error));
         INFO(error);
         REQUIRE(built);
-        stage[specs[i].stage == "w13" ? 0 : specs[i].stage == "w2" ? 1 : 2] =
-            &kernels[i];
+        auto mode = specs[i].fields.find("dispatch");
+        const bool dispatchOnly =
+            mode != specs[i].fields.end() && mode->second == "only";
+        stage[dispatchOnly              ? 3
+              : specs[i].stage == "w13" ? 0
+              : specs[i].stage == "w2"  ? 1
+                                        : 2] = &kernels[i];
       }
       REQUIRE(stage[0]);
       REQUIRE(stage[1]);
@@ -224,7 +229,8 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
       options.invalidFraction = 0.1;
       PeerLayerOutcome outcome;
       bool ok = mlir::succeeded(
-          runPeerLayer(*stage[0], *stage[1], *stage[2], options, outcome, error));
+          runPeerLayer(*stage[0], *stage[1], *stage[2], options, outcome, error,
+                       stage[3]));
       INFO(error);
       REQUIRE(ok);
       INFO(outcome.summary);

@@ -79,11 +79,15 @@ constexpr double kPeerOutputRelL2Bound = 1.0 / 128.0;
 /// `combine` (gpu.funcs with their descriptions) and fills `outcome`.
 /// Fails with a one-line `error` on a hard emulator error (for example a
 /// deadlock) or inconsistent kernels.
+/// With `dispatch` (a moe.w13 with peer.dispatch = only), `stage1` is the
+/// W13 kernel behind it (peer.dispatch = none) and the two run on every
+/// rank at once, so the W13 kernel's wait for the signals is exercised.
 mlir::LogicalResult runPeerLayer(const BuiltKernel &stage1,
                                  const BuiltKernel &stage2,
                                  const BuiltKernel &combine,
                                  const PeerLayerOptions &options,
-                                 PeerLayerOutcome &outcome, std::string &error);
+                                 PeerLayerOutcome &outcome, std::string &error,
+                                 const BuiltKernel *dispatch = nullptr);
 
 } // namespace moec::emu
 

@@ -60,7 +60,8 @@ void smallConfigSpecs(std::vector<StageSpec> &specs);
 
 /// The peer-transport part of smallStageSpec: for a fused stage
 /// (`transport` set), 16 tokens per rank, a capacity holding all of them in
-/// whole M tiles, at most 6 workgroups and 2 producers. Others unchanged.
+/// whole M tiles, at most 6 workgroups and 2 producers (a dispatch-only
+/// kernel: 2 workgroups, all producers). Others unchanged.
 void shrinkPeerFields(StageSpec &spec);
 
 /// The problem and the knobs of a W2 kernel that the harness needs.

@@ -38,6 +38,16 @@ def Moe_CachePolicy : I32EnumAttr<"CachePolicy",
 }
 def Moe_CachePolicyAttr : EnumAttr<Moe_Dialect, Moe_CachePolicy, "cache_policy">;
 
+def Moe_PeerDispatch : I32EnumAttr<"PeerDispatch",
+    "which part of stage 1 a kernel runs", [
+    I32EnumAttrCase<"fused", 0>,
+    I32EnumAttrCase<"only", 1>,
+    I32EnumAttrCase<"none", 2>
+  ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+
 def Moe_PeerKind : I32EnumAttr<"PeerKind",
     "where a route's receive row comes from", [
     I32EnumAttrCase<"fixed_slot", 0>,
@@ -233,6 +243,13 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     drains the shard of its role mod S first, then the others in turn, so
     workgroups that drew cheap items take more of them.
 
+    `dispatch` splits stage 1 into two kernels for engines that schedule
+    them separately: `only` is the dispatch kernel (every one of its
+    `workgroups` is a producer, so `dispatch_cus` must equal `workgroups`;
+    it computes nothing), `none` is the W13 kernel behind it (no producers;
+    it waits for the signals of a dispatch kernel with `dispatch_cus`
+    workgroups of the same wave count). `fused` (the default) does both.
+
     `plan_cus` P (compact only): the first P producers each count a slice
     of the routes and add their counts into the destinations' tables, so
     the planning of a large batch is spread over P CUs. `chunk_routes` C:
@@ -254,7 +271,9 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     DefaultValuedParameter<"int64_t", "16">:$dispatch_cus,
     DefaultValuedParameter<"int64_t", "0">:$work_shards,
     DefaultValuedParameter<"int64_t", "1">:$plan_cus,
-    DefaultValuedParameter<"int64_t", "1">:$chunk_routes
+    DefaultValuedParameter<"int64_t", "1">:$chunk_routes,
+    DefaultValuedParameter<"::moec::moe::PeerDispatch",
+                           "::moec::moe::PeerDispatch::fused">:$dispatch
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
