@@ -303,3 +303,23 @@ TEST_CASE("separate dispatch kernel, then W13, W2 and combine", "[peer]") {
     CHECK(outcome.pass);
   }
 }
+
+TEST_CASE("fused MegaMoE in the bounded class (256 tokens per rank)",
+          "[peer]") {
+  // max_tokens 256 (the 256..1024 class), fixed slot with roundup(2 x 256,
+  // 32) rows per expert, and compact; full and partial ranks.
+  for (const char *transport : {"fixed_slot", "compact"}) {
+    INFO(transport);
+    const bool compact = std::string(transport) == "compact";
+    PeerKnobs knobs{2, 64, 64, 64, 128, "b_major",
+                    compact ? 2 * 256 * 2 : 512, 256, 8, 2, transport,
+                    false, 2};
+    PeerLayerOptions options;
+    options.seed = 61;
+    options.tokensPerRank = {256, 200};
+    options.invalidFraction = 0.05;
+    options.epochs = 1;
+    PeerLayerOutcome outcome = runLayer(knobs, options);
+    CHECK(outcome.codesCompared >= 2 * 200 * 2 * 256 / 2);
+  }
+}
