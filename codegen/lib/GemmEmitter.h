@@ -129,6 +129,15 @@ public:
                                llvm::function_ref<mlir::Value(mlir::Value)> countOf,
                                int64_t experts, int64_t fixedCapacity,
                                int64_t rowsTotal, int64_t nTiles);
+  /// The work of a peer GEMM stage (`stage` 0: W13, 1: W2): builds the work
+  /// list from this rank's receive counts for launch `epoch`, then runs
+  /// `tile(item)` for each item this workgroup takes, statically from
+  /// `role` or from the stage's work queue (peer.work_shards).
+  void emitPeerTiles(moe::PeerTransportAttr peer, mlir::Value control,
+                     mlir::Value epoch, mlir::Value role, mlir::Value lds,
+                     const PeerLds &words, int64_t experts, int64_t ep,
+                     int64_t nTiles, int64_t stage,
+                     llvm::function_ref<void(const PeerItem &)> tile);
   /// Runs `body(item)` (an index) over this workgroup's share of `items`:
   /// with `shards` = 0 the items role, role + groups, ...; otherwise a
   /// dynamic queue of `shards` shards whose counters are the control words

@@ -34,6 +34,9 @@ Value KernelEmitter::remC(Value x, int64_t c) {
 Value KernelEmitter::i32(int64_t value) {
   return arith::ConstantIntOp::create(b, loc, b.getI32Type(), value);
 }
+Value KernelEmitter::i64(int64_t value) {
+  return arith::ConstantIntOp::create(b, loc, b.getI64Type(), value);
+}
 Value KernelEmitter::toIndex(Value i32Value) {
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), i32Value);
 }
@@ -61,9 +64,7 @@ Value KernelEmitter::asBuffer(Value memref, Value validBytes) {
 
 Value KernelEmitter::bytesOf(Value countI32, int64_t bytesPerItem) {
   Value count = arith::ExtUIOp::create(b, loc, b.getI64Type(), countI32);
-  Value perItem =
-      arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytesPerItem);
-  return arith::MulIOp::create(b, loc, count, perItem);
+  return arith::MulIOp::create(b, loc, count, i64(bytesPerItem));
 }
 
 Value KernelEmitter::load16(Value memref, Value dwordIndex, bool nontemporal) {

@@ -33,6 +33,7 @@ protected:
   mlir::Value divC(mlir::Value x, int64_t c);
   mlir::Value remC(mlir::Value x, int64_t c);
   mlir::Value i32(int64_t value);
+  mlir::Value i64(int64_t value);
   mlir::Value toIndex(mlir::Value i32Value);
 
   mlir::MemRefType globalBuffer(int64_t elements, mlir::Type elementType);

@@ -100,6 +100,29 @@ Value GemmEmitter::emitPeerWorkList(Value lds, const PeerLds &at,
   return mul(toIndex(total), nTiles);
 }
 
+void GemmEmitter::emitPeerTiles(moe::PeerTransportAttr peer, Value control,
+                                Value epoch, Value role, Value lds,
+                                const PeerLds &words, int64_t experts,
+                                int64_t ep, int64_t nTiles, int64_t stage,
+                                function_ref<void(const PeerItem &)> tile) {
+  const int64_t rowsTotal = peer.getReceiveRows(experts);
+  Value items = emitPeerWorkList(
+      lds, words,
+      [&](Value expert) {
+        return peerReceiveCount(peer, control, epoch, expert, experts, ep);
+      },
+      experts, peer.isCompact() ? 0 : peer.getCapacity(), rowsTotal, nTiles);
+  auto queueWord = [&](Value shard) {
+    return bankWord(epoch, peer::queueWord(0, stage, 0, experts, ep),
+                    2 * peer::kMaxWorkShards, shard);
+  };
+  emitPeerWorkLoop(role, items, peer.getWorkgroups(), peer.getWorkShards(),
+                   control, queueWord, lds, words, [&](Value index) {
+                     tile(decodePeerItem(index, lds, words, experts, nTiles,
+                                         rowsTotal));
+                   });
+}
+
 void GemmEmitter::emitPeerWorkLoop(Value role, Value items, int64_t groups,
                                    int64_t shards, Value control,
                                    function_ref<Value(Value)> queueWord,

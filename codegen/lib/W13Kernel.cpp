@@ -452,7 +452,6 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t topK = problem.getTopK();
   const int64_t ep = problem.getEp();
   const int64_t experts = problem.getLocalExperts();
-  const int64_t capacity = peer.getCapacity();
   const int64_t rowsTotal = peer.getReceiveRows(experts);
   const int64_t groups = peer.getWorkgroups();
   const int64_t producers = peer.getDispatchCus();
@@ -472,10 +471,6 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   Value aScaleBuf = asBuffer(arg(kPAScale), bytesOf(numTokens, hidden / 32));
   Value idsBuf = asBuffer(arg(kPTopkIds), bytesOf(numRoutes, 4));
   Value weightsBuf = asBuffer(arg(kPTopkWeights), bytesOf(numRoutes, 4));
-  auto constBytes = [&](int64_t bytes) {
-    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytes);
-  };
-
   emitLaneIds();
   // Roles by arrival: the first `producers` tickets of a launch dispatch.
   onThreadZero(tid, [&] {
@@ -511,31 +506,16 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   Value expected = arith::MulIOp::create(b, loc, epoch,
                                          i32(ep * producers * waves));
   emitWaitUntil(tid, control, idx(peer::kDispatchDone), expected);
-  const int64_t nTiles = inter / tileN;
-  Value items = emitPeerWorkList(
-      lds, words,
-      [&](Value expert) {
-        return peerReceiveCount(peer, control, epoch, expert, experts, ep);
-      },
-      experts, peer.isCompact() ? 0 : capacity, rowsTotal, nTiles);
   TileRows rows;
-  rows.aBuf = asBuffer(arg(kPRecvA), constBytes(rowsTotal * hidden));
-  rows.aScaleBuf =
-      asBuffer(arg(kPRecvScale), constBytes(rowsTotal * hidden / 32));
-  rows.outBuf = asBuffer(arg(kPOut), constBytes(rowsTotal * inter));
-  rows.outScaleBuf =
-      asBuffer(arg(kPOutScale), constBytes(rowsTotal * inter / 32));
+  rows.aBuf = asBuffer(arg(kPRecvA), i64(rowsTotal * hidden));
+  rows.aScaleBuf = asBuffer(arg(kPRecvScale), i64(rowsTotal * hidden / 32));
+  rows.outBuf = asBuffer(arg(kPOut), i64(rowsTotal * inter));
+  rows.outScaleBuf = asBuffer(arg(kPOutScale), i64(rowsTotal * inter / 32));
   rows.lds = lds;
   rows.b = arg(kPB);
   rows.bScale = arg(kPBScale);
-  auto queueWord = [&](Value shard) {
-    return bankWord(epoch, peer::queueWord(0, /*stage=*/0, 0, experts, ep),
-                    2 * peer::kMaxWorkShards, shard);
-  };
-  emitPeerWorkLoop(role, items, groups, peer.getWorkShards(), control,
-                   queueWord, lds, words, [&](Value index) {
-    PeerItem item =
-        decodePeerItem(index, lds, words, experts, nTiles, rowsTotal);
+  emitPeerTiles(peer, control, epoch, role, lds, words, experts, ep,
+                inter / tileN, /*stage=*/0, [&](const PeerItem &item) {
     rows.expert = item.expert;
     rows.expertI32 = item.expertI32;
     rows.colBase = item.colBase;
@@ -827,9 +807,7 @@ void W13Emitter::emitDispatch(
       auto ifFits = scf::IfOp::create(b, loc, fits, /*withElseRegion=*/true);
       b.setInsertionPointToStart(ifFits.thenBlock());
       Value row = toIndex(rowI32);
-      Value recvA = asBuffer(peerArg(0, d),
-                             arith::ConstantIntOp::create(
-                                 b, loc, b.getI64Type(), rowsTotal * hidden));
+      Value recvA = asBuffer(peerArg(0, d), i64(rowsTotal * hidden));
       auto copy = scf::ForOp::create(b, loc, lane, idx(hidden / 16), idx(64));
       {
         OpBuilder::InsertionGuard inCopy(b);

@@ -310,7 +310,6 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t inter = problem.getIntermediate();
   const int64_t ep = problem.getEp();
   const int64_t experts = problem.getLocalExperts();
-  const int64_t capacity = peer.getCapacity();
   const int64_t rowsTotal = peer.getReceiveRows(experts);
   const int64_t groups = peer.getWorkgroups();
   const int64_t waves = tile.getWaves();
@@ -323,40 +322,24 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const PeerLds words = PeerLds::at(
       (op.getLdsBytes() - op.getPeerLdsBytes()) / 4, experts, waves);
   Value control = arg(kPControl), epoch = arg(kPEpoch);
-  auto constBytes = [&](int64_t bytes) {
-    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytes);
-  };
   Value metaBuf =
-      asBuffer(arg(kPRecvMeta), constBytes(rowsTotal * peer::kMetaWords * 4));
+      asBuffer(arg(kPRecvMeta), i64(rowsTotal * peer::kMetaWords * 4));
   SmallVector<Value> combine;
   for (int64_t r = 0; r < ep; ++r)
     combine.push_back(asBuffer(arg(kPeerFirst + r),
-                               constBytes(routesPerRank * hidden * 2)));
+                               i64(routesPerRank * hidden * 2)));
 
   emitLaneIds();
-  // Stage 1 ran before on this stream: the counts are final.
-  const int64_t nTiles = hidden / tileN;
-  Value items = emitPeerWorkList(
-      lds, words,
-      [&](Value expert) {
-        return peerReceiveCount(peer, control, epoch, expert, experts, ep);
-      },
-      experts, peer.isCompact() ? 0 : capacity, rowsTotal, nTiles);
   TileRows rows;
-  rows.aBuf = asBuffer(arg(kPA), constBytes(rowsTotal * inter));
-  rows.aScaleBuf = asBuffer(arg(kPAScale), constBytes(rowsTotal * inter / 32));
+  rows.aBuf = asBuffer(arg(kPA), i64(rowsTotal * inter));
+  rows.aScaleBuf = asBuffer(arg(kPAScale), i64(rowsTotal * inter / 32));
   rows.lds = lds;
   rows.b = arg(kPB);
   rows.bScale = arg(kPBScale);
+  // Stage 1 ran before on this stream: the counts are final.
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  auto queueWord = [&](Value shard) {
-    return bankWord(epoch, peer::queueWord(0, /*stage=*/1, 0, experts, ep),
-                    2 * peer::kMaxWorkShards, shard);
-  };
-  emitPeerWorkLoop(block, items, groups, peer.getWorkShards(), control,
-                   queueWord, lds, words, [&](Value index) {
-    PeerItem item =
-        decodePeerItem(index, lds, words, experts, nTiles, rowsTotal);
+  emitPeerTiles(peer, control, epoch, block, lds, words, experts, ep,
+                hidden / tileN, /*stage=*/1, [&](const PeerItem &item) {
     rows.expert = item.expert;
     rows.expertI32 = item.expertI32;
     rows.colBase = item.colBase;

@@ -139,26 +139,8 @@ LogicalResult runW13(Operation *funcOp, const W13Shape &shape,
   };
   const unsigned a = input("a", data.aCodes.data(), data.aCodes.size());
   const unsigned aScale = input("a_scale", data.aScales.data(), data.aScales.size());
-  unsigned b, bScale;
-  if (data.bExpertsPresent.empty()) {
-    b = input("b", data.bPacked.data(), data.bPacked.size());
-    bScale = input("b_scale", data.bScales.data(), data.bScales.size());
-  } else {
-    // Only present experts are copied in (and marked written); the others
-    // keep zero, never-touched pages and stay poisoned.
-    b = memory.addBuffer("b", data.bPacked.size());
-    bScale = memory.addBuffer("b_scale", data.bScales.size());
-    const size_t experts = data.bExpertsPresent.size();
-    const size_t packedPerExpert = data.bPacked.size() / experts;
-    const size_t scalesPerExpert = data.bScales.size() / experts;
-    for (size_t e = 0; e < experts; ++e)
-      if (data.bExpertsPresent[e]) {
-        memory.write(b, e * packedPerExpert,
-                     data.bPacked.data() + e * packedPerExpert, packedPerExpert);
-        memory.write(bScale, e * scalesPerExpert,
-                     data.bScales.data() + e * scalesPerExpert, scalesPerExpert);
-      }
-  }
+  auto [b, bScale] = addExpertWeights(memory, data.bPacked, data.bScales,
+                                      data.bExpertsPresent);
   const unsigned sorted = input("sorted_routes", data.sorted.routeIds.data(),
                                 data.sorted.routeIds.size() * 4);
   const unsigned tiles = input("tile_experts", data.sorted.tileExperts.data(),

@@ -66,6 +66,25 @@ LogicalResult buildKernelIR(MLIRContext &context, const StageSpec &spec,
   return success();
 }
 
+std::pair<unsigned, unsigned>
+addExpertWeights(GlobalMemory &memory, const std::vector<uint8_t> &packed,
+                 const std::vector<uint8_t> &scales,
+                 const std::vector<uint8_t> &present) {
+  const unsigned b = memory.addBuffer("b", packed.size());
+  const unsigned bScale = memory.addBuffer("b_scale", scales.size());
+  const size_t experts = present.empty() ? 1 : present.size();
+  const size_t packedPerExpert = packed.size() / experts;
+  const size_t scalesPerExpert = scales.size() / experts;
+  for (size_t e = 0; e < experts; ++e)
+    if (present.empty() || present[e]) {
+      memory.write(b, e * packedPerExpert, packed.data() + e * packedPerExpert,
+                   packedPerExpert);
+      memory.write(bScale, e * scalesPerExpert,
+                   scales.data() + e * scalesPerExpert, scalesPerExpert);
+    }
+  return {b, bScale};
+}
+
 void shrinkPeerFields(StageSpec &spec) {
   auto it = spec.fields.find("transport");
   if (it == spec.fields.end() || it->second == "none")
@@ -295,26 +314,8 @@ LogicalResult runW2(Operation *funcOp, const W2Shape &shape, const W2Data &data,
   if (!data.aScalesWritten.empty())
     std::memcpy(memory.written(aScale), data.aScalesWritten.data(),
                 data.aScales.size());
-  unsigned b, bScale;
-  if (data.bExpertsPresent.empty()) {
-    b = input("b", data.bPacked.data(), data.bPacked.size());
-    bScale = input("b_scale", data.bScales.data(), data.bScales.size());
-  } else {
-    // Only present experts are copied in (and marked written); the others
-    // keep zero, never-touched pages and stay poisoned.
-    b = memory.addBuffer("b", data.bPacked.size());
-    bScale = memory.addBuffer("b_scale", data.bScales.size());
-    const size_t experts = data.bExpertsPresent.size();
-    const size_t packedPerExpert = data.bPacked.size() / experts;
-    const size_t scalesPerExpert = data.bScales.size() / experts;
-    for (size_t e = 0; e < experts; ++e)
-      if (data.bExpertsPresent[e]) {
-        memory.write(b, e * packedPerExpert,
-                     data.bPacked.data() + e * packedPerExpert, packedPerExpert);
-        memory.write(bScale, e * scalesPerExpert,
-                     data.bScales.data() + e * scalesPerExpert, scalesPerExpert);
-      }
-  }
+  auto [b, bScale] = addExpertWeights(memory, data.bPacked, data.bScales,
+                                      data.bExpertsPresent);
   const unsigned sorted = input("sorted_routes", data.sorted.routeIds.data(),
                                 data.sorted.routeIds.size() * 4);
   const unsigned tiles = input("tile_experts", data.sorted.tileExperts.data(),

@@ -83,15 +83,10 @@ inline int64_t countBank(int64_t epoch, int64_t localExperts) {
 }
 
 /// i32 words per receive row in `recv_meta`: the routing weight's FP32
-/// bits, then the source route + 1 (0: no route).
+/// bits, then the source route + 1, where the source route of route
+/// `token * top_k + k` of rank r is r * max_tokens * top_k + that route
+/// (0: no route, which is also what an out-of-range row reads).
 constexpr int64_t kMetaWords = 2;
-
-/// The source route of a receive row: the route `token * top_k + k` of
-/// rank `rank`, counted over max_tokens * top_k routes per rank, plus one
-/// so that a zero (an unused or out-of-range row) means "no route".
-inline int32_t packSource(int64_t rank, int64_t route, int64_t routesPerRank) {
-  return static_cast<int32_t>(rank * routesPerRank + route + 1);
-}
 
 } // namespace moec::peer
 

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mlir {
@@ -53,6 +54,15 @@ mlir::LogicalResult buildKernelIR(mlir::MLIRContext &context,
 /// shrinkPeerFields. Fields that are
 /// missing or not integers are left for buildStageOp to report.
 StageSpec smallStageSpec(const StageSpec &spec);
+
+/// Registers MXFP4 weights [experts, ...] and their scales in `memory` as
+/// buffers "b" and "b_scale". With `present` (one flag per expert) only the
+/// flagged experts are copied in and marked written; the others stay
+/// poisoned, so a kernel reading them is a finding. Returns the two ids.
+std::pair<unsigned, unsigned>
+addExpertWeights(GlobalMemory &memory, const std::vector<uint8_t> &packed,
+                 const std::vector<uint8_t> &scales,
+                 const std::vector<uint8_t> &present);
 
 /// smallStageSpec for the kernels of one config, which must still chain:
 /// one hidden and intermediate size for all, 2 * the largest max(n, k).
