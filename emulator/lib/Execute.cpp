@@ -608,24 +608,16 @@ Stop Executor::runWave(Workgroup &wg, Wave &wave) {
       if (failed(finishBefore(wave, p)))
         return Stop::Error;
       continue;
-    case Kind::While: {
-      const uint64_t mask = frame.mask;
-      ++frame.pos;
-      if (failed(enterWhile(wave, opIndex, mask)))
-        return Stop::Error;
-      continue;
-    }
-    case Kind::If: {
-      const uint64_t mask = frame.mask;
-      ++frame.pos;
-      if (failed(enterIf(wave, opIndex, mask)))
-        return Stop::Error;
-      continue;
-    }
+    case Kind::While:
+    case Kind::If:
     case Kind::For: {
+      // Entering a region pushes a frame, which may move `frame`.
       const uint64_t mask = frame.mask;
       ++frame.pos;
-      if (failed(enterFor(wave, opIndex, mask)))
+      LogicalResult entered = p.kind == Kind::While ? enterWhile(wave, opIndex, mask)
+                              : p.kind == Kind::If  ? enterIf(wave, opIndex, mask)
+                                                    : enterFor(wave, opIndex, mask);
+      if (failed(entered))
         return Stop::Error;
       continue;
     }
