@@ -194,7 +194,7 @@ static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.integer("intermediate", -1, intermediate) ||
       !read.integer("experts", -1, experts) ||
       !read.integer("top_k", -1, topK) || !read.integer("ep", 1, ep) ||
-      !read.integer("waves", 4, waves) ||
+      !read.integer("waves", TableDefaults::kWaves, waves) ||
       (isSort ? !read.integer("m", -1, mTile)
               : !read.integer("blocks", 0, blocks)))
     return nullptr;
@@ -322,7 +322,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       !read.integer("experts", -1, experts) ||
       !read.integer("top_k", -1, topK) || !read.integer("ep", 1, ep) ||
       !read.integer("m", -1, m) || !read.integer("n", -1, n) ||
-      !read.integer("k", 256, k) || !read.integer("waves", 4, waves) ||
+      !read.integer("k", 256, k) || !read.integer("waves", TableDefaults::kWaves, waves) ||
       !read.integer("gate_up_interleave", 0, interleave) ||
       !read.enumeration<moe::MfmaShape>("mfma", moe::MfmaShape::m16n16k128,
                                         parseMfmaShape, "16x16x128, 32x32x64",
@@ -361,7 +361,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   // `compact`.
   enum class Transport { None, FixedSlot, Compact };
   Transport transport;
-  int64_t capacity = 0, maxTokens = 0, workgroups = 256, dispatchCus = 16,
+  int64_t capacity = 0, maxTokens = 0, workgroups = TableDefaults::kWorkgroups,
+          dispatchCus = TableDefaults::kDispatchCus,
           workShards = 0, planCus = 1, chunkRoutes = 1;
   moe::PeerDispatch dispatch = moe::PeerDispatch::fused;
   if (!read.enumeration<Transport>(
@@ -381,8 +382,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   if (hasPeer &&
       (!read.integer("capacity", -1, capacity) ||
        !read.integer("max_tokens", -1, maxTokens) ||
-       !read.integer("workgroups", 256, workgroups) ||
-       !read.integer("dispatch_cus", 16, dispatchCus) ||
+       !read.integer("workgroups", TableDefaults::kWorkgroups, workgroups) ||
+       !read.integer("dispatch_cus", TableDefaults::kDispatchCus, dispatchCus) ||
        !read.integer("work_shards", 0, workShards) ||
        !read.integer("plan_cus", 1, planCus) ||
        !read.integer("chunk_routes", 1, chunkRoutes) ||

@@ -305,16 +305,16 @@ bool TableParser::checkPeerKernels(const TableSelection &s, const TableRow &r) {
 /// with a W13 kernel (dispatch=none) that waits for exactly its signals:
 /// dispatch_cus = the dispatch kernel's workgroups, and the same waves.
 bool TableParser::checkSplitDispatch(const TableConfig &c) {
-  auto knob = [](const TableKernel *k, const char *name, const char *fallback) {
+  auto knob = [](const TableKernel *k, const char *name, int64_t fallback) {
     auto it = k->knobs.find(name);
-    return it == k->knobs.end() ? std::string(fallback) : it->second;
+    return it == k->knobs.end() ? std::to_string(fallback) : it->second;
   };
   const TableKernel *only = nullptr, *none = nullptr;
   for (const std::string &name : c.kernels) {
     const TableKernel *k = table.findKernel(name);
     if (!k)
       continue;
-    std::string mode = knob(k, "dispatch", "fused");
+    auto mode = k->knobs.count("dispatch") ? k->knobs.at("dispatch") : "fused";
     if (mode == "only")
       only = k;
     else if (mode == "none")
@@ -326,16 +326,17 @@ bool TableParser::checkSplitDispatch(const TableConfig &c) {
     return fail("kernels", "config '" + c.name +
                                "' needs both a dispatch=only and a "
                                "dispatch=none kernel");
-  if (knob(none, "dispatch_cus", "16") != knob(only, "workgroups", "256") ||
-      knob(none, "waves", "4") != knob(only, "waves", "4"))
+  const std::string signals = knob(none, "dispatch_cus", TableDefaults::kDispatchCus);
+  const std::string producers = knob(only, "workgroups", TableDefaults::kWorkgroups);
+  const std::string waitWaves = knob(none, "waves", TableDefaults::kWaves);
+  const std::string sendWaves = knob(only, "waves", TableDefaults::kWaves);
+  if (signals != producers || waitWaves != sendWaves)
     return fail("kernels", "config '" + c.name + "': kernel '" + none->name +
-                               "' waits for dispatch_cus=" +
-                               knob(none, "dispatch_cus", "16") + " x waves=" +
-                               knob(none, "waves", "4") +
+                               "' waits for dispatch_cus=" + signals +
+                               " x waves=" + waitWaves +
                                " signals, but its dispatch kernel '" +
-                               only->name + "' has workgroups=" +
-                               knob(only, "workgroups", "256") + " x waves=" +
-                               knob(only, "waves", "4"));
+                               only->name + "' has workgroups=" + producers +
+                               " x waves=" + sendWaves);
   return true;
 }
 

@@ -17,6 +17,14 @@
 
 namespace moec {
 
+/// Defaults of kernel fields that a table may leave out; the stage builder
+/// and the reader's cross-kernel checks both use them.
+struct TableDefaults {
+  static constexpr int64_t kWaves = 4;
+  static constexpr int64_t kWorkgroups = 256;
+  static constexpr int64_t kDispatchCus = 16;
+};
+
 /// Where something was written, for error messages.
 struct SourceLine {
   std::string file;
