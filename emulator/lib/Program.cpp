@@ -587,7 +587,7 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
             return success();
           })
           .Case([&](amdgpu::MemoryCounterWaitOp) {
-            // gather_to_lds writes LDS when it executes (Execute.cpp), so
+            // gather_to_lds writes LDS when it executes (OpSemantics.cpp), so
             // waiting for it changes nothing the emulator can observe.
             p.kind = Kind::NoOp;
             return success();

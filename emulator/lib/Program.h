@@ -3,8 +3,8 @@
 /// \file
 /// Internal to the emulator. Program.cpp walks the gpu.func once and decodes
 /// every op into a POp: its kind, value slots, and the attributes its
-/// semantics need. Execute.cpp then runs POps without touching MLIR, so the
-/// hot loop is plain C++ and the interpreter's TU compiles quickly.
+/// semantics need. The Executor (Executor.h) then runs POps without touching
+/// MLIR, so the hot loop is plain C++ and the interpreter compiles quickly.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -175,7 +175,7 @@ struct LaunchInput {
 };
 
 /// Executes the launches at once in one cooperative scheduler over `memory`
-/// (Execute.cpp).
+/// (Schedule.cpp).
 mlir::FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
                                    GlobalMemory &memory, std::string &error);
 

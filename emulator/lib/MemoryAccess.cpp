@@ -1,0 +1,175 @@
+//===- MemoryAccess.cpp - addresses, bounds and the memory detectors ------===//
+///
+/// \file
+/// Resolves one lane's access of a memref: the row-major address, the
+/// bounds of global memrefs and LDS regions, the raw-buffer range check
+/// (out-of-range loads read zero, stores are dropped, as the hardware
+/// does), and the shadows behind the detectors: written bits of every
+/// buffer and LDS byte (reads of never-written memory) and the LDS writer /
+/// reader per barrier interval (races between waves).
+///
+//===----------------------------------------------------------------------===//
+
+#include "Executor.h"
+
+namespace moec::emu::detail {
+
+void Executor::report(FindingKind kind, const POp &p, const Workgroup &wg,
+                      const Wave &wave, int lane, std::string detail) {
+  ++result.findingCounts[static_cast<int>(kind)];
+  if (result.findings.size() >= launch.maxFindings)
+    return;
+  Finding finding;
+  finding.kind = kind;
+  finding.launch = label;
+  finding.kernel = program.kernelName;
+  finding.location = describeLocation(p.op);
+  finding.opName = describeOpName(p.op);
+  finding.workgroup = wg.id;
+  finding.wave = wave.id;
+  finding.lane = lane;
+  finding.detail = std::move(detail);
+  result.findings.push_back(std::move(finding));
+}
+
+int64_t Executor::linearIndex(const ValueInfo &memInfo, const Wave &wave,
+                              const std::vector<unsigned> &indexSlots,
+                              size_t first, int lane) {
+  int64_t linear = 0;
+  for (size_t d = 0; d < memInfo.shape.size(); ++d) {
+    const RtValue &v = wave.regs[indexSlots[first + d]];
+    const int64_t i = static_cast<int64_t>(getBits(v.lane(lane, 8), 64, 0));
+    linear = linear * memInfo.shape[d] + i;
+  }
+  return linear;
+}
+
+uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
+                          int lane, const MemRefDesc &mem, int64_t index,
+                          unsigned bytes, bool isWrite, bool atomic) {
+  // `index` is a byte offset (callers scale element indices). An atomic is a
+  // read and a write: it must find its bytes initialised, and it takes no
+  // part in race detection (atomics are how waves may share a location).
+  const int64_t offset = index;
+  const char *verb = atomic ? "atomic" : isWrite ? "store" : "load";
+  auto range = [&](const std::string &what) {
+    return std::string(verb) + " of " + std::to_string(bytes) + " bytes at byte " +
+           std::to_string(offset) + " of " + what;
+  };
+  if (mem.space == Space::Lds) {
+    const auto &region = program.lds[mem.buffer];
+    if (offset < 0 || offset + bytes > mem.extentBytes) {
+      report(FindingKind::OutOfBounds, p, wg, wave, lane,
+             range("LDS buffer " + std::to_string(mem.buffer) + " (" +
+                   std::to_string(region.bytes) + " bytes)"));
+      return nullptr;
+    }
+    const int64_t at = mem.baseBytes + offset;
+    const uint32_t epoch = wg.epoch;
+    const int16_t self = static_cast<int16_t>(wave.id);
+    for (unsigned b = 0; b < bytes; ++b) {
+      LdsShadow &s = wg.shadow[size_t(at + b)];
+      // Built only when reporting: this loop runs for every LDS byte.
+      auto byteText = [&] {
+        return "LDS buffer " + std::to_string(mem.buffer) + " byte " +
+               std::to_string(offset + b);
+      };
+      if (atomic) {
+        if (!s.written) {
+          report(FindingKind::UninitializedRead, p, wg, wave, lane,
+                 "atomic on never-written " + byteText());
+          break;
+        }
+        continue;
+      }
+      if (!isWrite) {
+        if (!s.written) {
+          report(FindingKind::UninitializedRead, p, wg, wave, lane,
+                 "load of never-written " + byteText());
+          break;
+        }
+        if (s.writeEpoch == epoch && s.writer != self) {
+          report(FindingKind::LdsRace, p, wg, wave, lane,
+                 "load of " + byteText() + " written by wave " +
+                     std::to_string(s.writer) +
+                     " in the same barrier interval");
+          break;
+        }
+      } else {
+        if (s.writeEpoch == epoch && s.writer != self) {
+          report(FindingKind::LdsRace, p, wg, wave, lane,
+                 "store to " + byteText() + " also written by wave " +
+                     std::to_string(s.writer) +
+                     " in the same barrier interval");
+          break;
+        }
+        if (s.readEpoch == epoch && s.reader != self) {
+          report(FindingKind::LdsRace, p, wg, wave, lane,
+                 "store to " + byteText() + " read by " +
+                     (s.reader == -2 ? std::string("several waves")
+                                     : "wave " + std::to_string(s.reader)) +
+                     " in the same barrier interval");
+          break;
+        }
+      }
+    }
+    for (unsigned b = 0; b < bytes && !atomic; ++b) {
+      LdsShadow &s = wg.shadow[size_t(at + b)];
+      if (isWrite) {
+        // A byte becoming written changes what a load of it reports.
+        if (!s.written)
+          ++writes;
+        s.written = 1;
+        s.writer = self;
+        s.writeEpoch = epoch;
+      } else if (s.readEpoch != epoch) {
+        s.readEpoch = epoch;
+        s.reader = self;
+      } else if (s.reader != self) {
+        s.reader = -2;
+      }
+    }
+    return wg.lds.data() + at;
+  }
+
+  const size_t bufferSize = memory.size(mem.buffer);
+  const std::string &name = memory.name(mem.buffer);
+  if (mem.space == Space::RawBuffer) {
+    // The descriptor's range check (num_records = validBytes, or the memref
+    // size): the whole access is in or out; out reads 0, a store is dropped.
+    if (offset < 0 || offset + int64_t(bytes) > mem.numRecords) {
+      if (isWrite)
+        ++result.stats.rawStoresDropped;
+      else
+        ++result.stats.rawLoadsOutOfRange;
+      return nullptr;
+    }
+  } else if (offset < 0 || offset + int64_t(bytes) > mem.extentBytes) {
+    report(FindingKind::OutOfBounds, p, wg, wave, lane,
+           range("global memref over buffer '" + name + "' (" +
+                 std::to_string(mem.extentBytes) + " bytes)"));
+    return nullptr;
+  }
+  if (offset + int64_t(bytes) > int64_t(bufferSize)) {
+    report(FindingKind::OutOfBounds, p, wg, wave, lane,
+           range("buffer '" + name + "' (" + std::to_string(bufferSize) +
+                 " bytes registered)"));
+    return nullptr;
+  }
+  uint8_t *shadow = memory.written(mem.buffer) + offset;
+  if (isWrite && !atomic) {
+    if (std::memchr(shadow, 0, bytes))
+      ++writes;
+    std::memset(shadow, 1, bytes);
+  } else {
+    for (unsigned b = 0; b < bytes; ++b)
+      if (!shadow[b]) {
+        report(FindingKind::UninitializedRead, p, wg, wave, lane,
+               "load of never-written byte " + std::to_string(offset + b) +
+                   " of buffer '" + name + "'");
+        break;
+      }
+  }
+  return memory.data(mem.buffer) + offset;
+}
+} // namespace moec::emu::detail

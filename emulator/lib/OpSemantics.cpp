@@ -1,0 +1,709 @@
+//===- OpSemantics.cpp - what every executable op computes ----------------===//
+///
+/// \file
+/// execOp: the semantics of every op that is not control flow, over uniform
+/// and per-lane values under an execution mask: integer and float
+/// arithmetic (FP32 and BF16 computed in float, FP64 in double, every
+/// result rounded once), casts, vector ops, loads, stores, atomics, the LDS
+/// DMA, thread and block ids, raw-buffer casts and the scaled MFMA.
+///
+//===----------------------------------------------------------------------===//
+
+#include "Executor.h"
+
+#include "moec/Emulator/ScaledMfma.h"
+#include "moec/reference/Formats.h"
+
+#include <cmath>
+#include <limits>
+
+namespace moec::emu::detail {
+
+using llvm::success;
+using mlir::LogicalResult;
+
+namespace {
+
+double decodeFloat(Elem elem, uint64_t bits) {
+  switch (elem) {
+  case Elem::F32: {
+    uint32_t b = static_cast<uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  case Elem::F64: {
+    double d;
+    std::memcpy(&d, &bits, 8);
+    return d;
+  }
+  case Elem::BF16:
+    return ref::decodeBf16(static_cast<uint16_t>(bits));
+  case Elem::F8E4M3FN:
+    return ref::decodeFp8E4M3(static_cast<uint8_t>(bits));
+  default:
+    return 0.0;
+  }
+}
+
+/// Rounds `value` once to `elem` (nearest even) and returns its bits.
+uint64_t encodeFloat(Elem elem, double value) {
+  switch (elem) {
+  case Elem::F32: {
+    float f = static_cast<float>(value);
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+  }
+  case Elem::F64: {
+    uint64_t b;
+    std::memcpy(&b, &value, 8);
+    return b;
+  }
+  case Elem::BF16:
+    return ref::encodeBf16(value);
+  case Elem::F8E4M3FN:
+    // The pipeline lowers truncf to FP8 with saturate-fp8-truncf: clamp to
+    // +-448, then round to nearest even; NaN stays NaN.
+    return ref::encodeFp8E4M3(value, ref::Overflow::Saturate);
+  default:
+    return 0;
+  }
+}
+
+/// IEEE 754-2019 maximum / minimum (arith.maximumf / minimumf): NaN if
+/// either operand is NaN, and -0 orders below +0.
+double ieeeMaximum(double x, double y) {
+  if (std::isnan(x) || std::isnan(y))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (x == y)
+    return std::signbit(x) ? y : x;
+  return x > y ? x : y;
+}
+double ieeeMinimum(double x, double y) {
+  if (std::isnan(x) || std::isnan(y))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (x == y)
+    return std::signbit(x) ? x : y;
+  return x < y ? x : y;
+}
+
+/// Iterates the lanes a result must be computed for: lane 0 alone for a
+/// uniform result, else every active lane.
+template <typename F> void forLanes(bool uniform, uint64_t mask, F &&f) {
+  if (uniform) {
+    f(0);
+    return;
+  }
+  for (int l = 0; l < kLanes; ++l)
+    if (mask >> l & 1)
+      f(l);
+}
+
+int firstLane(uint64_t mask) {
+  for (int l = 0; l < kLanes; ++l)
+    if (mask >> l & 1)
+      return l;
+  return 0;
+}
+
+} // namespace
+
+LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
+                               uint64_t mask) {
+  auto &regs = wave.regs;
+  auto allUniform = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i)
+      if (!regs[p.in[i]].uniform)
+        return false;
+    return true;
+  };
+
+  switch (p.kind) {
+  case Kind::Constant: {
+    RtValue &r = regs[p.out[0]];
+    r.uniform = true;
+    r.bytes = p.constant;
+    return success();
+  }
+  case Kind::NoOp:
+    return success();
+
+  case Kind::IntBinary: {
+    const ValueInfo &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+    RtValue &r = regs[p.out[0]];
+    const bool uni = a.uniform && b.uniform;
+    r.shape(uni, ri.laneBytes);
+    const unsigned w = ri.width;
+    const uint64_t m = widthMask(w);
+    const IntOp op = static_cast<IntOp>(p.sub);
+    bool divZero = false, overflow = false;
+    forLanes(uni, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e) {
+        const uint64_t x = getBits(a.lane(l, ri.laneBytes), ri.elemBits, e) & m;
+        const uint64_t y = getBits(b.lane(l, ri.laneBytes), ri.elemBits, e) & m;
+        const int64_t sx = signExtend(x, w), sy = signExtend(y, w);
+        uint64_t v = 0;
+        switch (op) {
+        case IntOp::Add: v = x + y; break;
+        case IntOp::Sub: v = x - y; break;
+        case IntOp::Mul: v = x * y; break;
+        case IntOp::And: v = x & y; break;
+        case IntOp::Or: v = x | y; break;
+        case IntOp::Xor: v = x ^ y; break;
+        case IntOp::MinU: v = std::min(x, y); break;
+        case IntOp::MaxU: v = std::max(x, y); break;
+        case IntOp::MinS: v = static_cast<uint64_t>(std::min(sx, sy)); break;
+        case IntOp::MaxS: v = static_cast<uint64_t>(std::max(sx, sy)); break;
+        // Shifts by the width or more are poison in arith; give 0 (or the
+        // sign fill) so a result is defined.
+        case IntOp::Shl: v = y >= w ? 0 : x << y; break;
+        case IntOp::ShrU: v = y >= w ? 0 : x >> y; break;
+        case IntOp::ShrS:
+          v = static_cast<uint64_t>(sx >> std::min<uint64_t>(y, w - 1));
+          break;
+        case IntOp::DivU: case IntOp::RemU: case IntOp::CeilDivU:
+          if (y == 0) { divZero = true; break; }
+          v = op == IntOp::DivU ? x / y : op == IntOp::RemU ? x % y
+                                                            : (x + y - 1) / y;
+          if (op == IntOp::CeilDivU)
+            v = x / y + (x % y != 0);
+          break;
+        case IntOp::DivS: case IntOp::RemS: case IntOp::FloorDivS:
+        case IntOp::CeilDivS: {
+          if (sy == 0) { divZero = true; break; }
+          if (sy == -1 && sx == signExtend(uint64_t(1) << (w - 1), w)) {
+            overflow = true;
+            break;
+          }
+          const int64_t q = sx / sy, rem = sx % sy;
+          if (op == IntOp::DivS) v = static_cast<uint64_t>(q);
+          else if (op == IntOp::RemS) v = static_cast<uint64_t>(rem);
+          else if (op == IntOp::FloorDivS)
+            v = static_cast<uint64_t>(q - ((rem != 0) && ((rem < 0) != (sy < 0))));
+          else
+            v = static_cast<uint64_t>(q + ((rem != 0) && ((rem < 0) == (sy < 0))));
+          break;
+        }
+        }
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v & m);
+      }
+    });
+    if (divZero)
+      return fatal(p, "integer division by zero");
+    if (overflow)
+      return fatal(p, "signed division overflow");
+    return success();
+  }
+
+  case Kind::CmpI: {
+    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+    RtValue &r = regs[p.out[0]];
+    const bool uni = a.uniform && b.uniform;
+    r.shape(uni, ri.laneBytes);
+    const unsigned w = ai.width;
+    const CmpPred pred = static_cast<CmpPred>(p.sub);
+    forLanes(uni, mask, [&](int l) {
+      for (unsigned e = 0; e < ai.count; ++e) {
+        const uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(w);
+        const uint64_t y = getBits(b.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(w);
+        const int64_t sx = signExtend(x, w), sy = signExtend(y, w);
+        bool c = false;
+        switch (pred) {
+        case CmpPred::Eq: c = x == y; break;
+        case CmpPred::Ne: c = x != y; break;
+        case CmpPred::Slt: c = sx < sy; break;
+        case CmpPred::Sle: c = sx <= sy; break;
+        case CmpPred::Sgt: c = sx > sy; break;
+        case CmpPred::Sge: c = sx >= sy; break;
+        case CmpPred::Ult: c = x < y; break;
+        case CmpPred::Ule: c = x <= y; break;
+        case CmpPred::Ugt: c = x > y; break;
+        case CmpPred::Uge: c = x >= y; break;
+        }
+        setBits(r.lane(l, ri.laneBytes), 8, e, c ? 1 : 0);
+      }
+    });
+    return success();
+  }
+
+  case Kind::IntCast: {
+    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]];
+    RtValue &r = regs[p.out[0]];
+    r.shape(a.uniform, ri.laneBytes);
+    forLanes(a.uniform, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e) {
+        uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(ai.width);
+        if (p.sub == 1)
+          x = static_cast<uint64_t>(signExtend(x, ai.width));
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, x & widthMask(ri.width));
+      }
+    });
+    return success();
+  }
+
+  case Kind::Bitcast: {
+    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+    if (ai.laneBytes != ri.laneBytes)
+      return fatal(p, "bitcast between different sizes");
+    regs[p.out[0]].uniform = regs[p.in[0]].uniform;
+    regs[p.out[0]].bytes = regs[p.in[0]].bytes;
+    return success();
+  }
+
+  case Kind::Select: {
+    const RtValue &c = regs[p.in[0]], &a = regs[p.in[1]], &b = regs[p.in[2]];
+    const ValueInfo &ri = info(p.out[0]);
+    RtValue &r = regs[p.out[0]];
+    if (ri.isMemRef) {
+      if (!c.uniform)
+        return fatal(p, "per-lane select of memrefs");
+      r = c.bytes[0] ? a : b;
+      return success();
+    }
+    const bool uni = c.uniform && a.uniform && b.uniform;
+    r.shape(uni, ri.laneBytes);
+    forLanes(uni, mask, [&](int l) {
+      const RtValue &pick = c.lane(l, 1)[0] ? a : b;
+      std::memcpy(r.lane(l, ri.laneBytes), pick.lane(l, ri.laneBytes), ri.laneBytes);
+    });
+    return success();
+  }
+
+  case Kind::FloatBinary: {
+    const ValueInfo &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+    RtValue &r = regs[p.out[0]];
+    const bool uni = a.uniform && b.uniform;
+    r.shape(uni, ri.laneBytes);
+    const FloatOp op = static_cast<FloatOp>(p.sub);
+    forLanes(uni, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e) {
+        const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
+        const double y = decodeFloat(ri.elem, getBits(b.lane(l, ri.laneBytes), ri.elemBits, e));
+        double v = 0.0;
+        // F32 and BF16 compute in float (BF16 arithmetic is legalised to
+        // f32 then truncated), F64 in double.
+        if (ri.elem == Elem::F64) {
+          switch (op) {
+          case FloatOp::Add: v = x + y; break;
+          case FloatOp::Sub: v = x - y; break;
+          case FloatOp::Mul: v = x * y; break;
+          case FloatOp::Div: v = x / y; break;
+          case FloatOp::MaxNum: v = std::fmax(x, y); break;
+          case FloatOp::MinNum: v = std::fmin(x, y); break;
+          case FloatOp::Maximum: v = ieeeMaximum(x, y); break;
+          case FloatOp::Minimum: v = ieeeMinimum(x, y); break;
+          }
+        } else {
+          const float fx = static_cast<float>(x), fy = static_cast<float>(y);
+          float f = 0.0f;
+          switch (op) {
+          case FloatOp::Add: f = fx + fy; break;
+          case FloatOp::Sub: f = fx - fy; break;
+          case FloatOp::Mul: f = fx * fy; break;
+          case FloatOp::Div: f = fx / fy; break;
+          case FloatOp::MaxNum: f = std::fmax(fx, fy); break;
+          case FloatOp::MinNum: f = std::fmin(fx, fy); break;
+          case FloatOp::Maximum: f = static_cast<float>(ieeeMaximum(fx, fy)); break;
+          case FloatOp::Minimum: f = static_cast<float>(ieeeMinimum(fx, fy)); break;
+          }
+          v = f;
+        }
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
+      }
+    });
+    return success();
+  }
+
+  case Kind::FloatUnary: {
+    const ValueInfo &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]];
+    RtValue &r = regs[p.out[0]];
+    r.shape(a.uniform, ri.laneBytes);
+    const FloatUnaryOp op = static_cast<FloatUnaryOp>(p.sub);
+    forLanes(a.uniform, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e) {
+        const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
+        double v = 0.0;
+        switch (op) {
+        case FloatUnaryOp::Abs: v = std::fabs(x); break;
+        case FloatUnaryOp::Neg: v = -x; break;
+        // Correctly rounded exp2 (the double result rounded once); the
+        // hardware's v_exp_f32 is within 1 ulp of it (docs/emulator.md).
+        case FloatUnaryOp::Exp2: v = std::exp2(x); break;
+        }
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
+      }
+    });
+    return success();
+  }
+
+  case Kind::Interleave: {
+    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+    RtValue &r = regs[p.out[0]];
+    const bool uni = a.uniform && b.uniform;
+    r.shape(uni, ri.laneBytes);
+    forLanes(uni, mask, [&](int l) {
+      for (unsigned e = 0; e < ai.count; ++e) {
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e,
+                getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e + 1,
+                getBits(b.lane(l, ai.laneBytes), ai.elemBits, e));
+      }
+    });
+    return success();
+  }
+
+  case Kind::FloatCast: {
+    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]];
+    RtValue &r = regs[p.out[0]];
+    r.shape(a.uniform, ri.laneBytes);
+    forLanes(a.uniform, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e) {
+        const double x = decodeFloat(ai.elem, getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, x));
+      }
+    });
+    return success();
+  }
+
+  case Kind::MemLoad: {
+    const ValueInfo &mi = info(p.in[0]), &ri = info(p.out[0]);
+    const MemRefDesc &mem = regs[p.in[0]].mem;
+    const bool uni = allUniform(1, p.in.size());
+    RtValue &r = regs[p.out[0]];
+    r.shape(uni, ri.laneBytes);
+    const unsigned bytes = ri.laneBytes;
+    if (!mask)
+      return success();
+    forLanes(uni, mask, [&](int l) {
+      const int lane = uni ? firstLane(mask) : l;
+      const int64_t index = linearIndex(mi, wave, p.in, 1, lane);
+      const uint8_t *src =
+          access(p, wg, wave, lane, mem, index * mi.memElemBytes, bytes, false);
+      uint8_t *dst = r.lane(l, bytes);
+      if (src)
+        std::memcpy(dst, src, bytes);
+      else
+        std::memset(dst, 0, bytes);
+    });
+    return success();
+  }
+
+  case Kind::MemStore: {
+    const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
+    const RtValue &value = regs[p.in[0]];
+    const MemRefDesc &mem = regs[p.in[1]].mem;
+    const unsigned bytes = vi.laneBytes;
+    // Every active lane stores, in lane order: with one address for all
+    // lanes the highest active lane's value remains.
+    for (int l = 0; l < kLanes; ++l) {
+      if (!(mask >> l & 1))
+        continue;
+      const int64_t index = linearIndex(mi, wave, p.in, 2, l);
+      uint8_t *dst =
+          access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
+      if (!dst)
+        continue;
+      // Only a store that changes memory counts as a write: a wave that
+      // rewrites the same value while it waits cannot release anyone.
+      if (std::memcmp(dst, value.lane(l, bytes), bytes) != 0)
+        ++writes;
+      std::memcpy(dst, value.lane(l, bytes), bytes);
+    }
+    return success();
+  }
+
+  case Kind::GatherToLds: {
+    // Each active lane reads `bytes` at its own source index (a raw buffer's
+    // range check gives zeros, as for a load) and the wave's results go to
+    // LDS contiguously in lane order: lane l at the base + l * bytes, with
+    // the base from one lane's destination indices. The op's definition
+    // names lane 0; the backend puts the first active lane's into M0
+    // (v_readfirstlane), so the two agree only when every active lane
+    // passes the same base, which is required here. The write happens now:
+    // the backend waits for the DMA (vmcnt) before the workgroup's next
+    // barrier and before this wave's own LDS reads of it.
+    const unsigned bytes = static_cast<unsigned>(p.ints[0]);
+    const size_t dstAt = 1 + static_cast<size_t>(p.ints[1]);
+    const ValueInfo &si = info(p.in[0]), &di = info(p.in[dstAt]);
+    const MemRefDesc &src = regs[p.in[0]].mem;
+    const MemRefDesc &dst = regs[p.in[dstAt]].mem;
+    if (!mask)
+      return success();
+    const int first = firstLane(mask);
+    const int64_t base = linearIndex(di, wave, p.in, dstAt + 1, first);
+    for (int l = first + 1; l < kLanes; ++l)
+      if ((mask >> l & 1) &&
+          linearIndex(di, wave, p.in, dstAt + 1, l) != base)
+        return fatal(p, "lanes " + std::to_string(first) + " and " +
+                            std::to_string(l) +
+                            " pass different LDS destinations; the wave "
+                            "writes from one base (lane 0's by the op's "
+                            "definition, the first active lane's on the "
+                            "hardware)");
+    uint8_t data[16];
+    for (int l = 0; l < kLanes; ++l) {
+      if (!(mask >> l & 1))
+        continue;
+      const int64_t from = linearIndex(si, wave, p.in, 1, l);
+      const uint8_t *in =
+          access(p, wg, wave, l, src, from * si.memElemBytes, bytes, false);
+      if (in)
+        std::memcpy(data, in, bytes);
+      else
+        std::memset(data, 0, bytes);
+      uint8_t *out = access(p, wg, wave, l, dst,
+                            base * di.memElemBytes + int64_t(l) * bytes, bytes,
+                            true);
+      if (!out)
+        continue;
+      if (std::memcmp(out, data, bytes) != 0)
+        ++writes;
+      std::memcpy(out, data, bytes);
+    }
+    ++result.stats.ldsDmaOps;
+    return success();
+  }
+
+  case Kind::AtomicRmw: {
+    const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
+    const RtValue &value = regs[p.in[0]];
+    const MemRefDesc &mem = regs[p.in[1]].mem;
+    RtValue &r = regs[p.out[0]];
+    r.shape(false, vi.laneBytes);
+    const unsigned bytes = vi.laneBytes;
+    const AtomicOp op = static_cast<AtomicOp>(p.sub);
+    // Lanes in increasing order, each a whole read-modify-write: one valid
+    // serialisation of the hardware's atomics.
+    for (int l = 0; l < kLanes; ++l) {
+      if (!(mask >> l & 1))
+        continue;
+      const int64_t index = linearIndex(mi, wave, p.in, 2, l);
+      uint8_t *at = access(p, wg, wave, l, mem, index * mi.memElemBytes,
+                           bytes, /*isWrite=*/true, /*atomic=*/true);
+      if (!at)
+        continue; // result stays 0, as for an out-of-range raw load
+      const uint64_t old = getBits(at, vi.elemBits, 0);
+      const uint64_t operand = getBits(value.lane(l, bytes), vi.elemBits, 0);
+      const uint64_t m = widthMask(vi.width);
+      const int64_t so = signExtend(old, vi.width), sv = signExtend(operand, vi.width);
+      uint64_t next = 0;
+      auto fp = [&](double v) { return encodeFloat(vi.elem, v); };
+      const double fo = decodeFloat(vi.elem, old), fv = decodeFloat(vi.elem, operand);
+      switch (op) {
+      case AtomicOp::AddI: next = old + operand; break;
+      case AtomicOp::MulI: next = old * operand; break;
+      case AtomicOp::MaxS: next = uint64_t(std::max(so, sv)); break;
+      case AtomicOp::MinS: next = uint64_t(std::min(so, sv)); break;
+      case AtomicOp::MaxU: next = std::max(old & m, operand & m); break;
+      case AtomicOp::MinU: next = std::min(old & m, operand & m); break;
+      case AtomicOp::AndI: next = old & operand; break;
+      case AtomicOp::OrI: next = old | operand; break;
+      case AtomicOp::XorI: next = old ^ operand; break;
+      case AtomicOp::Assign: next = operand; break;
+      case AtomicOp::AddF:
+        next = vi.elem == Elem::F32 ? fp(double(float(fo) + float(fv))) : fp(fo + fv);
+        break;
+      case AtomicOp::MaximumF: next = fp(ieeeMaximum(fo, fv)); break;
+      case AtomicOp::MinimumF: next = fp(ieeeMinimum(fo, fv)); break;
+      case AtomicOp::MaxNumF: next = fp(std::fmax(fo, fv)); break;
+      case AtomicOp::MinNumF: next = fp(std::fmin(fo, fv)); break;
+      }
+      setBits(r.lane(l, bytes), vi.elemBits, 0, old);
+      setBits(at, vi.elemBits, 0, next & m);
+      // An atomic that leaves the value as it was (a spin's fetch-add of 0)
+      // is not a write.
+      if (getBits(at, vi.elemBits, 0) != old)
+        ++writes;
+      if (mem.space != Space::Lds) {
+        uint8_t *shadow = memory.written(mem.buffer) + index * mi.memElemBytes;
+        if (std::memchr(shadow, 0, bytes))
+          ++writes;
+        std::memset(shadow, 1, bytes);
+      }
+    }
+    return success();
+  }
+
+  case Kind::Shuffle: {
+    const ValueInfo &ai = info(p.in[0]), &bi = info(p.in[1]), &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+    RtValue &r = regs[p.out[0]];
+    const bool uni = a.uniform && b.uniform;
+    r.shape(uni, ri.laneBytes);
+    forLanes(uni, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e) {
+        const int64_t idx = p.ints[e];
+        uint64_t v = 0; // a poison index (-1) reads 0
+        if (idx >= 0 && idx < int64_t(ai.count))
+          v = getBits(a.lane(l, ai.laneBytes), ai.elemBits, unsigned(idx));
+        else if (idx >= int64_t(ai.count))
+          v = getBits(b.lane(l, bi.laneBytes), bi.elemBits, unsigned(idx - ai.count));
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v);
+      }
+    });
+    return success();
+  }
+
+  case Kind::Extract:
+  case Kind::ExtractSlice: {
+    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &a = regs[p.in[0]];
+    RtValue &r = regs[p.out[0]];
+    if (p.ints[0] < 0 || p.ints[0] + ri.count > ai.count)
+      return fatal(p, "position out of range");
+    r.shape(a.uniform, ri.laneBytes);
+    forLanes(a.uniform, mask, [&](int l) {
+      for (unsigned e = 0; e < ri.count; ++e)
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e,
+                getBits(a.lane(l, ai.laneBytes), ai.elemBits,
+                        unsigned(p.ints[0]) + e));
+    });
+    return success();
+  }
+
+  case Kind::Insert: {
+    const ValueInfo &si = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &s = regs[p.in[0]], &dest = regs[p.in[1]];
+    if (p.ints[0] < 0 || p.ints[0] >= int64_t(ri.count))
+      return fatal(p, "position out of range");
+    RtValue r = dest;
+    const bool uni = s.uniform && dest.uniform;
+    if (!uni && r.uniform)
+      mergeLanes(r, dest, 0, ri.laneBytes);
+    forLanes(uni, mask, [&](int l) {
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, unsigned(p.ints[0]),
+              getBits(s.lane(l, si.laneBytes), si.elemBits, 0));
+    });
+    regs[p.out[0]] = std::move(r);
+    return success();
+  }
+
+  case Kind::Broadcast: {
+    const ValueInfo &si = info(p.in[0]), &ri = info(p.out[0]);
+    const RtValue &s = regs[p.in[0]];
+    RtValue &r = regs[p.out[0]];
+    r.shape(s.uniform, ri.laneBytes);
+    forLanes(s.uniform, mask, [&](int l) {
+      const uint64_t v = getBits(s.lane(l, si.laneBytes), si.elemBits, 0);
+      for (unsigned e = 0; e < ri.count; ++e)
+        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v);
+    });
+    return success();
+  }
+
+  case Kind::ThreadId: {
+    const int dim = static_cast<int>(p.ints[0]);
+    RtValue &r = regs[p.out[0]];
+    if (block[dim] == 1) {
+      r.shape(true, 8);
+      return success();
+    }
+    r.shape(false, 8);
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t t = int64_t(wave.id) * kLanes + l;
+      const int64_t x = t % block[0], y = (t / block[0]) % block[1],
+                    z = t / (block[0] * block[1]);
+      setBits(r.lane(l, 8), 64, 0, uint64_t(dim == 0 ? x : dim == 1 ? y : z));
+    }
+    return success();
+  }
+  case Kind::BlockId:
+  case Kind::BlockDim:
+  case Kind::GridDim: {
+    const int dim = static_cast<int>(p.ints[0]);
+    RtValue &r = regs[p.out[0]];
+    r.shape(true, 8);
+    const int64_t v = p.kind == Kind::BlockId    ? wg.id[dim]
+                      : p.kind == Kind::BlockDim ? block[dim]
+                                                 : launch.grid[dim];
+    setBits(r.bytes.data(), 64, 0, uint64_t(v));
+    return success();
+  }
+
+  case Kind::FatRawBufferCast: {
+    const RtValue &src = regs[p.in[0]];
+    RtValue &r = regs[p.out[0]];
+    r = src;
+    r.mem.space = Space::RawBuffer;
+    r.mem.numRecords = src.mem.extentBytes;
+    if (p.ints[0]) {
+      const RtValue &valid = regs[p.in[1]];
+      if (!valid.uniform)
+        return fatal(p, "validBytes must be uniform (a buffer descriptor is "
+                        "scalar)");
+      // num_records is a 32-bit descriptor field.
+      const uint64_t v = getBits(valid.bytes.data(), 64, 0);
+      r.mem.numRecords = static_cast<int64_t>(std::min<uint64_t>(v, 0xFFFFFFFFu));
+    }
+    return success();
+  }
+
+  case Kind::ScaledMfma: {
+    if (mask != kAllLanes)
+      return fatal(p, "scaled_mfma needs all 64 lanes active (the emulator "
+                      "does not model MFMA under a partial EXEC mask)");
+    const auto shape = static_cast<mfma::Shape>(p.ints[0]);
+    const mfma::ShapeInfo si = mfma::shapeInfo(shape);
+    // Each lane's source register bytes (FP4 uses the low 16 of 32).
+    auto gatherSource = [&](unsigned operand, std::vector<uint8_t> &regsOut) {
+      const ValueInfo &vi = info(p.in[operand]);
+      const RtValue &v = regs[p.in[operand]];
+      regsOut.assign(size_t(kLanes) * 32, 0);
+      for (int l = 0; l < kLanes; ++l)
+        std::memcpy(&regsOut[size_t(l) * 32], v.lane(l, vi.laneBytes),
+                    std::min(32u, vi.laneBytes));
+    };
+    auto gatherScale = [&](unsigned operand, int64_t select,
+                           std::array<uint8_t, kLanes> &out) {
+      const ValueInfo &vi = info(p.in[operand]);
+      const RtValue &v = regs[p.in[operand]];
+      // A scalar scale is byte 0; a vector<4> scale is the op_sel byte.
+      const unsigned byte = vi.count == 1 ? 0 : unsigned(select);
+      for (int l = 0; l < kLanes; ++l)
+        out[l] = v.lane(l, vi.laneBytes)[byte];
+    };
+    std::vector<uint8_t> aRegs, bRegs;
+    std::array<uint8_t, kLanes> aScales, bScales;
+    gatherSource(0, aRegs);
+    gatherSource(1, bRegs);
+    // amdgpu.mfma (ints[5] set) has no scale operands: every scale is 1.0.
+    if (p.ints[5]) {
+      aScales.fill(127);
+      bScales.fill(127);
+    } else {
+      gatherScale(3, p.ints[1], aScales);
+      gatherScale(4, p.ints[2], bScales);
+    }
+    MfmaOperand a{static_cast<mfma::OperandFormat>(p.ints[3]), aRegs.data(), 32,
+                  aScales.data()};
+    MfmaOperand b{static_cast<mfma::OperandFormat>(p.ints[4]), bRegs.data(), 32,
+                  bScales.data()};
+    const ValueInfo &ci = info(p.in[2]);
+    const RtValue &c = regs[p.in[2]];
+    std::vector<float> acc(size_t(kLanes) * si.accPerLane);
+    for (int l = 0; l < kLanes; ++l)
+      std::memcpy(&acc[size_t(l) * si.accPerLane], c.lane(l, ci.laneBytes),
+                  size_t(si.accPerLane) * 4);
+    scaledMfma(shape, a, b, acc.data(), acc.data());
+    RtValue &r = regs[p.out[0]];
+    r.shape(false, ci.laneBytes);
+    for (int l = 0; l < kLanes; ++l)
+      std::memcpy(r.lane(l, ci.laneBytes), &acc[size_t(l) * si.accPerLane],
+                  size_t(si.accPerLane) * 4);
+    ++result.stats.mfmas;
+    return success();
+  }
+
+  default:
+    return fatal(p, "internal: op kind not executable here");
+  }
+}
+} // namespace moec::emu::detail

@@ -1,0 +1,343 @@
+//===- Schedule.cpp - launches, rounds, residency and deadlocks -----------===//
+///
+/// \file
+/// Runs the launches of one run in a cooperative scheduler. Workgroups are
+/// resident up to a limit per launch and scheduled round-robin over all
+/// launches; a barrier releases when every live wave of the workgroup has
+/// reached it. A wave yields at every scf.while iteration boundary and at
+/// rocdl.s.sleep, so spin-waits make progress, and a round in which nothing
+/// can change any more is reported as a deadlock.
+///
+//===----------------------------------------------------------------------===//
+
+#include "Executor.h"
+
+#include <chrono>
+
+namespace moec::emu::detail {
+
+using llvm::failure;
+using llvm::success;
+using mlir::FailureOr;
+using mlir::LogicalResult;
+
+LogicalResult Executor::bindArguments(llvm::ArrayRef<KernelArgValue> args) {
+  if (args.size() != program.argSlots.size()) {
+    error = "emulator: " + prefix() + program.kernelName + " takes " +
+            std::to_string(program.argSlots.size()) + " arguments, got " +
+            std::to_string(args.size());
+    return failure();
+  }
+  argValues.resize(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ValueInfo &vi = info(program.argSlots[i]);
+    RtValue &value = argValues[i];
+    const std::string which = "argument " + std::to_string(i) + " of " +
+                              program.kernelName;
+    if (vi.isMemRef) {
+      if (args[i].kind != KernelArgValue::Kind::Buffer ||
+          args[i].buffer >= memory.bufferCount()) {
+        error = "emulator: " + prefix() + which + " must be a registered buffer";
+        return failure();
+      }
+      if (vi.space != Space::Global) {
+        error = "emulator: " + prefix() + which + " must be a global memref";
+        return failure();
+      }
+      int64_t extent = vi.memElemBytes;
+      for (int64_t d : vi.shape)
+        extent *= d;
+      value.mem = {Space::Global, args[i].buffer, 0, extent, 0};
+      continue;
+    }
+    if (args[i].kind != KernelArgValue::Kind::Scalar || vi.elem != Elem::Int ||
+        vi.count != 1) {
+      error = "emulator: " + prefix() + which + " must be an integer scalar";
+      return failure();
+    }
+    value.shape(true, vi.laneBytes);
+    setBits(value.bytes.data(), vi.elemBits, 0,
+            static_cast<uint64_t>(args[i].scalar) & widthMask(vi.width));
+  }
+  return success();
+}
+
+std::unique_ptr<Workgroup> Executor::makeWorkgroup(int64_t linearId) {
+  auto wg = std::make_unique<Workgroup>();
+  wg->id = {linearId % launch.grid[0],
+            (linearId / launch.grid[0]) % launch.grid[1],
+            linearId / (launch.grid[0] * launch.grid[1])};
+  // LDS starts poisoned: every byte unwritten.
+  wg->lds.assign(size_t(program.ldsBytes), 0xFF);
+  wg->shadow.assign(size_t(program.ldsBytes), LdsShadow());
+  wg->waves.resize(wavesPerGroup);
+  for (int w = 0; w < wavesPerGroup; ++w) {
+    Wave &wave = wg->waves[w];
+    wave.id = w;
+    wave.regs.resize(program.values.size());
+    for (size_t i = 0; i < program.argSlots.size(); ++i)
+      wave.regs[program.argSlots[i]] = argValues[i];
+    for (size_t r = 0; r < program.lds.size(); ++r) {
+      RtValue &v = wave.regs[program.lds[r].slot];
+      v.mem = {Space::Lds, static_cast<unsigned>(r), program.lds[r].offset,
+               program.lds[r].bytes, 0};
+    }
+    Frame body;
+    body.kind = FrameKind::Body;
+    body.block = static_cast<int>(program.entry);
+    const int64_t lanes = std::min<int64_t>(kLanes, threadsPerGroup - w * kLanes);
+    body.mask = lanes >= kLanes ? kAllLanes : (uint64_t(1) << lanes) - 1;
+    wave.frames.push_back(std::move(body));
+  }
+  ++result.stats.workgroups;
+  result.stats.waves += wavesPerGroup;
+  return wg;
+}
+
+LogicalResult Executor::prepare(llvm::ArrayRef<KernelArgValue> args) {
+  for (int d = 0; d < 3; ++d) {
+    block[d] = launch.block[d] ? launch.block[d] : program.knownBlockSize[d];
+    if (block[d] <= 0) {
+      error = "emulator: " + prefix() + program.kernelName +
+              ": no workgroup size (launch.block or known_block_size)";
+      return failure();
+    }
+    if (launch.grid[d] <= 0) {
+      error = "emulator: " + prefix() + "grid dimensions must be positive";
+      return failure();
+    }
+  }
+  threadsPerGroup = block[0] * block[1] * block[2];
+  wavesPerGroup = static_cast<int>((threadsPerGroup + kLanes - 1) / kLanes);
+  total = launch.grid[0] * launch.grid[1] * launch.grid[2];
+  return bindArguments(args);
+}
+
+bool Executor::isIdle(const Wave &wave) const {
+  if (!wave.retracing || wave.retraceWrites != writes ||
+      wave.retraceBarriers != wave.barrierStops ||
+      wave.frames.size() <= wave.retraceDepth)
+    return false;
+  const Frame &loop = wave.frames[wave.retraceDepth];
+  return loop.owner == wave.retraceOp &&
+         (loop.kind == FrameKind::WhileBefore ||
+          loop.kind == FrameKind::WhileAfter);
+}
+
+LogicalResult Executor::runRound(bool &progress) {
+  const unsigned cap = std::max(1u, launch.maxResidentWorkgroups);
+  while (resident.size() < cap && next < total) {
+    resident.push_back(makeWorkgroup(next++));
+    progress = true;
+  }
+  for (auto it = resident.begin(); it != resident.end();) {
+    Workgroup &wg = **it;
+    for (Wave &wave : wg.waves) {
+      if (wave.state != WaveState::Ready)
+        continue;
+      switch (runWave(wg, wave)) {
+      case Stop::Error:
+        return failure();
+      case Stop::Done:
+        wave.state = WaveState::Done;
+        progress = true;
+        break;
+      case Stop::Barrier:
+        // Arriving changes nothing another wave can see; the release below
+        // (when every live wave is here) is the progress.
+        wave.state = WaveState::AtBarrier;
+        break;
+      case Stop::Yield:
+        ++result.stats.yields;
+        if (!isIdle(wave))
+          progress = true;
+        break;
+      }
+    }
+    bool anyWaiting = false, allDone = true;
+    for (const Wave &wave : wg.waves) {
+      anyWaiting |= wave.state == WaveState::AtBarrier;
+      allDone &= wave.state == WaveState::Done;
+    }
+    // Every live wave is at the barrier (finished waves do not hold it, as
+    // s_barrier counts only waves that have not ended).
+    bool allArrived = anyWaiting;
+    for (const Wave &wave : wg.waves)
+      allArrived &= wave.state != WaveState::Ready;
+    if (allArrived) {
+      for (Wave &wave : wg.waves)
+        if (wave.state == WaveState::AtBarrier)
+          wave.state = WaveState::Ready;
+      ++wg.epoch;
+      ++result.stats.barriers;
+      progress = true;
+    }
+    if (allDone) {
+      it = resident.erase(it);
+      progress = true;
+    } else {
+      ++it;
+    }
+  }
+  return success();
+}
+
+void Executor::describeStall(std::vector<std::string> &spinners,
+                             std::vector<std::string> &notes) const {
+  for (const auto &wg : resident) {
+    for (const Wave &wave : wg->waves) {
+      if (wave.state != WaveState::Ready || !isIdle(wave))
+        continue;
+      const POp &loop = program.ops[wave.retraceOp];
+      spinners.push_back(prefix() + program.kernelName + " workgroup (" +
+                         std::to_string(wg->id[0]) + "," +
+                         std::to_string(wg->id[1]) + "," +
+                         std::to_string(wg->id[2]) + ") wave " +
+                         std::to_string(wave.id) + " at " +
+                         describeLocation(loop.op) + " (" +
+                         describeOpName(loop.op) + ")");
+      break;
+    }
+  }
+  if (next < total) {
+    const int64_t waiting = total - next;
+    notes.push_back(prefix() + std::to_string(waiting) + " workgroup" +
+                    (waiting == 1 ? "" : "s") + " of " + program.kernelName +
+                    " not yet resident (at most " +
+                    std::to_string(std::max(1u, launch.maxResidentWorkgroups)) +
+                    " resident)");
+  }
+}
+
+Stop Executor::runWave(Workgroup &wg, Wave &wave) {
+  while (!wave.frames.empty()) {
+    Frame &frame = wave.frames.back();
+    const PBlock &blk = program.blocks[frame.block];
+    const unsigned opIndex = blk.ops[frame.pos];
+    const POp &p = program.ops[opIndex];
+    if (launch.maxStepsPerWave && ++wave.steps > launch.maxStepsPerWave) {
+      (void)fatal(p, "wave " + std::to_string(wave.id) + " exceeded " +
+                         std::to_string(launch.maxStepsPerWave) +
+                         " steps (runaway loop?)");
+      return Stop::Error;
+    }
+    ++result.stats.waveOps;
+    switch (p.kind) {
+    case Kind::Return:
+      wave.frames.clear();
+      return Stop::Done;
+    case Kind::Barrier:
+      ++frame.pos;
+      ++wave.barrierStops;
+      return Stop::Barrier;
+    case Kind::Sleep:
+      ++frame.pos;
+      return Stop::Yield;
+    case Kind::Yield:
+      if (frame.kind == FrameKind::WhileAfter) {
+        // An scf.while iteration boundary: give the scheduler its turn back.
+        backEdge(wave, p);
+        return Stop::Yield;
+      }
+      if (failed(finishRegion(wave, p)))
+        return Stop::Error;
+      continue;
+    case Kind::Condition:
+      if (failed(finishBefore(wave, p)))
+        return Stop::Error;
+      continue;
+    case Kind::While:
+    case Kind::If:
+    case Kind::For: {
+      // Entering a region pushes a frame, which may move `frame`.
+      const uint64_t mask = frame.mask;
+      ++frame.pos;
+      LogicalResult entered = p.kind == Kind::While ? enterWhile(wave, opIndex, mask)
+                              : p.kind == Kind::If  ? enterIf(wave, opIndex, mask)
+                                                    : enterFor(wave, opIndex, mask);
+      if (failed(entered))
+        return Stop::Error;
+      continue;
+    }
+    default:
+      if (failed(execOp(wg, wave, p, frame.mask)))
+        return Stop::Error;
+      ++frame.pos;
+    }
+  }
+  return Stop::Done;
+}
+
+FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
+                             GlobalMemory &memory, std::string &error) {
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t writes = 0;
+  std::vector<RunResult> results(launches.size());
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.reserve(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const LaunchInput &in = launches[i];
+    executors.push_back(std::make_unique<Executor>(
+        *in.program, memory, *in.launch, in.label, writes, results[i], error));
+    if (failed(executors.back()->prepare(in.args)))
+      return failure();
+  }
+  // Rounds over all launches until every grid has finished. A round with
+  // no progress and no memory write leaves every live wave retracing a
+  // spin or waiting at a barrier only such waves could release: nothing can
+  // ever change what they wait on.
+  for (;;) {
+    bool live = false;
+    for (const auto &executor : executors)
+      live |= !executor->finished();
+    if (!live)
+      break;
+    bool progress = false;
+    const uint64_t writesBefore = writes;
+    for (auto &executor : executors)
+      if (!executor->finished() && failed(executor->runRound(progress)))
+        return failure();
+    if (progress || writes != writesBefore)
+      continue;
+    std::vector<std::string> spinners, notes;
+    for (const auto &executor : executors)
+      executor->describeStall(spinners, notes);
+    if (spinners.empty()) // not expected: a stalled round has a spinner
+      spinners.push_back("no wave can proceed");
+    const size_t shown = std::min<size_t>(spinners.size(), 4);
+    error = "emulator: deadlock: " + std::to_string(spinners.size()) +
+            (spinners.size() == 1 ? " workgroup spins" : " workgroups spin") +
+            " and nothing can change what they wait on: ";
+    for (size_t i = 0; i < shown; ++i)
+      error += (i ? "; " : "") + spinners[i];
+    if (spinners.size() > shown)
+      error += "; and " + std::to_string(spinners.size() - shown) + " more";
+    for (const std::string &note : notes)
+      error += "; " + note;
+    return failure();
+  }
+
+  RunResult total;
+  for (RunResult &result : results) {
+    RunStats &sum = total.stats;
+    const RunStats &one = result.stats;
+    sum.workgroups += one.workgroups;
+    sum.waves += one.waves;
+    sum.waveOps += one.waveOps;
+    sum.mfmas += one.mfmas;
+    sum.barriers += one.barriers;
+    sum.yields += one.yields;
+    sum.rawLoadsOutOfRange += one.rawLoadsOutOfRange;
+    sum.rawStoresDropped += one.rawStoresDropped;
+    sum.ldsDmaOps += one.ldsDmaOps;
+    for (size_t k = 0; k < total.findingCounts.size(); ++k)
+      total.findingCounts[k] += result.findingCounts[k];
+    for (Finding &finding : result.findings)
+      total.findings.push_back(std::move(finding));
+  }
+  total.stats.seconds = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+  return total;
+}
+} // namespace moec::emu::detail
