@@ -11,8 +11,8 @@
 
 #include "KernelEmitter.h"
 #include "moec/Codegen/KernelBuilders.h"
-#include "moec/Codegen/PeerProtocol.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/peer_protocol.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -36,7 +36,7 @@ enum CombineArg : unsigned {
 class CombineEmitter : KernelEmitter {
 public:
   CombineEmitter(OpBuilder &builder, moe::CombineOp op)
-      : KernelEmitter(builder, op.getLoc()), op(op), problem(op.getProblem()),
+      : KernelEmitter(builder, op), op(op), problem(op.getProblem()),
         waves(op.getTile().getWaves()) {}
 
   FailureOr<gpu::GPUModuleOp> emit() {
@@ -111,8 +111,8 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
   Value numTokens = toIndex(numTokensI32);
 
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  Value wave = divC(tid, 64);
-  Value lane = remC(tid, 64);
+  Value wave = divC(tid, chip.wavefrontSize);
+  Value lane = remC(tid, chip.wavefrontSize);
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   const bool peerRows = op.getPeerRows();
   // Peer rows are complete once every rank's stage 2 has signalled.
@@ -217,12 +217,12 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op) {
       {"topk_ids", K::Buffer, "i32", A::Read, "[num_tokens, top_k]"},
       {"topk_weights", K::Buffer, "f32", A::Read, "[num_tokens, top_k]"},
       {"out", K::Buffer, "bf16", A::Write, "[num_tokens, H]"},
-      {"num_tokens", K::I32, "i32", A::Value, "scalar"},
+      {"num_tokens", K::I32, "i32", A::Read, "scalar"},
   };
   if (op.getPeerRows()) {
     abi.args.push_back({"control", K::Buffer, "i32", A::ReadWrite,
                         "[control words] (this rank's)"});
-    abi.args.push_back({"epoch", K::I32, "i32", A::Value, "scalar"});
+    abi.args.push_back({"epoch", K::I32, "i32", A::Read, "scalar"});
   }
   int64_t blocks = op.getTile().getBlocks();
   int64_t waves = op.getTile().getWaves();
@@ -230,7 +230,8 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op) {
                          : "ceil(num_tokens / " + std::to_string(waves) + ")";
   abi.gridY = "1";
   abi.gridZ = "1";
-  abi.workgroupSize = static_cast<unsigned>(64 * waves);
+  abi.workgroupSize =
+      static_cast<unsigned>(moe::getVerifiedTarget(op).wavefrontSize * waves);
   return abi;
 }
 

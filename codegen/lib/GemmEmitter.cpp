@@ -17,11 +17,11 @@ static mfma::Shape toLayoutShape(moe::MfmaShape shape) {
                                               : mfma::Shape::M32N32K64;
 }
 
-GemmEmitter::GemmEmitter(OpBuilder &builder, Location loc, moe::TileAttr tile)
-    : KernelEmitter(builder, loc), tile(tile), shape(toLayoutShape(tile.getMfma())),
+GemmEmitter::GemmEmitter(OpBuilder &builder, Operation *op, moe::TileAttr tile)
+    : KernelEmitter(builder, op), tile(tile), shape(toLayoutShape(tile.getMfma())),
       layout(mfma::shapeInfo(shape)),
       bMajor(tile.getOrientation() == moe::MfmaOrientation::b_major),
-      lanes(64 * tile.getWaves()) {}
+      lanes(chip.wavefrontSize * tile.getWaves()) {}
 
 Value GemmEmitter::swizzleChunk(Value chunk, Value row) {
   // chunk ^ (row mod chunks per row): a permutation of the row's chunks.
@@ -56,8 +56,8 @@ Value GemmEmitter::loadScale(Value memref, Value byteIndex) {
 
 void GemmEmitter::emitLaneIds() {
   tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  wave = divC(tid, 64);
-  lane = remC(tid, 64);
+  wave = divC(tid, chip.wavefrontSize);
+  lane = remC(tid, chip.wavefrontSize);
   laneRow = remC(lane, layout.dim);   // mfma::operandRow
   laneGroup = divC(lane, layout.dim); // mfma::laneGroup
 }
@@ -76,102 +76,18 @@ Block *GemmEmitter::emitExpertGuard(Value expertI32, int64_t localExperts) {
   return ifValid.thenBlock();
 }
 
-std::pair<Value, Value> GemmEmitter::emitTileIds(int64_t nTiles,
-                                                Value mTilesI32) {
-  Value nTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  Value mTile = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
-  if (int64_t persist = tile.getPersistCu()) {
-    // Workgroup row y visits every P-th tile from y, or the contiguous run
-    // [y * chunk, (y + 1) * chunk) with chunk = ceil(tiles / P).
-    Value tiles = toIndex(mTilesI32);
-    if (int64_t skew = tile.getPersistSkew())
-      return emitSkewedTileLoop(nTile, mTile, tiles, persist, skew);
-    scf::ForOp loop;
-    if (tile.getPersistStrided()) {
-      loop = scf::ForOp::create(b, loc, mTile, tiles, idx(persist));
-    } else {
-      Value chunk = divC(add(tiles, idx(persist - 1)), persist);
-      Value begin = mul(mTile, chunk);
-      Value end = arith::MinUIOp::create(b, loc, add(begin, chunk), tiles);
-      loop = scf::ForOp::create(b, loc, begin, end, idx(1));
-    }
-    gpu::ReturnOp::create(b, loc);
-    b.setInsertionPointToStart(loop.getBody());
-    inTileLoop = true;
-    return {nTile, loop.getInductionVar()};
-  }
-  if (int64_t group = tile.getGroupM()) {
-    // Linear id -> group of `group` M tiles (the last one may be shorter);
-    // inside it, M is fastest, then N.
-    Value linear = add(mul(mTile, nTiles), nTile);
-    Value tiles = toIndex(mTilesI32);
-    Value first = mul(divC(linear, group * nTiles), group);
-    Value rows = arith::MinUIOp::create(
-        b, loc, arith::SubIOp::create(b, loc, tiles, first), idx(group));
-    Value within = remC(linear, group * nTiles);
-    Value m = add(first, arith::RemUIOp::create(b, loc, within, rows));
-    Value n = arith::DivUIOp::create(b, loc, within, rows);
-    return {n, m};
-  }
-  if (!tile.getXcdSwizzle())
-    return {nTile, mTile};
-  // Workgroups go to the 8 XCDs round-robin by linear id. Renumber so XCD x
-  // receives the contiguous run [x * total / 8, (x + 1) * total / 8) of
-  // tiles, which in M-major order share activation rows. Only when the grid
-  // divides evenly; otherwise the plain numbering stays.
-  constexpr int64_t kXcds = 8;
-  Value linear = add(mul(mTile, nTiles), nTile);
-  Value total = mul(toIndex(mTilesI32), nTiles);
-  Value perXcd = divC(total, kXcds);
-  Value swizzled = add(mul(remC(linear, kXcds), perXcd), divC(linear, kXcds));
-  Value even = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                     remC(total, kXcds), idx(0));
-  Value id = arith::SelectOp::create(b, loc, even, swizzled, linear);
-  return {remC(id, nTiles), divC(id, nTiles)};
-}
-
-std::pair<Value, Value> GemmEmitter::emitSkewedTileLoop(Value nTile, Value y,
-                                                       Value tiles,
-                                                       int64_t persist,
-                                                       int64_t skew) {
-  // This workgroup's tiles are first + j * stride for j in [0, count).
-  Value first, stride, count;
-  if (tile.getPersistStrided()) {
-    first = y;
-    stride = idx(persist);
-    Value remaining = arith::SubIOp::create(
-        b, loc, arith::MaxUIOp::create(b, loc, tiles, y), y);
-    count = divC(add(remaining, idx(persist - 1)), persist);
-  } else {
-    Value chunk = divC(add(tiles, idx(persist - 1)), persist);
-    first = arith::MinUIOp::create(b, loc, mul(y, chunk), tiles);
-    stride = idx(1);
-    count = arith::SubIOp::create(
-        b, loc, arith::MinUIOp::create(b, loc, add(first, chunk), tiles),
-        first);
-  }
-  auto loop = scf::ForOp::create(b, loc, idx(0), count, idx(1));
-  gpu::ReturnOp::create(b, loc);
-  b.setInsertionPointToStart(loop.getBody());
-  inTileLoop = true;
-  // Start at (y * skew) mod count and wrap around.
-  Value start = arith::RemUIOp::create(b, loc, mul(y, skew), count);
-  Value j = arith::RemUIOp::create(b, loc, add(loop.getInductionVar(), start),
-                                   count);
-  return {nTile, add(first, mul(j, stride))};
-}
-
 void GemmEmitter::applyTileHints(gpu::GPUFuncOp func) {
   if (int64_t waves = tile.getWavesPerEu())
     func->setAttr("rocdl.waves_per_eu", b.getI32IntegerAttr(waves));
   // SC bits have no spelling in the MLIR dialects: mark the weight loads
   // non-temporal and let the backend set the bits named here (see
   // kBCachePolicyAttr); `passthrough` becomes an LLVM function attribute.
+  const target::CachePolicyBits &policy = chip.cachePolicy;
   int64_t bits = 0;
   switch (tile.getBCache()) {
-  case moe::CachePolicy::sc0: bits = 1; break;
-  case moe::CachePolicy::sc1: bits = 16; break;
-  case moe::CachePolicy::sc0_sc1: bits = 17; break;
+  case moe::CachePolicy::sc0: bits = policy.sc0; break;
+  case moe::CachePolicy::sc1: bits = policy.sc1; break;
+  case moe::CachePolicy::sc0_sc1: bits = policy.sc0 | policy.sc1; break;
   default: break;
   }
   if (bits)
@@ -186,13 +102,14 @@ GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
                       int64_t ldsBaseDword, bool swizzle, bool direct) {
   SmallVector<CopySlot> slots;
   const int64_t chunks = rows * chunksPerRow;
-  // An LDS DMA writes 64 chunks in lane order from one base: every wave of
-  // a slot must copy 64 consecutive chunks or none, so that the base of an
-  // active wave is its lane 0's chunk. Tiles hold m * k / 16 chunks, always
-  // a multiple of 128 for a valid #moe.tile.
-  assert((!direct || (!swizzle && chunks % 64 == 0)) &&
+  // An LDS DMA writes a wave's chunks in lane order from one base: every
+  // wave of a slot must copy one chunk per lane or none, so that the base
+  // of an active wave is its lane 0's chunk. Tiles hold m * k / 16 chunks,
+  // always a multiple of 128 for a valid #moe.tile.
+  const int64_t waveSize = chip.wavefrontSize;
+  assert((!direct || (!swizzle && chunks % waveSize == 0)) &&
          "a direct copy needs whole waves of unswizzled chunks");
-  Value waveChunk = direct ? mul(wave, 64) : Value();
+  Value waveChunk = direct ? mul(wave, waveSize) : Value();
   for (int64_t first = 0; first < chunks; first += lanes) {
     Value chunk = add(tid, idx(first));
     Value active;

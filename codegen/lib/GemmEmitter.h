@@ -4,8 +4,8 @@
 /// W13 and W2 are the same GEMM with different operands and epilogues: FP8
 /// rows (gathered by route or token) times the packed E2M1 rows of one
 /// expert, staged through LDS with 16-byte buffer loads and multiplied with
-/// the gfx950 scaled MFMA in the lane layout of MfmaLayout.h. This emitter
-/// holds that GEMM; each stage adds its arguments and epilogue.
+/// the gfx950 scaled MFMA in the lane layout of moec/target/mfma_layout.h.
+/// This emitter holds that GEMM; each stage adds its arguments and epilogue.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -13,7 +13,7 @@
 #define MOEC_CODEGEN_LIB_GEMMEMITTER_H
 
 #include "KernelEmitter.h"
-#include "moec/Codegen/MfmaLayout.h"
+#include "moec/target/mfma_layout.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -21,12 +21,14 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 
+#include <string>
+
 namespace moec {
 
 /// The scaled-MFMA GEMM shared by W13 and W2.
 class GemmEmitter : public KernelEmitter {
 public:
-  GemmEmitter(mlir::OpBuilder &builder, mlir::Location loc, moe::TileAttr tile);
+  GemmEmitter(mlir::OpBuilder &builder, mlir::Operation *op, moe::TileAttr tile);
 
   /// Global-to-LDS copy of one operand tile: per copy slot of a lane, the
   /// global dword index at K = 0 and the LDS dword index.
@@ -65,7 +67,7 @@ public:
   /// Emits the K loop and returns the accumulators after it, indexed
   /// [mFragment * bFragments + bFragment]. Each holds the MFMA's
   /// source-A x source-B block: activations x weights for a_major, weights
-  /// x activations for b_major (see accRow/accCol of MfmaLayout.h).
+  /// x activations for b_major (see accRow/accCol of mfma_layout.h).
   llvm::SmallVector<mlir::Value> emitKLoop(const GemmOperands &operands);
 
   /// The GEMM of a stage that may have an FP8 shared expert: without
@@ -88,6 +90,8 @@ public:
            llvm::function_ref<mlir::Value(mlir::Value row)> globalRowDword,
            int64_t ldsBaseDword, bool swizzle = false, bool direct = false);
 
+  // The tile schedule (TileSchedule.cpp).
+
   /// The (N tile, M tile) this workgroup computes. With tile.xcd_swizzle
   /// the linear block id is renumbered so that the hardware's round-robin
   /// over XCDs gives each XCD a contiguous run of tiles; `nTiles` is the
@@ -96,6 +100,19 @@ public:
   /// workgroup's M tiles, and the function's gpu.return follows the loop.
   std::pair<mlir::Value, mlir::Value> emitTileIds(int64_t nTiles,
                                                   mlir::Value mTilesI32);
+  /// The persistent tile loop with tile.persist_skew: workgroup row `y`
+  /// visits its own tiles starting at (y * skew) mod their count.
+  std::pair<mlir::Value, mlir::Value> emitSkewedTileLoop(mlir::Value nTile,
+                                                         mlir::Value y,
+                                                         mlir::Value tiles,
+                                                         int64_t persist,
+                                                         int64_t skew);
+  /// Ends the body of one tile: with tile.persist_cu a barrier, because the
+  /// workgroup's next tile reuses the LDS.
+  void emitEndOfTile();
+
+  // The work of the fused (peer) stages (PeerWork.cpp).
+
   /// Where a peer stage keeps its work list in LDS (dword offsets): the
   /// received count and first receive row per local expert, the exclusive
   /// prefix of their M tiles (experts + 1 words), then one word per wave
@@ -138,6 +155,25 @@ public:
                      const PeerLds &words, int64_t experts, int64_t ep,
                      int64_t nTiles, int64_t stage,
                      llvm::function_ref<void(const PeerItem &)> tile);
+  /// What the dispatch of the fused stage 1 reads and writes.
+  struct PeerDispatchArgs {
+    moe::PeerTransportAttr peer;
+    moe::ProblemAttr problem;
+    /// The workgroup's LDS, this rank's control buffer and its rank (i32).
+    mlir::Value lds, control, rank;
+    /// This rank's token rows and scales, top-k ids and weights (raw
+    /// buffers), its routes (i32) and the launch epoch (i32).
+    mlir::Value aBuf, aScaleBuf, idsBuf, weightsBuf, numRoutesI32, epoch;
+    /// Rank `rank`'s buffer of `kind`: 0 receive rows, 1 receive scales,
+    /// 2 receive metadata, 3 control.
+    llvm::function_ref<mlir::Value(unsigned kind, int64_t rank)> peerArg;
+  };
+  /// Stage 1's producer role (PeerDispatch.cpp): with the compact transport
+  /// plans where this rank's rows go, copies this rank's routes into their
+  /// destinations' receive rows and signals each destination; the first
+  /// producer (`role` 0) clears the banks the next launch uses.
+  void emitPeerDispatch(mlir::Value role, const PeerLds &words,
+                        const PeerDispatchArgs &args);
   /// Runs `body(item)` (an index) over this workgroup's share of `items`:
   /// with `shards` = 0 the items role, role + groups, ...; otherwise a
   /// dynamic queue of `shards` shards whose counters are the control words
@@ -168,13 +204,6 @@ public:
   /// they read zeros and write nothing.
   mlir::Value peerReceiveRow(const PeerItem &item, mlir::Value row);
 
-  /// The persistent tile loop with tile.persist_skew: workgroup row `y`
-  /// visits its own tiles starting at (y * skew) mod their count.
-  std::pair<mlir::Value, mlir::Value> emitSkewedTileLoop(mlir::Value nTile,
-                                                         mlir::Value y,
-                                                         mlir::Value tiles,
-                                                         int64_t persist,
-                                                         int64_t skew);
   /// Function attributes the tile asks for (waves_per_eu).
   void applyTileHints(mlir::gpu::GPUFuncOp func);
 
@@ -204,6 +233,10 @@ protected:
   int64_t lanes;
   mlir::Value tid, wave, lane, laneRow, laneGroup;
 };
+
+/// The launch grid's Y rule of a GEMM stage without a peer transport: one
+/// row per M tile, or tile.persist_cu persistent rows (TileSchedule.cpp).
+std::string tileGridY(moe::TileAttr tile);
 
 } // namespace moec
 

@@ -11,6 +11,7 @@
 #define MOEC_CODEGEN_LIB_KERNELEMITTER_H
 
 #include "moec/Codegen/KernelAbi.h"
+#include "moec/Dialect/Moe/MoeTarget.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/Builders.h"
@@ -22,8 +23,9 @@ namespace moec {
 /// types, raw-buffer casts and 16-byte accesses.
 class KernelEmitter {
 public:
-  KernelEmitter(mlir::OpBuilder &builder, mlir::Location loc)
-      : b(builder), loc(loc) {}
+  /// An emitter for the kernel of stage op `op`, on the chip around it.
+  KernelEmitter(mlir::OpBuilder &builder, mlir::Operation *op)
+      : b(builder), loc(op->getLoc()), chip(moe::getVerifiedTarget(op)) {}
 
 protected:
   mlir::Value idx(int64_t value);
@@ -69,6 +71,8 @@ protected:
 
   mlir::OpBuilder &b;
   mlir::Location loc;
+  /// The chip the kernel is for (wave size, XCDs, cache-policy bits).
+  const target::TargetInfo &chip;
 };
 
 } // namespace moec

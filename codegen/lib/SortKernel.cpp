@@ -41,8 +41,9 @@ enum SortArg : unsigned {
 class SortEmitter : KernelEmitter {
 public:
   SortEmitter(OpBuilder &builder, moe::SortOp op)
-      : KernelEmitter(builder, op.getLoc()), op(op), problem(op.getProblem()),
-        experts(problem.getLocalExperts()), lanes(64 * op.getWaves()),
+      : KernelEmitter(builder, op), op(op), problem(op.getProblem()),
+        experts(problem.getLocalExperts()),
+        lanes(chip.wavefrontSize * op.getWaves()),
         mTile(op.getMTile()) {}
 
   FailureOr<gpu::GPUModuleOp> emit() {
@@ -309,14 +310,15 @@ KernelAbi getSortKernelAbi(moe::SortOp op) {
       {"sorted_routes", K::Buffer, "i32", A::Write, "[capacity]"},
       {"tile_experts", K::Buffer, "i32", A::Write, "[capacity/m_tile]"},
       {"status", K::Buffer, "i32", A::Write, "[2]: num_sorted, needed"},
-      {"num_tokens", K::I32, "i32", A::Value, "scalar"},
-      {"expert_offset", K::I32, "i32", A::Value, "scalar: first local expert"},
-      {"capacity", K::I32, "i32", A::Value, "scalar (multiple of m_tile)"},
+      {"num_tokens", K::I32, "i32", A::Read, "scalar"},
+      {"expert_offset", K::I32, "i32", A::Read, "scalar: first local expert"},
+      {"capacity", K::I32, "i32", A::Read, "scalar (multiple of m_tile)"},
   };
   abi.gridX = "1";
   abi.gridY = "1";
   abi.gridZ = "1";
-  abi.workgroupSize = static_cast<unsigned>(64 * op.getWaves());
+  abi.workgroupSize = static_cast<unsigned>(
+      moe::getVerifiedTarget(op).wavefrontSize * op.getWaves());
   return abi;
 }
 

@@ -17,8 +17,8 @@
 
 #include "GemmEmitter.h"
 #include "moec/Codegen/KernelBuilders.h"
-#include "moec/Codegen/PeerProtocol.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/peer_protocol.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -53,7 +53,7 @@ enum W13PeerArg : unsigned {
 class W13Emitter : GemmEmitter {
 public:
   W13Emitter(OpBuilder &builder, moe::W13Op op)
-      : GemmEmitter(builder, op.getLoc(), op.getTile()), op(op),
+      : GemmEmitter(builder, op, op.getTile()), op(op),
         problem(op.getProblem()) {}
 
   FailureOr<gpu::GPUModuleOp> emit();
@@ -76,12 +76,6 @@ private:
   void emitBody(gpu::GPUFuncOp func);
   /// The fused MegaMoE stage 1 (`peer`): dispatch, then W13 tiles.
   void emitPeerBody(gpu::GPUFuncOp func);
-  /// Stage 1's producer role: copies this rank's routes to their
-  /// destinations and signals each destination.
-  void emitDispatch(gpu::GPUFuncOp func, Value role, const PeerLds &words,
-                    Value aBuf, Value aScaleBuf, Value idsBuf, Value weightsBuf,
-                    Value numRoutesI32, Value epoch,
-                    function_ref<Value(unsigned, int64_t)> peerArg);
   /// GEMM, activation and quantisation of one tile.
   void emitTile(const TileRows &rows);
   /// Physical W13 row of logical intermediate column `column` (an index),
@@ -300,10 +294,7 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   rows.aRow = tokenOfRow;
   rows.outRow = routeOfRow;
   emitTile(rows);
-  // A persistent workgroup's next tile overwrites the staging area others
-  // may still be reading.
-  if (tile.getPersistCu() > 0)
-    gpu::BarrierOp::create(b, loc);
+  emitEndOfTile();
 }
 
 void W13Emitter::emitTile(const TileRows &rows) {
@@ -482,11 +473,13 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   gpu::BarrierOp::create(b, loc);
   Value role = toIndex(
       memref::LoadOp::create(b, loc, lds, ValueRange{idx(words.groupWord)}));
+  PeerDispatchArgs dispatchArgs{peer,     problem,  lds,        control,
+                                arg(kPRank), aBuf,  aScaleBuf,  idsBuf,
+                                weightsBuf, numRoutes, epoch,   peerArg};
   const moe::PeerDispatch dispatch = peer.getDispatch();
   if (dispatch == moe::PeerDispatch::only) {
     // The dispatch kernel: every workgroup produces, nothing else.
-    emitDispatch(func, role, words, aBuf, aScaleBuf, idsBuf, weightsBuf,
-                 numRoutes, epoch, peerArg);
+    emitPeerDispatch(role, words, dispatchArgs);
     gpu::ReturnOp::create(b, loc);
     return;
   }
@@ -496,8 +489,7 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
     auto ifProducer = scf::IfOp::create(b, loc, isProducer, false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifProducer.thenBlock());
-    emitDispatch(func, role, words, aBuf, aScaleBuf, idsBuf, weightsBuf,
-                 numRoutes, epoch, peerArg);
+    emitPeerDispatch(role, words, dispatchArgs);
   }
 
   // Everyone computes once every producer wave of every rank (of this
@@ -529,331 +521,6 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   gpu::ReturnOp::create(b, loc);
 }
 
-void W13Emitter::emitDispatch(
-    gpu::GPUFuncOp func, Value role, const PeerLds &words, Value aBuf,
-    Value aScaleBuf, Value idsBuf, Value weightsBuf, Value numRoutesI32,
-    Value epoch, function_ref<Value(unsigned, int64_t)> peerArg) {
-  moe::PeerTransportAttr peer = op.getPeerAttr();
-  const int64_t hidden = problem.getHidden();
-  const int64_t topK = problem.getTopK();
-  const int64_t ep = problem.getEp();
-  const int64_t experts = problem.getLocalExperts();
-  const int64_t capacity = peer.getCapacity();
-  const int64_t rowsTotal = peer.getReceiveRows(experts);
-  const int64_t waves = tile.getWaves();
-  const int64_t producers = peer.getDispatchCus();
-  const int64_t routesPerRank = peer.getMaxTokens() * topK;
-  Value lds = func.getWorkgroupAttributions()[0];
-  Value control = func.getArgument(kPControl);
-  Value rank = func.getArgument(kPRank);
-  Value isLaneZero =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, idx(0));
-  auto onLaneZero = [&](function_ref<void()> body) {
-    auto ifLane = scf::IfOp::create(b, loc, isLaneZero, false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifLane.thenBlock());
-    body();
-  };
-
-  const bool compact = peer.isCompact();
-  const int64_t tableWord = peer::sourceCountWord(0, 0, 0, experts, ep);
-  const int64_t cursorRegion = peer::cursorWord(0, 0, 0, experts, ep);
-  const int64_t allExperts = ep * experts;
-  auto forEachLane = [&](int64_t count, function_ref<void(Value)> body) {
-    auto loop = scf::ForOp::create(b, loc, tid, idx(count), idx(lanes));
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(loop.getBody());
-    body(loop.getInductionVar());
-  };
-  auto ifThen = [&](Value condition, function_ref<void()> body) {
-    auto ifOp = scf::IfOp::create(b, loc, condition, false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    body();
-  };
-  auto ldsAt = [&](Value index) {
-    return memref::LoadOp::create(b, loc, lds, ValueRange{index}).getResult();
-  };
-  Value isFirst =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, role, idx(0));
-  Value nextEpoch = arith::AddIOp::create(b, loc, epoch, i32(1));
-
-  // The first producer clears the banks the next launch uses (their
-  // previous use ended with this rank's last stage 2) and, with compact,
-  // plans: it counts this rank's routes per destination expert in LDS,
-  // writes the counts into every destination's source-count table and
-  // signals it, one signal per wave after that wave's stores.
-  ifThen(isFirst, [&] {
-    // Both stages' work-queue counters of the next launch.
-    forEachLane(2 * peer::kMaxWorkShards, [&](Value i) {
-      memref::StoreOp::create(
-          b, loc, i32(0), control,
-          ValueRange{bankWord(nextEpoch, peer::queueWord(0, 0, 0, experts, ep),
-                              2 * peer::kMaxWorkShards, i)});
-    });
-    if (!compact) {
-      forEachLane(experts, [&](Value e) {
-        memref::StoreOp::create(
-            b, loc, i32(0), control,
-            ValueRange{bankWord(nextEpoch, peer::kExpertCounts, experts, e)});
-      });
-      return;
-    }
-    forEachLane(allExperts, [&](Value i) {
-      memref::StoreOp::create(
-          b, loc, i32(0), control,
-          ValueRange{bankWord(nextEpoch, tableWord, allExperts, i)});
-      memref::StoreOp::create(
-          b, loc, i32(0), control,
-          ValueRange{bankWord(nextEpoch, cursorRegion, allExperts, i)});
-    });
-  });
-
-  // Compact planning: the first `plan_cus` producers each count a slice of
-  // this rank's routes per destination expert in LDS and add the counts
-  // into every destination's source-count table (zeroed by the previous
-  // launch), then signal it, one signal per wave after that wave's adds.
-  const int64_t planners = peer.getPlanCus();
-  if (compact) {
-    Value isPlanner = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                            role, idx(planners));
-    ifThen(isPlanner, [&] {
-      forEachLane(allExperts, [&](Value i) {
-        memref::StoreOp::create(b, loc, i32(0), lds, ValueRange{i});
-      });
-      gpu::BarrierOp::create(b, loc);
-      Value routesTotal = toIndex(numRoutesI32);
-      Value perPlanner = divC(add(routesTotal, idx(planners - 1)), planners);
-      Value sliceBegin =
-          arith::MinUIOp::create(b, loc, mul(role, perPlanner), routesTotal);
-      Value sliceEnd = arith::MinUIOp::create(
-          b, loc, add(sliceBegin, perPlanner), routesTotal);
-      auto histogram = scf::ForOp::create(b, loc, add(sliceBegin, tid),
-                                          sliceEnd, idx(lanes));
-      {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(histogram.getBody());
-        Value id = memref::LoadOp::create(
-            b, loc, idsBuf, ValueRange{histogram.getInductionVar()});
-        Value valid = arith::AndIOp::create(
-            b, loc,
-            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
-            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
-                                  i32(allExperts)));
-        ifThen(valid, [&] {
-          (void)memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
-                                            i32(1), lds,
-                                            ValueRange{toIndex(id)});
-        });
-      }
-      gpu::BarrierOp::create(b, loc);
-      Value rankIndex = toIndex(rank);
-      for (int64_t d = 0; d < ep; ++d)
-        forEachLane(experts, [&](Value e) {
-          (void)atomicAddI32(
-              peerArg(3, d),
-              bankWord(epoch, tableWord, allExperts,
-                       add(mul(rankIndex, experts), e)),
-              ldsAt(add(idx(d * experts), e)));
-        });
-      onLaneZero([&] {
-        for (int64_t d = 0; d < ep; ++d)
-          (void)atomicAddI32(peerArg(3, d), idx(peer::kCountsReady), i32(1));
-      });
-      gpu::BarrierOp::create(b, loc);
-    });
-  }
-
-  // Compact: once a destination's table is complete (every source's planner
-  // waves have signalled it), each producer computes where this rank's rows
-  // for each of its experts start: the expert's base (the totals of the
-  // experts before it) plus the rows of lower source ranks. LDS words
-  // [d * experts + e] get those starts, [allExperts, + experts) the totals.
-  if (compact) {
-    Value rankI32 = rank;
-    for (int64_t d = 0; d < ep; ++d) {
-      Value destControl = peerArg(3, d);
-      emitWaitUntil(tid, destControl, idx(peer::kCountsReady),
-                    arith::MulIOp::create(b, loc, epoch,
-                                          i32(ep * planners * waves)));
-      forEachLane(experts, [&](Value e) {
-        Value total = i32(0), lower = i32(0);
-        for (int64_t source = 0; source < ep; ++source) {
-          Value rows = memref::LoadOp::create(
-              b, loc, destControl,
-              ValueRange{bankWord(epoch, tableWord, allExperts,
-                                  add(idx(source * experts), e))});
-          total = arith::AddIOp::create(b, loc, total, rows);
-          Value below = arith::CmpIOp::create(
-              b, loc, arith::CmpIPredicate::slt, i32(source), rankI32);
-          lower = arith::AddIOp::create(
-              b, loc, lower,
-              arith::SelectOp::create(b, loc, below, rows, i32(0)));
-        }
-        memref::StoreOp::create(b, loc, total, lds,
-                                ValueRange{add(idx(allExperts), e)});
-        memref::StoreOp::create(b, loc, lower, lds,
-                                ValueRange{add(idx(d * experts), e)});
-      });
-      gpu::BarrierOp::create(b, loc);
-      onThreadZero(tid, [&] {
-        auto scan = scf::ForOp::create(b, loc, idx(0), idx(experts), idx(1),
-                                       ValueRange{i32(0)});
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(scan.getBody());
-        Value e = scan.getInductionVar();
-        Value at = add(idx(d * experts), e);
-        Value before = scan.getRegionIterArg(0);
-        memref::StoreOp::create(
-            b, loc, arith::AddIOp::create(b, loc, ldsAt(at), before), lds,
-            ValueRange{at});
-        scf::YieldOp::create(
-            b, loc,
-            ValueRange{arith::AddIOp::create(
-                b, loc, before, ldsAt(add(idx(allExperts), e)))});
-      });
-      gpu::BarrierOp::create(b, loc);
-    }
-  }
-
-  // One wave per route: lane 0 takes the receive row with an atomic (fixed
-  // slot: on the destination's expert count; compact: on this rank's cursor
-  // for the destination expert, added to the start computed above), every
-  // lane copies 16-byte chunks of the row.
-  Value waveSlot = add(idx(words.waveWords), wave);
-  // A wave takes `chunk_routes` consecutive routes at a time (consecutive
-  // token rows), then strides over the producers' waves.
-  const int64_t chunk = peer.getChunkRoutes();
-  Value routesTotal = toIndex(numRoutesI32);
-  Value firstRoute = mul(add(mul(role, waves), wave), chunk);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    scf::ForOp routes;
-    if (chunk == 1) {
-      routes = scf::ForOp::create(b, loc, firstRoute, routesTotal,
-                                  idx(producers * waves));
-    } else {
-      auto chunks = scf::ForOp::create(b, loc, firstRoute, routesTotal,
-                                       idx(producers * waves * chunk));
-      b.setInsertionPointToStart(chunks.getBody());
-      Value chunkEnd = arith::MinUIOp::create(
-          b, loc, add(chunks.getInductionVar(), idx(chunk)), routesTotal);
-      routes = scf::ForOp::create(b, loc, chunks.getInductionVar(), chunkEnd,
-                                  idx(1));
-    }
-    b.setInsertionPointToStart(routes.getBody());
-    Value route = routes.getInductionVar();
-    Value id = memref::LoadOp::create(b, loc, idsBuf, ValueRange{route});
-    // Invalid ids (negative, or past every rank's experts) go nowhere.
-    Value valid = arith::AndIOp::create(
-        b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
-                              i32(ep * experts)));
-    auto ifValid = scf::IfOp::create(b, loc, valid, false);
-    b.setInsertionPointToStart(ifValid.thenBlock());
-    Value dest = arith::DivUIOp::create(b, loc, id, i32(experts));
-    Value expert = toIndex(arith::RemUIOp::create(b, loc, id, i32(experts)));
-    Value token = divC(route, topK);
-    Value weight = memref::LoadOp::create(b, loc, weightsBuf, ValueRange{route});
-    Value source = arith::AddIOp::create(
-        b, loc,
-        arith::MulIOp::create(b, loc, rank, i32(routesPerRank)),
-        arith::AddIOp::create(
-            b, loc,
-            arith::IndexCastOp::create(b, loc, b.getI32Type(), route), i32(1)));
-    for (int64_t d = 0; d < ep; ++d) {
-      OpBuilder::InsertionGuard perDest(b);
-      auto ifDest = scf::IfOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, dest, i32(d)),
-          false);
-      b.setInsertionPointToStart(ifDest.thenBlock());
-      Value destControl = peerArg(3, d);
-      onLaneZero([&] {
-        Value slot =
-            compact
-                ? atomicAddI32(control,
-                               bankWord(epoch, cursorRegion, allExperts,
-                                        add(idx(d * experts), expert)),
-                               i32(1))
-                : atomicAddI32(destControl,
-                               bankWord(epoch, peer::kExpertCounts, experts,
-                                        expert),
-                               i32(1));
-        memref::StoreOp::create(b, loc, slot, lds, ValueRange{waveSlot});
-      });
-      Value slot = memref::LoadOp::create(b, loc, lds, ValueRange{waveSlot});
-      // Fixed slot: the expert's rows are [e * capacity, (e + 1) * capacity);
-      // compact: this rank's start for the expert plus the slot, below the
-      // rank's receive rows.
-      Value rowI32 =
-          compact ? arith::AddIOp::create(b, loc, ldsAt(add(idx(d * experts), expert)),
-                                          slot)
-                        .getResult()
-                  : arith::AddIOp::create(
-                        b, loc,
-                        arith::IndexCastOp::create(b, loc, b.getI32Type(),
-                                                   mul(expert, capacity)),
-                        slot)
-                        .getResult();
-      Value fits = compact
-                       ? arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
-                                               rowI32, i32(rowsTotal))
-                             .getResult()
-                       : arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
-                                               slot, i32(capacity))
-                             .getResult();
-      auto ifFits = scf::IfOp::create(b, loc, fits, /*withElseRegion=*/true);
-      b.setInsertionPointToStart(ifFits.thenBlock());
-      Value row = toIndex(rowI32);
-      Value recvA = asBuffer(peerArg(0, d), i64(rowsTotal * hidden));
-      auto copy = scf::ForOp::create(b, loc, lane, idx(hidden / 16), idx(64));
-      {
-        OpBuilder::InsertionGuard inCopy(b);
-        b.setInsertionPointToStart(copy.getBody());
-        Value chunk = mul(copy.getInductionVar(), 4);
-        store16(load16(aBuf, add(mul(token, hidden / 4), chunk)), recvA,
-                add(mul(row, hidden / 4), chunk));
-      }
-      // Scales: 4 bytes per lane.
-      auto i8x4 = VectorType::get({4}, b.getI8Type());
-      Value recvScale = peerArg(1, d);
-      auto copyScales =
-          scf::ForOp::create(b, loc, lane, idx(hidden / 128), idx(64));
-      {
-        OpBuilder::InsertionGuard inCopy(b);
-        b.setInsertionPointToStart(copyScales.getBody());
-        Value at = mul(copyScales.getInductionVar(), 4);
-        Value bytes = vector::LoadOp::create(
-            b, loc, i8x4, aScaleBuf, ValueRange{add(mul(token, hidden / 32), at)});
-        vector::StoreOp::create(b, loc, bytes, recvScale,
-                                ValueRange{add(mul(row, hidden / 32), at)});
-      }
-      Value meta = peerArg(2, d);
-      onLaneZero([&] {
-        Value weightBits =
-            arith::BitcastOp::create(b, loc, b.getI32Type(), weight);
-        memref::StoreOp::create(b, loc, weightBits, meta,
-                                ValueRange{mul(row, peer::kMetaWords)});
-        memref::StoreOp::create(b, loc, source, meta,
-                                ValueRange{add(mul(row, peer::kMetaWords), idx(1))});
-      });
-      // A full expert: counted on the destination, never silently lost.
-      b.setInsertionPointToStart(ifFits.elseBlock());
-      onLaneZero([&] {
-        (void)atomicAddI32(destControl, idx(peer::kOverflow), i32(1));
-      });
-    }
-  }
-  // Each wave signals every destination once its routes are out; the
-  // acquire-release atomic orders the wave's copies before the signal.
-  onLaneZero([&] {
-    for (int64_t d = 0; d < ep; ++d)
-      (void)atomicAddI32(peerArg(3, d), idx(peer::kDispatchDone), i32(1));
-  });
-}
-
 } // namespace
 
 KernelAbi getW13KernelAbi(moe::W13Op op) {
@@ -861,7 +528,8 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
   using A = KernelArg::Access;
   moe::TileAttr tile = op.getTile();
   KernelAbi abi;
-  abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
+  abi.workgroupSize = static_cast<unsigned>(
+      moe::getVerifiedTarget(op).wavefrontSize * tile.getWaves());
   if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
     abi.args = {
         {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
@@ -875,9 +543,9 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
         {"out", K::Buffer, "f8E4M3FN", A::Write, "[local_experts * capacity, I]"},
         {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[local_experts * capacity, I/32]"},
         {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
-        {"num_tokens", K::I32, "i32", A::Value, "scalar (<= max_tokens)"},
-        {"epoch", K::I32, "i32", A::Value, "scalar (launch count, from 1, equal on every rank)"},
-        {"rank", K::I32, "i32", A::Value, "scalar"},
+        {"num_tokens", K::I32, "i32", A::Read, "scalar (<= max_tokens)"},
+        {"epoch", K::I32, "i32", A::Read, "scalar (launch count, from 1, equal on every rank)"},
+        {"rank", K::I32, "i32", A::Read, "scalar"},
     };
     const char *kinds[] = {"peer_recv_a", "peer_recv_scale", "peer_recv_meta",
                            "peer_control"};
@@ -906,8 +574,8 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
       {"tile_experts", K::Buffer, "i32", A::Read, "[num_sorted/tile_m]"},
       {"out", K::Buffer, "f8E4M3FN", A::Write, "[num_tokens*top_k, I]"},
       {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[num_tokens*top_k, I/32]"},
-      {"num_tokens", K::I32, "i32", A::Value, "scalar"},
-      {"num_sorted", K::I32, "i32", A::Value, "scalar (multiple of tile_m)"},
+      {"num_tokens", K::I32, "i32", A::Read, "scalar"},
+      {"num_sorted", K::I32, "i32", A::Read, "scalar (multiple of tile_m)"},
   };
   if (op.getSharedFp8Expert()) {
     abi.args.push_back({"b_shared", K::Buffer, "f8E4M3FN", A::Read, "[2I, H]"});
@@ -915,9 +583,7 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
         {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[2I, H/32]"});
   }
   abi.gridX = "I / " + std::to_string(tile.getN());
-  abi.gridY = tile.getPersistCu() > 0
-                  ? std::to_string(tile.getPersistCu())
-                  : "num_sorted / " + std::to_string(tile.getM());
+  abi.gridY = tileGridY(tile);
   abi.gridZ = "1";
   return abi;
 }

@@ -9,9 +9,9 @@
 /// columns. Per K step every lane helps copy the A tile (FP8 rows gathered by
 /// route id) and the B tile (the expert's packed E2M1 rows) into LDS with
 /// 16-byte buffer loads; after a barrier each wave reads its MFMA fragments
-/// from LDS in the lane layout of MfmaLayout.h and accumulates. Scales are
-/// read per lane straight from global memory: each lane needs exactly one
-/// E8M0 byte per operand per instruction.
+/// from LDS in the lane layout of moec/target/mfma_layout.h and accumulates.
+/// Scales are read per lane straight from global memory: each lane needs
+/// exactly one E8M0 byte per operand per instruction.
 ///
 /// Padding entries of the route list hold the route id num_routes, which lies
 /// past the valid bytes of the activation and output buffers: their loads
@@ -19,10 +19,10 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#include "moec/Codegen/KernelBuilders.h"
 #include "GemmEmitter.h"
-#include "moec/Codegen/PeerProtocol.h"
+#include "moec/Codegen/KernelBuilders.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/peer_protocol.h"
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -61,7 +61,7 @@ enum W2PeerArg : unsigned {
 class W2Emitter : GemmEmitter {
 public:
   W2Emitter(OpBuilder &builder, moe::W2Op op)
-      : GemmEmitter(builder, op.getLoc(), op.getTile()), op(op),
+      : GemmEmitter(builder, op, op.getTile()), op(op),
         problem(op.getProblem()) {}
 
   FailureOr<gpu::GPUModuleOp> emit();
@@ -299,9 +299,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
         outBuf, ValueRange{outElement}, /*nontemporal=*/false,
         llvm::MaybeAlign(16));
   }
-  // A persistent workgroup's next tile reuses the LDS.
-  if (tile.getPersistCu() > 0)
-    gpu::BarrierOp::create(b, loc);
+  emitEndOfTile();
 }
 
 void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
@@ -502,26 +500,13 @@ SmallVector<Value> W2Emitter::emitTileGemm(const TileRows &rows) {
 
 } // namespace
 
-const char *toString(KernelArg::Kind kind) {
-  return kind == KernelArg::Kind::Buffer ? "buffer" : "i32";
-}
-
-const char *toString(KernelArg::Access access) {
-  switch (access) {
-  case KernelArg::Access::Read: return "read";
-  case KernelArg::Access::Write: return "write";
-  case KernelArg::Access::ReadWrite: return "readwrite";
-  case KernelArg::Access::Value: return "value";
-  }
-  return "unknown";
-}
-
 KernelAbi getW2KernelAbi(moe::W2Op op) {
   using K = KernelArg::Kind;
   using A = KernelArg::Access;
   moe::TileAttr tile = op.getTile();
   KernelAbi abi;
-  abi.workgroupSize = static_cast<unsigned>(64 * tile.getWaves());
+  abi.workgroupSize = static_cast<unsigned>(
+      moe::getVerifiedTarget(op).wavefrontSize * tile.getWaves());
   if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
     abi.args = {
         {"a", K::Buffer, "f8E4M3FN", A::Read, "[local_experts * capacity, I]"},
@@ -530,7 +515,7 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
         {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
         {"recv_meta", K::Buffer, "i32", A::Read, "[local_experts * capacity, 2] (this rank's)"},
         {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
-        {"epoch", K::I32, "i32", A::Value, "scalar (as stage 1)"},
+        {"epoch", K::I32, "i32", A::Read, "scalar (as stage 1)"},
     };
     for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
       abi.args.push_back({"peer_combine" + std::to_string(r), K::Buffer, "bf16",
@@ -552,8 +537,8 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
       {"tile_experts", K::Buffer, "i32", A::Read, "[num_sorted/tile_m]"},
       {"out", K::Buffer, op.getSplitK() > 1 ? "f32" : "bf16", A::Write,
        op.getSplitK() > 1 ? "[num_routes, split_k, H]" : "[num_routes, H]"},
-      {"num_routes", K::I32, "i32", A::Value, "scalar"},
-      {"num_sorted", K::I32, "i32", A::Value, "scalar (multiple of tile_m)"},
+      {"num_routes", K::I32, "i32", A::Read, "scalar"},
+      {"num_sorted", K::I32, "i32", A::Read, "scalar (multiple of tile_m)"},
   };
   if (op.getSharedFp8Expert()) {
     abi.args.push_back({"b_shared", K::Buffer, "f8E4M3FN", A::Read, "[H, I]"});
@@ -561,9 +546,7 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
         {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[H, I/32]"});
   }
   abi.gridX = "H / " + std::to_string(tile.getN());
-  abi.gridY = tile.getPersistCu() > 0
-                  ? std::to_string(tile.getPersistCu())
-                  : "num_sorted / " + std::to_string(tile.getM());
+  abi.gridY = tileGridY(tile);
   abi.gridZ = std::to_string(op.getSplitK());
   return abi;
 }

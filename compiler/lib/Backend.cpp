@@ -44,10 +44,10 @@ struct TempFile {
   }
 };
 
-} // namespace
-
+/// Optimises `module` at O3 and emits it as `fileType` for `target`.
 llvm::Expected<std::vector<uint8_t>>
-moec::emitObject(llvm::Module &module, const CompileTarget &target) {
+emitFile(llvm::Module &module, const moec::CompileTarget &target,
+         llvm::CodeGenFileType fileType) {
   initializeAmdgpuTarget();
   llvm::Triple triple(target.triple);
   std::string error;
@@ -57,6 +57,9 @@ moec::emitObject(llvm::Module &module, const CompileTarget &target) {
     return llvm::createStringError("no LLVM target for " + triple.str() +
                                    ": " + error);
   llvm::TargetOptions options;
+  // Assembly keeps the backend's comments (registers, occupancy).
+  options.MCOptions.AsmVerbose =
+      fileType == llvm::CodeGenFileType::AssemblyFile;
   std::unique_ptr<llvm::TargetMachine> machine(
       llvmTarget->createTargetMachine(triple, target.chip.arch, target.features,
                                       options, llvm::Reloc::PIC_, std::nullopt,
@@ -87,11 +90,26 @@ moec::emitObject(llvm::Module &module, const CompileTarget &target) {
   llvm::SmallVector<char, 0> buffer;
   llvm::raw_svector_ostream stream(buffer);
   llvm::legacy::PassManager codegen;
-  if (machine->addPassesToEmitFile(codegen, stream, nullptr,
-                                   llvm::CodeGenFileType::ObjectFile))
-    return llvm::createStringError("the AMDGPU backend cannot emit objects");
+  if (machine->addPassesToEmitFile(codegen, stream, nullptr, fileType))
+    return llvm::createStringError("the AMDGPU backend cannot emit this file "
+                                   "type");
   codegen.run(module);
   return std::vector<uint8_t>(buffer.begin(), buffer.end());
+}
+
+} // namespace
+
+llvm::Expected<std::vector<uint8_t>>
+moec::emitObject(llvm::Module &module, const CompileTarget &target) {
+  return emitFile(module, target, llvm::CodeGenFileType::ObjectFile);
+}
+
+llvm::Expected<std::string> moec::emitAssembly(llvm::Module &module,
+                                               const CompileTarget &target) {
+  auto text = emitFile(module, target, llvm::CodeGenFileType::AssemblyFile);
+  if (!text)
+    return text.takeError();
+  return std::string(text->begin(), text->end());
 }
 
 llvm::Expected<std::vector<uint8_t>>

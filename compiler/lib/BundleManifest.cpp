@@ -1,9 +1,10 @@
 //===- BundleManifest.cpp - the manifest of a compiled table --------------===//
 ///
 /// \file
-/// Builds manifest schema v1 (docs/bundle-format.md). Only inputs that change
-/// the output go in: no timestamps, no absolute paths, so the same table and
-/// compiler give a byte-identical bundle.
+/// Fills the runtime's manifest model (moec/manifest.h, schema v1,
+/// docs/bundle-format.md) for a compiled table; the runtime serialises it.
+/// Only inputs that change the output go in: no timestamps, no absolute
+/// paths, so the same table and compiler give a byte-identical bundle.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -14,14 +15,10 @@
 
 #include "llvm/Config/llvm-config.h"
 
-#include <nlohmann/json.hpp>
-
-#include <cstdio>
+#include <algorithm>
 
 namespace moec {
 namespace {
-
-using Json = nlohmann::json;
 
 std::string baseName(const std::string &path) {
   size_t slash = path.find_last_of('/');
@@ -37,107 +34,115 @@ std::string compilerFingerprint(const CompileTarget &target) {
   return hashHex(identity.data(), identity.size());
 }
 
-Json kernelJson(const CompiledKernel &kernel, size_t codeObject) {
-  Json config = Json::object();
-  for (const auto &[knob, value] : kernel.config)
-    config[knob] = value;
-  Json abi = Json::array();
-  for (const KernelArg &arg : kernel.abi.args)
-    abi.push_back({{"name", arg.name},
-                   {"kind", toString(arg.kind)},
-                   {"dtype", arg.dtype},
-                   {"access", arg.kind == KernelArg::Kind::Buffer
-                                  ? toString(arg.access)
-                                  : "read"},
-                   {"shape", arg.shape}});
-  const rt::KernelResources &r = kernel.resources;
-  return {
-      {"name", kernel.name},
-      {"symbol", kernel.symbol + ".kd"},
-      {"code_object", codeObject},
-      {"stage", kernel.stage},
-      {"config", config},
-      {"abi", abi},
-      {"launch",
-       {{"workgroup_size", {kernel.abi.workgroupSize, 1, 1}},
-        {"grid",
-         {{"x", kernel.abi.gridX}, {"y", kernel.abi.gridY}, {"z", kernel.abi.gridZ}}}}},
-      {"resources",
-       {{"vgpr", r.vgpr},
-        {"agpr", r.agpr},
-        {"sgpr", r.sgpr},
-        {"lds_bytes", r.ldsBytes},
-        {"private_segment_bytes", r.privateSegmentBytes},
-        {"vgpr_spill", r.vgprSpill},
-        {"sgpr_spill", r.sgprSpill},
-        {"wavefront_size", r.wavefrontSize},
-        {"max_flat_workgroup_size", r.maxFlatWorkgroupSize}}},
-      {"content_hash", kernel.contentHash},
-      {"table_names", kernel.tableNames},
-  };
+rt::KernelInfo kernelInfo(const CompiledKernel &kernel, uint32_t codeObject,
+                          uint32_t irObject) {
+  rt::KernelInfo info;
+  info.name = kernel.name;
+  info.symbol = kernel.symbol + ".kd";
+  info.codeObject = codeObject;
+  info.stage = kernel.stage;
+  info.attributes = kernel.attributes;
+  for (const KernelArg &arg : kernel.abi.args) {
+    rt::KernelArgInfo recorded = arg;
+    // Scalars are read by value.
+    if (recorded.kind != rt::ArgKind::Buffer)
+      recorded.access = rt::ArgAccess::Read;
+    info.abi.push_back(recorded);
+  }
+  info.launch.workgroupSize = {kernel.abi.workgroupSize, 1, 1};
+  info.launch.gridX = kernel.abi.gridX;
+  info.launch.gridY = kernel.abi.gridY;
+  info.launch.gridZ = kernel.abi.gridZ;
+  info.resources = kernel.resources;
+  info.contentHash = kernel.contentHash;
+  info.tableNames = kernel.tableNames;
+  if (!kernel.kernelIr.empty()) {
+    info.ir.object = irObject;
+    info.ir.hash = hashHex(kernel.kernelIr.data(), kernel.kernelIr.size());
+  }
+  return info;
+}
+
+rt::Transport transportOf(const std::string &text) {
+  if (text == "fixed_slot")
+    return rt::Transport::FixedSlot;
+  if (text == "compact")
+    return rt::Transport::Compact;
+  return rt::Transport::None;
+}
+
+rt::KernelFamily familyOf(const std::string &text) {
+  if (text == "tp")
+    return rt::KernelFamily::Tp;
+  if (text == "fhmoe")
+    return rt::KernelFamily::FhMoe;
+  return rt::KernelFamily::MegaMoe;
 }
 
 } // namespace
 
-std::string buildManifestJson(const TuningTable &table,
-                              const CompiledTable &compiled,
-                              const std::string &tableText) {
+BundleContents buildBundleContents(const TuningTable &table,
+                                   const CompiledTable &compiled,
+                                   const std::string &tableText) {
   const CompileTarget &target = CompileTarget::gfx950();
-  Json manifest;
-  manifest["target"] = {{"arch", target.chip.arch},
-                        {"features", target.features},
-                        {"code_object_version", 6}};
-  manifest["compiler"] = {{"name", "moec"},
-                          {"version", "0.1.0"},
-                          {"llvm", LLVM_VERSION_STRING},
-                          {"fingerprint", compilerFingerprint(target)}};
-  manifest["numerics"] = {
+  BundleContents bundle;
+  rt::Manifest &manifest = bundle.manifest;
+  manifest.target = {target.chip.arch, target.features, 6};
+  manifest.compiler = {"moec", "0.1.0", LLVM_VERSION_STRING,
+                       compilerFingerprint(target)};
+  manifest.numerics = {
+      {"accumulate", "f32"},
       {"activation_quant",
        "fp8_e4m3fn per 1x32, scale 2^ceil(log2(max(amax,1e-4)/448)), "
        "biased exponent clamped to [1,254]; same rule after SwiGLU"},
-      {"weight_format", "mxfp4: e2m1 values, one e8m0 scale per 32 along K"},
-      {"accumulate", "f32"},
-      {"output", "bf16, round to nearest even"}};
-  manifest["sources"] = Json::array(
-      {{{"path", baseName(table.path)},
-        {"hash", hashHex(tableText.data(), tableText.size())}}});
+      {"output", "bf16, round to nearest even"},
+      {"weight_format", "mxfp4: e2m1 values, one e8m0 scale per 32 along K"}};
+  manifest.sources = {{baseName(table.path),
+                       hashHex(tableText.data(), tableText.size())}};
 
-  Json kernels = Json::array();
-  for (size_t i = 0; i < compiled.kernels.size(); ++i)
-    kernels.push_back(kernelJson(compiled.kernels[i], i));
-  manifest["kernels"] = kernels;
-
-  Json configs = Json::array();
-  std::map<std::string, size_t> configIndex;
-  for (const TableConfig &config : table.configs) {
-    Json kernelIds = Json::array();
-    for (const std::string &name : config.kernels)
-      kernelIds.push_back(compiled.kernelIndex.at(name));
-    configIndex[config.name] = configs.size();
-    configs.push_back({{"id", config.name},
-                       {"kernels", kernelIds},
-                       {"provenance", config.provenance}});
+  // Code objects first (kernel i uses object i), then the kernels' IR.
+  const uint32_t kernelCount = static_cast<uint32_t>(compiled.kernels.size());
+  for (uint32_t i = 0; i < kernelCount; ++i) {
+    manifest.kernels.push_back(
+        kernelInfo(compiled.kernels[i], i, kernelCount + i));
+    bundle.objects.push_back(compiled.kernels[i].hsaco);
   }
-  manifest["configs"] = configs;
+  for (const CompiledKernel &kernel : compiled.kernels)
+    if (!kernel.kernelIr.empty())
+      bundle.objects.push_back(kernel.kernelIr);
 
-  Json selection = Json::array();
+  std::map<std::string, uint32_t> configIndex;
+  for (const TableConfig &config : table.configs) {
+    rt::ConfigInfo info;
+    info.id = config.name;
+    for (const std::string &name : config.kernels)
+      info.kernels.push_back(
+          static_cast<uint32_t>(compiled.kernelIndex.at(name)));
+    info.provenance = config.provenance == "measured"
+                          ? rt::Provenance::Measured
+                          : rt::Provenance::ModelRanked;
+    configIndex[config.name] = static_cast<uint32_t>(manifest.configs.size());
+    manifest.configs.push_back(std::move(info));
+  }
+
   for (const TableSelection &s : table.selections) {
-    Json rows = Json::array();
+    rt::SelectionTable selection;
+    selection.network = s.network;
+    selection.family = familyOf(s.family);
+    selection.ep = static_cast<uint32_t>(s.ep);
+    selection.workspace = static_cast<uint32_t>(s.workspace);
+    selection.transport = transportOf(s.transport);
+    selection.aboveMax = s.aboveMax == "error" ? rt::AboveMaxPolicy::Error
+                                               : rt::AboveMaxPolicy::Largest;
     std::vector<TableRow> sorted = s.rows;
     std::sort(sorted.begin(), sorted.end(),
               [](const TableRow &a, const TableRow &b) { return a.m < b.m; });
     for (const TableRow &row : sorted)
-      rows.push_back({{"m", row.m}, {"config", configIndex.at(row.config)}});
-    selection.push_back({{"network", s.network},
-                         {"family", s.family},
-                         {"ep", s.ep},
-                         {"workspace", s.workspace},
-                         {"transport", s.transport},
-                         {"above_max", s.aboveMax},
-                         {"rows", rows}});
+      selection.rows.push_back(
+          {static_cast<uint32_t>(row.m), configIndex.at(row.config)});
+    manifest.selection.push_back(std::move(selection));
   }
-  manifest["selection"] = selection;
-  return manifest.dump();
+  return bundle;
 }
 
 } // namespace moec

@@ -1,143 +1,40 @@
-//===- StageBuilder.cpp - stage descriptions -> moe ops -------------------===//
+//===- StageBuilder.cpp - knobs -> moe stage ops --------------------------===//
+///
+/// \file
+/// Routes a stage's knobs through the dialect's generated knob table: the
+/// knobs of one struct attribute become its text (`#moe.tile<m = 16, ...>`)
+/// and plain attributes their literals, the dialect's parsers read them
+/// (filling in ODS defaults and running the attribute verifiers), and the
+/// op is created generically and verified. Nothing here knows a knob by
+/// name.
+///
+//===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Codegen/KernelBuilders.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/Dialect/Moe/MoeKnobs.h"
 
+#include "mlir/AsmParser/AsmParser.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <algorithm>
-#include <set>
 
 using namespace mlir;
 
 namespace moec {
 namespace {
 
-/// Reads the fields of a StageSpec. Values are parsed here; their legality
-/// is the dialect verifier's job, so its messages are the one source of it.
-class FieldReader {
-public:
-  FieldReader(const StageSpec &spec, std::string &error)
-      : spec(spec), error(error) {}
-
-  bool fail(const std::string &field, const std::string &message) {
-    error.clear();
-    if (!spec.where.file.empty())
-      error = spec.where.file + ":" + std::to_string(spec.where.line) + ": ";
-    error += "field '" + field + "': " + message;
-    return false;
-  }
-
-  /// An integer field; a negative `fallback` makes it required.
-  bool integer(const char *field, int64_t fallback, int64_t &value) {
-    auto it = spec.fields.find(field);
-    if (it == spec.fields.end()) {
-      if (fallback < 0)
-        return fail(field, "missing");
-      value = fallback;
-      return true;
-    }
-    errno = 0;
-    char *end = nullptr;
-    value = std::strtoll(it->second.c_str(), &end, 10);
-    if (errno != 0 || it->second.empty() ||
-        end != it->second.c_str() + it->second.size())
-      return fail(field, "expected an integer, got '" + it->second + "'");
-    return true;
-  }
-
-  /// A 0/1 field (absent: false).
-  bool flag(const char *field, bool &value) {
-    int64_t number = 0;
-    if (!integer(field, 0, number))
-      return false;
-    if (number != 0 && number != 1)
-      return fail(field, "expected 0 or 1, got " + std::to_string(number));
-    value = number == 1;
-    return true;
-  }
-
-  /// An enumerated field read with `parse` (absent: `fallback`).
-  template <typename Enum>
-  bool enumeration(const char *field, Enum fallback,
-                   function_ref<std::optional<Enum>(llvm::StringRef)> parse,
-                   const char *choices, Enum &value) {
-    auto it = spec.fields.find(field);
-    if (it == spec.fields.end()) {
-      value = fallback;
-      return true;
-    }
-    std::optional<Enum> parsed = parse(it->second);
-    if (!parsed)
-      return fail(field, "expected one of " + std::string(choices) + ", got '" +
-                             it->second + "'");
-    value = *parsed;
-    return true;
-  }
-
-private:
-  const StageSpec &spec;
-  std::string &error;
-};
-
-/// Spelling of the MFMA shape in tables and manifests.
-std::optional<moe::MfmaShape> parseMfmaShape(llvm::StringRef text) {
-  if (text == "16x16x128")
-    return moe::MfmaShape::m16n16k128;
-  if (text == "32x32x64")
-    return moe::MfmaShape::m32n32k64;
-  return std::nullopt;
-}
-
-const char *mfmaShapeName(moe::MfmaShape shape) {
-  return shape == moe::MfmaShape::m16n16k128 ? "16x16x128" : "32x32x64";
-}
-
-/// The readable, knob-encoding symbol of a GEMM stage kernel; `prefix`
-/// names the stage and its types ("moe2_afp8_wfp4_bf16").
-std::string gemmSymbol(const char *prefix, moe::ProblemAttr problem,
-                       moe::TileAttr tile) {
-  std::string s = std::string(prefix) + "_e" +
-                  std::to_string(problem.getLocalExperts()) + "_h" +
-                  std::to_string(problem.getHidden()) + "_i" +
-                  std::to_string(problem.getIntermediate()) + "_t" +
-                  std::to_string(tile.getM()) + "x" +
-                  std::to_string(tile.getN()) + "x" +
-                  std::to_string(tile.getK()) + "_w" +
-                  std::to_string(tile.getWaves());
-  if (tile.getMfma() == moe::MfmaShape::m32n32k64)
-    s += "_mfma32";
-  if (tile.getOrientation() == moe::MfmaOrientation::b_major)
-    s += "_bmajor";
-  if (tile.getBCache() != moe::CachePolicy::cached)
-    s += "_b" + moe::stringifyCachePolicy(tile.getBCache()).str();
-  if (tile.getWavesPerEu() > 0)
-    s += "_wpe" + std::to_string(tile.getWavesPerEu());
-  if (tile.getXcdSwizzle())
-    s += "_xcd";
-  if (tile.getASwizzle())
-    s += "_aswz";
-  if (tile.getPersistCu() > 0)
-    s += (tile.getPersistStrided() ? "_pers" : "_per") +
-         std::to_string(tile.getPersistCu());
-  if (tile.getBPrefetch())
-    s += "_bpf";
-  if (tile.getScalePrefetch())
-    s += "_spf";
-  if (tile.getPersistSkew() > 0)
-    s += "_skew" + std::to_string(tile.getPersistSkew());
-  if (tile.getGroupM() > 0)
-    s += "_gm" + std::to_string(tile.getGroupM());
-  if (tile.getAsyncA())
-    s += "_async";
-  return s;
+/// "file:line: " of a spec, or "".
+std::string wherePrefix(const StageSpec &spec) {
+  if (spec.where.file.empty())
+    return "";
+  return spec.where.file + ":" + std::to_string(spec.where.line) + ": ";
 }
 
 /// Where a stage was written, as an MLIR location for its diagnostics.
@@ -147,124 +44,106 @@ Location locationOf(MLIRContext *context, const StageSpec &spec) {
   return FileLineColLoc::get(context, spec.where.file, spec.where.line, 1);
 }
 
-/// Captures the first diagnostic emitted while it lives, prefixed with the
-/// stage's file:line, as the one-line error of a failed build.
+/// Captures the first diagnostic emitted while it lives, with its column
+/// when it points into parsed text.
 struct FirstDiagnostic {
-  FirstDiagnostic(MLIRContext *context, const StageSpec &spec)
-      : handler(context, [this, &spec](Diagnostic &diag) {
+  explicit FirstDiagnostic(MLIRContext *context)
+      : handler(context, [this](Diagnostic &diag) {
           if (text.empty()) {
-            llvm::raw_string_ostream os(text);
-            if (!spec.where.file.empty())
-              os << spec.where.file << ":" << spec.where.line << ": ";
-            os << diag.str();
+            text = diag.str();
+            if (auto loc = dyn_cast<FileLineColLoc>(diag.getLocation()))
+              column = loc.getColumn();
           }
           return success();
         }) {}
   std::string text;
+  unsigned column = 0;
   ScopedDiagnosticHandler handler;
 };
 
+/// The element types of a stage's problem, implied by the stage: W13 reads
+/// FP8 and writes the FP8 intermediate, W2 writes BF16, sort and combine
+/// move BF16 rows.
+std::map<std::string, std::string> stageTypes(const std::string &stage) {
+  if (stage == "w13")
+    return {{"activation", "f8E4M3FN"},
+            {"weight", "f4E2M1FN"},
+            {"output", "f8E4M3FN"}};
+  if (stage == "w2")
+    return {{"activation", "f8E4M3FN"},
+            {"weight", "f4E2M1FN"},
+            {"output", "bf16"}};
+  return {{"activation", "bf16"}, {"weight", "f4E2M1FN"}, {"output", "bf16"}};
+}
+
+/// The text of one struct attribute being assembled from its knobs, with
+/// the column range each knob occupies (for messages).
+struct StructText {
+  std::string syntax;
+  std::vector<std::pair<std::string, std::string>> knobs;
+
+  /// The text, and the [begin, end) range of each knob in it.
+  std::string text(std::vector<std::pair<std::pair<size_t, size_t>, std::string>>
+                       &ranges) const {
+    std::string out = syntax + "<";
+    for (size_t i = 0; i < knobs.size(); ++i) {
+      if (i > 0)
+        out += ", ";
+      const size_t begin = out.size();
+      out += knobs[i].first + " = " + knobs[i].second;
+      ranges.push_back({{begin, out.size()}, knobs[i].first});
+    }
+    return out + ">";
+  }
+};
+
+/// Names the stages the knob table knows, for messages.
+std::string stageList() {
+  std::string list;
+  for (const moe::StageKnobs *s = moe::stageKnobsBegin(); s != moe::stageKnobsEnd();
+       ++s)
+    list += (list.empty() ? "" : ", ") + std::string(s->stage);
+  return list;
+}
+
+/// Parses one plain attribute's literal.
+Attribute parseLiteral(MLIRContext *context, const moe::KnobInfo &knob,
+                       const std::string &value) {
+  std::string literal = value;
+  // A float attribute also takes an integer ("10"), as tables write it.
+  if (knob.kind == moe::KnobKind::Float &&
+      value.find_first_of(".eE") == std::string::npos)
+    literal += ".0";
+  return parseAttribute(literal + " : " + knob.literalType, context);
+}
+
 } // namespace
 
-/// The combine and sort stages: problem fields plus launch geometry (and
-/// the sort's M tile).
-static Operation *buildSimpleStageOp(OpBuilder &builder, const StageSpec &spec,
-                                     StageDescription &description,
-                                     std::string &error) {
-  MLIRContext *context = builder.getContext();
-  FieldReader read(spec, error);
-  const bool isSort = spec.stage == "sort";
-  std::set<std::string> known = {"hidden", "intermediate", "experts", "top_k",
-                                 "ep", "waves"};
-  if (isSort)
-    known.insert("m");
-  else
-    known.insert({"blocks", "split_k", "peer_rows"});
-  for (const auto &field : spec.fields)
-    if (!known.count(field.first)) {
-      read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
-      return nullptr;
-    }
-  int64_t hidden, intermediate, experts, topK, ep, blocks = 0, mTile = 0, waves;
-  int64_t splitK = 1;
-  bool peerRows = false;
-  if (!read.integer("split_k", 1, splitK) || !read.flag("peer_rows", peerRows))
-    return nullptr;
-  if (!read.integer("hidden", -1, hidden) ||
-      !read.integer("intermediate", -1, intermediate) ||
-      !read.integer("experts", -1, experts) ||
-      !read.integer("top_k", -1, topK) || !read.integer("ep", 1, ep) ||
-      !read.integer("waves", TableDefaults::kWaves, waves) ||
-      (isSort ? !read.integer("m", -1, mTile)
-              : !read.integer("blocks", 0, blocks)))
-    return nullptr;
-  Location loc = locationOf(context, spec);
-  FirstDiagnostic first(context, spec);
-  const std::string &diagnostic = first.text;
-  auto emitError = [&] { return ::mlir::emitError(loc); };
-  auto problem = moe::ProblemAttr::getChecked(
-      emitError, context, hidden, intermediate, experts, topK, ep,
-      Type(builder.getBF16Type()), Type(builder.getType<Float4E2M1FNType>()),
-      Type(builder.getBF16Type()));
-  if (!problem) {
-    error = diagnostic;
-    return nullptr;
-  }
-  Operation *op;
-  std::string symbol;
-  if (isSort) {
-    symbol = "moe_sort_e" + std::to_string(problem.getLocalExperts()) + "_k" +
-             std::to_string(topK) + "_m" + std::to_string(mTile) + "_w" +
-             std::to_string(waves);
-    auto sort = moe::SortOp::create(builder, loc, builder.getStringAttr(symbol),
-                                    problem, builder.getI64IntegerAttr(mTile),
-                                    builder.getI64IntegerAttr(waves));
-    op = sort;
-    if (succeeded(mlir::verify(op, /*verifyRecursively=*/false)))
-      description.abi = getSortKernelAbi(sort);
-  } else {
-    auto tile =
-        moe::CombineTileAttr::getChecked(emitError, context, blocks, waves);
-    if (!tile) {
-      error = diagnostic;
-      return nullptr;
-    }
-    symbol = "moe_combine_bf16_e" + std::to_string(experts) + "_h" +
-             std::to_string(hidden) + "_k" + std::to_string(topK) + "_b" +
-             std::to_string(blocks) + "_w" + std::to_string(waves);
-    if (splitK > 1)
-      symbol += "_sk" + std::to_string(splitK);
-    if (peerRows)
-      symbol += "_ep" + std::to_string(ep) + "_peer";
-    auto combine = moe::CombineOp::create(
-        builder, loc, builder.getStringAttr(symbol), problem, tile,
-        builder.getI64IntegerAttr(splitK));
-    combine.setPeerRows(peerRows);
-    op = combine;
-    if (succeeded(mlir::verify(op, /*verifyRecursively=*/false)))
-      description.abi = getCombineKernelAbi(combine);
-  }
-  if (!diagnostic.empty()) {
-    error = diagnostic;
-    op->erase();
-    return nullptr;
-  }
-  description.symbol = symbol;
-  description.fields = {
-      {isSort ? "m" : "blocks", std::to_string(isSort ? mTile : blocks)},
-      {"ep", std::to_string(ep)},
-      {"experts", std::to_string(experts)},
-      {"hidden", std::to_string(hidden)},
-      {"intermediate", std::to_string(intermediate)},
-      {"top_k", std::to_string(topK)},
-      {"waves", std::to_string(waves)},
-  };
-  if (!isSort) {
-    description.fields.push_back({"split_k", std::to_string(splitK)});
-    description.fields.push_back({"peer_rows", std::to_string(int(peerRows))});
-  }
-  std::sort(description.fields.begin(), description.fields.end());
-  return op;
+std::string oldKnobSpelling(const std::string &stage, const std::string &knob,
+                            const std::string &value) {
+  const moe::StageKnobs *knobs = moe::lookupStageKnobs(stage);
+  if (!knobs)
+    return "";
+  if (stage == "sort" && knob == "m")
+    return "knob 'm' of a sort kernel is spelled m_tile: write m_tile=" + value;
+  const moe::KnobInfo *info = knobs->find(knob);
+  if (!info)
+    return "";
+  if ((info->kind == moe::KnobKind::Bool || info->kind == moe::KnobKind::Flag) &&
+      (value == "0" || value == "1"))
+    return "knob '" + knob + "': write " + knob + "=" +
+           (value == "1" ? "true" : "false") + " (0/1 is the old spelling)";
+  if (knob == "mfma" && (value == "16x16x128" || value == "32x32x64"))
+    return "knob 'mfma': write mfma=" +
+           std::string(value == "16x16x128" ? "m16n16k128" : "m32n32k64") +
+           " ('" + value + "' is the old spelling)";
+  if (knob == "transport" && value == "fixed-slot")
+    return "knob 'transport': write transport=fixed_slot ('fixed-slot' is the "
+           "old spelling)";
+  if (knob == "transport" && value == "none")
+    return "knob 'transport': leave it out for a stage without a peer "
+           "transport ('none' is the old spelling)";
+  return "";
 }
 
 StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel) {
@@ -279,288 +158,173 @@ StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel) {
   return spec;
 }
 
+StageSpec stageSpecOfAttributes(
+    const std::string &stage,
+    const std::vector<std::pair<std::string, std::string>> &attributes) {
+  StageSpec spec;
+  spec.stage = stage;
+  auto trim = [](std::string s) {
+    size_t b = s.find_first_not_of(' '), e = s.find_last_not_of(' ');
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  for (const auto &[name, text] : attributes) {
+    size_t open = text.find('<');
+    if (!text.empty() && text[0] == '#' && open != std::string::npos &&
+        text.back() == '>') {
+      // `#moe.tile<m = 16, n = 64>`: one knob per parameter. Values are
+      // integers, keywords or types, none of which holds a comma.
+      std::string inner = text.substr(open + 1, text.size() - open - 2);
+      size_t start = 0;
+      while (start < inner.size()) {
+        size_t comma = inner.find(',', start);
+        std::string item = inner.substr(
+            start, comma == std::string::npos ? std::string::npos : comma - start);
+        size_t eq = item.find('=');
+        if (eq != std::string::npos)
+          spec.fields[trim(item.substr(0, eq))] = trim(item.substr(eq + 1));
+        if (comma == std::string::npos)
+          break;
+        start = comma + 1;
+      }
+      continue;
+    }
+    if (text == "unit") {
+      spec.fields[name] = "true";
+      continue;
+    }
+    // `10 : i64`, `1.000000e+01 : f32`.
+    spec.fields[name] = trim(text.substr(0, text.find(" : ")));
+  }
+  return spec;
+}
+
 Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                         StageDescription &description, std::string &error) {
   MLIRContext *context = builder.getContext();
-  FieldReader read(spec, error);
-  if (spec.stage == "combine" || spec.stage == "sort")
-    return buildSimpleStageOp(builder, spec, description, error);
-  const bool isW13 = spec.stage == "w13";
-  if (!isW13 && spec.stage != "w2") {
-    read.fail("stage", "unsupported stage '" + spec.stage +
-                           "' (expected sort, w13, w2 or combine)");
+  const std::string where = wherePrefix(spec);
+  const moe::StageKnobs *knobs = moe::lookupStageKnobs(spec.stage);
+  if (!knobs) {
+    error = where + "field 'stage': unsupported stage '" + spec.stage +
+            "' (expected " + stageList() + ")";
     return nullptr;
   }
-  static const std::set<std::string> common = {
-      "hidden", "intermediate", "experts", "top_k", "ep", "m", "n", "k",
-      "waves", "mfma", "orientation", "b_cache", "b_layout",
-      "shared_fp8_expert", "waves_per_eu", "xcd_swizzle", "a_swizzle",
-      "persist_cu", "persist_strided", "b_prefetch", "scale_prefetch",
-      "transport", "capacity", "max_tokens", "workgroups", "group_m",
-      "async_a", "persist_skew", "work_shards"};
-  for (const auto &field : spec.fields) {
-    bool w13Only = field.first == "gate_up_interleave" ||
-                   field.first == "swiglu_limit" ||
-                   field.first == "dispatch_cus" ||
-                   field.first == "plan_cus" || field.first == "chunk_routes" ||
-                   field.first == "dispatch";
-    bool w2Only = field.first == "split_k" || field.first == "bf16_lds";
-    if (!common.count(field.first) && !(isW13 && w13Only) &&
-        !(!isW13 && w2Only)) {
-      read.fail(field.first, "unknown field of a " + spec.stage + " kernel");
+
+  // Route every knob to its owner.
+  std::map<std::string, StructText> structs;
+  std::vector<std::pair<const moe::KnobInfo *, std::string>> plain;
+  for (const auto &[name, value] : spec.fields) {
+    if (std::string old = oldKnobSpelling(spec.stage, name, value); !old.empty()) {
+      error = where + old;
       return nullptr;
     }
+    const moe::KnobInfo *knob = knobs->find(name);
+    if (!knob) {
+      error = where + "knob '" + name + "': not a knob of a " + spec.stage +
+              " kernel";
+      return nullptr;
+    }
+    if (*knob->owner) {
+      StructText &owner = structs[knob->owner];
+      owner.syntax = knob->ownerSyntax;
+      owner.knobs.push_back({name, value});
+    } else {
+      plain.push_back({knob, value});
+    }
+  }
+  // Required owners are built even without knobs, so their parser reports
+  // what is missing.
+  for (const moe::KnobInfo &knob : *knobs)
+    if (*knob.owner && !knob.optionalOwner)
+      structs[knob.owner].syntax = knob.ownerSyntax;
+  if (structs.count("problem")) {
+    StructText &problem = structs["problem"];
+    for (const auto &[name, type] : stageTypes(spec.stage))
+      if (!spec.fields.count(name))
+        problem.knobs.push_back({name, type});
   }
 
-  int64_t hidden, intermediate, experts, topK, ep, m, n, k, waves;
-  int64_t interleave = 0;
-  moe::MfmaShape shape;
-  moe::MfmaOrientation orientation;
-  moe::CachePolicy bCache;
-  if (!read.integer("hidden", -1, hidden) ||
-      !read.integer("intermediate", -1, intermediate) ||
-      !read.integer("experts", -1, experts) ||
-      !read.integer("top_k", -1, topK) || !read.integer("ep", 1, ep) ||
-      !read.integer("m", -1, m) || !read.integer("n", -1, n) ||
-      !read.integer("k", 256, k) || !read.integer("waves", TableDefaults::kWaves, waves) ||
-      !read.integer("gate_up_interleave", 0, interleave) ||
-      !read.enumeration<moe::MfmaShape>("mfma", moe::MfmaShape::m16n16k128,
-                                        parseMfmaShape, "16x16x128, 32x32x64",
-                                        shape) ||
-      !read.enumeration<moe::MfmaOrientation>(
-          "orientation", moe::MfmaOrientation::a_major,
-          [](llvm::StringRef text) { return moe::symbolizeMfmaOrientation(text); },
-          "a_major, b_major", orientation) ||
-      !read.enumeration<moe::CachePolicy>(
-          "b_cache", moe::CachePolicy::cached,
-          [](llvm::StringRef text) { return moe::symbolizeCachePolicy(text); },
-          "cached, nt, sc0, sc1, sc0_sc1", bCache))
-    return nullptr;
-  // The clamp limit is written as an integer (DeepSeek V4: 10).
-  int64_t swigluLimit = 0, wavesPerEu = 0, splitK = 1, persistCu = 0,
-          groupM = 0, persistSkew = 0;
-  bool sharedFp8 = false, xcdSwizzle = false, aSwizzle = false,
-       persistStrided = false, bf16Lds = false, bPrefetch = false,
-       scalePrefetch = false, asyncA = false;
-  if (!read.integer("swiglu_limit", 0, swigluLimit) ||
-      !read.integer("waves_per_eu", 0, wavesPerEu) ||
-      !read.integer("split_k", 1, splitK) ||
-      !read.flag("shared_fp8_expert", sharedFp8) ||
-      !read.flag("xcd_swizzle", xcdSwizzle) ||
-      !read.flag("a_swizzle", aSwizzle) ||
-      !read.integer("persist_cu", 0, persistCu) ||
-      !read.integer("group_m", 0, groupM) ||
-      !read.flag("persist_strided", persistStrided) ||
-      !read.flag("b_prefetch", bPrefetch) ||
-      !read.flag("scale_prefetch", scalePrefetch) ||
-      !read.flag("async_a", asyncA) ||
-      !read.integer("persist_skew", 0, persistSkew) ||
-      !read.flag("bf16_lds", bf16Lds))
-    return nullptr;
-  // The peer transport (MegaMoE fused stages): `transport = fixed_slot` or
-  // `compact`.
-  enum class Transport { None, FixedSlot, Compact };
-  Transport transport;
-  int64_t capacity = 0, maxTokens = 0, workgroups = TableDefaults::kWorkgroups,
-          dispatchCus = TableDefaults::kDispatchCus,
-          workShards = 0, planCus = 1, chunkRoutes = 1;
-  moe::PeerDispatch dispatch = moe::PeerDispatch::fused;
-  if (!read.enumeration<Transport>(
-          "transport", Transport::None,
-          [](llvm::StringRef text) -> std::optional<Transport> {
-            if (text == "none")
-              return Transport::None;
-            if (text == "fixed_slot")
-              return Transport::FixedSlot;
-            if (text == "compact")
-              return Transport::Compact;
-            return std::nullopt;
-          },
-          "none, fixed_slot, compact", transport))
-    return nullptr;
-  const bool hasPeer = transport != Transport::None;
-  if (hasPeer &&
-      (!read.integer("capacity", -1, capacity) ||
-       !read.integer("max_tokens", -1, maxTokens) ||
-       !read.integer("workgroups", TableDefaults::kWorkgroups, workgroups) ||
-       !read.integer("dispatch_cus", TableDefaults::kDispatchCus, dispatchCus) ||
-       !read.integer("work_shards", 0, workShards) ||
-       !read.integer("plan_cus", 1, planCus) ||
-       !read.integer("chunk_routes", 1, chunkRoutes) ||
-       !read.enumeration<moe::PeerDispatch>(
-           "dispatch", moe::PeerDispatch::fused,
-           [](llvm::StringRef text) { return moe::symbolizePeerDispatch(text); },
-           "fused, only, none", dispatch)))
-    return nullptr;
-  if (!hasPeer)
-    for (const char *field : {"capacity", "max_tokens", "workgroups",
-                              "dispatch_cus", "work_shards", "plan_cus",
-                              "chunk_routes", "dispatch"})
-      if (spec.fields.count(field)) {
-        read.fail(field, "only applies with transport = fixed_slot or compact");
+  OperationState state(locationOf(context, spec), knobs->opName);
+  state.addAttribute("sym_name", builder.getStringAttr("pending"));
+  for (auto &[owner, text] : structs) {
+    std::vector<std::pair<std::pair<size_t, size_t>, std::string>> ranges;
+    const std::string source = text.text(ranges);
+    FirstDiagnostic first(context);
+    Attribute attr = parseAttribute(source, context);
+    if (!attr) {
+      // Name the knob whose text the parser stopped in (columns count
+      // from 1); a message about the whole attribute names none.
+      std::string knob;
+      for (const auto &[range, name] : ranges)
+        if (first.column > range.first && first.column <= range.second)
+          knob = name;
+      const moe::KnobInfo *info = knob.empty() ? nullptr : knobs->find(knob);
+      if (info && info->kind == moe::KnobKind::Enum)
+        error = where + "knob '" + knob + "': expected one of " +
+                info->choices + ", got '" + spec.fields.at(knob) + "'";
+      else if (info && info->kind == moe::KnobKind::Bool)
+        error = where + "knob '" + knob + "': expected true or false, got '" +
+                spec.fields.at(knob) + "'";
+      else if (!knob.empty())
+        error = where + "knob '" + knob + "': " +
+                (first.text.empty() ? "invalid value" : first.text);
+      else if (first.text.rfind(owner + ".", 0) == 0)
+        error = where + first.text; // a verifier's message names the field
+      else
+        error = where + owner + ": " +
+                (first.text.empty() ? "invalid" : first.text);
+      return nullptr;
+    }
+    state.addAttribute(owner, attr);
+  }
+  for (const auto &[knob, value] : plain) {
+    if (knob->kind == moe::KnobKind::Flag) {
+      if (value != "true" && value != "false") {
+        error = where + "knob '" + knob->name + "': expected true or false, got '" +
+                value + "'";
         return nullptr;
       }
-
-  Location loc = locationOf(context, spec);
-  // The verifiers report through diagnostics; keep the first as the error.
-  FirstDiagnostic first(context, spec);
-  const std::string &diagnostic = first.text;
-  auto emitError = [&] { return ::mlir::emitError(loc); };
-  // W13 writes the FP8 intermediate; W2 writes BF16. Explicit Type(): the
-  // generated getChecked takes mlir::Type parameters.
-  Type output = isW13 ? Type(builder.getType<Float8E4M3FNType>())
-                      : Type(builder.getBF16Type());
-  auto problem = moe::ProblemAttr::getChecked(
-      emitError, context, hidden, intermediate, experts, topK, ep,
-      Type(builder.getType<Float8E4M3FNType>()),
-      Type(builder.getType<Float4E2M1FNType>()), output);
-  auto tile = moe::TileAttr::getChecked(emitError, context, m, n, k, waves,
-                                        shape, orientation, bCache, wavesPerEu,
-                                        xcdSwizzle, aSwizzle, persistCu,
-                                        persistStrided, bPrefetch,
-                                        scalePrefetch, groupM, asyncA,
-                                        persistSkew);
-  moe::PeerTransportAttr peer;
-  if (hasPeer)
-    peer = moe::PeerTransportAttr::getChecked(emitError, context,
-                                              transport == Transport::Compact
-                                                  ? moe::PeerKind::compact
-                                                  : moe::PeerKind::fixed_slot,
-                                              capacity,
-                                              maxTokens, workgroups,
-                                              isW13 ? dispatchCus : 1,
-                                              workShards, isW13 ? planCus : 1,
-                                              isW13 ? chunkRoutes : 1,
-                                              isW13 ? dispatch
-                                                    : moe::PeerDispatch::fused);
-  if (!problem || !tile || (hasPeer && !peer)) {
-    error = diagnostic;
-    return nullptr;
-  }
-  // Fused peer stages name their transport: capacity, token bound, grid.
-  std::string peerSuffix;
-  if (hasPeer) {
-    peerSuffix = (transport == Transport::Compact ? "_cp" : "_fs") +
-                 std::to_string(capacity) + "_mt" +
-                 std::to_string(maxTokens) + "_g" + std::to_string(workgroups);
-    if (isW13)
-      peerSuffix += "_d" + std::to_string(dispatchCus);
-    if (workShards > 0)
-      peerSuffix += "_ws" + std::to_string(workShards);
-    if (planCus > 1)
-      peerSuffix += "_pl" + std::to_string(planCus);
-    if (chunkRoutes > 1)
-      peerSuffix += "_ch" + std::to_string(chunkRoutes);
-    if (dispatch != moe::PeerDispatch::fused)
-      peerSuffix += "_dispatch_" + moe::stringifyPeerDispatch(dispatch).str();
+      if (value == "true")
+        state.addAttribute(knob->name, builder.getUnitAttr());
+      continue;
+    }
+    FirstDiagnostic first(context);
+    Attribute attr = parseLiteral(context, *knob, value);
+    if (!attr) {
+      error = where + "knob '" + knob->name + "': expected " +
+              (knob->kind == moe::KnobKind::Float ? "a number" : "an integer") +
+              ", got '" + value + "'";
+      return nullptr;
+    }
+    state.addAttribute(knob->name, attr);
   }
 
-  Operation *op;
-  if (isW13) {
-    // W13 reads token row route / top_k, so top_k is part of its identity.
-    std::string symbol = gemmSymbol("moe1_afp8_wfp4_fp8", problem, tile) +
-                         "_k" + std::to_string(topK);
-    if (interleave > 0)
-      symbol += "_gui" + std::to_string(interleave);
-    if (swigluLimit > 0)
-      symbol += "_clamp" + std::to_string(swigluLimit);
-    if (sharedFp8)
-      symbol += "_shfp8";
-    symbol += peerSuffix;
-    auto w13 = moe::W13Op::create(
-        builder, loc, builder.getStringAttr(symbol), problem, tile,
-        builder.getI64IntegerAttr(interleave),
-        builder.getF32FloatAttr(static_cast<float>(swigluLimit)),
-        /*shared_fp8_expert=*/UnitAttr(), /*peer=*/moe::PeerTransportAttr());
-    if (sharedFp8)
-      w13.setSharedFp8Expert(true);
-    if (peer)
-      w13.setPeerAttr(peer);
-    op = w13;
-    description.symbol = symbol;
-    if (succeeded(mlir::verify(w13, /*verifyRecursively=*/false)))
-      description.abi = getW13KernelAbi(w13);
-  } else {
-    std::string symbol = gemmSymbol("moe2_afp8_wfp4_bf16", problem, tile);
-    if (sharedFp8)
-      symbol += "_shfp8";
-    if (splitK > 1)
-      symbol += "_sk" + std::to_string(splitK);
-    if (bf16Lds)
-      symbol += "_ldsout";
-    symbol += peerSuffix;
-    auto w2 = moe::W2Op::create(builder, loc, builder.getStringAttr(symbol),
-                                problem, tile, /*shared_fp8_expert=*/UnitAttr(),
-                                builder.getI64IntegerAttr(1),
-                                /*bf16_lds=*/UnitAttr(),
-                                /*peer=*/moe::PeerTransportAttr());
-    if (sharedFp8)
-      w2.setSharedFp8Expert(true);
-    w2.setSplitK(splitK);
-    w2.setBf16Lds(bf16Lds);
-    if (peer)
-      w2.setPeerAttr(peer);
-    op = w2;
-    description.symbol = symbol;
-    if (succeeded(mlir::verify(w2, /*verifyRecursively=*/false)))
-      description.abi = getW2KernelAbi(w2);
-  }
-  if (!diagnostic.empty()) {
-    error = diagnostic;
+  // The op verifier reports through diagnostics; keep the first as the
+  // error, with the table line in front.
+  FirstDiagnostic first(context);
+  Operation *op = builder.create(state);
+  if (failed(mlir::verify(op, /*verifyRecursively=*/false))) {
+    error = where + first.text;
     op->erase();
     return nullptr;
   }
-  description.fields = {
-      {"b_cache", moe::stringifyCachePolicy(bCache).str()},
-      {"b_layout", isW13 ? "w13_expert_2i_h_e2m1x2_low_nibble_first"
-                         : "w2_expert_n_k_e2m1x2_low_nibble_first"},
-      {"ep", std::to_string(ep)},
-      {"experts", std::to_string(experts)},
-      {"hidden", std::to_string(hidden)},
-      {"intermediate", std::to_string(intermediate)},
-      {"k", std::to_string(k)},
-      {"m", std::to_string(m)},
-      {"mfma", mfmaShapeName(shape)},
-      {"n", std::to_string(n)},
-      {"orientation", moe::stringifyMfmaOrientation(orientation).str()},
-      {"a_swizzle", std::to_string(int(aSwizzle))},
-      {"shared_fp8_expert", std::to_string(int(sharedFp8))},
-      {"top_k", std::to_string(topK)},
-      {"waves", std::to_string(waves)},
-      {"waves_per_eu", std::to_string(wavesPerEu)},
-      {"xcd_swizzle", std::to_string(int(xcdSwizzle))},
-      {"persist_cu", std::to_string(persistCu)},
-      {"persist_strided", std::to_string(int(persistStrided))},
-      {"b_prefetch", std::to_string(int(bPrefetch))},
-      {"scale_prefetch", std::to_string(int(scalePrefetch))},
-      {"group_m", std::to_string(groupM)},
-      {"async_a", std::to_string(int(asyncA))},
-      {"persist_skew", std::to_string(persistSkew)},
-  };
-  if (hasPeer) {
-    description.fields.push_back(
-        {"transport", transport == Transport::Compact ? "compact" : "fixed_slot"});
-    description.fields.push_back({"capacity", std::to_string(capacity)});
-    description.fields.push_back({"max_tokens", std::to_string(maxTokens)});
-    description.fields.push_back({"workgroups", std::to_string(workgroups)});
-    if (isW13) {
-      description.fields.push_back({"dispatch_cus", std::to_string(dispatchCus)});
-      description.fields.push_back({"plan_cus", std::to_string(planCus)});
-      description.fields.push_back({"chunk_routes", std::to_string(chunkRoutes)});
-      description.fields.push_back(
-          {"dispatch", moe::stringifyPeerDispatch(dispatch).str()});
-    }
-    description.fields.push_back({"work_shards", std::to_string(workShards)});
+  description.symbol = moe::getKernelSymbol(op);
+  op->setAttr("sym_name", builder.getStringAttr(description.symbol));
+  description.abi = llvm::TypeSwitch<Operation *, KernelAbi>(op)
+                        .Case<moe::W13Op>(getW13KernelAbi)
+                        .Case<moe::W2Op>(getW2KernelAbi)
+                        .Case<moe::SortOp>(getSortKernelAbi)
+                        .Case<moe::CombineOp>(getCombineKernelAbi);
+  description.opAttributes = op->getAttrDictionary();
+  description.attributes.clear();
+  for (NamedAttribute attr : op->getAttrs()) {
+    if (attr.getName() == "sym_name")
+      continue;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    attr.getValue().print(os);
+    description.attributes.push_back({attr.getName().str(), text});
   }
-  if (isW13) {
-    description.fields.push_back(
-        {"gate_up_interleave", std::to_string(interleave)});
-    description.fields.push_back({"swiglu_limit", std::to_string(swigluLimit)});
-  } else {
-    description.fields.push_back({"split_k", std::to_string(splitK)});
-    description.fields.push_back({"bf16_lds", std::to_string(int(bf16Lds))});
-  }
-  std::sort(description.fields.begin(), description.fields.end());
+  std::sort(description.attributes.begin(), description.attributes.end());
   return op;
 }
 

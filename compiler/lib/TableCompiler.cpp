@@ -3,10 +3,12 @@
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Compiler/CodeObjectMetadata.h"
 #include "moec/Compiler/CompileTarget.h"
+#include "moec/Compiler/KernelIr.h"
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Compiler/Registration.h"
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/bundle.h"
 #include "moec/hash.h"
 
 #include "mlir/IR/Builders.h"
@@ -19,6 +21,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 using namespace mlir;
 
@@ -30,11 +34,93 @@ std::string hashHex(const void *data, size_t size) {
   return text;
 }
 
-std::vector<std::vector<uint8_t>> collectCodeObjects(const CompiledTable &compiled) {
-  std::vector<std::vector<uint8_t>> objects;
-  for (const CompiledKernel &kernel : compiled.kernels)
-    objects.push_back(kernel.hsaco);
-  return objects;
+namespace {
+
+/// "file:line: field 'f': " of a table line.
+std::string lineField(const SourceLine &where, const char *field) {
+  return where.file + ":" + std::to_string(where.line) + ": field '" + field +
+         "': ";
+}
+
+moe::PeerTransportAttr peerOf(Operation *op) {
+  if (auto w13 = dyn_cast<moe::W13Op>(op))
+    return w13.getPeerAttr();
+  if (auto w2 = dyn_cast<moe::W2Op>(op))
+    return w2.getPeerAttr();
+  return {};
+}
+
+} // namespace
+
+bool checkSelections(const TuningTable &table,
+                     const std::map<std::string, Operation *> &ops,
+                     std::string &error) {
+  for (const TableSelection &s : table.selections)
+    for (const TableRow &r : s.rows)
+      for (const std::string &name : table.findConfig(r.config)->kernels) {
+        moe::PeerTransportAttr peer = peerOf(ops.at(name));
+        if (!peer)
+          continue;
+        const std::string transport =
+            moe::stringifyPeerKind(peer.getTransport()).str();
+        if (transport != s.transport) {
+          error = lineField(r.where, "config") + "config '" + r.config +
+                  "' uses kernel '" + name + "' with transport=" + transport +
+                  ", but the selection's transport is " + s.transport;
+          return false;
+        }
+        if (peer.getMaxTokens() < s.workspace) {
+          error = lineField(r.where, "config") + "config '" + r.config +
+                  "' uses kernel '" + name + "' with max_tokens=" +
+                  std::to_string(peer.getMaxTokens()) +
+                  ", below the selection's workspace " +
+                  std::to_string(s.workspace);
+          return false;
+        }
+      }
+  return true;
+}
+
+bool checkSplitDispatch(const TuningTable &table,
+                        const std::map<std::string, Operation *> &ops,
+                        std::string &error) {
+  for (const TableConfig &c : table.configs) {
+    const std::string *onlyName = nullptr, *noneName = nullptr;
+    moe::W13Op only, none;
+    for (const std::string &name : c.kernels) {
+      auto w13 = dyn_cast<moe::W13Op>(ops.at(name));
+      if (!w13 || !w13.getPeerAttr())
+        continue;
+      if (w13.getPeerAttr().getDispatch() == moe::PeerDispatch::only)
+        only = w13, onlyName = &name;
+      else if (w13.getPeerAttr().getDispatch() == moe::PeerDispatch::none)
+        none = w13, noneName = &name;
+    }
+    if (!only && !none)
+      continue;
+    if (!only || !none) {
+      error = lineField(c.where, "kernels") + "config '" + c.name +
+              "' needs both a dispatch=only and a dispatch=none kernel";
+      return false;
+    }
+    // The W13 kernel waits for dispatch_cus x waves signals, one per wave
+    // of each dispatch workgroup.
+    const int64_t signals = none.getPeerAttr().getDispatchCus();
+    const int64_t producers = only.getPeerAttr().getWorkgroups();
+    const int64_t waitWaves = none.getTile().getWaves();
+    const int64_t sendWaves = only.getTile().getWaves();
+    if (signals != producers || waitWaves != sendWaves) {
+      error = lineField(c.where, "kernels") + "config '" + c.name +
+              "': kernel '" + *noneName + "' waits for dispatch_cus=" +
+              std::to_string(signals) + " x waves=" +
+              std::to_string(waitWaves) +
+              " signals, but its dispatch kernel '" + *onlyName +
+              "' has workgroups=" + std::to_string(producers) +
+              " x waves=" + std::to_string(sendWaves);
+      return false;
+    }
+  }
+  return true;
 }
 
 CompileStatus compileTable(const TuningTable &table,
@@ -63,13 +149,9 @@ CompileStatus compileTable(const TuningTable &table,
   builder.setInsertionPointToEnd(module->getBody());
   compiled = CompiledTable();
 
+  // Table kernel name -> its built op, for the checks across kernels.
+  std::map<std::string, Operation *> ops;
   for (const TableKernel &kernel : table.kernels) {
-    for (const char *field : {"hidden", "intermediate", "experts", "top_k", "ep"})
-      if (kernel.knobs.count(field)) {
-        error = kernel.where.file + ":" + std::to_string(kernel.where.line) +
-                ": field '" + field + "': belongs on the problem line";
-        return CompileStatus::BadInput;
-      }
     StageSpec spec = stageSpecOf(table, kernel);
     StageDescription description;
     Operation *op = buildStageOp(builder, spec, description, error);
@@ -79,22 +161,34 @@ CompileStatus compileTable(const TuningTable &table,
         compiled.kernels.begin(), compiled.kernels.end(),
         [&](const CompiledKernel &c) { return c.symbol == description.symbol; });
     if (existing != compiled.kernels.end()) {
+      if (existing->stage != kernel.stage ||
+          existing->attributes != description.attributes) {
+        error = kernel.where.file + ":" + std::to_string(kernel.where.line) +
+                ": kernel '" + kernel.name + "' differs from kernel '" +
+                existing->tableNames.front() + "' but gets the same symbol " +
+                description.symbol + " (the naming rule misses a knob)";
+        return CompileStatus::CheckFailed;
+      }
       // Same problem and knobs: one binary serves both table names.
       op->erase();
+      ops[kernel.name] = ops[existing->tableNames.front()];
       existing->tableNames.push_back(kernel.name);
       compiled.kernelIndex[kernel.name] = existing - compiled.kernels.begin();
       continue;
     }
+    ops[kernel.name] = op;
     CompiledKernel entry;
     entry.tableNames = {kernel.name};
     entry.symbol = description.symbol;
     entry.stage = kernel.stage;
-    entry.config = description.fields;
+    entry.attributes = description.attributes;
     entry.abi = description.abi;
     entry.where = kernel.where;
     compiled.kernelIndex[kernel.name] = compiled.kernels.size();
     compiled.kernels.push_back(std::move(entry));
   }
+  if (!checkSelections(table, ops, error) || !checkSplitDispatch(table, ops, error))
+    return CompileStatus::BadInput;
 
   if (failed(lowerToKernelIR(*module))) {
     error = table.path + ": kernel generation failed: " + firstDiagnostic;
@@ -112,6 +206,12 @@ CompileStatus compileTable(const TuningTable &table,
       return CompileStatus::CheckFailed;
     }
     kernel.hsaco = std::move(*hsaco);
+    auto kernelIr = serializeKernelIr(*module, kernel.symbol);
+    if (failed(kernelIr)) {
+      error = where + "cannot serialise its kernel IR";
+      return CompileStatus::CheckFailed;
+    }
+    kernel.kernelIr = std::move(*kernelIr);
     auto described = readKernelResources(kernel.hsaco);
     if (!described) {
       error = where + llvm::toString(described.takeError());
@@ -142,6 +242,35 @@ CompileStatus compileTable(const TuningTable &table,
     kernel.contentHash = hashHex(kernel.hsaco.data(), kernel.hsaco.size());
     kernel.name = kernel.symbol + "_" + kernel.contentHash.substr(0, 8);
   }
+  return CompileStatus::Ok;
+}
+
+CompileStatus compileTableToBundle(const std::string &tablePath,
+                                   const std::string &bundlePath,
+                                   const CompileOptions &options,
+                                   CompileSummary &summary, std::string &error) {
+  std::ifstream file(tablePath, std::ios::binary);
+  if (!file) {
+    error = tablePath + ": cannot open the tuning table";
+    return CompileStatus::BadInput;
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  TuningTable table;
+  if (!parseTuningTable(tablePath, text.str(), table, error))
+    return CompileStatus::BadInput;
+  CompiledTable compiled;
+  CompileStatus status = compileTable(table, options, compiled, error);
+  if (status != CompileStatus::Ok)
+    return status;
+  BundleContents bundle = buildBundleContents(table, compiled, text.str());
+  if (!rt::writeBundle(bundlePath, rt::serializeManifest(bundle.manifest),
+                       bundle.objects, error))
+    return CompileStatus::CheckFailed;
+  summary.tableKernels = table.kernels.size();
+  summary.uniqueKernels = compiled.kernels.size();
+  std::ifstream written(bundlePath, std::ios::binary | std::ios::ate);
+  summary.bundleBytes = written ? static_cast<uint64_t>(written.tellg()) : 0;
   return CompileStatus::Ok;
 }
 

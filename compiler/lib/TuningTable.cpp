@@ -1,6 +1,8 @@
 //===- TuningTable.cpp - the tuning-table text format ---------------------===//
 
 #include "moec/Compiler/TuningTable.h"
+#include "moec/Compiler/StageBuilder.h"
+#include "moec/Dialect/Moe/MoeKnobs.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -46,8 +48,6 @@ private:
   bool parseSelect(std::vector<Field> &fields);
   bool parseRow(std::vector<Field> &fields);
   bool checkReferences();
-  bool checkPeerKernels(const TableSelection &s, const TableRow &r);
-  bool checkSplitDispatch(const TableConfig &c);
 
   /// Takes the field `key` out of `fields`; absent gives false.
   bool take(std::vector<Field> &fields, const std::string &key,
@@ -194,10 +194,23 @@ bool TableParser::parseKernel(const std::string &name,
   if (!takeRequired(fields, "stage", k.stage) ||
       !takeRequired(fields, "problem", k.problem))
     return false;
-  // Knob names and values are checked when the stage op is built
-  // (StageBuilder), with this line in the message.
-  for (const Field &f : fields)
+  // Knob names are checked here against the dialect's knob table; values
+  // when the stage op is built (StageBuilder), with this line in the
+  // message.
+  const moe::StageKnobs *knobs = moe::lookupStageKnobs(k.stage);
+  if (!knobs)
+    return fail("stage", "unsupported stage '" + k.stage +
+                             "' (expected w13, w2, sort or combine)");
+  for (const Field &f : fields) {
+    if (std::string old = oldKnobSpelling(k.stage, f.key, f.value); !old.empty())
+      return fail("", old);
+    const moe::KnobInfo *knob = knobs->find(f.key);
+    if (!knob)
+      return fail(f.key, "not a knob of a " + k.stage + " kernel");
+    if (std::string(knob->owner) == "problem")
+      return fail(f.key, "belongs on the problem line");
     k.knobs[f.key] = f.value;
+  }
   table.kernels.push_back(k);
   return true;
 }
@@ -236,9 +249,12 @@ bool TableParser::parseSelect(std::vector<Field> &fields) {
       !takeInt(fields, "workspace", s.workspace, true) ||
       !takeRequired(fields, "transport", s.transport))
     return false;
-  if (s.transport != "fixed-slot" && s.transport != "compact" &&
+  if (s.transport == "fixed-slot")
+    return fail("transport", "write transport=fixed_slot ('fixed-slot' is the "
+                             "old spelling)");
+  if (s.transport != "fixed_slot" && s.transport != "compact" &&
       s.transport != "none")
-    return fail("transport", "expected fixed-slot, compact or none, got '" +
+    return fail("transport", "expected fixed_slot, compact or none, got '" +
                                  s.transport + "'");
   take(fields, "above_max", s.aboveMax);
   if (s.aboveMax != "largest" && s.aboveMax != "error")
@@ -273,73 +289,6 @@ bool TableParser::parseRow(std::vector<Field> &fields) {
   return noneLeft(fields);
 }
 
-/// A fused peer stage (knob `transport`) must move rows the way its
-/// selection key says, and hold the key's workspace of tokens per rank.
-bool TableParser::checkPeerKernels(const TableSelection &s, const TableRow &r) {
-  for (const std::string &name : table.findConfig(r.config)->kernels) {
-    const TableKernel *k = table.findKernel(name);
-    if (!k)
-      continue; // reported with the config
-    auto transport = k->knobs.find("transport");
-    if (transport == k->knobs.end() || transport->second == "none")
-      continue;
-    line = r.where.line;
-    std::string expected = s.transport == "fixed-slot" ? "fixed_slot" : s.transport;
-    if (transport->second != expected)
-      return fail("config", "config '" + r.config + "' uses kernel '" + name +
-                                "' with transport=" + transport->second +
-                                ", but the selection's transport is " +
-                                s.transport);
-    auto maxTokens = k->knobs.find("max_tokens");
-    if (maxTokens != k->knobs.end() &&
-        std::strtoll(maxTokens->second.c_str(), nullptr, 10) < s.workspace)
-      return fail("config", "config '" + r.config + "' uses kernel '" + name +
-                                "' with max_tokens=" + maxTokens->second +
-                                ", below the selection's workspace " +
-                                std::to_string(s.workspace));
-  }
-  return true;
-}
-
-/// A config with a separate dispatch kernel (dispatch=only) must pair it
-/// with a W13 kernel (dispatch=none) that waits for exactly its signals:
-/// dispatch_cus = the dispatch kernel's workgroups, and the same waves.
-bool TableParser::checkSplitDispatch(const TableConfig &c) {
-  auto knob = [](const TableKernel *k, const char *name, int64_t fallback) {
-    auto it = k->knobs.find(name);
-    return it == k->knobs.end() ? std::to_string(fallback) : it->second;
-  };
-  const TableKernel *only = nullptr, *none = nullptr;
-  for (const std::string &name : c.kernels) {
-    const TableKernel *k = table.findKernel(name);
-    if (!k)
-      continue;
-    auto mode = k->knobs.count("dispatch") ? k->knobs.at("dispatch") : "fused";
-    if (mode == "only")
-      only = k;
-    else if (mode == "none")
-      none = k;
-  }
-  if (!only && !none)
-    return true;
-  if (!only || !none)
-    return fail("kernels", "config '" + c.name +
-                               "' needs both a dispatch=only and a "
-                               "dispatch=none kernel");
-  const std::string signals = knob(none, "dispatch_cus", TableDefaults::kDispatchCus);
-  const std::string producers = knob(only, "workgroups", TableDefaults::kWorkgroups);
-  const std::string waitWaves = knob(none, "waves", TableDefaults::kWaves);
-  const std::string sendWaves = knob(only, "waves", TableDefaults::kWaves);
-  if (signals != producers || waitWaves != sendWaves)
-    return fail("kernels", "config '" + c.name + "': kernel '" + none->name +
-                               "' waits for dispatch_cus=" + signals +
-                               " x waves=" + waitWaves +
-                               " signals, but its dispatch kernel '" +
-                               only->name + "' has workgroups=" + producers +
-                               " x waves=" + sendWaves);
-  return true;
-}
-
 bool TableParser::checkReferences() {
   for (const TableKernel &k : table.kernels)
     if (!table.findProblem(k.problem)) {
@@ -358,14 +307,10 @@ bool TableParser::checkReferences() {
         return fail("config", "unknown config '" + r.config + "'");
       }
       usedConfigs.insert(r.config);
-      if (!checkPeerKernels(s, r))
-        return false;
     }
   }
   for (const TableConfig &c : table.configs) {
     line = c.where.line;
-    if (!checkSplitDispatch(c))
-      return false;
     if (!usedConfigs.count(c.name))
       return fail("", "config '" + c.name +
                           "' is not selected by any row, so no key reaches it");

@@ -7,7 +7,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Dialect/Moe/MoeDialect.h"
-#include "moec/target_info.h"
+#include "moec/Dialect/Moe/MoeTarget.h"
+#include "moec/peer_protocol.h"
+#include "moec/target/target_info.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
@@ -17,6 +19,15 @@
 
 using namespace mlir;
 using namespace moec::moe;
+using moec::target::TargetInfo;
+
+/// verifyOnTarget against the chip around `op` (its `moe.target`).
+static LogicalResult verifyOnOwnTarget(Operation *op) {
+  FailureOr<const TargetInfo *> chip = getTarget(op);
+  if (failed(chip))
+    return failure();
+  return verifyOnTarget(op, **chip);
+}
 
 //===----------------------------------------------------------------------===//
 // ProblemAttr
@@ -92,19 +103,14 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile.n (" << n << ") split over tile.waves ("
                        << waves << ") must give each wave a multiple of the "
                        << "MFMA N (" << mfmaDim << ") columns";
-  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
-  if (wavesPerEu < 0 || wavesPerEu > int64_t(target.maxWavesPerSimd))
-    return emitError() << "tile.waves_per_eu must be 0 (no hint) to "
-                       << target.maxWavesPerSimd << ", got " << wavesPerEu;
+  // The ranges of waves_per_eu and persist_cu and the accumulator budget
+  // depend on the chip: verifyOnTarget checks them.
   // The XOR swizzle permutes chunk indices within a row: their count must
   // be a power of two.
   if (aSwizzle && !llvm::isPowerOf2_64(k / 16))
     return emitError() << "tile.a_swizzle needs tile.k / 16 to be a power of "
                           "two, got tile.k = "
                        << k;
-  if (persistCu < 0 || persistCu > int64_t(target.computeUnits))
-    return emitError() << "tile.persist_cu must be 0 (not persistent) to "
-                       << target.computeUnits << ", got " << persistCu;
   if (persistStrided && persistCu == 0)
     return emitError() << "tile.persist_strided needs tile.persist_cu > 0";
   if (persistSkew < 0 || (persistSkew > 0 && persistCu == 0))
@@ -130,13 +136,6 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile.async_a cannot be combined with "
                           "tile.a_swizzle: the LDS DMA writes a wave's 16-byte "
                           "chunks contiguously in lane order";
-  // Each wave holds an (m x n/waves) FP32 accumulator; with operands it must
-  // fit the unified 512-entry register file of a lane.
-  int64_t accumulatorRegs = m * (n / waves) / 64;
-  if (accumulatorRegs > 448)
-    return emitError() << "tile (m " << m << " x n " << n << " over " << waves
-                       << " waves) needs " << accumulatorRegs
-                       << " accumulator registers per lane; at most 448 fit";
   return success();
 }
 
@@ -146,29 +145,30 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult
 PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                          PeerKind kind, int64_t capacity, int64_t maxTokens,
+                          PeerKind transport, int64_t capacity, int64_t maxTokens,
                           int64_t workgroups, int64_t dispatchCus,
                           int64_t workShards, int64_t planCus,
                           int64_t chunkRoutes, PeerDispatch dispatch) {
-  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
+  // Upper bounds from the chip (wave slots, CUs) are verifyOnTarget's.
   if (capacity <= 0)
     return emitError() << "peer.capacity must be positive, got " << capacity;
   if (maxTokens <= 0)
     return emitError() << "peer.max_tokens must be positive, got "
                        << maxTokens;
-  if (workgroups <= 0 ||
-      workgroups > int64_t(target.computeUnits) * target.maxWavesPerCu())
-    return emitError() << "peer.workgroups must be in [1, "
-                       << int64_t(target.computeUnits) * target.maxWavesPerCu()
-                       << "], got " << workgroups;
-  if (workShards < 0 || workShards > 8)
-    return emitError() << "peer.work_shards must be in [0, 8] (0: static "
-                          "assignment), got "
-                       << workShards;
+  if (workgroups <= 0)
+    return emitError() << "peer.workgroups must be positive, got "
+                       << workgroups;
+  if (dispatchCus <= 0)
+    return emitError() << "peer.dispatch_cus must be positive, got "
+                       << dispatchCus;
+  if (workShards < 0 || workShards > moec::peer::kMaxWorkShards)
+    return emitError() << "peer.work_shards must be in [0, "
+                       << moec::peer::kMaxWorkShards
+                       << "] (0: static assignment), got " << workShards;
   if (planCus < 1 || planCus > dispatchCus ||
-      (planCus > 1 && kind != PeerKind::compact))
+      (planCus > 1 && transport != PeerKind::compact))
     return emitError() << "peer.plan_cus must be in [1, dispatch_cus] and 1 "
-                          "unless kind = compact, got "
+                          "unless transport = compact, got "
                        << planCus;
   if (!llvm::is_contained({1, 2, 4, 8, 16}, chunkRoutes))
     return emitError() << "peer.chunk_routes must be one of 1, 2, 4, 8, 16, "
@@ -183,18 +183,10 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return success();
   }
   // Producers must all be resident while others wait on them; roles go by
-  // arrival, so that holds when they fit one per CU and leave a consumer.
-  // (With dispatch = none they are another kernel's workgroups.)
-  if (dispatch == PeerDispatch::none &&
-      (dispatchCus <= 0 || dispatchCus > int64_t(target.computeUnits)))
-    return emitError() << "peer.dispatch_cus must be in [1, "
-                       << target.computeUnits << "], got " << dispatchCus;
-  if (dispatch == PeerDispatch::fused &&
-      (dispatchCus <= 0 || dispatchCus >= workgroups ||
-       dispatchCus > int64_t(target.computeUnits)))
-    return emitError() << "peer.dispatch_cus must be in [1, min(workgroups - "
-                          "1, "
-                       << target.computeUnits << ")], got " << dispatchCus;
+  // arrival, so that holds when they fit one per CU (verifyOnTarget) and
+  // leave a consumer (W13's rule: stage 2 has no producers and keeps
+  // dispatch_cus at its default). With dispatch = none they are another
+  // kernel's workgroups.
   return success();
 }
 
@@ -203,7 +195,7 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 /// work loop.
 static LogicalResult verifyPeerStage(Operation *op, PeerTransportAttr peer,
                                      ProblemAttr problem, TileAttr tile) {
-  if (peer.getKind() == PeerKind::fixed_slot &&
+  if (peer.getTransport() == PeerKind::fixed_slot &&
       peer.getCapacity() % tile.getM() != 0)
     return op->emitOpError("peer.capacity (")
            << peer.getCapacity() << ") must be a multiple of tile.m ("
@@ -315,13 +307,7 @@ LogicalResult W2Op::verify() {
     return emitOpError("split_k (")
            << getSplitK() << ") leaves a K slice empty: W2 has " << steps
            << " K steps of tile.k (" << tile.getK() << ")";
-  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
-  if (getLdsBytes() > target.ldsBytesPerCu)
-    return emitOpError("tile (m ")
-           << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
-           << ") stages " << getLdsBytes() << " bytes of LDS; " << target.arch
-           << " has " << target.ldsBytesPerCu;
-  return success();
+  return verifyOnOwnTarget(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -373,25 +359,18 @@ LogicalResult W13Op::verify() {
   if (PeerTransportAttr peer = getPeerAttr()) {
     if (failed(verifyPeerStage(*this, peer, problem, tile)))
       return failure();
+    // Producers come first by arrival; at least one workgroup must be left
+    // to compute.
+    if (peer.getDispatch() == PeerDispatch::fused &&
+        peer.getDispatchCus() >= peer.getWorkgroups())
+      return emitOpError("peer.dispatch_cus must be in [1, workgroups - 1] (")
+             << peer.getWorkgroups() << " - 1), got " << peer.getDispatchCus();
     if (interleave != 0 || getSharedFp8Expert())
       return emitOpError("peer: gate_up_interleave and shared_fp8_expert do "
                          "not apply to the fused stage 1 (MegaMoE W13 is gate "
                          "rows then up rows)");
   }
-  // Gate and up accumulators: twice the W2 count.
-  int64_t accumulatorRegs = 2 * tile.getM() * tile.getWaveN() / 64;
-  if (accumulatorRegs > 448)
-    return emitOpError("tile (m ")
-           << tile.getM() << " x n " << tile.getN() << " over "
-           << tile.getWaves() << " waves) needs " << accumulatorRegs
-           << " gate and up accumulator registers per lane; at most 448 fit";
-  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
-  if (getLdsBytes() > target.ldsBytesPerCu)
-    return emitOpError("tile (m ")
-           << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
-           << ") needs " << getLdsBytes() << " bytes of LDS; " << target.arch
-           << " has " << target.ldsBytesPerCu;
-  return success();
+  return verifyOnOwnTarget(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -426,28 +405,183 @@ LogicalResult CombineOp::verify() {
     return emitOpError("peer_rows are BF16 rows from the fused stage 2; "
                        "split_k (")
            << getSplitK() << ") does not apply";
-  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
-  int64_t blocks = getTile().getBlocks();
-  // A persistent grid larger than the chip gains nothing and hides a typo.
-  if (blocks > int64_t(target.computeUnits) * target.maxWavesPerCu())
-    return emitOpError("combine_tile.blocks (")
-           << blocks << ") exceeds the resident workgroups of " << target.arch;
-  return success();
+  return verifyOnOwnTarget(*this);
 }
 
 //===----------------------------------------------------------------------===//
 // SortOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult SortOp::verify() {
-  // The per-expert counts and cursors live in LDS, next to one id per lane.
-  int64_t ldsBytes =
-      4 * (2 * getProblem().getLocalExperts() + 64 * getWaves() + 1);
-  const moec::rt::TargetInfo &target = moec::rt::gfx950TargetInfo();
-  if (ldsBytes > target.ldsBytesPerCu)
-    return emitOpError("problem.experts / problem.ep (")
-           << getProblem().getLocalExperts() << " local experts) needs "
-           << ldsBytes << " bytes of LDS for the counts; " << target.arch
-           << " has " << target.ldsBytesPerCu;
-  return success();
+LogicalResult SortOp::verify() { return verifyOnOwnTarget(*this); }
+
+//===----------------------------------------------------------------------===//
+// Target chip
+//===----------------------------------------------------------------------===//
+
+/// The closest op around `op` (or `op`) with a `moe.target` attribute.
+static Operation *findTargetHolder(Operation *op) {
+  for (Operation *at = op; at; at = at->getParentOp())
+    if (at->hasAttr(kTargetAttrName))
+      return at;
+  return nullptr;
+}
+
+const TargetInfo *moec::moe::lookupTarget(Operation *op) {
+  Operation *holder = findTargetHolder(op);
+  if (!holder)
+    return &moec::target::defaultTarget();
+  auto name = dyn_cast<StringAttr>(holder->getAttr(kTargetAttrName));
+  return name ? moec::target::lookupTargetInfo(name.getValue()) : nullptr;
+}
+
+FailureOr<const TargetInfo *> moec::moe::getTarget(Operation *op) {
+  if (const TargetInfo *chip = lookupTarget(op))
+    return chip;
+  op->emitError() << kTargetAttrName << " = "
+                  << findTargetHolder(op)->getAttr(kTargetAttrName)
+                  << " is not a chip moec knows ("
+                  << moec::target::knownTargetNames() << ")";
+  return failure();
+}
+
+const TargetInfo &moec::moe::getVerifiedTarget(Operation *op) {
+  const TargetInfo *chip = lookupTarget(op);
+  assert(chip && "the verifier rejects ops for unknown chips");
+  return chip ? *chip : moec::target::defaultTarget();
+}
+
+namespace {
+
+/// Collects every problem of one op on one chip, each as its own error.
+class TargetChecker {
+public:
+  TargetChecker(Operation *op, const TargetInfo &chip) : op(op), chip(chip) {}
+
+  /// The scaled-MFMA GEMM stages (W2, W13).
+  void checkGemm(ProblemAttr problem, TileAttr tile, PeerTransportAttr peer,
+                 int64_t ldsBytes, bool gateAndUp, bool asyncA,
+                 bool writesFp8) {
+    // Features first: they are what a chip of another generation lacks.
+    if (!chip.hasScaledMfma)
+      fieldProblem() << chip.arch << " has no MXFP4 scaled MFMA ("
+                     << (tile.getMfma() == MfmaShape::m16n16k128
+                             ? "V_MFMA_SCALE_F32_16X16X128_F8F6F4"
+                             : "V_MFMA_SCALE_F32_32X32X64_F8F6F4")
+                     << ")";
+    if (writesFp8 && !chip.hasOcpFp8)
+      fieldProblem() << chip.arch
+                     << " has no OCP FP8 conversion (problem.output f8E4M3FN; "
+                     << chip.arch << "'s V_CVT_PK_FP8_F32 writes E4M3FNUZ)";
+    if (asyncA && chip.ldsDmaBytesPerLane < 16)
+      fieldProblem() << chip.arch
+                     << " has no 16-byte LDS DMA (tile.async_a needs "
+                        "BUFFER_LOAD_DWORDX4 with LDS; at most "
+                     << chip.ldsDmaBytesPerLane << " bytes per lane)";
+    // Limits.
+    if (tile.getWavesPerEu() < 0 ||
+        tile.getWavesPerEu() > int64_t(chip.maxWavesPerSimd))
+      fieldProblem() << "tile.waves_per_eu must be 0 (no hint) to "
+                     << chip.maxWavesPerSimd << ", got "
+                     << tile.getWavesPerEu();
+    if (tile.getPersistCu() < 0 ||
+        tile.getPersistCu() > int64_t(chip.computeUnits))
+      fieldProblem() << "tile.persist_cu must be 0 (not persistent) to "
+                     << chip.computeUnits << ", got " << tile.getPersistCu();
+    // Each wave holds (m x n/waves) FP32 accumulators (twice for W13's gate
+    // and up rows); with operands they must fit a lane's register file.
+    const int64_t accumulatorRegs = (gateAndUp ? 2 : 1) * tile.getM() *
+                                    tile.getWaveN() / chip.wavefrontSize;
+    if (accumulatorRegs > int64_t(chip.accumulatorRegs)) {
+      if (gateAndUp)
+        opProblem("tile (m ")
+            << tile.getM() << " x n " << tile.getN() << " over "
+            << tile.getWaves() << " waves) needs " << accumulatorRegs
+            << " gate and up accumulator registers per lane; at most "
+            << chip.accumulatorRegs << " fit";
+      else
+        fieldProblem() << "tile (m " << tile.getM() << " x n " << tile.getN()
+                       << " over " << tile.getWaves() << " waves) needs "
+                       << accumulatorRegs
+                       << " accumulator registers per lane; at most "
+                       << chip.accumulatorRegs << " fit";
+    }
+    if (ldsBytes > int64_t(chip.ldsBytesPerCu))
+      opProblem("tile (m ")
+          << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
+          << (gateAndUp ? ") needs " : ") stages ") << ldsBytes
+          << " bytes of LDS; " << chip.arch << " has " << chip.ldsBytesPerCu;
+    if (peer)
+      checkPeer(peer);
+  }
+
+  void checkPeer(PeerTransportAttr peer) {
+    if (peer.getWorkgroups() > int64_t(chip.maxResidentWaves()))
+      fieldProblem() << "peer.workgroups must be in [1, "
+                     << chip.maxResidentWaves() << "], got "
+                     << peer.getWorkgroups();
+    // Producers must be resident together, one per CU.
+    if (peer.getDispatch() != PeerDispatch::only &&
+        peer.getDispatchCus() > int64_t(chip.computeUnits))
+      fieldProblem() << "peer.dispatch_cus must be in [1, " << chip.computeUnits
+                     << "], got " << peer.getDispatchCus();
+  }
+
+  void checkCombine(CombineOp combine) {
+    // A persistent grid larger than the chip gains nothing and hides a typo.
+    const int64_t blocks = combine.getTile().getBlocks();
+    if (blocks > int64_t(chip.maxResidentWaves()))
+      opProblem("combine_tile.blocks (")
+          << blocks << ") exceeds the resident workgroups of " << chip.arch;
+  }
+
+  void checkSort(SortOp sort) {
+    // The per-expert counts and cursors live in LDS, next to one id per
+    // lane.
+    const int64_t experts = sort.getProblem().getLocalExperts();
+    const int64_t ldsBytes =
+        4 * (2 * experts + chip.wavefrontSize * sort.getWaves() + 1);
+    if (ldsBytes > int64_t(chip.ldsBytesPerCu))
+      opProblem("problem.experts / problem.ep (")
+          << experts << " local experts) needs " << ldsBytes
+          << " bytes of LDS for the counts; " << chip.arch << " has "
+          << chip.ldsBytesPerCu;
+  }
+
+  LogicalResult result() const { return success(ok); }
+
+private:
+  /// A problem in the words of a field ("tile.persist_cu must be ...").
+  InFlightDiagnostic fieldProblem() {
+    ok = false;
+    return op->emitError();
+  }
+  /// A problem of the op as a whole ("'moe.w2' op tile (m ...) stages ...").
+  InFlightDiagnostic opProblem(const Twine &message) {
+    ok = false;
+    return op->emitOpError(message);
+  }
+
+  Operation *op;
+  const TargetInfo &chip;
+  bool ok = true;
+};
+
+} // namespace
+
+LogicalResult moec::moe::verifyOnTarget(Operation *op, const TargetInfo &chip) {
+  TargetChecker checker(op, chip);
+  if (auto w2 = dyn_cast<W2Op>(op))
+    checker.checkGemm(w2.getProblem(), w2.getTile(), w2.getPeerAttr(),
+                      w2.getLdsBytes(), /*gateAndUp=*/false,
+                      w2.getTile().getAsyncA(), /*writesFp8=*/false);
+  else if (auto w13 = dyn_cast<W13Op>(op))
+    checker.checkGemm(
+        w13.getProblem(), w13.getTile(), w13.getPeerAttr(), w13.getLdsBytes(),
+        /*gateAndUp=*/true, w13.getTile().getAsyncA(),
+        /*writesFp8=*/isa<Float8E4M3FNType>(w13.getProblem().getOutput()));
+  else if (auto combine = dyn_cast<CombineOp>(op))
+    checker.checkCombine(combine);
+  else if (auto sort = dyn_cast<SortOp>(op))
+    checker.checkSort(sort);
+  return checker.result();
 }

@@ -2,8 +2,9 @@
 
 #include "moec/Emulator/PeerHarness.h"
 
-#include "moec/Codegen/PeerProtocol.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/Emulator/W13Harness.h"
+#include "moec/peer_protocol.h"
 #include "moec/reference/Families.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
@@ -34,49 +35,55 @@ struct PeerShape {
   int64_t rows() const { return compact ? capacity : localExperts * capacity; }
 };
 
-int64_t fieldOf(const StageDescription &description, const char *name,
-                int64_t fallback) {
-  for (const auto &[key, value] : description.fields)
-    if (key == name)
-      return std::strtoll(value.c_str(), nullptr, 10);
-  return fallback;
-}
-
 LogicalResult parsePeerShape(const BuiltKernel &stage1, const BuiltKernel &stage2,
                              const BuiltKernel &combine, PeerShape &shape,
                              std::string &error) {
   const StageDescription &d1 = stage1.description;
-  shape.hidden = fieldOf(d1, "hidden", 0);
-  shape.intermediate = fieldOf(d1, "intermediate", 0);
-  shape.experts = fieldOf(d1, "experts", 0);
-  shape.topK = fieldOf(d1, "top_k", 0);
-  shape.ep = fieldOf(d1, "ep", 1);
-  shape.tileM = fieldOf(d1, "m", 0);
-  shape.capacity = fieldOf(d1, "capacity", 0);
-  shape.maxTokens = fieldOf(d1, "max_tokens", 0);
-  shape.workgroups1 = fieldOf(d1, "workgroups", 0);
-  shape.workgroups2 = fieldOf(stage2.description, "workgroups", 0);
-  shape.combineWaves = fieldOf(combine.description, "waves", 4);
-  shape.swigluLimit = double(fieldOf(d1, "swiglu_limit", 0));
-  shape.localExperts = shape.ep > 0 ? shape.experts / shape.ep : 0;
-  for (const auto &[key, value] : d1.fields)
-    if (key == "transport")
-      shape.compact = value == "compact";
-  if (shape.capacity <= 0 || shape.workgroups1 <= 0 || shape.workgroups2 <= 0) {
+  auto problemOf = [](const BuiltKernel &kernel) {
+    return kernel.description.opAttributes.getAs<moe::ProblemAttr>("problem");
+  };
+  auto peerOf = [](const BuiltKernel &kernel) {
+    return kernel.description.opAttributes.getAs<moe::PeerTransportAttr>("peer");
+  };
+  moe::ProblemAttr problem = problemOf(stage1);
+  moe::PeerTransportAttr peer1 = peerOf(stage1), peer2 = peerOf(stage2);
+  auto tile = d1.opAttributes.getAs<moe::TileAttr>("tile");
+  auto combineTile =
+      combine.description.opAttributes.getAs<moe::CombineTileAttr>("tile");
+  if (!problem || !tile || !peer1 || !peer2 || !combineTile) {
     error = "peer harness: " + d1.symbol + " / " + stage2.description.symbol +
-            " are not fused peer stages (transport = fixed_slot)";
+            " are not fused peer stages (transport = fixed_slot or compact)";
     return failure();
   }
-  for (const char *name : {"hidden", "intermediate", "experts", "top_k", "ep"})
-    for (const BuiltKernel *other : {&stage2, &combine})
-      if (fieldOf(other->description, name, -1) != fieldOf(d1, name, -1)) {
-        error = "peer harness: field '" + std::string(name) + "' of " +
-                other->description.symbol + " differs from " + d1.symbol;
-        return failure();
-      }
-  if (fieldOf(stage2.description, "capacity", -1) != shape.capacity ||
-      fieldOf(stage2.description, "max_tokens", -1) != shape.maxTokens ||
-      fieldOf(combine.description, "peer_rows", 0) != 1) {
+  shape.hidden = problem.getHidden();
+  shape.intermediate = problem.getIntermediate();
+  shape.experts = problem.getExperts();
+  shape.topK = problem.getTopK();
+  shape.ep = problem.getEp();
+  shape.localExperts = problem.getLocalExperts();
+  shape.tileM = tile.getM();
+  shape.capacity = peer1.getCapacity();
+  shape.maxTokens = peer1.getMaxTokens();
+  shape.workgroups1 = peer1.getWorkgroups();
+  shape.workgroups2 = peer2.getWorkgroups();
+  shape.combineWaves = combineTile.getWaves();
+  if (auto limit = d1.opAttributes.getAs<FloatAttr>("swiglu_limit"))
+    shape.swigluLimit = limit.getValueAsDouble();
+  shape.compact = peer1.isCompact();
+  for (const BuiltKernel *other : {&stage2, &combine}) {
+    moe::ProblemAttr p = problemOf(*other);
+    if (!p || p.getHidden() != problem.getHidden() ||
+        p.getIntermediate() != problem.getIntermediate() ||
+        p.getExperts() != problem.getExperts() ||
+        p.getTopK() != problem.getTopK() || p.getEp() != problem.getEp()) {
+      error = "peer harness: the problem of " + other->description.symbol +
+              " differs from " + d1.symbol;
+      return failure();
+    }
+  }
+  if (peer2.getCapacity() != shape.capacity ||
+      peer2.getMaxTokens() != shape.maxTokens ||
+      !combine.description.opAttributes.get("peer_rows")) {
     error = "peer harness: stage 2 must share stage 1's capacity and "
             "max_tokens, and the combine must read peer_rows";
     return failure();
@@ -295,7 +302,9 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
         KernelLaunch d = s1;
         d.func = func(*dispatch);
         d.label = "rank " + std::to_string(r) + " dispatch";
-        d.launch = launchOf(fieldOf(dispatch->description, "workgroups", 1));
+        d.launch = launchOf(dispatch->description.opAttributes
+                                .getAs<moe::PeerTransportAttr>("peer")
+                                .getWorkgroups());
         phase1.push_back(std::move(d));
       }
       phase1.push_back(std::move(s1));

@@ -11,7 +11,7 @@
 #ifndef MOEC_EMULATOR_LIB_PROGRAM_H
 #define MOEC_EMULATOR_LIB_PROGRAM_H
 
-#include "moec/Codegen/MfmaLayout.h"
+#include "moec/target/mfma_layout.h"
 #include "moec/Emulator/Emulator.h"
 
 #include <array>

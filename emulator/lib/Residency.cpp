@@ -1,8 +1,8 @@
 //===- Residency.cpp - resident workgroups from the occupancy model -------===//
 ///
 /// \file
-/// The emulator's residency cap for a kernel, from the runtime's occupancy
-/// model: a kernel that waits on other workgroups deadlocks on hardware when
+/// The emulator's residency cap for a kernel, from the occupancy model of
+/// moec/target: a kernel that waits on other workgroups deadlocks on hardware when
 /// the workgroups it waits on cannot be resident at the same time, and the
 /// emulator reproduces that only with the hardware's cap.
 ///
@@ -12,7 +12,7 @@
 
 #include "moec/kernel_occupancy.h"
 #include "moec/manifest.h"
-#include "moec/target_info.h"
+#include "moec/target/target_info.h"
 
 #include <limits>
 
@@ -21,12 +21,14 @@ namespace moec::emu {
 mlir::FailureOr<unsigned>
 residentWorkgroupCap(const rt::KernelInfo &kernel, unsigned computeUnits,
                      std::string &error) {
-  const rt::OccupancyEstimate estimate =
-      rt::estimateKernelOccupancy(rt::gfx950TargetInfo(), kernel);
-  if (estimate.limiter == rt::OccupancyLimiter::Invalid) {
+  // The emulator runs kernel IR built for the default chip.
+  const target::TargetInfo &chip = target::defaultTarget();
+  const target::OccupancyEstimate estimate =
+      rt::estimateKernelOccupancy(chip, kernel);
+  if (estimate.limiter == target::OccupancyLimiter::Invalid) {
     error = std::string("emulator: ") +
             (kernel.name.empty() ? std::string() : kernel.name + ": ") +
-            "cannot launch on gfx950: " +
+            "cannot launch on " + chip.arch + ": " +
             (estimate.problem ? estimate.problem : "invalid resources");
     return mlir::failure();
   }

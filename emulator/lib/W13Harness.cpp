@@ -1,6 +1,7 @@
 //===- W13Harness.cpp - the W13 stage on the emulator vs the oracle -------===//
 
 #include "moec/Emulator/W13Harness.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
@@ -57,12 +58,11 @@ ref::Status parseW13Shape(const StageDescription &description, W13Shape &shape) 
   shape.mfmaK = base.mfmaK;
   shape.sharedFp8 = base.sharedFp8;
   shape.persistCu = base.persistCu;
-  for (const auto &[key, value] : description.fields) {
-    if (key == "gate_up_interleave")
-      shape.interleave = std::strtoll(value.c_str(), nullptr, 10);
-    else if (key == "swiglu_limit")
-      shape.swigluLimit = std::strtod(value.c_str(), nullptr);
-  }
+  DictionaryAttr attrs = description.opAttributes;
+  if (auto interleave = attrs.getAs<IntegerAttr>("gate_up_interleave"))
+    shape.interleave = interleave.getInt();
+  if (auto limit = attrs.getAs<FloatAttr>("swiglu_limit"))
+    shape.swigluLimit = limit.getValueAsDouble();
   return {};
 }
 

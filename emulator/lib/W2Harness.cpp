@@ -5,6 +5,7 @@
 
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Compiler/Registration.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
 #include "moec/reference/Npy.h"
@@ -86,9 +87,13 @@ addExpertWeights(GlobalMemory &memory, const std::vector<uint8_t> &packed,
 }
 
 void shrinkPeerFields(StageSpec &spec) {
-  auto it = spec.fields.find("transport");
-  if (it == spec.fields.end() || it->second == "none")
+  // A fused stage has a peer transport, whose capacity is required; its
+  // transport defaults to fixed_slot.
+  if (!spec.fields.count("capacity"))
     return;
+  auto transport = spec.fields.find("transport");
+  const bool compact =
+      transport != spec.fields.end() && transport->second == "compact";
   auto integer = [&](const char *name, int64_t fallback) {
     auto field = spec.fields.find(name);
     if (field == spec.fields.end())
@@ -103,12 +108,12 @@ void shrinkPeerFields(StageSpec &spec) {
   // Fixed slot: per expert, whole M tiles; compact: every route of every
   // rank could come here.
   spec.fields["capacity"] =
-      it->second == "compact"
+      compact
           ? std::to_string(ep * 16 * std::max<int64_t>(1, integer("top_k", 1)))
           : std::to_string((std::max<int64_t>(ep * 16, m) + m - 1) / m * m);
   spec.fields["workgroups"] =
       std::to_string(std::min<int64_t>(integer("workgroups", 6), 6));
-  if (spec.fields.count("dispatch_cus"))
+  if (spec.stage == "w13")
     spec.fields["dispatch_cus"] =
         std::to_string(std::min<int64_t>(integer("dispatch_cus", 2), 2));
   // A separate dispatch kernel keeps every workgroup a producer: 2 of them,
@@ -181,50 +186,24 @@ ref::Status checkHarnessSupports(const StageDescription &description) {
 }
 
 ref::Status parseW2Shape(const StageDescription &description, W2Shape &shape) {
-  auto field = [&](const char *name, std::string &out) {
-    for (const auto &[key, value] : description.fields)
-      if (key == name) {
-        out = value;
-        return true;
-      }
-    return false;
-  };
-  auto integer = [&](const char *name, int64_t &out) -> ref::Status {
-    std::string text;
-    if (!field(name, text))
-      return ref::Status::error(std::string("field '") + name + "': missing");
-    char *end = nullptr;
-    out = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0')
-      return ref::Status::error(std::string("field '") + name +
-                                "': not an integer: '" + text + "'");
-    return {};
-  };
-  for (auto [name, out] :
-       {std::pair<const char *, int64_t *>{"hidden", &shape.hidden},
-        {"intermediate", &shape.intermediate},
-        {"experts", &shape.experts},
-        {"top_k", &shape.topK},
-        {"ep", &shape.ep},
-        {"m", &shape.tileM},
-        {"n", &shape.tileN}}) {
-    ref::Status status = integer(name, *out);
-    if (!status)
-      return status;
-  }
-  std::string splitText;
-  if (field("split_k", splitText))
-    shape.splitK = std::max<int64_t>(1, std::strtoll(splitText.c_str(), nullptr, 10));
-  std::string persistText;
-  if (field("persist_cu", persistText))
-    shape.persistCu = std::max<int64_t>(0, std::strtoll(persistText.c_str(), nullptr, 10));
-  std::string sharedText;
-  if (field("shared_fp8_expert", sharedText))
-    shape.sharedFp8 = sharedText == "1" || sharedText == "true";
-  std::string mfmaText;
-  field("mfma", mfmaText);
-  shape.mfmaK = mfmaText == "32x32x64" ? 64 : 128;
-  shape.localExperts = shape.experts / shape.ep;
+  DictionaryAttr attrs = description.opAttributes;
+  auto problem = attrs ? attrs.getAs<moe::ProblemAttr>("problem") : nullptr;
+  auto tile = attrs ? attrs.getAs<moe::TileAttr>("tile") : nullptr;
+  if (!problem || !tile)
+    return ref::Status::error(description.symbol + " is not a GEMM stage");
+  shape.hidden = problem.getHidden();
+  shape.intermediate = problem.getIntermediate();
+  shape.experts = problem.getExperts();
+  shape.topK = problem.getTopK();
+  shape.ep = problem.getEp();
+  shape.localExperts = problem.getLocalExperts();
+  shape.tileM = tile.getM();
+  shape.tileN = tile.getN();
+  shape.persistCu = tile.getPersistCu();
+  shape.mfmaK = tile.getMfmaK();
+  if (auto splitK = attrs.getAs<IntegerAttr>("split_k"))
+    shape.splitK = std::max<int64_t>(1, splitK.getInt());
+  shape.sharedFp8 = static_cast<bool>(attrs.get("shared_fp8_expert"));
   return {};
 }
 

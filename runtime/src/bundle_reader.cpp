@@ -213,8 +213,9 @@ std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error
     object.checksum = loadLE64(entry + 16);
     const uint32_t flags = loadLE32(entry + 24);
     const std::string name = "code object " + std::to_string(i);
-    if (flags != kCodeObjectFlagsRawElf)
+    if (flags != kCodeObjectFlagsRawElf && flags != kEncodingMlirBytecode)
       return fail(name + ": unsupported encoding flags " + std::to_string(flags));
+    object.encoding = flags;
     if (loadLE32(entry + 28) != 0)
       return fail(name + ": reserved bytes are not zero");
     alignUpChecked(end, alignment, expected);
@@ -250,6 +251,16 @@ std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error
   std::string why;
   if (!parseManifest(bundle->manifestText_, count, bundle->manifest_, why))
     return fail("manifest: " + why);
+  {
+    std::vector<uint32_t> encodings(count);
+    std::vector<uint64_t> checksums(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      encodings[i] = bundle->codeObjects_[i].encoding;
+      checksums[i] = bundle->codeObjects_[i].checksum;
+    }
+    if (!checkObjectUse(bundle->manifest_, encodings, checksums, why))
+      return fail("manifest: " + why);
+  }
   if (bundle->manifest_.bundleFormatVersion != kVersion)
     return fail("manifest: bundle_format.version is " +
                 std::to_string(bundle->manifest_.bundleFormatVersion) +

@@ -46,6 +46,54 @@ bool canonicalManifest(std::string_view manifestJson, uint32_t codeObjectCount,
   return true;
 }
 
+std::string hex16(uint64_t value) {
+  static const char digits[] = "0123456789abcdef";
+  std::string text(16, '0');
+  for (int i = 15; i >= 0; --i, value >>= 4)
+    text[i] = digits[value & 15];
+  return text;
+}
+
+} // namespace
+
+bool checkObjectUse(const Manifest &manifest,
+                    const std::vector<uint32_t> &encodings,
+                    const std::vector<uint64_t> &checksums, std::string &error) {
+  std::vector<bool> used(encodings.size(), false);
+  for (size_t k = 0; k < manifest.kernels.size(); ++k) {
+    const KernelInfo &kernel = manifest.kernels[k];
+    const std::string where = "kernels[" + std::to_string(k) + "]";
+    if (encodings[kernel.codeObject] != kCodeObjectFlagsRawElf) {
+      error = where + ".code_object: entry " +
+              std::to_string(kernel.codeObject) + " is not an ELF code object";
+      return false;
+    }
+    used[kernel.codeObject] = true;
+    if (!kernel.ir.present())
+      continue;
+    if (encodings[kernel.ir.object] != kEncodingMlirBytecode) {
+      error = where + ".ir.object: entry " + std::to_string(kernel.ir.object) +
+              " is not kernel IR";
+      return false;
+    }
+    if (hex16(checksums[kernel.ir.object]) != kernel.ir.hash) {
+      error = where + ".ir.hash: " + kernel.ir.hash +
+              " does not match the stored IR (" +
+              hex16(checksums[kernel.ir.object]) + ")";
+      return false;
+    }
+    used[kernel.ir.object] = true;
+  }
+  for (size_t i = 0; i < used.size(); ++i)
+    if (!used[i]) {
+      error = "code object " + std::to_string(i) + ": not used by any kernel";
+      return false;
+    }
+  return true;
+}
+
+namespace {
+
 bool serializeImpl(std::string_view manifestJson,
                    const std::vector<std::vector<uint8_t>> &codeObjects,
                    std::vector<uint8_t> &out, std::string &error,
@@ -62,27 +110,28 @@ bool serializeImpl(std::string_view manifestJson,
     return false;
   }
   const uint32_t count = static_cast<uint32_t>(codeObjects.size());
-  std::vector<bool> used(count, false);
+  std::vector<uint32_t> encodings(count);
+  std::vector<uint64_t> checksums(count);
   for (uint32_t i = 0; i < count; ++i) {
     const std::vector<uint8_t> &object = codeObjects[i];
-    if (object.size() < 4 || std::memcmp(object.data(), "\x7f" "ELF", 4) != 0) {
-      error = "code object " + std::to_string(i) + ": not an ELF image (" +
+    if (object.size() >= 4 && std::memcmp(object.data(), "\x7f" "ELF", 4) == 0)
+      encodings[i] = kCodeObjectFlagsRawElf;
+    else if (object.size() >= 4 && std::memcmp(object.data(), "ML\xef" "R", 4) == 0)
+      encodings[i] = kEncodingMlirBytecode;
+    else {
+      error = "code object " + std::to_string(i) +
+              ": neither an ELF image nor MLIR bytecode (" +
               std::to_string(object.size()) + " bytes)";
       return false;
     }
+    checksums[i] = xxh64(object.data(), object.size());
   }
 
   std::string manifestText;
   Manifest manifest;
-  if (!canonicalManifest(manifestJson, count, manifestText, manifest, error))
+  if (!canonicalManifest(manifestJson, count, manifestText, manifest, error) ||
+      !checkObjectUse(manifest, encodings, checksums, error))
     return false;
-  for (const KernelInfo &kernel : manifest.kernels)
-    used[kernel.codeObject] = true;
-  for (uint32_t i = 0; i < count; ++i)
-    if (!used[i]) {
-      error = "code object " + std::to_string(i) + ": not used by any kernel";
-      return false;
-    }
 
   // Layout: header | manifest | pad to 8 | table | pad to alignment | objects.
   const uint64_t manifestOffset = kHeaderSize;
@@ -113,7 +162,7 @@ bool serializeImpl(std::string_view manifestJson,
     storeLE64(entry, objectOffsets[i]);
     storeLE64(entry + 8, object.size());
     storeLE64(entry + 16, xxh64(object.data(), object.size()));
-    storeLE32(entry + 24, kCodeObjectFlagsRawElf);
+    storeLE32(entry + 24, encodings[i]);
   }
 
   uint8_t *header = bytes.data();

@@ -154,7 +154,8 @@ bool parseArgument(const Json &entry, const std::string &where,
       !readString(entry, "name", where, true, arg.name, error) ||
       !readString(entry, "kind", where, true, kind, error) ||
       !readString(entry, "dtype", where, false, arg.dtype, error) ||
-      !readString(entry, "access", where, false, access, error))
+      !readString(entry, "access", where, false, access, error) ||
+      !readString(entry, "shape", where, false, arg.shape, error))
     return false;
   if (kind == "buffer")
     arg.kind = ArgKind::Buffer;
@@ -292,12 +293,44 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
               std::to_string(codeObjectCount) + " code objects";
       return false;
     }
-    const Json *config = nullptr;
-    if (!optionalObject(entry, "config", where, config, error))
+    const Json *attributes = nullptr;
+    if (!optionalObject(entry, "attributes", where, attributes, error))
       return false;
-    if (config)
-      for (auto it = config->begin(); it != config->end(); ++it)
-        kernel.config.emplace_back(it.key(), it.value().dump());
+    if (attributes)
+      for (auto it = attributes->begin(); it != attributes->end(); ++it) {
+        std::string text;
+        if (!readString(*attributes, it.key(), fieldPath(where, "attributes"),
+                        true, text, error))
+          return false;
+        kernel.attributes.emplace_back(it.key(), std::move(text));
+      }
+    if (const Json *names = findField(entry, "table_names")) {
+      const std::string namesPath = fieldPath(where, "table_names");
+      if (!expectArray(*names, namesPath, error))
+        return false;
+      for (size_t n = 0; n < names->size(); ++n) {
+        if (!(*names)[n].is_string()) {
+          error = indexPath(namesPath, n) + ": expected a string";
+          return false;
+        }
+        kernel.tableNames.push_back((*names)[n].get<std::string>());
+      }
+    }
+    const Json *ir = nullptr;
+    if (!optionalObject(entry, "ir", where, ir, error))
+      return false;
+    if (ir) {
+      const std::string irPath = fieldPath(where, "ir");
+      if (!readU32(*ir, "object", irPath, true, kernel.ir.object, error) ||
+          !readString(*ir, "hash", irPath, true, kernel.ir.hash, error))
+        return false;
+      if (kernel.ir.object >= codeObjectCount) {
+        error = fieldPath(irPath, "object") + ": index " +
+                std::to_string(kernel.ir.object) + " but the bundle has " +
+                std::to_string(codeObjectCount) + " code objects";
+        return false;
+      }
+    }
     if (const Json *abi = findField(entry, "abi")) {
       const std::string abiPath = fieldPath(where, "abi");
       if (!expectArray(*abi, abiPath, error))
@@ -395,7 +428,96 @@ bool parseSelection(const Json &root, Manifest &m, std::string &error) {
   return validateSelectionTables(m.selection, m.configs.size(), error);
 }
 
+Json serializeKernel(const KernelInfo &kernel) {
+  Json attributes = Json::object();
+  for (const auto &[name, text] : kernel.attributes)
+    attributes[name] = text;
+  Json abi = Json::array();
+  for (const KernelArgInfo &arg : kernel.abi)
+    abi.push_back({{"name", arg.name},
+                   {"kind", argKindName(arg.kind)},
+                   {"dtype", arg.dtype},
+                   {"access", argAccessName(arg.access)},
+                   {"shape", arg.shape}});
+  const KernelResources &r = kernel.resources;
+  const LaunchInfo &launch = kernel.launch;
+  Json out = {
+      {"name", kernel.name},
+      {"symbol", kernel.symbol},
+      {"code_object", kernel.codeObject},
+      {"stage", kernel.stage},
+      {"attributes", attributes},
+      {"abi", abi},
+      {"launch",
+       {{"workgroup_size",
+         {launch.workgroupSize[0], launch.workgroupSize[1],
+          launch.workgroupSize[2]}},
+        {"grid", {{"x", launch.gridX}, {"y", launch.gridY}, {"z", launch.gridZ}}}}},
+      {"resources",
+       {{"vgpr", r.vgpr},
+        {"agpr", r.agpr},
+        {"sgpr", r.sgpr},
+        {"lds_bytes", r.ldsBytes},
+        {"private_segment_bytes", r.privateSegmentBytes},
+        {"vgpr_spill", r.vgprSpill},
+        {"sgpr_spill", r.sgprSpill},
+        {"wavefront_size", r.wavefrontSize},
+        {"max_flat_workgroup_size", r.maxFlatWorkgroupSize}}},
+      {"content_hash", kernel.contentHash},
+      {"table_names", kernel.tableNames},
+  };
+  if (kernel.ir.present())
+    out["ir"] = {{"object", kernel.ir.object}, {"hash", kernel.ir.hash}};
+  return out;
+}
+
 } // namespace
+
+std::string serializeManifest(const Manifest &m) {
+  Json root = Json::object();
+  if (m.bundleFormatVersion != 0)
+    root["bundle_format"] = {{"version", m.bundleFormatVersion}};
+  root["target"] = {{"arch", m.target.arch},
+                    {"features", m.target.features},
+                    {"code_object_version", m.target.codeObjectVersion}};
+  root["compiler"] = {{"name", m.compiler.name},
+                      {"version", m.compiler.version},
+                      {"llvm", m.compiler.llvm},
+                      {"fingerprint", m.compiler.fingerprint}};
+  Json numerics = Json::object();
+  for (const auto &[key, value] : m.numerics)
+    numerics[key] = value;
+  root["numerics"] = numerics;
+  Json sources = Json::array();
+  for (const SourceFile &source : m.sources)
+    sources.push_back({{"path", source.path}, {"hash", source.hash}});
+  root["sources"] = sources;
+  Json kernels = Json::array();
+  for (const KernelInfo &kernel : m.kernels)
+    kernels.push_back(serializeKernel(kernel));
+  root["kernels"] = kernels;
+  Json configs = Json::array();
+  for (const ConfigInfo &config : m.configs)
+    configs.push_back({{"id", config.id},
+                       {"kernels", config.kernels},
+                       {"provenance", provenanceName(config.provenance)}});
+  root["configs"] = configs;
+  Json selection = Json::array();
+  for (const SelectionTable &table : m.selection) {
+    Json rows = Json::array();
+    for (const SelectionRow &row : table.rows)
+      rows.push_back({{"m", row.m}, {"config", row.config}});
+    selection.push_back({{"network", table.network},
+                         {"family", kernelFamilyName(table.family)},
+                         {"ep", table.ep},
+                         {"workspace", table.workspace},
+                         {"transport", transportName(table.transport)},
+                         {"above_max", aboveMaxPolicyName(table.aboveMax)},
+                         {"rows", rows}});
+  }
+  root["selection"] = selection;
+  return root.dump();
+}
 
 bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
                    Manifest &out, std::string &error) {

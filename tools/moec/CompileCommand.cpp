@@ -3,15 +3,15 @@
 #include "Commands.h"
 
 #include "moec/Compiler/TableCompiler.h"
-#include "moec/Compiler/TuningTable.h"
-#include "moec/bundle.h"
+#include "moec/Compiler/TargetCheck.h"
+#include "moec/target/target_info.h"
 
 #include <CLI/CLI.hpp>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -20,47 +20,62 @@ struct CompileArgs {
   std::string output;
   bool allowSpills = false;
   bool quiet = false;
+  /// The chip to compile for (--target).
+  std::string target = moec::target::defaultTarget().arch;
 };
 
-int runCompile(const CompileArgs &args) {
+/// --target naming another chip than the default: every kernel the chip
+/// cannot run is refused, one line per missing feature or exceeded limit,
+/// and nothing is written. The table compiler generates code for the
+/// default chip only, so a table that passes is refused as well.
+int refuseOtherTarget(const CompileArgs &args,
+                      const moec::target::TargetInfo &chip) {
   using namespace moec;
-  auto start = std::chrono::steady_clock::now();
-  std::ifstream file(args.table, std::ios::binary);
-  if (!file) {
-    std::cerr << "moec: " << args.table << ": cannot open the tuning table\n";
-    return cli::kBadInput;
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
-
-  TuningTable table;
+  std::vector<std::string> problems;
   std::string error;
-  if (!parseTuningTable(args.table, text.str(), table, error)) {
+  if (checkTableTarget(args.table, chip, problems, error) != CompileStatus::Ok) {
     std::cerr << "moec: " << error << "\n";
     return cli::kBadInput;
   }
-  CompiledTable compiled;
+  for (const std::string &problem : problems)
+    std::cerr << "moec: " << problem << "\n";
+  if (problems.empty())
+    std::cerr << "moec: " << args.table << ": every kernel fits " << chip.arch
+              << ", but code generation targets "
+              << target::defaultTarget().arch << " only\n";
+  return cli::kBadInput;
+}
+
+int runCompile(const CompileArgs &args) {
+  using namespace moec;
+  const target::TargetInfo *chip = target::lookupTargetInfo(args.target);
+  if (!chip) {
+    std::cerr << "moec: --target " << args.target << ": not a chip moec knows ("
+              << target::knownTargetNames() << ")\n";
+    return cli::kBadInput;
+  }
+  if (chip != &target::defaultTarget())
+    return refuseOtherTarget(args, *chip);
+  auto start = std::chrono::steady_clock::now();
   CompileOptions options;
   options.allowSpills = args.allowSpills;
-  CompileStatus status = compileTable(table, options, compiled, error);
+  CompileSummary summary;
+  std::string error;
+  CompileStatus status =
+      compileTableToBundle(args.table, args.output, options, summary, error);
   if (status != CompileStatus::Ok) {
     std::cerr << "moec: " << error << "\n";
     return status == CompileStatus::BadInput ? cli::kBadInput
                                              : cli::kCheckFailed;
   }
-  std::string manifest = buildManifestJson(table, compiled, text.str());
-  if (!rt::writeBundle(args.output, manifest, collectCodeObjects(compiled),
-                       error)) {
-    std::cerr << "moec: " << error << "\n";
-    return cli::kCheckFailed;
-  }
   double seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)
                        .count();
   if (!args.quiet)
-    std::cout << "moec: compiled " << table.kernels.size() << " table kernels ("
-              << compiled.kernels.size() << " unique) from " << args.table
-              << " into " << args.output << " in " << seconds << " s\n";
+    std::cout << "moec: compiled " << summary.tableKernels
+              << " table kernels (" << summary.uniqueKernels
+              << " unique) from " << args.table << " into " << args.output
+              << " in " << seconds << " s\n";
   return cli::kSuccess;
 }
 
@@ -77,5 +92,14 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
   cmd->add_flag("--allow-spills", args->allowSpills,
                 "accept kernels that spill registers or use scratch");
   cmd->add_flag("-q,--quiet", args->quiet, "print nothing on success");
+  std::vector<std::string> chips;
+  for (const moec::target::TargetInfo *chip : moec::target::kKnownTargets)
+    chips.push_back(chip->arch);
+  cmd->add_option("--target", args->target,
+                  "chip to compile for (docs/targets.md); another chip than " +
+                      std::string(moec::target::defaultTarget().arch) +
+                      " refuses every kernel it cannot run")
+      ->check(CLI::IsMember(chips))
+      ->capture_default_str();
   cmd->callback([args, &exitStatus] { exitStatus = runCompile(*args); });
 }

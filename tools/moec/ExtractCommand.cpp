@@ -1,13 +1,20 @@
 //===- ExtractCommand.cpp - moec extract BUNDLE -o DIR --------------------===//
 //
 // Writes every code object as a plain .hsaco (one per kernel, named after
-// it) plus the manifest, so llvm-objdump and llvm-readobj can read them.
+// it), the kernel IR it was compiled from as MLIR text (.mlir) where the
+// bundle holds it, and the manifest, so llvm-objdump, llvm-readobj and
+// mlir-opt can read them.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
 
+#include "moec/Compiler/KernelIr.h"
+#include "moec/Compiler/Registration.h"
 #include "moec/bundle.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include <CLI/CLI.hpp>
 
@@ -63,6 +70,10 @@ int runExtract(const ExtractArgs &args) {
     return moec::cli::kBadInput;
   }
   std::filesystem::path dir(args.directory);
+  mlir::DialectRegistry registry;
+  moec::registerMoecDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
   for (const moec::rt::KernelInfo &kernel : bundle->manifest().kernels) {
     moec::rt::CodeObjectView view;
     if (!bundle->codeObject(kernel.codeObject, view, error)) {
@@ -75,6 +86,27 @@ int runExtract(const ExtractArgs &args) {
       return moec::cli::kCheckFailed;
     }
     std::cout << (dir / (kernel.name + ".hsaco")).string() << "\n";
+    if (!kernel.ir.present())
+      continue;
+    moec::rt::CodeObjectView irView;
+    if (!bundle->codeObject(kernel.ir.object, irView, error)) {
+      std::cerr << "moec: " << error << "\n";
+      return moec::cli::kBadInput;
+    }
+    auto module = moec::parseKernelIr(
+        context, llvm::ArrayRef<uint8_t>(irView.data, irView.size), error);
+    if (!module) {
+      std::cerr << "moec: " << args.bundle << ": kernel " << kernel.name << ": "
+                << error << "\n";
+      return moec::cli::kBadInput;
+    }
+    const std::string text = moec::printKernelIr(*module);
+    if (!writeAtomically(dir / (kernel.name + ".mlir"), text.data(),
+                         text.size(), error)) {
+      std::cerr << "moec: " << error << "\n";
+      return moec::cli::kCheckFailed;
+    }
+    std::cout << (dir / (kernel.name + ".mlir")).string() << "\n";
   }
   std::string_view manifest = bundle->manifestText();
   if (!writeAtomically(dir / "manifest.json", manifest.data(), manifest.size(),
@@ -90,7 +122,7 @@ int runExtract(const ExtractArgs &args) {
 void addExtractCommand(CLI::App &app, int &exitStatus) {
   auto args = std::make_shared<ExtractArgs>();
   CLI::App *cmd = app.add_subcommand(
-      "extract", "Write the code objects as plain .hsaco files and the manifest");
+      "extract", "Write the code objects as plain .hsaco files, their kernel IR as .mlir and the manifest");
   cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
   cmd->add_option("-o,--output", args->directory, "directory to write into")
       ->required();

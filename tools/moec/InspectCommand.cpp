@@ -4,7 +4,7 @@
 
 #include "moec/bundle.h"
 #include "moec/kernel_occupancy.h"
-#include "moec/target_info.h"
+#include "moec/target/target_info.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -20,8 +20,16 @@ struct InspectArgs {
   bool json = false;
 };
 
-moec::rt::OccupancyEstimate occupancyOf(const moec::rt::KernelInfo &kernel) {
-  return moec::rt::estimateKernelOccupancy(moec::rt::gfx950TargetInfo(), kernel);
+/// The occupancy of `kernel` on the bundle's chip; Invalid when moec has no
+/// facts for that chip.
+moec::target::OccupancyEstimate occupancyOf(const moec::target::TargetInfo *chip,
+                                            const moec::rt::KernelInfo &kernel) {
+  if (!chip) {
+    moec::target::OccupancyEstimate unknown;
+    unknown.problem = "no facts for this chip";
+    return unknown;
+  }
+  return moec::rt::estimateKernelOccupancy(*chip, kernel);
 }
 
 int runInspect(const InspectArgs &args) {
@@ -32,15 +40,19 @@ int runInspect(const InspectArgs &args) {
     return moec::cli::kBadInput;
   }
   const moec::rt::Manifest &manifest = bundle->manifest();
+  const moec::target::TargetInfo *chip =
+      moec::target::lookupTargetInfo(manifest.target.arch);
   if (args.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const moec::rt::KernelInfo &k : manifest.kernels) {
-      moec::rt::OccupancyEstimate occ = occupancyOf(k);
+      moec::target::OccupancyEstimate occ = occupancyOf(chip, k);
       const moec::rt::KernelResources &r = k.resources;
       out.push_back({{"name", k.name},
                      {"symbol", k.symbol},
                      {"stage", k.stage},
                      {"vgpr", r.vgpr},
+                     {"arch_vgpr",
+                      moec::target::architectedVgprCount(r.vgpr, r.agpr)},
                      {"agpr", r.agpr},
                      {"sgpr", r.sgpr},
                      {"lds_bytes", r.ldsBytes},
@@ -51,15 +63,21 @@ int runInspect(const InspectArgs &args) {
                      {"workgroup_size", k.launch.workgroupSize[0]},
                      {"waves_per_simd", occ.wavesPerSimd},
                      {"occupancy_limiter",
-                      moec::rt::occupancyLimiterName(occ.limiter)},
+                      moec::target::occupancyLimiterName(occ.limiter)},
                      {"resource_ceiling_percent", occ.resourceCeilingPercent}});
     }
     std::cout << out.dump(2) << "\n";
     return moec::cli::kSuccess;
   }
-  std::printf("%s: %zu kernels, %u code objects, target %s, %llu bytes\n",
+  uint32_t irCount = 0;
+  for (uint32_t i = 0; i < bundle->codeObjectCount(); ++i)
+    irCount += bundle->codeObjectEncoding(i) ==
+               moec::rt::bundle_format::kEncodingMlirBytecode;
+  std::printf("%s: %zu kernels, %u code objects, %u kernel IR, target %s, "
+              "%llu bytes\n",
               args.bundle.c_str(), manifest.kernels.size(),
-              bundle->codeObjectCount(), manifest.target.arch.c_str(),
+              bundle->codeObjectCount() - irCount, irCount,
+              manifest.target.arch.c_str(),
               static_cast<unsigned long long>(bundle->fileSize()));
   int nameWidth = 6;
   for (const moec::rt::KernelInfo &k : manifest.kernels)
@@ -69,14 +87,17 @@ int runInspect(const InspectArgs &args) {
               "stage", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
               "wg", "waves/SIMD", "occ%");
   for (const moec::rt::KernelInfo &k : manifest.kernels) {
-    moec::rt::OccupancyEstimate occ = occupancyOf(k);
+    moec::target::OccupancyEstimate occ = occupancyOf(chip, k);
     const moec::rt::KernelResources &r = k.resources;
     char spills[16], waves[24];
     std::snprintf(spills, sizeof(spills), "%u/%u", r.vgprSpill, r.sgprSpill);
     std::snprintf(waves, sizeof(waves), "%u (%s)", occ.wavesPerSimd,
-                  moec::rt::occupancyLimiterName(occ.limiter));
+                  moec::target::occupancyLimiterName(occ.limiter));
+    // `vgpr` is the unified count (.vgpr_count, AGPRs included): the VGPR
+    // column is its architected part, so VGPR + AGPR is what is allocated.
     std::printf("%-*s %7s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
-                nameWidth, k.name.c_str(), k.stage.c_str(), r.vgpr, r.agpr, r.sgpr,
+                nameWidth, k.name.c_str(), k.stage.c_str(),
+                moec::target::architectedVgprCount(r.vgpr, r.agpr), r.agpr, r.sgpr,
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);
   }

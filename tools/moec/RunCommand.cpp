@@ -52,13 +52,6 @@ struct RunArgs {
   bool emulate = false, small = false;
 };
 
-/// Manifest config values are canonical JSON text: strings keep quotes.
-std::string unquote(const std::string &json) {
-  if (json.size() >= 2 && json.front() == '"' && json.back() == '"')
-    return json.substr(1, json.size() - 2);
-  return json;
-}
-
 int64_t fieldInt(const StageSpec &spec, const char *name, int64_t fallback) {
   auto it = spec.fields.find(name);
   if (it == spec.fields.end())
@@ -113,7 +106,7 @@ int runPeerConfig(const RunArgs &args, std::vector<StageSpec> specs,
       if (spec.fields.count("capacity")) {
         spec.fields["max_tokens"] = std::to_string(tokens);
         spec.fields["capacity"] =
-            spec.fields["transport"] == "compact"
+            spec.fields.count("transport") && spec.fields.at("transport") == "compact"
                 ? std::to_string(ep * tokens * fieldInt(spec, "top_k", 1))
                 : std::to_string((ep * tokens + 127) / 128 * 128);
       }
@@ -222,19 +215,15 @@ int runLayer(const RunArgs &args) {
   std::vector<StageSpec> specs;
   for (uint32_t k : config.kernels) {
     const KernelInfo &kernel = manifest.kernels[k];
-    StageSpec spec;
-    spec.stage = kernel.stage;
-    for (const auto &[key, value] : kernel.config)
-      spec.fields[key] = unquote(value);
-    specs.push_back(std::move(spec));
+    specs.push_back(stageSpecOfAttributes(kernel.stage, kernel.attributes));
   }
   if (specs.empty()) {
     std::cerr << "moec: config " << config.id << " has no kernels\n";
     return cli::kBadInput;
   }
+  // A fused stage has a peer transport (whose capacity is required).
   const bool fused = std::any_of(specs.begin(), specs.end(), [](const StageSpec &spec) {
-    auto it = spec.fields.find("transport");
-    return it != spec.fields.end() && it->second != "none";
+    return spec.fields.count("capacity") > 0;
   });
   if (args.small)
     emu::smallConfigSpecs(specs);
@@ -399,7 +388,7 @@ int runLayer(const RunArgs &args) {
     if (sortStage) {
       emu::SortOutcome out;
       const int64_t sortTile =
-          fieldInt(specs[size_t(sortStage - stages.data())], "m", w2.tileM);
+          fieldInt(specs[size_t(sortStage - stages.data())], "m_tile", w2.tileM);
       if (sortTile != w2.tileM) {
         std::cout << "sort tile m " << sortTile << " differs from W2's "
                   << w2.tileM << " -> FAIL\n";

@@ -11,7 +11,7 @@
 
 #include "moec/bundle.h"
 #include "moec/kernel_occupancy.h"
-#include "moec/target_info.h"
+#include "moec/target/target_info.h"
 
 #include <CLI/CLI.hpp>
 
@@ -33,7 +33,8 @@ int runVerify(const VerifyArgs &args) {
     return moec::cli::kBadInput;
   }
   const Manifest &manifest = bundle->manifest();
-  const TargetInfo *chip = lookupTargetInfo(manifest.target.arch);
+  const moec::target::TargetInfo *chip =
+      moec::target::lookupTargetInfo(manifest.target.arch);
   if (!chip) {
     std::cerr << "moec: " << args.bundle << ": target.arch '"
               << manifest.target.arch << "' is not a chip moec knows\n";
@@ -67,8 +68,8 @@ int runVerify(const VerifyArgs &args) {
       report(kernel, "launches " + std::to_string(lanes) +
                          " lanes per workgroup; the code object allows " +
                          std::to_string(r.maxFlatWorkgroupSize));
-    OccupancyEstimate occupancy = estimateKernelOccupancy(*chip, kernel);
-    if (occupancy.limiter == OccupancyLimiter::Invalid)
+    moec::target::OccupancyEstimate occupancy = estimateKernelOccupancy(*chip, kernel);
+    if (occupancy.limiter == moec::target::OccupancyLimiter::Invalid)
       report(kernel, std::string("cannot be resident: ") +
                          (occupancy.problem ? occupancy.problem : "unknown"));
   }

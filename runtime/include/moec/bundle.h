@@ -37,11 +37,23 @@ inline constexpr uint32_t kSectionKindCodeObjectTable = 2;
 inline constexpr uint32_t kSectionKindCodeObjects = 3;
 inline constexpr uint32_t kCodeObjectTableHeaderSize = 16;
 inline constexpr uint32_t kCodeObjectEntrySize = 32;
+/// Encodings of a code-object table entry: a raw ELF code object (HSACO),
+/// or the MLIR bytecode of a kernel's IR (KernelInfo::ir).
 inline constexpr uint32_t kCodeObjectFlagsRawElf = 0;
+inline constexpr uint32_t kEncodingMlirBytecode = 1;
 inline constexpr uint32_t kTableAlignment = 8;
 inline constexpr uint32_t kDefaultCodeObjectAlignment = 4096;
 inline constexpr uint32_t kMinCodeObjectAlignment = 256;
 } // namespace bundle_format
+
+/// Checks how a manifest uses the table's entries, given each entry's
+/// encoding and checksum: every kernel's code object is a raw ELF entry,
+/// its IR (when recorded) an MLIR-bytecode entry whose checksum is the
+/// manifest's ir.hash, and every entry is used. Writer and reader both run
+/// it; `error` names the kernel or entry.
+bool checkObjectUse(const Manifest &manifest,
+                    const std::vector<uint32_t> &encodings,
+                    const std::vector<uint64_t> &checksums, std::string &error);
 
 /// Options of the writer.
 struct BundleWriteOptions {
@@ -112,7 +124,14 @@ public:
   uint32_t codeObjectCount() const { return static_cast<uint32_t>(codeObjects_.size()); }
   /// Lazy access to code object `index` (pointer into the mmap, valid while
   /// the Bundle lives). Verifies its checksum first if not yet verified.
+  /// Entries are ELF code objects or kernel IR (codeObjectEncoding).
   bool codeObject(uint32_t index, CodeObjectView &out, std::string &error) const;
+
+  /// The encoding of entry `index` (kCodeObjectFlagsRawElf or
+  /// kEncodingMlirBytecode).
+  uint32_t codeObjectEncoding(uint32_t index) const {
+    return codeObjects_[index].encoding;
+  }
 
   /// Index of the kernel called `name`, or -1.
   int64_t findKernel(std::string_view name) const;
@@ -131,6 +150,7 @@ private:
   Bundle() = default;
   struct CodeObjectEntry {
     uint64_t offset = 0, size = 0, checksum = 0;
+    uint32_t encoding = 0;
   };
   std::string path_;
   const uint8_t *base_ = nullptr;

@@ -1,9 +1,9 @@
 //===- manifest.h - bundle manifest schema v1 as plain structs --*- C++ -*-===//
 //
 // The manifest is the JSON section of a bundle (docs/bundle-format.md,
-// "Manifest schema v1"). The compiler builds the JSON; the runtime parses it
-// into these structs, checks every cross reference, and tolerates fields it
-// does not know.
+// "Manifest schema v1"). The runtime owns the schema: the compiler fills a
+// Manifest and writes it with serializeManifest; readers parse it back with
+// parseManifest, which checks every field and cross reference.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOEC_MANIFEST_H
@@ -23,12 +23,21 @@ enum class ArgKind { Buffer, I32, I64 };
 /// How a kernel uses a buffer argument.
 enum class ArgAccess { None, Read, Write, ReadWrite };
 
-/// One kernel argument, in kernarg order.
+/// One kernel argument, in kernarg order: what the codegen declares and the
+/// manifest records. Buffers are bare 64-bit global pointers, scalars are
+/// passed by value (access Read).
 struct KernelArgInfo {
+  using Kind = ArgKind;
+  using Access = ArgAccess;
   std::string name;
   ArgKind kind = ArgKind::Buffer;
+  /// Element type as stored in memory: "f8E4M3FN", "f4E2M1FN x2",
+  /// "f8E8M0FNU", "i32", "bf16".
   std::string dtype;
   ArgAccess access = ArgAccess::None;
+  /// Shape in terms of the problem, for documentation and checks, e.g.
+  /// "[num_routes, I]".
+  std::string shape;
 };
 
 /// Launch geometry: a fixed workgroup size and the grid rule text per
@@ -51,18 +60,35 @@ struct KernelResources {
   uint32_t maxFlatWorkgroupSize = 0;
 };
 
+/// Where a kernel's kernel-level IR (MLIR bytecode of its gpu.module, as
+/// the code object was compiled from) is stored.
+struct KernelIrInfo {
+  /// Index into the code-object table of an entry with encoding
+  /// kEncodingMlirBytecode; kNoKernelIr when the bundle holds no IR.
+  uint32_t object = kNoKernelIr;
+  /// XXH64 of the IR bytes, 16 hex digits.
+  std::string hash;
+  static constexpr uint32_t kNoKernelIr = UINT32_MAX;
+  bool present() const { return object != kNoKernelIr; }
+};
+
 /// One kernel of the bundle.
 struct KernelInfo {
   std::string name;       ///< readable config name with a content-hash suffix
   std::string symbol;     ///< ELF symbol in the code object
   uint32_t codeObject = 0; ///< index into the code-object table
   std::string stage;      ///< "w13", "w2", "combine", ...
-  /// Tuning knobs as (name, canonical JSON text of the value), sorted by name.
-  std::vector<std::pair<std::string, std::string>> config;
+  /// The stage op's attributes as the moe dialect prints them, sorted by
+  /// name ("tile" -> "#moe.tile<m = 16, n = 64, b_cache = nt>"): the
+  /// kernel can be rebuilt or inspected from them exactly.
+  std::vector<std::pair<std::string, std::string>> attributes;
   std::vector<KernelArgInfo> abi;
   LaunchInfo launch;
   KernelResources resources;
   std::string contentHash;
+  /// The tuning-table kernels this binary serves (deduplicated).
+  std::vector<std::string> tableNames;
+  KernelIrInfo ir;
 };
 
 /// Where a table row's configuration came from.
@@ -141,6 +167,11 @@ struct Manifest {
 /// unsigned integer".
 bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
                    Manifest &out, std::string &error);
+
+/// The canonical JSON text of `manifest` (sorted keys, no whitespace):
+/// what the compiler writes and parseManifest reads back into an equal
+/// Manifest. bundleFormatVersion is written when non-zero.
+std::string serializeManifest(const Manifest &manifest);
 
 const char *kernelFamilyName(KernelFamily family) noexcept;
 const char *transportName(Transport transport) noexcept;

@@ -77,7 +77,7 @@ moe.combine @combine problem(#pc) tile(#moe.combine_tile<waves = 4>) {peer_rows}
 // CHECK: scf.while
 // CHECK: memref.atomic_rmw addi %c0_i32{{[_0-9]*}}, %{{.*}}[%c5{{[_0-9]*}}]
 // CHECK: amdgpu.scaled_mfma
-moe.w13 @stage1_compact problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<kind = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 2>}
+moe.w13 @stage1_compact problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<transport = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 2>}
 
 // work_shards = 2: the W2 items come from a queue of 2 shards; thread 0
 // takes a ticket per item with an atomic on the stage's queue word.
@@ -104,7 +104,7 @@ moe.w2 @stage2_queue problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = 
 // CHECK: scf.for %[[C:.*]] = %{{.*}} to %{{.*}} step %c64
 // CHECK: arith.addi %[[C]], %c4
 // CHECK: scf.for %{{.*}} = %[[C]] to %{{.*}} step %c1
-moe.w13 @stage1_planners problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<kind = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 4, plan_cus = 2, chunk_routes = 4>}
+moe.w13 @stage1_planners problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #moe.peer<transport = compact, capacity = 64, max_tokens = 16, workgroups = 6, dispatch_cus = 4, plan_cus = 2, chunk_routes = 4>}
 
 // dispatch = only: the dispatch kernel: tickets, the producer loop and the
 // signals, no GEMM and no wait.

@@ -185,7 +185,7 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 0, max_tokens = 16>}
 
 // -----
-// expected-error @+1 {{peer.dispatch_cus must be in [1, min(workgroups - 1, 256)], got 8}}
+// expected-error @+1 {{peer.dispatch_cus must be in [1, workgroups - 1] (8 - 1), got 8}}
 moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 8, dispatch_cus = 8>}
 
 // -----
@@ -225,7 +225,7 @@ moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, to
 moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {peer = #moe.peer<capacity = 32, max_tokens = 16, work_shards = 9>}
 
 // -----
-// expected-error @+1 {{peer.plan_cus must be in [1, dispatch_cus] and 1 unless kind = compact, got 2}}
+// expected-error @+1 {{peer.plan_cus must be in [1, dispatch_cus] and 1 unless transport = compact, got 2}}
 moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, plan_cus = 2>}
 
 // -----

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moec/Codegen/MfmaLayout.h"
+#include "moec/target/mfma_layout.h"
 
 #include <catch2/catch.hpp>
 

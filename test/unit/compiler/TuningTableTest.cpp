@@ -9,6 +9,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 namespace {
@@ -19,7 +20,7 @@ problem p family=megamoe hidden=512 intermediate=256 experts=8 top_k=2 ep=2
 kernel a stage=w2 problem=p m=32 n=128
 kernel b stage=w13 problem=p m=16 n=64 swiglu_limit=10
 config c kernels=b,a provenance=measured
-select network=n family=megamoe ep=2 workspace=512 transport=fixed-slot
+select network=n family=megamoe ep=2 workspace=512 transport=fixed_slot
 row m=4 config=c
 row m=1 config=c
 )";
@@ -82,7 +83,7 @@ TEST_CASE("table errors name the file, line and field", "[table]") {
         "t.table:10: field 'config': missing");
   CHECK(parseError(std::string(kGoodTable) +
                    "select network=n family=megamoe ep=2 workspace=512 "
-                   "transport=fixed-slot\nrow m=1 config=c\n") ==
+                   "transport=fixed_slot\nrow m=1 config=c\n") ==
         "t.table:10: field 'workspace': selection table for network n ep 2 "
         "workspace 512 already defined at line 7");
   CHECK(parseError(withLine("config d kernels=a")) ==
@@ -106,19 +107,24 @@ TEST_CASE("a stage's description rebuilds the same op", "[stage]") {
                    {"experts", "8"},  {"top_k", "2"},
                    {"ep", "2"},       {"m", "32"},
                    {"n", "128"},      {"orientation", "b_major"},
-                   {"a_swizzle", "1"}};
+                   {"a_swizzle", "true"}};
     moec::StageDescription first, second;
     std::string error;
     REQUIRE(moec::buildStageOp(builder, spec, first, error));
-    // The manifest carries `fields`; rebuilding from them must give the
-    // same kernel (what `moec run` relies on).
-    moec::StageSpec again;
-    again.stage = stage;
-    again.fields.insert(first.fields.begin(), first.fields.end());
+    // The manifest carries the printed attributes; rebuilding from them
+    // must give the same kernel (what `moec run` relies on).
+    moec::StageSpec again = moec::stageSpecOfAttributes(stage, first.attributes);
     REQUIRE(moec::buildStageOp(builder, again, second, error));
     CHECK(first.symbol == second.symbol);
-    CHECK(first.fields == second.fields);
+    CHECK(first.attributes == second.attributes);
+    CHECK(first.opAttributes == second.opAttributes);
     CHECK(first.abi.args.size() == second.abi.args.size());
+    // Defaults come from ODS: the printed tile names only what differs.
+    auto tile = std::find_if(first.attributes.begin(), first.attributes.end(),
+                             [](const auto &a) { return a.first == "tile"; });
+    REQUIRE(tile != first.attributes.end());
+    CHECK(tile->second ==
+          "#moe.tile<m = 32, n = 128, orientation = b_major, a_swizzle = true>");
   }
 
   moec::StageSpec bad;
@@ -134,11 +140,42 @@ TEST_CASE("a stage's description rebuilds the same op", "[stage]") {
   bad.fields["m"] = "32";
   bad.fields["mfma"] = "8x8x8";
   CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
-  CHECK(error == "t.table:7: field 'mfma': expected one of 16x16x128, "
-                 "32x32x64, got '8x8x8'");
+  CHECK(error == "t.table:7: knob 'mfma': expected one of m16n16k128, "
+                 "m32n32k64, got '8x8x8'");
+
+  bad.fields["mfma"] = "16x16x128";
+  CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
+  CHECK(error == "t.table:7: knob 'mfma': write mfma=m16n16k128 ('16x16x128' "
+                 "is the old spelling)");
 
   bad.fields.erase("mfma");
+  bad.fields["b_prefetch"] = "1";
+  CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
+  CHECK(error == "t.table:7: knob 'b_prefetch': write b_prefetch=true (0/1 is "
+                 "the old spelling)");
+
+  bad.fields["b_prefetch"] = "yes";
+  CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
+  CHECK(error == "t.table:7: knob 'b_prefetch': expected true or false, got "
+                 "'yes'");
+
+  bad.fields.erase("b_prefetch");
+  bad.fields["persist_skew"] = "x";
+  CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
+  CHECK(error.rfind("t.table:7: knob 'persist_skew': ", 0) == 0);
+
+  bad.fields.erase("persist_skew");
   bad.fields["colour"] = "blue";
   CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
-  CHECK(error == "t.table:7: field 'colour': unknown field of a w2 kernel");
+  CHECK(error == "t.table:7: knob 'colour': not a knob of a w2 kernel");
+
+  // A knob the stage has no attribute for: dispatch_cus belongs to the
+  // peer transport, which a combine kernel does not take.
+  bad.fields.erase("colour");
+  bad.stage = "combine";
+  bad.fields.erase("m");
+  bad.fields.erase("n");
+  bad.fields["dispatch_cus"] = "4";
+  CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
+  CHECK(error == "t.table:7: knob 'dispatch_cus': not a knob of a combine kernel");
 }

@@ -583,11 +583,11 @@ TEST_CASE("the residency cap follows the occupancy model", "[residency]") {
   REQUIRE(mlir::succeeded(cap));
   CHECK(*cap == 8);
 
-  // 96 VGPRs + 128 AGPRs = 224 registers: 2 waves per SIMD, 8 slots per CU;
-  // 512 threads are 8 waves, so one workgroup per CU (LDS: 40000 bytes round
-  // to 40960, 4 per CU, not the limit).
+  // 96 VGPRs + 128 AGPRs: .vgpr_count is the unified 224, 2 waves per SIMD,
+  // 8 slots per CU; 512 threads are 8 waves, so one workgroup per CU (LDS:
+  // 40000 bytes round to 40960, 4 per CU, not the limit).
   moec::rt::KernelResources agprBound;
-  agprBound.vgpr = 96;
+  agprBound.vgpr = 224;
   agprBound.agpr = 128;
   agprBound.sgpr = 90;
   agprBound.ldsBytes = 40000;

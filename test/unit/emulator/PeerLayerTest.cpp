@@ -52,7 +52,7 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
                  {"top_k", "2"},           {"ep", std::to_string(k.ep)}};
   if (std::string(stage) == "combine") {
     spec.fields["waves"] = "4";
-    spec.fields["peer_rows"] = "1";
+    spec.fields["peer_rows"] = "true";
     return spec;
   }
   const bool w13 = std::string(stage) == "w13";
@@ -64,7 +64,7 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
   spec.fields["max_tokens"] = std::to_string(k.maxTokens);
   spec.fields["workgroups"] = std::to_string(k.workgroups);
   if (k.asyncA)
-    spec.fields["async_a"] = "1";
+    spec.fields["async_a"] = "true";
   if (k.workShards > 0)
     spec.fields["work_shards"] = std::to_string(k.workShards);
   if (w13) {

@@ -1,7 +1,7 @@
 //===- ScaledMfmaTest.cpp - MFMA lane layouts against hand-computed cases -===//
 //
 // The expected results use the layout as FACTS.md ("Scaled MFMA") states it,
-// written out again here, not moec/Codegen/MfmaLayout.h: a wrong table would
+// written out again here, not moec/target/mfma_layout.h: a wrong table would
 // disagree with this test. Every random case uses random per-block scales
 // and mixed FP8 x FP4 operands, since uniform scales hide a wrong K order.
 //

@@ -44,7 +44,7 @@ BuiltKernel buildStage(const std::string &stage,
 TEST_CASE("sort kernel builds the oracle's route list on every rank",
           "[sort]") {
   for (const char *m : {"16", "64"}) {
-    BuiltKernel kernel = buildStage("sort", {{"m", m}, {"waves", "4"}});
+    BuiltKernel kernel = buildStage("sort", {{"m_tile", m}, {"waves", "4"}});
     for (double invalid : {0.0, 0.2, 1.0}) {
       ref::RoutingOptions routing;
       routing.invalidFraction = invalid;

@@ -54,8 +54,8 @@ StageSpec w13Spec(const W13Knobs &k, int64_t size) {
                  {"b_cache", k.bCache},
                  {"gate_up_interleave", std::to_string(k.interleave)},
                  {"swiglu_limit", std::to_string(k.swigluLimit)},
-                 {"async_a", k.asyncA ? "1" : "0"},
-                 {"b_prefetch", k.bPrefetch ? "1" : "0"}};
+                 {"async_a", k.asyncA ? "true" : "false"},
+                 {"b_prefetch", k.bPrefetch ? "true" : "false"}};
   return spec;
 }
 
@@ -88,21 +88,21 @@ W13Outcome runW13Case(const W13Knobs &k, const W2DataOptions &options) {
 TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
   const std::vector<W13Knobs> knobs = {
       // Shipped (flash_ep4.table).
-      {16, 64, 4, "16x16x128", "b_major", "nt", 0, 10},
-      {32, 128, 4, "16x16x128", "b_major", "nt", 0, 10},
-      {64, 128, 4, "16x16x128", "b_major", "cached", 0, 10},
-      {128, 256, 8, "32x32x64", "b_major", "cached", 0, 10},
+      {16, 64, 4, "m16n16k128", "b_major", "nt", 0, 10},
+      {32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10},
+      {64, 128, 4, "m16n16k128", "b_major", "cached", 0, 10},
+      {128, 256, 8, "m32n32k64", "b_major", "cached", 0, 10},
       // Both shapes x both orientations, interleaved gate/up, no clamp.
-      {32, 128, 4, "16x16x128", "a_major", "cached", 0, 10},
-      {32, 128, 4, "32x32x64", "a_major", "cached", 0, 0},
-      {32, 128, 4, "32x32x64", "b_major", "nt", 32, 10},
-      {64, 128, 2, "16x16x128", "a_major", "nt", 1, 10},
+      {32, 128, 4, "m16n16k128", "a_major", "cached", 0, 10},
+      {32, 128, 4, "m32n32k64", "a_major", "cached", 0, 0},
+      {32, 128, 4, "m32n32k64", "b_major", "nt", 32, 10},
+      {64, 128, 2, "m16n16k128", "a_major", "nt", 1, 10},
       // tile.async_a: the A tile by LDS DMA (one slot of whole waves at
       // m 16, two at m 32 with b_prefetch, eight at m 128 over 8 waves).
-      {16, 64, 4, "16x16x128", "b_major", "nt", 0, 10, true},
-      {32, 128, 4, "16x16x128", "b_major", "nt", 0, 10, true, true},
-      {32, 128, 4, "32x32x64", "a_major", "cached", 32, 0, true},
-      {128, 256, 8, "32x32x64", "b_major", "cached", 0, 10, true},
+      {16, 64, 4, "m16n16k128", "b_major", "nt", 0, 10, true},
+      {32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10, true, true},
+      {32, 128, 4, "m32n32k64", "a_major", "cached", 32, 0, true},
+      {128, 256, 8, "m32n32k64", "b_major", "cached", 0, 10, true},
   };
   for (const W13Knobs &k : knobs) {
     W2DataOptions options;
@@ -130,7 +130,7 @@ TEST_CASE("W13 edge cases: invalid routes, empty tiles, zero weights", "[w13]") 
   options.emptyTiles = 2;
   options.zeroExperts = {2};
   W13Outcome outcome =
-      runW13Case({32, 128, 4, "16x16x128", "b_major", "nt", 0, 10}, options);
+      runW13Case({32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10}, options);
   INFO(outcome.summary);
   CHECK(outcome.pass);
   CHECK(outcome.zeroExpertNonZero == 0);
@@ -145,7 +145,7 @@ TEST_CASE("the harness catches a broken W13 kernel", "[w13][detector]") {
   std::string error;
   REQUIRE(mlir::succeeded(buildKernelIR(
       w13Context(),
-      w13Spec({32, 128, 4, "16x16x128", "b_major", "nt", 0, 10}, 512), kernel,
+      w13Spec({32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10}, 512), kernel,
       error)));
   mlir::gpu::BarrierOp last;
   kernel.func->walk([&](mlir::gpu::BarrierOp barrier) { last = barrier; });

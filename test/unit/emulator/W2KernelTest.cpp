@@ -75,9 +75,9 @@ StageSpec w2Spec(const Knobs &k, int64_t hidden, int64_t inter,
                  {"orientation", k.orientation},
                  {"b_cache", k.bCache},
                  {"split_k", std::to_string(k.splitK)},
-                 {"async_a", k.asyncA ? "1" : "0"},
-                 {"b_prefetch", k.bPrefetch ? "1" : "0"},
-                 {"scale_prefetch", k.scalePrefetch ? "1" : "0"}};
+                 {"async_a", k.asyncA ? "true" : "false"},
+                 {"b_prefetch", k.bPrefetch ? "true" : "false"},
+                 {"scale_prefetch", k.scalePrefetch ? "true" : "false"}};
   return spec;
 }
 
@@ -134,35 +134,35 @@ W2Outcome runCase(Built &built, const W2DataOptions &options) {
 const std::vector<Knobs> &knobMatrix() {
   static const std::vector<Knobs> knobs = {
       // Shipped (flash_ep4.table).
-      {16, 128, 4, "16x16x128", "b_major", "nt"},
-      {32, 128, 4, "16x16x128", "b_major", "nt"},
-      {64, 256, 4, "16x16x128", "b_major", "cached"},
-      {128, 256, 8, "32x32x64", "b_major", "cached"},
+      {16, 128, 4, "m16n16k128", "b_major", "nt"},
+      {32, 128, 4, "m16n16k128", "b_major", "nt"},
+      {64, 256, 4, "m16n16k128", "b_major", "cached"},
+      {128, 256, 8, "m32n32k64", "b_major", "cached"},
       // Both shapes x both orientations.
-      {32, 128, 4, "16x16x128", "a_major", "cached"},
-      {32, 128, 4, "32x32x64", "a_major", "cached"},
-      {32, 128, 4, "32x32x64", "b_major", "nt"},
-      {64, 128, 2, "32x32x64", "a_major", "nt"},
-      {16, 64, 1, "16x16x128", "a_major", "cached"},
-      {64, 512, 8, "16x16x128", "a_major", "cached"},
+      {32, 128, 4, "m16n16k128", "a_major", "cached"},
+      {32, 128, 4, "m32n32k64", "a_major", "cached"},
+      {32, 128, 4, "m32n32k64", "b_major", "nt"},
+      {64, 128, 2, "m32n32k64", "a_major", "nt"},
+      {16, 64, 1, "m16n16k128", "a_major", "cached"},
+      {64, 512, 8, "m16n16k128", "a_major", "cached"},
       // Split-K (flash_tp4.table): FP32 partials, uneven last slice.
-      {16, 128, 4, "16x16x128", "b_major", "nt", 2, 128, 640},
-      {32, 128, 4, "32x32x64", "a_major", "cached", 4, 128, 512},
+      {16, 128, 4, "m16n16k128", "b_major", "nt", 2, 128, 640},
+      {32, 128, 4, "m32n32k64", "a_major", "cached", 4, 128, 512},
       // tile.async_a: the A tile by LDS DMA. One slot of whole waves (m 16),
       // two and four slots, one wave, 8 waves, with b_prefetch and
       // scale_prefetch; with k = 128 and split-K, waves 2 and 3 have no
       // chunk (the slot's guard).
-      {16, 128, 4, "16x16x128", "b_major", "nt", 1, 256, 512, true, true},
-      {32, 128, 4, "32x32x64", "a_major", "cached", 1, 256, 512, true},
-      {64, 128, 2, "16x16x128", "a_major", "nt", 1, 256, 512, true, false,
+      {16, 128, 4, "m16n16k128", "b_major", "nt", 1, 256, 512, true, true},
+      {32, 128, 4, "m32n32k64", "a_major", "cached", 1, 256, 512, true},
+      {64, 128, 2, "m16n16k128", "a_major", "nt", 1, 256, 512, true, false,
        true},
-      {16, 64, 1, "16x16x128", "b_major", "cached", 1, 256, 512, true, true,
+      {16, 64, 1, "m16n16k128", "b_major", "cached", 1, 256, 512, true, true,
        true},
-      {128, 256, 8, "32x32x64", "b_major", "cached", 1, 256, 512, true},
-      {16, 128, 4, "16x16x128", "b_major", "nt", 2, 128, 640, true},
+      {128, 256, 8, "m32n32k64", "b_major", "cached", 1, 256, 512, true},
+      {16, 128, 4, "m16n16k128", "b_major", "nt", 2, 128, 640, true},
       // SC0/SC1 cache bits on the weight loads (no effect on values).
-      {32, 128, 4, "16x16x128", "b_major", "sc0"},
-      {32, 128, 4, "32x32x64", "a_major", "sc0_sc1"},
+      {32, 128, 4, "m16n16k128", "b_major", "sc0"},
+      {32, 128, 4, "m32n32k64", "a_major", "sc0_sc1"},
   };
   return knobs;
 }
@@ -196,8 +196,8 @@ TEST_CASE("W2 with tile.async_a computes bit for bit what the register copy "
           "[w2]") {
   // Same data, same MFMAs on the same LDS bytes: identical outputs, also
   // for padding rows (zeros from the range check) and empty tiles.
-  for (Knobs k : {Knobs{16, 128, 4, "16x16x128", "b_major", "nt"},
-                  Knobs{64, 256, 4, "16x16x128", "a_major", "cached"}}) {
+  for (Knobs k : {Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
+                  Knobs{64, 256, 4, "m16n16k128", "a_major", "cached"}}) {
     Built plain = build(w2Spec(k, 512, 512, 8, 2, 2));
     k.asyncA = true;
     Built direct = build(w2Spec(k, 512, 512, 8, 2, 2));
@@ -363,7 +363,7 @@ TEST_CASE("W2 with tile.group_m computes every tile exactly once", "[w2]") {
   // 40 tokens x 2 routes over 4 local experts give about 6 M tiles of 16:
   // groups of 4 leave a shorter last group.
   for (int64_t group : {2, 4}) {
-    StageSpec spec = w2Spec(Knobs{16, 128, 4, "16x16x128", "b_major", "nt"},
+    StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
                             512, 512, 8, 2, 2);
     spec.fields["group_m"] = std::to_string(group);
     Built built = build(spec);
@@ -387,10 +387,10 @@ TEST_CASE("W2 with tile.persist_skew computes every tile exactly once",
   // 3 persistent workgroup rows over about 6 M tiles, contiguous and
   // strided, each starting at a rotated position in its own list.
   for (bool strided : {false, true}) {
-    StageSpec spec = w2Spec(Knobs{16, 128, 4, "16x16x128", "b_major", "nt"},
+    StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
                             512, 512, 8, 2, 2);
     spec.fields["persist_cu"] = "3";
-    spec.fields["persist_strided"] = strided ? "1" : "0";
+    spec.fields["persist_strided"] = strided ? "true" : "false";
     spec.fields["persist_skew"] = "1";
     Built built = build(spec);
     W2DataOptions options;

@@ -94,9 +94,11 @@ TEST_CASE("bundle round trip keeps manifest fields and code-object bytes", "[bun
   CHECK(k.abi[0].dtype == "f8E4M3FN");
   CHECK(k.abi[2].kind == ArgKind::I32);
   CHECK(k.abi[3].kind == ArgKind::I64);
-  REQUIRE(k.config.size() == 3);
-  CHECK(k.config[0] == std::make_pair(std::string("b_nt"), std::string("\"nt\"")));
-  CHECK(k.config[1] == std::make_pair(std::string("block_m"), std::string("32")));
+  REQUIRE(k.attributes.size() == 2);
+  CHECK(k.attributes[0] == std::make_pair(std::string("split_k"), std::string("1 : i64")));
+  CHECK(k.attributes[1] ==
+        std::make_pair(std::string("tile"),
+                       std::string("#moe.tile<m = 32, n = 128, b_cache = nt>")));
   CHECK(k.contentHash == "0123456789abcdef");
 
   REQUIRE(m.configs.size() == 3);
@@ -322,7 +324,7 @@ TEST_CASE("the writer refuses what the reader would refuse", "[bundle]") {
 
   objects[1] = {1, 2, 3, 4, 5};
   CHECK_FALSE(serializeBundle(sampleManifest().dump(), objects, out, error));
-  CHECK(error == "code object 1: not an ELF image (5 bytes)");
+  CHECK(error == "code object 1: neither an ELF image nor MLIR bytecode (5 bytes)");
 
   BundleWriteOptions options;
   options.codeObjectAlignment = 1000;
@@ -477,7 +479,10 @@ TEST_CASE("a code-object table that disagrees with the layout is refused", "[bun
       {layout.tableOffset + 16 + 32 + 0, 0, "code object 1: offset 0, expected "},
       {layout.tableOffset + 16 + 32 + 8, 1u << 30, "code object 1: size 1073741824 is empty or runs past"},
       {layout.tableOffset + 16 + 0 + 8, 0, "code object 0: size 0 is empty"},
-      {layout.tableOffset + 16 + 32 + 24, 1, "code object 1: unsupported encoding flags 1"},
+      {layout.tableOffset + 16 + 32 + 24, 2, "code object 1: unsupported encoding flags 2"},
+      // An ELF code object relabelled as kernel IR no longer serves its
+      // kernel.
+      {layout.tableOffset + 16 + 32 + 24, 1, "is not an ELF code object"},
   };
   for (const Case &c : cases) {
     auto bytes = pristine;

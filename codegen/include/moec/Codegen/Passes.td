@@ -37,6 +37,35 @@ def MoeLowerToKernel : Pass<"moe-lower-to-kernel", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeVerifyTarget : Pass<"moe-verify-target", "::mlir::ModuleOp"> {
+  let summary = "Check every moe stage op against a chip's facts";
+  let description = [{
+    moe ops are compiled for the chip named by the closest `moe.target`
+    string attribute around them (`module attributes {moe.target =
+    "gfx942"}`), or gfx950 without one, and the op verifiers check each op
+    against that chip. This pass checks every stage op against the chip of
+    the `chip` option instead (the ops' own chip when it is empty) and,
+    unlike a verifier, which stops at the first problem, reports every
+    problem of every op: each feature the op needs that the chip lacks (the
+    scaled MFMA of MXFP4, OCP FP8 conversions, 16-byte LDS DMA) and each
+    limit it exceeds (LDS, CUs, wave slots, accumulator registers), one
+    error each. It changes nothing; it fails when there is any problem.
+    The chips and their facts are moec/target's (docs/targets.md).
+
+    ```mlir
+    // moe-opt --moe-verify-target=chip=gfx942
+    moe.w13 @w13 problem(#moe.problem<...>) tile(#moe.tile<m = 16, n = 64>)
+    // error: gfx942 has no MXFP4 scaled MFMA (V_MFMA_SCALE_F32_16X16X128_F8F6F4)
+    // error: gfx942 has no OCP FP8 conversion (problem.output f8E4M3FN; ...)
+    ```
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"\"",
+           "Chip to check against (gfx950, gfx942); empty: the chip each "
+           "op is compiled for">
+  ];
+}
+
 def MoeLowerMathToNative : Pass<"moe-lower-math-to-native", "::mlir::gpu::GPUModuleOp"> {
   let summary = "Lower f32 math.exp2 to the native gfx950 instruction";
   let description = [{

@@ -56,6 +56,12 @@ translateToLLVMIR(mlir::gpu::GPUModuleOp gpuModule, llvm::LLVMContext &context,
 llvm::Expected<std::vector<uint8_t>> emitObject(llvm::Module &module,
                                                 const CompileTarget &target);
 
+/// The same as emitObject, as AMDGPU assembly: the code of the object,
+/// with the backend's resource comments (NumVgprs, NumAgprs,
+/// TotalNumVgprs, Occupancy, ...).
+llvm::Expected<std::string> emitAssembly(llvm::Module &module,
+                                         const CompileTarget &target);
+
 /// Links a relocatable object into an HSACO shared object with lld, in
 /// process and with --no-undefined. Serialised: lld keeps global state.
 llvm::Expected<std::vector<uint8_t>> linkHsaco(const std::vector<uint8_t> &object);

@@ -19,6 +19,10 @@
 #include <utility>
 #include <vector>
 
+namespace mlir {
+class Operation;
+} // namespace mlir
+
 namespace moec {
 
 /// One unique kernel of a table, compiled.
@@ -31,11 +35,15 @@ struct CompiledKernel {
   /// refers to two different binaries.
   std::string name;
   std::string stage;
-  /// Effective knob values (defaults filled in), as text.
-  std::vector<std::pair<std::string, std::string>> config;
+  /// The stage op's attributes as the dialect prints them
+  /// (StageDescription::attributes).
+  std::vector<std::pair<std::string, std::string>> attributes;
   KernelAbi abi;
   rt::KernelResources resources;
   std::vector<uint8_t> hsaco;
+  /// The kernel's gpu.module after moe-lower-to-kernel (the IR the code
+  /// object was compiled from), as MLIR bytecode with locations stripped.
+  std::vector<uint8_t> kernelIr;
   /// XXH64 of the HSACO, 16 hex digits.
   std::string contentHash;
   SourceLine where;
@@ -46,6 +54,18 @@ struct CompiledTable {
   /// Table kernel name -> index into kernels.
   std::map<std::string, size_t> kernelIndex;
 };
+
+/// The checks across a table's kernels, on their built ops (table kernel
+/// name -> op): a fused stage moves rows the way its selection key says and
+/// holds the key's workspace; a split stage 1 pairs a dispatch=only kernel
+/// with a dispatch=none W13 kernel that waits for exactly its signals. On
+/// failure `error` names the table line.
+bool checkSelections(const TuningTable &table,
+                     const std::map<std::string, mlir::Operation *> &ops,
+                     std::string &error);
+bool checkSplitDispatch(const TuningTable &table,
+                        const std::map<std::string, mlir::Operation *> &ops,
+                        std::string &error);
 
 /// XXH64 of `size` bytes as 16 hex digits: content hashes and fingerprints.
 std::string hashHex(const void *data, size_t size);
@@ -66,14 +86,34 @@ CompileStatus compileTable(const TuningTable &table,
                            const CompileOptions &options,
                            CompiledTable &compiled, std::string &error);
 
-/// The bundle manifest (schema v1, docs/bundle-format.md) of a compiled
-/// table; `tableText` is hashed into the provenance of the sources.
-std::string buildManifestJson(const TuningTable &table,
-                              const CompiledTable &compiled,
-                              const std::string &tableText);
+/// What a bundle holds: the manifest (the runtime's model) and its objects,
+/// the code objects in kernel order followed by the kernels' IR.
+struct BundleContents {
+  rt::Manifest manifest;
+  std::vector<std::vector<uint8_t>> objects;
+};
 
-/// The code objects in manifest order (kernel i uses code object i).
-std::vector<std::vector<uint8_t>> collectCodeObjects(const CompiledTable &compiled);
+/// The bundle of a compiled table; `tableText` is hashed into the
+/// provenance of the sources.
+BundleContents buildBundleContents(const TuningTable &table,
+                                   const CompiledTable &compiled,
+                                   const std::string &tableText);
+
+/// What compileTableToBundle did.
+struct CompileSummary {
+  size_t tableKernels = 0;
+  size_t uniqueKernels = 0;
+  uint64_t bundleBytes = 0;
+};
+
+/// Reads the tuning table at `tablePath`, compiles it and writes the bundle
+/// atomically to `bundlePath` (nothing is written on failure): the whole of
+/// `moec compile`. `error` is one line naming the file, line and field or
+/// kernel.
+CompileStatus compileTableToBundle(const std::string &tablePath,
+                                   const std::string &bundlePath,
+                                   const CompileOptions &options,
+                                   CompileSummary &summary, std::string &error);
 
 } // namespace moec
 

@@ -17,14 +17,6 @@
 
 namespace moec {
 
-/// Defaults of kernel fields that a table may leave out; the stage builder
-/// and the reader's cross-kernel checks both use them.
-struct TableDefaults {
-  static constexpr int64_t kWaves = 4;
-  static constexpr int64_t kWorkgroups = 256;
-  static constexpr int64_t kDispatchCus = 16;
-};
-
 /// Where something was written, for error messages.
 struct SourceLine {
   std::string file;
@@ -39,9 +31,10 @@ struct TableProblem {
   SourceLine where;
 };
 
-/// `kernel NAME stage=w2 problem=P m=.. n=.. [k=..] [waves=..] [mfma=..]
-/// [orientation=..] [b_cache=..]`. Knobs stay as text until the dialect
-/// verifies them, so its messages are the single source of legality.
+/// `kernel NAME stage=w2 problem=P m=.. n=.. [knob=value ...]`. Knob names
+/// are checked against the dialect's knob table when the line is read;
+/// values stay as text until the dialect parses and verifies them, so its
+/// messages are the single source of legality.
 struct TableKernel {
   std::string name;
   std::string stage;
@@ -64,7 +57,8 @@ struct TableRow {
   SourceLine where;
 };
 
-/// `select network=.. family=.. ep=.. workspace=.. transport=.. above_max=..`
+/// `select network=.. family=.. ep=.. workspace=.. transport=fixed_slot|compact|none
+/// above_max=..`
 /// followed by its `row m=.. config=..` lines.
 struct TableSelection {
   std::string network, family, transport, aboveMax = "largest";

@@ -5,7 +5,7 @@
 /// before conversion to ROCDL) on the CPU with gfx950 semantics: a grid of
 /// workgroups, waves of 64 lanes in lockstep under an execution mask,
 /// per-workgroup LDS, barriers, raw-buffer range checks and scaled MFMA with
-/// the lane layouts of moec/Codegen/MfmaLayout.h. See docs/emulator.md.
+/// the lane layouts of moec/target/mfma_layout.h. See docs/emulator.md.
 ///
 /// Three detectors watch every access and report kernel, op location,
 /// workgroup, wave and lane: LDS races within a barrier interval, reads of
@@ -193,8 +193,8 @@ mlir::FailureOr<RunResult> runKernel(mlir::gpu::GPUFuncOp func,
                                      std::string &error);
 
 /// Workgroups of one kernel that gfx950 keeps resident at once on
-/// `computeUnits` CUs: the runtime's occupancy model (estimateKernelOccupancy
-/// over gfx950TargetInfo()) gives the workgroups per CU for the kernel's
+/// `computeUnits` CUs: the occupancy model of moec/target (over the default
+/// chip's TargetInfo) gives the workgroups per CU for the kernel's
 /// registers, LDS and `workgroupSize` threads, times `computeUnits`. Use it
 /// as LaunchConfig::maxResidentWorkgroups to emulate the residency hazard of
 /// a kernel that waits on other workgroups. Fails, naming the reason, when

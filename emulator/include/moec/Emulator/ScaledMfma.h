@@ -4,7 +4,7 @@
 /// The arithmetic of v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4 over the
 /// registers of all 64 lanes of a wave. The A (M x K) and B (K x N) tiles and
 /// their E8M0 scales are rebuilt from the lane-layout table in
-/// moec/Codegen/MfmaLayout.h, the same table the codegen emits from. Plain
+/// moec/target/mfma_layout.h, the same table the codegen emits from. Plain
 /// C++: no MLIR.
 ///
 /// Arithmetic (the emulator's documented choice; gfx950's internal adder
@@ -20,7 +20,7 @@
 #ifndef MOEC_EMULATOR_SCALEDMFMA_H
 #define MOEC_EMULATOR_SCALEDMFMA_H
 
-#include "moec/Codegen/MfmaLayout.h"
+#include "moec/target/mfma_layout.h"
 
 #include <cstdint>
 

@@ -216,9 +216,9 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     SwiGLU + FP8 quantisation) and `moe.w2` the fused stage 2 (W2, routing
     weight, BF16 rows stored into the source ranks' combine buffers).
 
-    `kind = fixed_slot`: every local expert owns `capacity` receive rows on
+    `transport = fixed_slot`: every local expert owns `capacity` receive rows on
     every rank and a route takes the next row of its expert with an atomic
-    on the destination. `kind = compact`: `capacity` receive rows per rank
+    on the destination. `transport = compact`: `capacity` receive rows per rank
     in all; a planner workgroup per source counts its routes per
     destination expert and publishes the counts into every destination's
     table, and each producer then places its rows at the expert's base
@@ -259,12 +259,12 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     ```mlir
     #moe.peer<capacity = 4096, max_tokens = 1024, workgroups = 256,
               dispatch_cus = 32>
-    #moe.peer<kind = compact, capacity = 196608, max_tokens = 8192>
+    #moe.peer<transport = compact, capacity = 196608, max_tokens = 8192>
     ```
   }];
   let parameters = (ins
     DefaultValuedParameter<"::moec::moe::PeerKind",
-                           "::moec::moe::PeerKind::fixed_slot">:$kind,
+                           "::moec::moe::PeerKind::fixed_slot">:$transport,
     "int64_t":$capacity,
     "int64_t":$max_tokens,
     DefaultValuedParameter<"int64_t", "256">:$workgroups,
@@ -281,10 +281,10 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     /// Receive rows of one rank: local experts x capacity (fixed slot) or
     /// capacity (compact).
     int64_t getReceiveRows(int64_t localExperts) const {
-      return getKind() == PeerKind::fixed_slot ? localExperts * getCapacity()
+      return getTransport() == PeerKind::fixed_slot ? localExperts * getCapacity()
                                                : getCapacity();
     }
-    bool isCompact() const { return getKind() == PeerKind::compact; }
+    bool isCompact() const { return getTransport() == PeerKind::compact; }
   }];
 }
 

@@ -26,4 +26,15 @@
 #define GET_OP_CLASSES
 #include "moec/Dialect/Moe/MoeOps.h.inc"
 
+#include <string>
+
+namespace moec::moe {
+/// The kernel symbol of a stage op: a readable name that encodes its stage,
+/// types, problem and every knob that differs from the defaults
+/// ("moe2_afp8_wfp4_bf16_e96_h5120_i2304_t16x128x256_w4_bmajor_bnt"). Two ops
+/// with different attributes never share a symbol (the table compiler checks
+/// this). Empty for an op that is not a stage op.
+std::string getKernelSymbol(mlir::Operation *op);
+} // namespace moec::moe
+
 #endif // MOEC_DIALECT_MOE_MOEDIALECT_H

@@ -1,4 +1,4 @@
-//===- MfmaLayout.h - lane layouts of gfx950 scaled MFMA --------*- C++ -*-===//
+//===- mfma_layout.h - lane layouts of gfx950 scaled MFMA -------*- C++ -*-===//
 ///
 /// \file
 /// Which lane holds which matrix element for v_mfma_scale_f32_16x16x128_f8f6f4
@@ -7,17 +7,17 @@
 /// stores from it, and the emulator rebuilds the A, B and C tiles from it, so
 /// the two cannot drift apart.
 ///
-/// Sources (docs/target-gfx950.md): composable_kernel
+/// Sources (docs/targets.md): composable_kernel
 /// test/mx_mfma_op/mx_mfma_op.hpp register tables (checked there with random
 /// per-block scales), Triton's ScaledBlockedToScaledMFMAF8F6F4 (kWidth 16),
 /// FlyDSL mega_moe gemm_util.py ("fp8 32-per-lane = 16@K + 16@K+64").
 ///
-/// Plain C++ with no MLIR dependency.
+/// Plain C++17, part of the chip facts (moec_target).
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_CODEGEN_MFMALAYOUT_H
-#define MOEC_CODEGEN_MFMALAYOUT_H
+#ifndef MOEC_TARGET_MFMA_LAYOUT_H
+#define MOEC_TARGET_MFMA_LAYOUT_H
 
 #include <array>
 #include <cstdint>
@@ -109,4 +109,4 @@ constexpr int accCol(Shape shape, int lane) { return lane % shapeInfo(shape).dim
 
 } // namespace moec::mfma
 
-#endif // MOEC_CODEGEN_MFMALAYOUT_H
+#endif // MOEC_TARGET_MFMA_LAYOUT_H

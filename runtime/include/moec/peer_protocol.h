@@ -1,0 +1,158 @@
+/*===- peer_protocol.h - control words of the fused MegaMoE kernels -------===*
+ *
+ * The peer transport of `#moe.peer` (flash-fused configs) as data: the i32
+ * words of a rank's control buffer, the packing of a receive row's
+ * metadata, and the sizes an engine allocates. The code generator emits
+ * its kernels from these definitions and the emulator's harness reads them,
+ * so kernels, harness and engine agree by construction. The protocol
+ * itself is told in docs/families.md; docs/runtime-api.md says what an
+ * engine does with it.
+ *
+ * Valid C99 and C++17, header-only, no dependency. C++ code gets the same
+ * definitions in namespace moec::peer as well.
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef MOEC_PEER_PROTOCOL_H
+#define MOEC_PEER_PROTOCOL_H
+
+#include <stdint.h>
+
+/* Word indices of a rank's control buffer (int32 words). The engine zeroes
+ * the buffer once at allocation; the kernels never need it reset again:
+ * tickets and signals only grow (compared modulo 2^32), and the banks of
+ * counts, cursors and queues alternate with the launch's epoch. */
+enum moec_peer_control_word {
+  /* Arrival tickets of stage 1 workgroups (role = ticket % workgroups). */
+  MOEC_PEER_STAGE1_TICKET = 0,
+  /* +1 from every producer wave of every source rank per launch. */
+  MOEC_PEER_DISPATCH_DONE = 1,
+  /* +1 per route that found its expert's receive rows full. Sticky: the
+   * engine reads it after the layer, treats nonzero as a failed layer and
+   * clears it. */
+  MOEC_PEER_OVERFLOW = 2,
+  /* Arrival tickets of stage 2 waves at their end. */
+  MOEC_PEER_STAGE2_TICKET = 3,
+  /* +1 from every destination rank's stage 2 per launch. */
+  MOEC_PEER_COMBINE_READY = 4,
+  /* Compact: +1 from every planner wave of every source rank per launch,
+   * once its row counts are in this rank's source-count table. */
+  MOEC_PEER_COUNTS_READY = 5,
+  /* Fixed slot: two banks of per-local-expert receive counts, bank =
+   * epoch & 1. Then (both transports) the compact source-count table and
+   * source cursors, then the work-queue counters (see the functions
+   * below). */
+  MOEC_PEER_EXPERT_COUNTS = 16
+};
+
+/* Most work-queue shards of a stage (`#moe.peer` work_shards). */
+#define MOEC_PEER_MAX_WORK_SHARDS 8
+
+/* i32 words per receive row in `recv_meta`: the routing weight's FP32
+ * bits, then the source route + 1, where the source route of route
+ * `token * top_k + k` of rank r is r * max_tokens * top_k + that route
+ * (0: no route, which is also what an out-of-range row reads). */
+#define MOEC_PEER_META_WORDS 2
+
+/* Words of a control buffer for `local_experts` experts per rank and `ep`
+ * ranks (both transports use the same size): the fixed words, the count
+ * banks, the compact table and cursors, and the work-queue counters. */
+static inline int64_t moec_peer_control_words(int64_t local_experts,
+                                              int64_t ep) {
+  return MOEC_PEER_EXPERT_COUNTS + 2 * local_experts + 4 * ep * local_experts +
+         2 * 2 * MOEC_PEER_MAX_WORK_SHARDS;
+}
+
+/* Bytes of one rank's control buffer (zero it once, at allocation). */
+static inline int64_t moec_peer_control_bytes(int64_t local_experts,
+                                              int64_t ep) {
+  return 4 * moec_peer_control_words(local_experts, ep);
+}
+
+/* Bytes of one rank's `recv_meta` buffer for `receive_rows` rows (local
+ * experts x capacity with the fixed-slot transport, capacity with
+ * compact). */
+static inline int64_t moec_peer_recv_meta_bytes(int64_t receive_rows) {
+  return 4 * MOEC_PEER_META_WORDS * receive_rows;
+}
+
+/* With work shards: the next item of `shard` of stage `stage` (0: stage 1,
+ * 1: stage 2) in launch `epoch` (two banks of [2][MAX_WORK_SHARDS]). */
+static inline int64_t moec_peer_queue_word(int64_t epoch, int64_t stage,
+                                           int64_t shard, int64_t local_experts,
+                                           int64_t ep) {
+  return MOEC_PEER_EXPERT_COUNTS + 2 * local_experts + 4 * ep * local_experts +
+         ((epoch & 1) * 2 + stage) * MOEC_PEER_MAX_WORK_SHARDS + shard;
+}
+
+/* Compact, on a destination: the rows source rank `source` sends to local
+ * expert `expert` in launch `epoch` (two banks of [ep][local_experts]). */
+static inline int64_t moec_peer_source_count_word(int64_t epoch, int64_t source,
+                                                  int64_t expert,
+                                                  int64_t local_experts,
+                                                  int64_t ep) {
+  return MOEC_PEER_EXPERT_COUNTS + 2 * local_experts +
+         ((epoch & 1) * ep + source) * local_experts + expert;
+}
+
+/* Compact, on a source: the next row it writes for (destination, expert)
+ * in launch `epoch` (two banks of [ep][local_experts]). */
+static inline int64_t moec_peer_cursor_word(int64_t epoch, int64_t destination,
+                                            int64_t expert,
+                                            int64_t local_experts, int64_t ep) {
+  return MOEC_PEER_EXPERT_COUNTS + 2 * local_experts + 2 * ep * local_experts +
+         ((epoch & 1) * ep + destination) * local_experts + expert;
+}
+
+/* Fixed slot: the first count word of the bank launch `epoch` uses. */
+static inline int64_t moec_peer_count_bank(int64_t epoch,
+                                           int64_t local_experts) {
+  return MOEC_PEER_EXPERT_COUNTS + (epoch & 1) * local_experts;
+}
+
+#ifdef __cplusplus
+namespace moec::peer {
+
+/// Word indices of a rank's control buffer (moec_peer_control_word).
+enum ControlWord : int64_t {
+  kStage1Ticket = MOEC_PEER_STAGE1_TICKET,
+  kDispatchDone = MOEC_PEER_DISPATCH_DONE,
+  kOverflow = MOEC_PEER_OVERFLOW,
+  kStage2Ticket = MOEC_PEER_STAGE2_TICKET,
+  kCombineReady = MOEC_PEER_COMBINE_READY,
+  kCountsReady = MOEC_PEER_COUNTS_READY,
+  kExpertCounts = MOEC_PEER_EXPERT_COUNTS,
+};
+
+/// Most work-queue shards of a stage.
+constexpr int64_t kMaxWorkShards = MOEC_PEER_MAX_WORK_SHARDS;
+/// i32 words per receive row in `recv_meta`.
+constexpr int64_t kMetaWords = MOEC_PEER_META_WORDS;
+
+/// moec_peer_control_words.
+inline int64_t controlWords(int64_t localExperts, int64_t ep) {
+  return moec_peer_control_words(localExperts, ep);
+}
+/// moec_peer_queue_word.
+inline int64_t queueWord(int64_t epoch, int64_t stage, int64_t shard,
+                         int64_t localExperts, int64_t ep) {
+  return moec_peer_queue_word(epoch, stage, shard, localExperts, ep);
+}
+/// moec_peer_source_count_word.
+inline int64_t sourceCountWord(int64_t epoch, int64_t source, int64_t expert,
+                               int64_t localExperts, int64_t ep) {
+  return moec_peer_source_count_word(epoch, source, expert, localExperts, ep);
+}
+/// moec_peer_cursor_word.
+inline int64_t cursorWord(int64_t epoch, int64_t destination, int64_t expert,
+                          int64_t localExperts, int64_t ep) {
+  return moec_peer_cursor_word(epoch, destination, expert, localExperts, ep);
+}
+/// moec_peer_count_bank.
+inline int64_t countBank(int64_t epoch, int64_t localExperts) {
+  return moec_peer_count_bank(epoch, localExperts);
+}
+
+} // namespace moec::peer
+#endif
+
+#endif /* MOEC_PEER_PROTOCOL_H */

@@ -1,0 +1,171 @@
+//===- target_info.h - facts of the chips moec compiles for -----*- C++ -*-===//
+//
+// Every number moec knows about a GPU lives in one TargetInfo per chip: the
+// dialect's verifiers, the code generator, the backend, the resource gates,
+// the occupancy model, the emulator's residency cap and the runtime's load
+// checks read it, and nothing else compares architecture strings. Sources
+// of each value: docs/targets.md. Plain C++17, header-only, no dependency.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOEC_TARGET_TARGET_INFO_H
+#define MOEC_TARGET_TARGET_INFO_H
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace moec::target {
+
+/// Bits of the cache-policy immediate (CPol) of buffer and global memory
+/// instructions, as the buffer intrinsics' aux operand takes them.
+struct CachePolicyBits {
+  uint32_t sc0; ///< scope bit 0 (GLC)
+  uint32_t nt;  ///< non-temporal (SLC)
+  uint32_t sc1; ///< scope bit 1 (SCC)
+};
+
+/// Hardware facts of one GPU target.
+struct TargetInfo {
+  /// LLVM processor name, e.g. "gfx950".
+  const char *arch;
+  /// The product it is sold as, e.g. "MI355X".
+  const char *product;
+  /// CUs on the whole chip.
+  uint32_t computeUnits;
+  /// Compute dies (XCDs); workgroups are dispatched to them round-robin.
+  uint32_t xcds;
+  /// SIMDs (EUs) per CU.
+  uint32_t simdsPerCu;
+  /// Wave slots per SIMD.
+  uint32_t maxWavesPerSimd;
+  /// Lanes per wave.
+  uint32_t wavefrontSize;
+  /// Unified VGPR + AGPR file per lane.
+  uint32_t totalVgprs;
+  /// Allocation granule of the unified file.
+  uint32_t vgprAllocGranule;
+  /// Architected VGPRs are aligned to this before the AGPRs.
+  uint32_t agprAlignment;
+  /// FP32 accumulator registers per lane a GEMM tile may hold: the unified
+  /// file less 64 registers for operands, addresses and the epilogue.
+  uint32_t accumulatorRegs;
+  /// Physical SGPRs per SIMD.
+  uint32_t sgprsPerSimd;
+  /// SGPRs a kernel may name.
+  uint32_t addressableSgprs;
+  /// Reserved SGPRs (VCC, flat scratch, XNACK) on top of the addressable.
+  uint32_t extraSgprs;
+  /// LDS per CU, which is also the most one workgroup may use.
+  uint32_t ldsBytesPerCu;
+  /// LDS allocation granule in bytes.
+  uint32_t ldsAllocGranule;
+  /// Workgroups per CU of more than one wave (barrier resources).
+  uint32_t maxWorkgroupsPerCu;
+  /// Workgroups per CU when a workgroup is one wave.
+  uint32_t maxSingleWaveWorkgroupsPerCu;
+  /// Threads per workgroup.
+  uint32_t maxWorkgroupSize;
+  /// Cache-policy bits of memory instructions.
+  CachePolicyBits cachePolicy;
+  /// V_MFMA_SCALE_F32_16X16X128_F8F6F4 and V_MFMA_SCALE_F32_32X32X64_F8F6F4:
+  /// FP8/FP6/FP4 operands with E8M0 block scales (MXFP4, MXFP8).
+  bool hasScaledMfma;
+  /// OCP FP8 (E4M3FN, E5M2) conversions; without them the chip's FP8 is
+  /// the FNUZ variant (E4M3FNUZ, maximum 240).
+  bool hasOcpFp8;
+  /// Widest LDS DMA per lane (BUFFER_LOAD_DWORD* with LDS) in bytes.
+  uint32_t ldsDmaBytesPerLane;
+
+  /// Wave slots per CU (simdsPerCu * maxWavesPerSimd).
+  constexpr uint32_t maxWavesPerCu() const {
+    return simdsPerCu * maxWavesPerSimd;
+  }
+  /// Wave slots of the whole chip: no launch can have more waves resident.
+  constexpr uint64_t maxResidentWaves() const {
+    return uint64_t(computeUnits) * maxWavesPerCu();
+  }
+};
+
+/// gfx950: Instinct MI355X / MI350X (CDNA4).
+inline constexpr TargetInfo kGfx950 = {
+    /*arch=*/"gfx950",
+    /*product=*/"MI355X",
+    /*computeUnits=*/256,
+    /*xcds=*/8,
+    /*simdsPerCu=*/4,
+    /*maxWavesPerSimd=*/8,
+    /*wavefrontSize=*/64,
+    /*totalVgprs=*/512,
+    /*vgprAllocGranule=*/8,
+    /*agprAlignment=*/4,
+    /*accumulatorRegs=*/448,
+    /*sgprsPerSimd=*/800,
+    /*addressableSgprs=*/102,
+    /*extraSgprs=*/6,
+    /*ldsBytesPerCu=*/160 * 1024,
+    /*ldsAllocGranule=*/1280,
+    /*maxWorkgroupsPerCu=*/16,
+    /*maxSingleWaveWorkgroupsPerCu=*/32,
+    /*maxWorkgroupSize=*/1024,
+    /*cachePolicy=*/{/*sc0=*/1, /*nt=*/2, /*sc1=*/16},
+    /*hasScaledMfma=*/true,
+    /*hasOcpFp8=*/true,
+    /*ldsDmaBytesPerLane=*/16,
+};
+
+/// gfx942: Instinct MI300X / MI325X (CDNA3). Same register files, wave
+/// slots and cache-policy bits as gfx950; more CUs, less LDS, no scaled
+/// MFMA, FNUZ FP8 and 4-byte LDS DMA.
+inline constexpr TargetInfo kGfx942 = {
+    /*arch=*/"gfx942",
+    /*product=*/"MI300X",
+    /*computeUnits=*/304,
+    /*xcds=*/8,
+    /*simdsPerCu=*/4,
+    /*maxWavesPerSimd=*/8,
+    /*wavefrontSize=*/64,
+    /*totalVgprs=*/512,
+    /*vgprAllocGranule=*/8,
+    /*agprAlignment=*/4,
+    /*accumulatorRegs=*/448,
+    /*sgprsPerSimd=*/800,
+    /*addressableSgprs=*/102,
+    /*extraSgprs=*/6,
+    /*ldsBytesPerCu=*/64 * 1024,
+    /*ldsAllocGranule=*/512,
+    /*maxWorkgroupsPerCu=*/16,
+    /*maxSingleWaveWorkgroupsPerCu=*/32,
+    /*maxWorkgroupSize=*/1024,
+    /*cachePolicy=*/{/*sc0=*/1, /*nt=*/2, /*sc1=*/16},
+    /*hasScaledMfma=*/false,
+    /*hasOcpFp8=*/false,
+    /*ldsDmaBytesPerLane=*/4,
+};
+
+/// Every chip moec has facts for, the default first.
+inline constexpr const TargetInfo *kKnownTargets[] = {&kGfx950, &kGfx942};
+
+/// The chip moec compiles for when nothing names one: gfx950.
+constexpr const TargetInfo &defaultTarget() noexcept { return kGfx950; }
+
+/// The TargetInfo for `arch` ("gfx950", also a target id with features such
+/// as "gfx950:sramecc+:xnack-"), or nullptr when moec has no facts for it.
+inline const TargetInfo *lookupTargetInfo(std::string_view arch) noexcept {
+  const std::string_view base = arch.substr(0, arch.find(':'));
+  for (const TargetInfo *target : kKnownTargets)
+    if (base == target->arch)
+      return target;
+  return nullptr;
+}
+
+/// The known chip names, comma-separated ("gfx950, gfx942"), for messages.
+inline std::string knownTargetNames() {
+  std::string names;
+  for (const TargetInfo *target : kKnownTargets)
+    names += (names.empty() ? "" : ", ") + std::string(target->arch);
+  return names;
+}
+
+} // namespace moec::target
+
+#endif // MOEC_TARGET_TARGET_INFO_H
