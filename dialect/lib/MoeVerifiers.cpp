@@ -9,6 +9,7 @@
 #include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/Dialect/Moe/MoeTarget.h"
 #include "moec/peer_protocol.h"
+#include "moec/target/mfma_layout.h"
 #include "moec/target/target_info.h"
 
 #include "mlir/IR/BuiltinTypes.h"
@@ -69,12 +70,16 @@ ProblemAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 // TileAttr
 //===----------------------------------------------------------------------===//
 
-int64_t TileAttr::getMfmaM() const {
-  return getMfma() == MfmaShape::m16n16k128 ? 16 : 32;
+/// The scaled-MFMA instruction shape of a tile.mfma value, from the lane
+/// layout table.
+static moec::mfma::ShapeInfo shapeInfoOf(MfmaShape shape) {
+  return moec::mfma::shapeInfo(shape == MfmaShape::m16n16k128
+                                   ? moec::mfma::Shape::M16N16K128
+                                   : moec::mfma::Shape::M32N32K64);
 }
-int64_t TileAttr::getMfmaK() const {
-  return getMfma() == MfmaShape::m16n16k128 ? 128 : 64;
-}
+
+int64_t TileAttr::getMfmaM() const { return shapeInfoOf(getMfma()).dim; }
+int64_t TileAttr::getMfmaK() const { return shapeInfoOf(getMfma()).k; }
 
 LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k, int64_t waves,
@@ -95,7 +100,7 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (!llvm::is_contained({1, 2, 4, 8}, waves))
     return emitError() << "tile.waves must be one of 1, 2, 4, 8, got "
                        << waves;
-  int64_t mfmaDim = mfma == MfmaShape::m16n16k128 ? 16 : 32;
+  const int64_t mfmaDim = shapeInfoOf(mfma).dim;
   if (m % mfmaDim != 0)
     return emitError() << "tile.m (" << m << ") must be a multiple of the "
                        << "MFMA M (" << mfmaDim << ") of tile.mfma";
