@@ -9,7 +9,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moec_obj_root, "test", "lit")
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs", "CMakeLists.txt"]
 
-llvm_bin = "/usr/lib/llvm-22/bin"
+llvm_bin = config.llvm_tools_dir
 config.environment["PATH"] = os.pathsep.join(
     [config.moec_tools_dir, llvm_bin, config.environment.get("PATH", os.environ["PATH"])])
 config.substitutions.append(("%moec_src", config.moec_src_root))

@@ -14,6 +14,7 @@
 #include "CommandSupport.h"
 #include "Commands.h"
 
+#include "moec/Emulator/BundleKernels.h"
 #include "moec/Emulator/PeerHarness.h"
 #include "moec/Emulator/StageHarness.h"
 #include "moec/Emulator/W13Harness.h"
@@ -225,6 +226,24 @@ int runLayer(const RunArgs &args) {
   const bool fused = std::any_of(specs.begin(), specs.end(), [](const StageSpec &spec) {
     return spec.fields.count("capacity") > 0;
   });
+  // The emulator runs the kernel IR stored in the bundle; only a changed
+  // shape (--small, or a fused config's capacity) rebuilds the kernels from
+  // the manifest's attributes, and the output says so.
+  const bool rebuild = args.small || fused;
+  if (!rebuild)
+    for (uint32_t k : config.kernels)
+      if (!manifest.kernels[k].ir.present()) {
+        std::cerr << "moec: " << args.bundle << ": kernel "
+                  << manifest.kernels[k].name
+                  << ": the bundle holds no kernel IR (compile it again with "
+                     "this moec to emulate it)\n";
+        return cli::kBadInput;
+      }
+  std::cout << (rebuild ? "kernel IR: rebuilt from the manifest's attributes ("
+                        : "kernel IR: as stored in the bundle\n");
+  if (rebuild)
+    std::cout << (args.small ? "--small" : "fused: capacity for m tokens")
+              << ")\n";
   if (args.small)
     emu::smallConfigSpecs(specs);
   if (fused) {
@@ -244,7 +263,10 @@ int runLayer(const RunArgs &args) {
     Stage &stage = stages[i];
     stage.name = manifest.kernels[config.kernels[i]].name;
     stage.stage = specs[i].stage;
-    if (failed(emu::buildKernelIR(context, specs[i], stage.kernel, error))) {
+    if (rebuild ? failed(emu::buildKernelIR(context, specs[i], stage.kernel, error))
+                : failed(emu::loadBundleKernel(context, *bundle,
+                                               config.kernels[i], stage.kernel,
+                                               error))) {
       std::cerr << "moec: kernel " << stage.name << ": " << error << "\n";
       return cli::kBadInput;
     }

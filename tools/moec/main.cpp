@@ -16,12 +16,8 @@ int main(int argc, char **argv) {
   addSelectCommand(app, exitStatus);
   addExtractCommand(app, exitStatus);
   addVerifyCommand(app, exitStatus);
-#ifdef MOEC_HAVE_REFERENCE
   addReferenceCommand(app, exitStatus);
-#endif
-#ifdef MOEC_HAVE_EMULATOR
   addRunCommand(app, exitStatus);
-#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &help) {
