@@ -47,6 +47,10 @@ Expected<moec::CodeObjectKernel> readKernel(msgpack::MapDocNode &kernel) {
   if (!symbol)
     return symbol.takeError();
   out.symbol = *symbol;
+  // `.vgpr_count` is LLVM's unified count on gfx90a and later (the
+  // architected VGPRs, aligned to 4 when AGPRs are used, plus the
+  // `.agpr_count` AGPRs), not the architected registers alone; the
+  // occupancy model takes it as it is (docs/targets.md).
   struct Field {
     const char *key;
     uint32_t *slot;

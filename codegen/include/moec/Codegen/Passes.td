@@ -11,7 +11,10 @@ def MoeLowerToKernel : Pass<"moe-lower-to-kernel", "::mlir::ModuleOp"> {
     Replaces each `moe` stage op with a `gpu.module` of the same name holding
     one `gpu.func` kernel, built from scf, arith, vector, memref, gpu and
     amdgpu ops. This kernel IR is the level the CPU emulator executes; the
-    upstream ROCDL conversion takes it from there.
+    upstream ROCDL conversion takes it from there. Each kernel is built for
+    its op's chip, named by the closest `moe.target` attribute around it
+    (gfx950 without one): its wave size, XCD count and cache-policy bits
+    come from that chip's facts (moec/target).
 
     Before:
     ```mlir
