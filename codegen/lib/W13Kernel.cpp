@@ -473,9 +473,19 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   gpu::BarrierOp::create(b, loc);
   Value role = toIndex(
       memref::LoadOp::create(b, loc, lds, ValueRange{idx(words.groupWord)}));
-  PeerDispatchArgs dispatchArgs{peer,     problem,  lds,        control,
-                                arg(kPRank), aBuf,  aScaleBuf,  idsBuf,
-                                weightsBuf, numRoutes, epoch,   peerArg};
+  PeerDispatchArgs dispatchArgs;
+  dispatchArgs.peer = peer;
+  dispatchArgs.problem = problem;
+  dispatchArgs.lds = lds;
+  dispatchArgs.control = control;
+  dispatchArgs.rank = arg(kPRank);
+  dispatchArgs.aBuf = aBuf;
+  dispatchArgs.aScaleBuf = aScaleBuf;
+  dispatchArgs.idsBuf = idsBuf;
+  dispatchArgs.weightsBuf = weightsBuf;
+  dispatchArgs.numRoutesI32 = numRoutes;
+  dispatchArgs.epoch = epoch;
+  dispatchArgs.peerArg = peerArg;
   const moe::PeerDispatch dispatch = peer.getDispatch();
   if (dispatch == moe::PeerDispatch::only) {
     // The dispatch kernel: every workgroup produces, nothing else.
