@@ -540,6 +540,11 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
   KernelAbi abi;
   abi.workgroupSize = static_cast<unsigned>(
       moe::getVerifiedTarget(op).wavefrontSize * tile.getWaves());
+  // [E, 2I, H/2] E2M1 pairs (even K in the low nibble): I gate rows then I
+  // up rows, or blocks of G of each with gate_up_interleave = G.
+  abi.weightLayout = "w13_expert_2i_h_e2m1x2_low_nibble_first";
+  if (op.getGateUpInterleave() > 0)
+    abi.weightLayout += "_gui" + std::to_string(op.getGateUpInterleave());
   if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
     abi.args = {
         {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},

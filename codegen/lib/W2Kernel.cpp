@@ -505,6 +505,8 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
   using A = KernelArg::Access;
   moe::TileAttr tile = op.getTile();
   KernelAbi abi;
+  // [E, H, I/2] E2M1 pairs, even K in the low nibble.
+  abi.weightLayout = "w2_expert_n_k_e2m1x2_low_nibble_first";
   abi.workgroupSize = static_cast<unsigned>(
       moe::getVerifiedTarget(op).wavefrontSize * tile.getWaves());
   if (moe::PeerTransportAttr peer = op.getPeerAttr()) {

@@ -277,7 +277,9 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
         !readString(entry, "symbol", where, true, kernel.symbol, error) ||
         !readU32(entry, "code_object", where, true, kernel.codeObject, error) ||
         !readString(entry, "stage", where, false, kernel.stage, error) ||
-        !readString(entry, "content_hash", where, false, kernel.contentHash, error))
+        !readString(entry, "content_hash", where, false, kernel.contentHash, error) ||
+        !readString(entry, "weight_layout", where, false, kernel.weightLayout,
+                    error))
       return false;
     if (kernel.name.empty() || kernel.symbol.empty()) {
       error = where + ": name and symbol must not be empty";
@@ -468,6 +470,8 @@ Json serializeKernel(const KernelInfo &kernel) {
   };
   if (kernel.ir.present())
     out["ir"] = {{"object", kernel.ir.object}, {"hash", kernel.ir.hash}};
+  if (!kernel.weightLayout.empty())
+    out["weight_layout"] = kernel.weightLayout;
   return out;
 }
 

@@ -86,6 +86,9 @@ struct KernelInfo {
   LaunchInfo launch;
   KernelResources resources;
   std::string contentHash;
+  /// How the kernel reads its expert weights, for weight preparation
+  /// ("w2_expert_n_k_e2m1x2_low_nibble_first"); empty without weights.
+  std::string weightLayout;
   /// The tuning-table kernels this binary serves (deduplicated).
   std::vector<std::string> tableNames;
   KernelIrInfo ir;

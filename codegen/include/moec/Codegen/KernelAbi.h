@@ -29,6 +29,10 @@ struct KernelAbi {
   /// Grid rule per dimension, as text a user can evaluate ("H / 128").
   std::string gridX, gridY, gridZ;
   unsigned workgroupSize = 0;
+  /// How the kernel reads its expert weights (`b`, `b_scale`), an id that
+  /// weight preparation matches ("w2_expert_n_k_e2m1x2_low_nibble_first");
+  /// empty for stages without weights.
+  std::string weightLayout;
 };
 
 /// LLVM function attribute carrying the cache-policy bits (the buffer
