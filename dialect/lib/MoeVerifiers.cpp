@@ -12,6 +12,7 @@
 #include "moec/target/mfma_layout.h"
 #include "moec/target/target_info.h"
 
+#include "mlir/AsmParser/AsmParser.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
@@ -301,8 +302,17 @@ LogicalResult W2Op::verify() {
     if (getSplitK() > 1 || getBf16Lds() || getSharedFp8Expert())
       return emitOpError("peer: split_k, bf16_lds and shared_fp8_expert do "
                          "not apply to the fused stage 2");
-    if (peer.getDispatch() != PeerDispatch::fused)
+    // The producer knobs have no use in stage 2: they must keep their ODS
+    // defaults, which the attribute's own parser fills in.
+    auto defaults = cast<PeerTransportAttr>(parseAttribute(
+        "#moe.peer<capacity = 1, max_tokens = 1>", getContext()));
+    if (peer.getDispatch() != defaults.getDispatch())
       return emitOpError("peer.dispatch applies to stage 1 (moe.w13) only");
+    if (peer.getDispatchCus() != defaults.getDispatchCus() ||
+        peer.getPlanCus() != defaults.getPlanCus() ||
+        peer.getChunkRoutes() != defaults.getChunkRoutes())
+      return emitOpError("peer.dispatch_cus, plan_cus and chunk_routes apply "
+                         "to stage 1 (moe.w13) only");
   }
   // Split-K slices take ceil(steps / split_k) K steps each (the last may
   // be shorter); every slice must get at least one.

@@ -53,7 +53,7 @@ moe.w13 @stage1 problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_majo
 // CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c3{{[_0-9]*}}]
 // CHECK: arith.remui %{{.*}}, %c24_i32
 // CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c4{{[_0-9]*}}]
-moe.w2 @stage2 problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #peer}
+moe.w2 @stage2 problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6>}
 
 // CHECK-LABEL: gpu.func @combine(
 // CHECK: arith.muli %{{.*}}, %c2_i32
@@ -90,7 +90,7 @@ moe.w13 @stage1_compact problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation 
 // CHECK: arith.cmpi ult
 // CHECK: scf.condition
 // CHECK: amdgpu.scaled_mfma
-moe.w2 @stage2_queue problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6, dispatch_cus = 1, work_shards = 2>}
+moe.w2 @stage2_queue problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6, work_shards = 2>}
 
 // plan_cus = 2, chunk_routes = 4: the planners take slices of the routes
 // and add (not store) their counts into the destinations' tables; the

@@ -235,3 +235,8 @@ moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, t
 // -----
 // expected-error @+1 {{peer.dispatch = only: every workgroup dispatches, so dispatch_cus (2) must equal workgroups (8)}}
 moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 8, dispatch_cus = 2, dispatch = only>}
+
+// -----
+// Stage 1's producer knobs have no use in stage 2.
+// expected-error @+1 {{peer.dispatch_cus, plan_cus and chunk_routes apply to stage 1 (moe.w13) only}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {peer = #moe.peer<capacity = 32, max_tokens = 16, dispatch_cus = 4>}
