@@ -26,6 +26,7 @@
 #define MOEC_EMULATOR_LIB_EXECUTOR_H
 
 #include "Program.h"
+#include "moec/target/target_info.h"
 
 #include <array>
 #include <cstdint>
@@ -37,7 +38,8 @@
 
 namespace moec::emu::detail {
 
-constexpr int kLanes = 64;
+/// Lanes of a wave: the emulator runs gfx950's wave64.
+constexpr int kLanes = static_cast<int>(target::kGfx950.wavefrontSize);
 constexpr uint64_t kAllLanes = ~uint64_t(0);
 
 /// A memref value: which memory, where its element 0 lies, and its bounds.

@@ -3,6 +3,9 @@
 
 #include "json_fields.h"
 #include "moec/selection.h"
+#include "moec/target/target_info.h"
+
+#include <algorithm>
 
 #include <unordered_set>
 
@@ -76,6 +79,15 @@ const char *argAccessName(ArgAccess access) noexcept {
 }
 
 namespace {
+
+/// The largest workgroup any chip moec knows runs: the bound of a
+/// manifest's workgroup sizes, whatever its target.
+uint32_t maxWorkgroupSize() {
+  uint32_t largest = 0;
+  for (const target::TargetInfo *chip : target::kKnownTargets)
+    largest = std::max(largest, chip->maxWorkgroupSize);
+  return largest;
+}
 
 /// An optional object field: absent -> nullptr and true; wrong type -> false.
 bool optionalObject(const Json &parent, std::string_view key,
@@ -208,16 +220,18 @@ bool parseLaunch(const Json &kernel, const std::string &kernelPath,
   for (size_t d = 0; d < 3; ++d) {
     const Json &dim = (*size)[d];
     if (!dim.is_number_integer() || dim.get<int64_t>() < 1 ||
-        dim.get<int64_t>() > 1024) {
-      error = indexPath(sizePath, d) + ": expected an integer in [1, 1024]";
+        dim.get<int64_t>() > int64_t(maxWorkgroupSize())) {
+      error = indexPath(sizePath, d) + ": expected an integer in [1, " +
+              std::to_string(maxWorkgroupSize()) + "]";
       return false;
     }
     launch.workgroupSize[d] = static_cast<uint32_t>(dim.get<int64_t>());
     total *= launch.workgroupSize[d];
   }
-  if (total > 1024) {
+  if (total > maxWorkgroupSize()) {
     error = sizePath + ": " + std::to_string(total) +
-            " threads per workgroup (max 1024)";
+            " threads per workgroup (max " +
+            std::to_string(maxWorkgroupSize()) + ")";
     return false;
   }
   const Json *grid = nullptr;

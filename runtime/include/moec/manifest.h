@@ -9,6 +9,8 @@
 #ifndef MOEC_MANIFEST_H
 #define MOEC_MANIFEST_H
 
+#include "moec/target/target_info.h"
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -56,7 +58,8 @@ struct KernelResources {
   uint32_t privateSegmentBytes = 0;
   uint32_t vgprSpill = 0;
   uint32_t sgprSpill = 0;
-  uint32_t wavefrontSize = 64;
+  /// Absent in a manifest: the default chip's wave size.
+  uint32_t wavefrontSize = target::defaultTarget().wavefrontSize;
   uint32_t maxFlatWorkgroupSize = 0;
 };
 
