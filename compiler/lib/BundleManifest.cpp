@@ -83,8 +83,7 @@ rt::KernelFamily familyOf(const std::string &text) {
 } // namespace
 
 BundleContents buildBundleContents(const TuningTable &table,
-                                   const CompiledTable &compiled,
-                                   const std::string &tableText) {
+                                   const CompiledTable &compiled) {
   const CompileTarget &target = CompileTarget::gfx950();
   BundleContents bundle;
   rt::Manifest &manifest = bundle.manifest;
@@ -99,7 +98,7 @@ BundleContents buildBundleContents(const TuningTable &table,
       {"output", "bf16, round to nearest even"},
       {"weight_format", "mxfp4: e2m1 values, one e8m0 scale per 32 along K"}};
   manifest.sources = {{baseName(table.path),
-                       hashHex(tableText.data(), tableText.size())}};
+                       hashHex(table.text.data(), table.text.size())}};
 
   // Code objects first (kernel i uses object i), then the kernels' IR.
   const uint32_t kernelCount = static_cast<uint32_t>(compiled.kernels.size());

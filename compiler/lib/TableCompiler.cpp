@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 using namespace mlir;
 
@@ -249,21 +248,14 @@ CompileStatus compileTableToBundle(const std::string &tablePath,
                                    const std::string &bundlePath,
                                    const CompileOptions &options,
                                    CompileSummary &summary, std::string &error) {
-  std::ifstream file(tablePath, std::ios::binary);
-  if (!file) {
-    error = tablePath + ": cannot open the tuning table";
-    return CompileStatus::BadInput;
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
   TuningTable table;
-  if (!parseTuningTable(tablePath, text.str(), table, error))
+  if (!readTuningTable(tablePath, table, error))
     return CompileStatus::BadInput;
   CompiledTable compiled;
   CompileStatus status = compileTable(table, options, compiled, error);
   if (status != CompileStatus::Ok)
     return status;
-  BundleContents bundle = buildBundleContents(table, compiled, text.str());
+  BundleContents bundle = buildBundleContents(table, compiled);
   if (!rt::writeBundle(bundlePath, rt::serializeManifest(bundle.manifest),
                        bundle.objects, error))
     return CompileStatus::CheckFailed;

@@ -12,8 +12,6 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 
-#include <fstream>
-#include <sstream>
 
 using namespace mlir;
 
@@ -23,15 +21,8 @@ CompileStatus checkTableTarget(const std::string &tablePath,
                                const target::TargetInfo &chip,
                                std::vector<std::string> &problems,
                                std::string &error) {
-  std::ifstream file(tablePath, std::ios::binary);
-  if (!file) {
-    error = tablePath + ": cannot open the tuning table";
-    return CompileStatus::BadInput;
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
   TuningTable table;
-  if (!parseTuningTable(tablePath, text.str(), table, error))
+  if (!readTuningTable(tablePath, table, error))
     return CompileStatus::BadInput;
 
   DialectRegistry registry;

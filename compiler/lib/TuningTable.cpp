@@ -356,6 +356,7 @@ bool parseTuningTable(const std::string &path, const std::string &text,
                       TuningTable &table, std::string &error) {
   table = TuningTable();
   table.path = path;
+  table.text = text;
   TableParser parser(path, table);
   if (parser.parse(text))
     return true;

@@ -11,6 +11,7 @@
 
 #include "moec/Compiler/Registration.h"
 #include "moec/Compiler/StageBuilder.h"
+#include "StageBuilderFixture.h"
 #include "moec/Dialect/Moe/MoeKnobs.h"
 
 #include "mlir/IR/Builders.h"
@@ -80,14 +81,8 @@ const std::map<std::string, std::map<std::string, std::string>> kUnfusedVariants
 
 TEST_CASE("every knob of the GEMM stages shows in the kernel symbol",
           "[stage][naming]") {
-  mlir::DialectRegistry registry;
-  moec::registerMoecDialects(registry);
-  mlir::MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::ModuleOp::create(mlir::UnknownLoc::get(&context));
-  mlir::OpBuilder builder(&context);
-  builder.setInsertionPointToEnd(module->getBody());
+  moec::test::StageBuilderFixture fixture;
+  mlir::OpBuilder &builder = fixture.builder;
 
   for (const char *stage : {"w13", "w2"}) {
     const moec::moe::StageKnobs *knobs = moec::moe::lookupStageKnobs(stage);

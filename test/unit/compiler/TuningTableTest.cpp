@@ -2,6 +2,7 @@
 
 #include "moec/Compiler/Registration.h"
 #include "moec/Compiler/StageBuilder.h"
+#include "StageBuilderFixture.h"
 #include "moec/Compiler/TuningTable.h"
 
 #include "mlir/IR/Builders.h"
@@ -91,14 +92,8 @@ TEST_CASE("table errors name the file, line and field", "[table]") {
 }
 
 TEST_CASE("a stage's description rebuilds the same op", "[stage]") {
-  mlir::DialectRegistry registry;
-  moec::registerMoecDialects(registry);
-  mlir::MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::ModuleOp::create(mlir::UnknownLoc::get(&context));
-  mlir::OpBuilder builder(&context);
-  builder.setInsertionPointToEnd(module->getBody());
+  moec::test::StageBuilderFixture fixture;
+  mlir::OpBuilder &builder = fixture.builder;
 
   for (const char *stage : {"w13", "w2"}) {
     moec::StageSpec spec;

@@ -93,11 +93,10 @@ struct BundleContents {
   std::vector<std::vector<uint8_t>> objects;
 };
 
-/// The bundle of a compiled table; `tableText` is hashed into the
+/// The bundle of a compiled table; the table's text is hashed into the
 /// provenance of the sources.
 BundleContents buildBundleContents(const TuningTable &table,
-                                   const CompiledTable &compiled,
-                                   const std::string &tableText);
+                                   const CompiledTable &compiled);
 
 /// What compileTableToBundle did.
 struct CompileSummary {

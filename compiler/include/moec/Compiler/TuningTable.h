@@ -69,6 +69,8 @@ struct TableSelection {
 
 struct TuningTable {
   std::string path;
+  /// The table's text as read (hashed into the bundle's provenance).
+  std::string text;
   std::vector<TableProblem> problems;
   std::vector<TableKernel> kernels;
   std::vector<TableConfig> configs;
