@@ -19,6 +19,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cerrno>
+#include <cstring>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -251,6 +253,16 @@ CompileStatus compileTableToBundle(const std::string &tablePath,
   TuningTable table;
   if (!readTuningTable(tablePath, table, error))
     return CompileStatus::BadInput;
+  // A bundle that cannot be written is bad input, found before compiling.
+  const std::string outputDir =
+      bundlePath.find('/') == std::string::npos
+          ? "."
+          : bundlePath.substr(0, bundlePath.find_last_of('/') + 1);
+  if (::access(outputDir.c_str(), W_OK | X_OK) != 0) {
+    error = bundlePath + ": cannot write into " + outputDir + " (" +
+            std::strerror(errno) + ")";
+    return CompileStatus::BadInput;
+  }
   CompiledTable compiled;
   CompileStatus status = compileTable(table, options, compiled, error);
   if (status != CompileStatus::Ok)

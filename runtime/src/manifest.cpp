@@ -6,6 +6,7 @@
 #include "moec/target/target_info.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <unordered_set>
 
@@ -238,11 +239,21 @@ bool parseLaunch(const Json &kernel, const std::string &kernelPath,
   if (!optionalObject(*launchJson, "grid", where, grid, error))
     return false;
   if (grid) {
+    // Each rule present is compiled now, so a bad one makes the bundle
+    // invalid at open and computeLaunchGrid never parses text.
     const std::string gridPath = fieldPath(where, "grid");
-    if (!readString(*grid, "x", gridPath, false, launch.gridX, error) ||
-        !readString(*grid, "y", gridPath, false, launch.gridY, error) ||
-        !readString(*grid, "z", gridPath, false, launch.gridZ, error))
-      return false;
+    std::string *texts[3] = {&launch.gridX, &launch.gridY, &launch.gridZ};
+    const char *axes[3] = {"x", "y", "z"};
+    for (int d = 0; d < 3; ++d) {
+      if (!readString(*grid, axes[d], gridPath, false, *texts[d], error))
+        return false;
+      std::string problem;
+      if (findField(*grid, axes[d]) &&
+          !launch.gridPrograms[d].compile(*texts[d], problem)) {
+        error = fieldPath(gridPath, axes[d]) + ": " + problem;
+        return false;
+      }
+    }
   }
   return true;
 }
@@ -271,6 +282,60 @@ bool parseResources(const Json &kernel, const std::string &kernelPath,
                  r.maxFlatWorkgroupSize, error);
 }
 
+/// Kernel names become file names (`moec extract`) and symbols are looked
+/// up in code objects: both keep to a plain identifier alphabet, so no name
+/// can reach outside a directory, hide a suffix behind a NUL or be empty.
+bool isIdentifier(const std::string &text, bool allowDot) {
+  if (text.empty() || text.size() > 255 ||
+      std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.')
+    return false;
+  for (char c : text)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        !(allowDot && c == '.'))
+      return false;
+  return true;
+}
+
+/// Every resource number within what the bundle's chip has (or, for a chip
+/// moec has no facts for, what any chip it knows has): a kernel beyond them
+/// cannot exist, and arithmetic on such numbers (alignments, divisions)
+/// must never see them.
+bool checkResources(const KernelResources &r, const std::string &arch,
+                    const std::string &kernelPath, std::string &error) {
+  const target::TargetInfo *chip = target::lookupTargetInfo(arch);
+  uint32_t registers = 0, sgprs = 0, lds = 0;
+  bool waveSizeKnown = false;
+  for (const target::TargetInfo *known : target::kKnownTargets)
+    if (!chip || known == chip) {
+      registers = std::max(registers, known->totalVgprs);
+      sgprs = std::max(sgprs, known->addressableSgprs + known->extraSgprs);
+      lds = std::max(lds, known->ldsBytesPerCu);
+      waveSizeKnown |= r.wavefrontSize == known->wavefrontSize;
+    }
+  const std::string where = fieldPath(kernelPath, "resources");
+  auto bad = [&](const char *field, uint32_t value, const std::string &rule) {
+    error = fieldPath(where, field) + ": " + std::to_string(value) + " " + rule;
+    return false;
+  };
+  if (r.vgpr > registers)
+    return bad("vgpr", r.vgpr, "exceeds the " + std::to_string(registers) +
+                                   " registers of a lane");
+  if (r.agpr > r.vgpr)
+    return bad("agpr", r.agpr, "exceeds vgpr, the unified count it is part of");
+  if (r.sgpr > sgprs)
+    return bad("sgpr", r.sgpr, "exceeds the " + std::to_string(sgprs) +
+                                   " SGPRs a kernel can use");
+  if (r.ldsBytes > lds)
+    return bad("lds_bytes", r.ldsBytes,
+               "exceeds the " + std::to_string(lds) + " bytes of LDS");
+  if (!waveSizeKnown)
+    return bad("wavefront_size", r.wavefrontSize, "is not the chip's wave size");
+  if (r.maxFlatWorkgroupSize > maxWorkgroupSize())
+    return bad("max_flat_workgroup_size", r.maxFlatWorkgroupSize,
+               "exceeds " + std::to_string(maxWorkgroupSize()));
+  return true;
+}
+
 bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
                   std::string &error) {
   const Json *kernels = findField(root, "kernels");
@@ -295,8 +360,15 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
         !readString(entry, "weight_layout", where, false, kernel.weightLayout,
                     error))
       return false;
-    if (kernel.name.empty() || kernel.symbol.empty()) {
-      error = where + ": name and symbol must not be empty";
+    if (!isIdentifier(kernel.name, /*allowDot=*/false)) {
+      error = fieldPath(where, "name") +
+              ": expected 1 to 255 of [A-Za-z0-9_], not starting with a digit";
+      return false;
+    }
+    if (!isIdentifier(kernel.symbol, /*allowDot=*/true)) {
+      error = fieldPath(where, "symbol") +
+              ": expected 1 to 255 of [A-Za-z0-9_.], not starting with a digit "
+              "or '.'";
       return false;
     }
     if (!names.insert(kernel.name).second) {
@@ -359,7 +431,8 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
       }
     }
     if (!parseLaunch(entry, where, kernel.launch, error) ||
-        !parseResources(entry, where, kernel.resources, error))
+        !parseResources(entry, where, kernel.resources, error) ||
+        !checkResources(kernel.resources, m.target.arch, where, error))
       return false;
     m.kernels.push_back(std::move(kernel));
   }

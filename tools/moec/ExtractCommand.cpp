@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -78,6 +79,13 @@ int runExtract(const ExtractArgs &args) {
     moec::rt::CodeObjectView view;
     if (!bundle->codeObject(kernel.codeObject, view, error)) {
       std::cerr << "moec: " << error << "\n";
+      return moec::cli::kBadInput;
+    }
+    // Only an ELF image is written under a .hsaco name.
+    if (view.size < 4 || std::memcmp(view.data, "\x7f" "ELF", 4) != 0) {
+      std::cerr << "moec: " << args.bundle << ": kernel " << kernel.name
+                << ": code object " << kernel.codeObject
+                << " is not an ELF image\n";
       return moec::cli::kBadInput;
     }
     if (!writeAtomically(dir / (kernel.name + ".hsaco"), view.data, view.size,
