@@ -4,6 +4,9 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstring>
+#include <new>
+#include <sys/stat.h>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -153,6 +156,12 @@ std::string NpyArray::shapeString() const {
 }
 
 Status readNpy(const std::string &path, NpyArray &array) {
+  // Only a regular file: a FIFO or a device would block or never end.
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0)
+    return Status::error(path + ": cannot open file");
+  if (!S_ISREG(info.st_mode))
+    return Status::error(path + ": not a regular file");
   std::ifstream file(path, std::ios::binary);
   if (!file)
     return Status::error(path + ": cannot open file");
@@ -185,6 +194,14 @@ Status readNpy(const std::string &path, NpyArray &array) {
   std::string header(headerLength, '\0');
   if (!file.read(header.data(), static_cast<std::streamsize>(headerLength)))
     return Status::error(path + ": truncated .npy header");
+  // The header is a dict padded with spaces and ended by a newline; a
+  // length that stops short of that newline would shift the data.
+  if (header.empty() || header.back() != '\n' ||
+      header.find_last_not_of(" \n") == std::string::npos ||
+      header[header.find_last_not_of(" \n")] != '}')
+    return Status::error(path + ": .npy header length " +
+                         std::to_string(headerLength) +
+                         " does not end at the header's closing newline");
 
   std::string descr, fortran, shapeText;
   if (!findHeaderValue(header, "descr", descr) ||
@@ -216,12 +233,23 @@ Status readNpy(const std::string &path, NpyArray &array) {
   file.seekg(0, std::ios::end);
   int64_t available = static_cast<int64_t>(file.tellg() - dataStart);
   file.seekg(dataStart);
-  if (available < expectedBytes)
-    return Status::error(path + ": truncated data: shape " +
-                         result.shapeString() + " needs " +
+  if (available != expectedBytes)
+    return Status::error(path + ": " +
+                         (available < expectedBytes ? "truncated data" :
+                                                      "trailing data") +
+                         ": shape " + result.shapeString() + " needs " +
                          std::to_string(expectedBytes) + " bytes, file holds " +
                          std::to_string(available));
-  result.bytes.resize(static_cast<size_t>(expectedBytes));
+  if (expectedBytes > kMaxNpyBytes)
+    return Status::error(path + ": " + std::to_string(expectedBytes) +
+                         " bytes of data exceed the limit of " +
+                         std::to_string(kMaxNpyBytes) + " bytes per array");
+  try {
+    result.bytes.resize(static_cast<size_t>(expectedBytes));
+  } catch (const std::bad_alloc &) {
+    return Status::error(path + ": out of memory for " +
+                         std::to_string(expectedBytes) + " bytes of data");
+  }
   if (expectedBytes > 0 &&
       !file.read(reinterpret_cast<char *>(result.bytes.data()), expectedBytes))
     return Status::error(path + ": truncated data: shape " +

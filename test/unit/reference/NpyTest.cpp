@@ -5,6 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <dirent.h>
 #include <fstream>
@@ -150,6 +153,31 @@ TEST_CASE("npy: bad files give one-line errors naming the file", "[npy]") {
   expectError(dir + "/noshape.npy", "malformed");
   writeRaw(dir + "/version.npy", std::string("\x93NUMPY\x09\x00\x10\x00", 10));
   expectError(dir + "/version.npy", "version 9.0");
+
+  // The header length, dtype, shape and file size must agree exactly: a
+  // header length 16 bytes short would read the data shifted, trailing
+  // bytes are not silently ignored.
+  {
+    std::string good = npyBytes(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }",
+        std::string(16, 'd'));
+    writeRaw(dir + "/good.npy", good);
+    REQUIRE(readNpy(dir + "/good.npy", array).ok());
+    std::string shortHeader = good;
+    const uint16_t length = uint8_t(good[8]) | (uint8_t(good[9]) << 8);
+    shortHeader[8] = static_cast<char>((length - 16) & 0xFF);
+    shortHeader[9] = static_cast<char>((length - 16) >> 8);
+    writeRaw(dir + "/shortheader.npy", shortHeader);
+    expectError(dir + "/shortheader.npy", "does not end at the header's closing newline");
+    writeRaw(dir + "/trailing.npy", good + "xyz");
+    expectError(dir + "/trailing.npy", "trailing data");
+  }
+  // A FIFO is refused at once instead of blocking the reader.
+  const std::string fifo = dir + "/fifo.npy";
+  ::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  expectError(fifo, "not a regular file");
+  ::unlink(fifo.c_str());
 
   NpyArray ints = NpyArray::fromVector(NpyDtype::Int32, {2, 3}, std::vector<int32_t>(6));
   Status status = expectNpy("ids.npy", ints, NpyDtype::Int32, {2, 4});

@@ -18,6 +18,11 @@
 
 namespace moec::ref {
 
+/// The largest array readNpy reads (16 GiB): the checkpoint-layout weights
+/// of a real layer fit (Flash W13 is 4.5 GB), a hostile header cannot make
+/// it allocate without bound.
+inline constexpr int64_t kMaxNpyBytes = int64_t(16) << 30;
+
 /// Element types of .npy files the oracle reads and writes.
 enum class NpyDtype {
   UInt8,   ///< '|u1': FP8 codes, packed E2M1 pairs, E8M0 scales
