@@ -189,6 +189,45 @@ bool packKernelArguments(const KernelInfo &kernel, const KernelArgValue *args,
   return true;
 }
 
+namespace {
+
+/// The emulated HIP device (device/, libmoec_emulated_hip.so) runs the
+/// kernel IR stored with a code object; it exports this entry point, which
+/// a real HIP library does not have. Looked up through the loaded library's
+/// own handle (RTLD_NOLOAD finds it by the name it was opened with), so the
+/// symbol table and the HipLibrary stay as they are.
+using RegisterKernelIrFn = int (*)(const void *codeObject, size_t size,
+                                   const void *ir, size_t irSize);
+
+RegisterKernelIrFn findRegisterKernelIr(const HipLibrary &library) {
+  void *handle = ::dlopen(library.loadedFrom().c_str(),
+                          RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (!handle)
+    return nullptr;
+  auto hook = reinterpret_cast<RegisterKernelIrFn>(
+      ::dlsym(handle, "moecEmulatedRegisterKernelIr"));
+  ::dlclose(handle); // HipLibrary holds its own reference
+  return hook;
+}
+
+/// Hands the emulated device the IR of `kernel` before its code object is
+/// loaded. Errors are left to hipModuleLoadData, which refuses a code object
+/// without IR and says why.
+void registerKernelIr(const HipLibrary &library, const Bundle &bundle,
+                      const KernelInfo &kernel, const CodeObjectView &code) {
+  if (!kernel.ir.present())
+    return;
+  RegisterKernelIrFn hook = findRegisterKernelIr(library);
+  if (!hook)
+    return;
+  CodeObjectView ir;
+  std::string error;
+  if (bundle.codeObject(kernel.ir.object, ir, error))
+    (void)hook(code.data, code.size, ir.data, ir.size);
+}
+
+} // namespace
+
 KernelLoader::KernelLoader(const HipDevice &device, const Bundle &bundle)
     : device_(device), bundle_(bundle),
       modules_(bundle.codeObjectCount(), nullptr),
@@ -258,6 +297,7 @@ bool KernelLoader::loadKernel(uint32_t kernelIndex, std::string &error) {
     CodeObjectView view;
     if (!bundle_.codeObject(kernel.codeObject, view, error))
       return false;
+    registerKernelIr(device_.library(), bundle_, kernel, view);
     hip::Error status = api.hipModuleLoadData(&module, view.data);
     if (status != hip::kSuccess) {
       module = nullptr;
