@@ -40,6 +40,7 @@ LogicalResult loadBundleKernel(MLIRContext &context, const rt::Bundle &bundle,
     return failure();
   }
 
+  kernel.stage = info.stage;
   // The configuration, from the manifest's attributes, in a scratch module.
   OpBuilder builder(&context);
   OwningOpRef<ModuleOp> scratch = ModuleOp::create(builder.getUnknownLoc());

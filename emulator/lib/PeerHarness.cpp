@@ -2,12 +2,9 @@
 
 #include "moec/Emulator/PeerHarness.h"
 
-#include "moec/Dialect/Moe/MoeDialect.h"
-#include "moec/Emulator/W13Harness.h"
 #include "moec/peer_protocol.h"
 #include "moec/reference/Families.h"
 #include "moec/reference/Formats.h"
-#include "moec/reference/Generate.h"
 #include "moec/reference/Npy.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -24,8 +21,9 @@ namespace moec::emu {
 namespace {
 
 /// The problem and transport of the fused stages, read from the stage 1
-/// description and checked against the other two.
+/// spec and checked against the other two.
 struct PeerShape {
+  StageShape stage1;
   int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
   int64_t localExperts = 0, tileM = 0, capacity = 0, maxTokens = 0;
   int64_t workgroups1 = 0, workgroups2 = 0, combineWaves = 4;
@@ -35,65 +33,63 @@ struct PeerShape {
   int64_t rows() const { return compact ? capacity : localExperts * capacity; }
 };
 
+/// Workgroups of a persistent fused kernel: its ABI's fixed grid (the
+/// builder's own value), else `fallback`.
+int64_t fixedGrid(const BuiltKernel &kernel, int64_t fallback) {
+  const int64_t grid =
+      std::strtoll(kernel.description.abi.gridX.c_str(), nullptr, 10);
+  return grid > 0 ? grid : fallback;
+}
+
 LogicalResult parsePeerShape(const BuiltKernel &stage1, const BuiltKernel &stage2,
                              const BuiltKernel &combine, PeerShape &shape,
                              std::string &error) {
-  const StageDescription &d1 = stage1.description;
-  auto problemOf = [](const BuiltKernel &kernel) {
-    return kernel.description.opAttributes.getAs<moe::ProblemAttr>("problem");
-  };
-  auto peerOf = [](const BuiltKernel &kernel) {
-    return kernel.description.opAttributes.getAs<moe::PeerTransportAttr>("peer");
-  };
-  moe::ProblemAttr problem = problemOf(stage1);
-  moe::PeerTransportAttr peer1 = peerOf(stage1), peer2 = peerOf(stage2);
-  auto tile = d1.opAttributes.getAs<moe::TileAttr>("tile");
-  auto combineTile =
-      combine.description.opAttributes.getAs<moe::CombineTileAttr>("tile");
-  if (!problem || !tile || !peer1 || !peer2 || !combineTile) {
-    error = "peer harness: " + d1.symbol + " / " + stage2.description.symbol +
+  const std::string &symbol1 = stage1.description.symbol;
+  StageShape s1, s2, c;
+  for (auto [kernel, out] : {std::pair{&stage1, &s1}, std::pair{&stage2, &s2},
+                             std::pair{&combine, &c}})
+    if (ref::Status status = parseStageShape(*kernel, *out); !status) {
+      error = "peer harness: " + kernel->description.symbol + ": " +
+              status.message();
+      return failure();
+    }
+  if (!s1.fused || !s2.fused || s1.capacity <= 0 || s1.workgroups <= 0 ||
+      s2.workgroups <= 0) {
+    error = "peer harness: " + symbol1 + " / " + stage2.description.symbol +
             " are not fused peer stages (transport = fixed_slot or compact)";
     return failure();
   }
-  shape.hidden = problem.getHidden();
-  shape.intermediate = problem.getIntermediate();
-  shape.experts = problem.getExperts();
-  shape.topK = problem.getTopK();
-  shape.ep = problem.getEp();
-  shape.localExperts = problem.getLocalExperts();
-  shape.tileM = tile.getM();
-  shape.capacity = peer1.getCapacity();
-  shape.maxTokens = peer1.getMaxTokens();
-  shape.workgroups1 = peer1.getWorkgroups();
-  shape.workgroups2 = peer2.getWorkgroups();
-  shape.combineWaves = combineTile.getWaves();
-  if (auto limit = d1.opAttributes.getAs<FloatAttr>("swiglu_limit"))
-    shape.swigluLimit = limit.getValueAsDouble();
-  shape.compact = peer1.isCompact();
-  for (const BuiltKernel *other : {&stage2, &combine}) {
-    moe::ProblemAttr p = problemOf(*other);
-    if (!p || p.getHidden() != problem.getHidden() ||
-        p.getIntermediate() != problem.getIntermediate() ||
-        p.getExperts() != problem.getExperts() ||
-        p.getTopK() != problem.getTopK() || p.getEp() != problem.getEp()) {
-      error = "peer harness: the problem of " + other->description.symbol +
-              " differs from " + d1.symbol;
+  shape.stage1 = s1;
+  shape.hidden = s1.hidden;
+  shape.intermediate = s1.intermediate;
+  shape.experts = s1.experts;
+  shape.topK = s1.topK;
+  shape.ep = s1.ep;
+  shape.localExperts = s1.localExperts;
+  shape.tileM = s1.tileM;
+  shape.capacity = s1.capacity;
+  shape.maxTokens = s1.maxTokens;
+  shape.workgroups1 = fixedGrid(stage1, s1.workgroups);
+  shape.workgroups2 = fixedGrid(stage2, s2.workgroups);
+  shape.combineWaves = c.waves;
+  shape.swigluLimit = s1.swigluLimit;
+  shape.compact = s1.compact;
+  for (const StageShape *other : {&s2, &c})
+    if (other->hidden != s1.hidden || other->intermediate != s1.intermediate ||
+        other->experts != s1.experts || other->topK != s1.topK ||
+        other->ep != s1.ep) {
+      error = "peer harness: the problem of " +
+              (other == &s2 ? stage2 : combine).description.symbol +
+              " differs from " + symbol1;
       return failure();
     }
-  }
-  if (peer2.getCapacity() != shape.capacity ||
-      peer2.getMaxTokens() != shape.maxTokens ||
-      !combine.description.opAttributes.get("peer_rows")) {
+  if (s2.capacity != shape.capacity || s2.maxTokens != shape.maxTokens ||
+      !c.peerRows) {
     error = "peer harness: stage 2 must share stage 1's capacity and "
             "max_tokens, and the combine must read peer_rows";
     return failure();
   }
   return success();
-}
-
-double relativeL2(double errorSquares, double referenceSquares) {
-  return referenceSquares > 0 ? std::sqrt(errorSquares / referenceSquares)
-                              : std::sqrt(errorSquares);
 }
 
 /// One rank's buffers in the shared global memory.
@@ -133,11 +129,8 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
 
   // Weights over all experts; rank r holds experts [r L, (r + 1) L).
   ref::MoeShape moeShape{H, I, shape.experts, K};
-  ref::GeneratedMxfp4Weights w13(options.seed, /*tensorTag=*/0xE13,
-                                 shape.experts, 2 * I, H,
-                                 ref::defaultScaleExponent(H));
-  ref::GeneratedMxfp4Weights w2(options.seed, /*tensorTag=*/0xE2, shape.experts,
-                                H, I, ref::defaultScaleExponent(I));
+  const LayerWeights weights(options.seed, shape.stage1);
+  const ref::WeightSource &w13 = weights.w13(), &w2 = weights.w2();
   // Every launch's tokens up front: only experts some route names are
   // generated and copied in; the others stay poisoned, so a kernel that
   // reads them is a finding (and real shapes stay affordable).
@@ -153,10 +146,10 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
     batches.resize(size_t(ep));
     for (int64_t r = 0; r < ep; ++r) {
-      batches[r] = ref::generateBatch(options.seed + uint64_t(epoch) * 7919,
-                                      /*stream=*/uint64_t(r),
-                                      options.tokensPerRank[r], moeShape,
-                                      routing);
+      batches[r] = generateTokens(options.seed + uint64_t(epoch) * 7919,
+                                  /*stream=*/uint64_t(r),
+                                  options.tokensPerRank[r], shape.stage1,
+                                  routing);
       // Duplicate ids: a fixed, seeded choice of tokens.
       uint64_t state = options.seed * 6364136223846793005ull + uint64_t(r);
       for (int64_t t = 0; K >= 2 && t < batches[r].tokens; ++t) {
@@ -232,6 +225,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
 
   std::ostringstream summary;
   bool pass = true;
+  outcome.ranks.resize(size_t(ep));
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     const std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
     ref::MegaMoeConfig config;
@@ -302,9 +296,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
         KernelLaunch d = s1;
         d.func = func(*dispatch);
         d.label = "rank " + std::to_string(r) + " dispatch";
-        d.launch = launchOf(dispatch->description.opAttributes
-                                .getAs<moe::PeerTransportAttr>("peer")
-                                .getWorkgroups());
+        d.launch = launchOf(fixedGrid(*dispatch, 1));
         phase1.push_back(std::move(d));
       }
       phase1.push_back(std::move(s1));
@@ -430,39 +422,41 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
         outRef += ref * ref;
       }
     }
+    if (epoch == options.epochs) {
+      for (int64_t r = 0; r < ep; ++r) {
+        RankLayerIo &io = outcome.ranks[size_t(r)];
+        io.batch = batches[r];
+        io.tokens.codes = oracle[r].stages.inputCodes;
+        io.tokens.scales = oracle[r].stages.inputScales;
+        const int64_t tokens = batches[r].tokens;
+        io.outBits.resize(size_t(tokens * H));
+        std::memcpy(io.outBits.data(), memory.data(buffers[r].out),
+                    io.outBits.size() * 2);
+        io.oracleOut.assign(oracle[r].stages.output.begin(),
+                            oracle[r].stages.output.end());
+      }
+    }
     if (!options.saveDir.empty() && epoch == options.epochs) {
       std::error_code ec;
       std::filesystem::create_directories(options.saveDir, ec);
-      using ref::NpyArray;
-      using ref::NpyDtype;
       auto bytesOf = [&](unsigned id, size_t size) {
         return std::vector<uint8_t>(memory.data(id), memory.data(id) + size);
       };
       for (int64_t r = 0; r < ep; ++r) {
         const RankBuffers &rb = buffers[r];
-        const int64_t tokens = batches[r].tokens;
-        std::vector<uint16_t> out(size_t(tokens * H));
-        std::memcpy(out.data(), memory.data(rb.out), out.size() * 2);
         std::vector<int32_t> meta(size_t(rows * peer::kMetaWords));
         std::memcpy(meta.data(), memory.data(rb.recvMeta), meta.size() * 4);
-        const std::vector<std::pair<std::string, NpyArray>> arrays = {
-            {"tokens_bf16", NpyArray::fromVector(NpyDtype::UInt16, {tokens, H}, batches[r].hiddenBf16)},
-            {"a_codes", NpyArray::fromVector(NpyDtype::UInt8, {tokens, H}, oracle[r].stages.inputCodes)},
-            {"a_scales", NpyArray::fromVector(NpyDtype::UInt8, {tokens, H / 32}, oracle[r].stages.inputScales)},
-            {"topk_ids", NpyArray::fromVector(NpyDtype::Int32, {tokens, K}, batches[r].topkIds)},
-            {"topk_weights", NpyArray::fromVector(NpyDtype::Float32, {tokens, K}, batches[r].topkWeights)},
-            {"recv_meta", NpyArray::fromVector(NpyDtype::Int32, {rows, peer::kMetaWords}, meta)},
-            {"intermediate_codes", NpyArray::fromVector(NpyDtype::UInt8, {rows, I}, bytesOf(rb.inter, size_t(rows * I)))},
-            {"intermediate_scales", NpyArray::fromVector(NpyDtype::UInt8, {rows, I / 32}, bytesOf(rb.interScale, size_t(rows * I / 32)))},
-            {"out_bf16", NpyArray::fromVector(NpyDtype::UInt16, {tokens, H}, out)},
-            {"oracle_out", NpyArray::fromVector(NpyDtype::Float32, {tokens, H}, oracle[r].stages.output)}};
-        for (const auto &[name, array] : arrays) {
-          const std::string path = options.saveDir + "/rank" + std::to_string(r) +
-                                   "_" + name + ".npy";
-          if (ref::Status status = ref::writeNpy(path, array); !status) {
-            error = "peer harness: " + status.message();
-            return failure();
-          }
+        if (ref::Status status = saveArrays(
+                options.saveDir, "rank" + std::to_string(r) + "_",
+                {{"recv_meta", npyOf({rows, peer::kMetaWords}, meta)},
+                 {"intermediate_codes",
+                  npyOf({rows, I}, bytesOf(rb.inter, size_t(rows * I)))},
+                 {"intermediate_scales",
+                  npyOf({rows, I / 32},
+                        bytesOf(rb.interScale, size_t(rows * I / 32)))}});
+            !status) {
+          error = "peer harness: " + status.message();
+          return failure();
         }
       }
     }

@@ -11,8 +11,7 @@
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Compiler/TuningTable.h"
 #include "moec/Emulator/PeerHarness.h"
-#include "moec/Emulator/W13Harness.h"
-#include "moec/Emulator/W2Harness.h"
+#include "moec/Emulator/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"
@@ -78,8 +77,18 @@ TEST_CASE("every op of every shipped kernel is supported by the emulator",
   CHECK(kernels > 0);
 }
 
-TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
-          "[tables][w2]") {
+namespace {
+
+/// Runs every unfused kernel of `stage` in the shipped tables through its
+/// harness at a small shape (`tokens` tokens, 10% invalid routing slots, an
+/// empty tile) and requires it to pass.
+void checkShippedStage(const std::string &stage, uint64_t seed,
+                       int64_t tokens) {
+  DataOptions options;
+  options.seed = seed;
+  options.tokens = tokens;
+  options.invalidFraction = 0.1;
+  options.emptyTiles = 1;
   mlir::MLIRContext context;
   prepareContext(context);
   int ran = 0, skipped = 0;
@@ -88,37 +97,29 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
     std::string error;
     REQUIRE(readTuningTable(path, table, error));
     for (const TableKernel &kernel : table.kernels) {
-      if (kernel.stage != "w2")
+      if (kernel.stage != stage)
         continue;
+      const StageSpec spec = stageSpecOf(table, kernel);
       // Fused peer stages run as whole configs: the [peer] case below.
-      if (kernel.knobs.count("transport"))
+      if (specIsFused(spec))
         continue;
       INFO(path << ": kernel " << kernel.name);
       BuiltKernel built;
-      REQUIRE(mlir::succeeded(buildKernelIR(
-          context, smallStageSpec(stageSpecOf(table, kernel)), built, error)));
-      if (ref::Status driven = checkHarnessSupports(built.description);
-          !driven) {
-        WARN(path << ": kernel " << kernel.name << " not run: "
-                  << driven.message());
+      REQUIRE(mlir::succeeded(
+          buildKernelIR(context, smallStageSpec(spec), built, error)));
+      std::unique_ptr<StageHarness> harness =
+          StageHarness::create(built, error);
+      if (!harness) {
+        WARN(path << ": kernel " << kernel.name << " not run: " << error);
         ++skipped;
         continue;
       }
-      W2Shape shape;
-      REQUIRE(parseW2Shape(built.description, shape).ok());
-      W2DataOptions options;
-      options.seed = 101;
-      options.tokens = 48;
-      options.invalidFraction = 0.1;
-      options.emptyTiles = 1;
-      W2Data data;
-      REQUIRE(generateW2Data(shape, options, data).ok());
-      W2Outcome outcome;
+      LayerData data;
+      StageOutcome outcome;
       bool ok = mlir::succeeded(
-          runW2(built.func, shape, data, LaunchConfig(), outcome, error));
+          harness->check(data, 0, options, LaunchConfig(), outcome, error));
       INFO(error);
       REQUIRE(ok);
-      compareW2(shape, data, options, outcome);
       INFO(outcome.summary);
       CHECK(outcome.pass);
       ++ran;
@@ -128,54 +129,16 @@ TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
   CHECK(ran >= skipped);
 }
 
+} // namespace
+
+TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
+          "[tables][w2]") {
+  checkShippedStage("w2", /*seed=*/101, /*tokens=*/48);
+}
+
 TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
           "[tables][w13]") {
-  mlir::MLIRContext context;
-  prepareContext(context);
-  int ran = 0, skipped = 0;
-  for (const std::string &path : shippedTables()) {
-    TuningTable table;
-    std::string error;
-    REQUIRE(readTuningTable(path, table, error));
-    for (const TableKernel &kernel : table.kernels) {
-      if (kernel.stage != "w13")
-        continue;
-      // Fused peer stages run as whole configs: the [peer] case below.
-      if (kernel.knobs.count("transport"))
-        continue;
-      INFO(path << ": kernel " << kernel.name);
-      BuiltKernel built;
-      REQUIRE(mlir::succeeded(buildKernelIR(
-          context, smallStageSpec(stageSpecOf(table, kernel)), built, error)));
-      if (ref::Status driven = checkHarnessSupports(built.description);
-          !driven) {
-        WARN(path << ": kernel " << kernel.name << " not run: "
-                  << driven.message());
-        ++skipped;
-        continue;
-      }
-      W13Shape shape;
-      REQUIRE(parseW13Shape(built.description, shape).ok());
-      W2DataOptions options;
-      options.seed = 102;
-      options.tokens = 24;
-      options.invalidFraction = 0.1;
-      options.emptyTiles = 1;
-      W13Data data;
-      REQUIRE(generateW13Data(shape, options, data).ok());
-      W13Outcome outcome;
-      bool ok = mlir::succeeded(
-          runW13(built.func, shape, data, LaunchConfig(), outcome, error));
-      INFO(error);
-      REQUIRE(ok);
-      compareW13(shape, data, options, outcome);
-      INFO(outcome.summary);
-      CHECK(outcome.pass);
-      ++ran;
-    }
-  }
-  CHECK(ran > 0);
-  CHECK(ran >= skipped);
+  checkShippedStage("w13", /*seed=*/102, /*tokens=*/24);
 }
 
 TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
@@ -195,8 +158,7 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
         const TableKernel *kernel = table.findKernel(name);
         REQUIRE(kernel);
         specs.push_back(stageSpecOf(table, *kernel));
-        fused |= kernel->knobs.count("transport") &&
-                 kernel->knobs.at("transport") != "none";
+        fused |= specIsFused(specs.back());
       }
       if (!fused)
         continue;
@@ -210,9 +172,7 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
             mlir::succeeded(buildKernelIR(context, specs[i], kernels[i], error));
         INFO(error);
         REQUIRE(built);
-        auto mode = specs[i].fields.find("dispatch");
-        const bool dispatchOnly =
-            mode != specs[i].fields.end() && mode->second == "only";
+        const bool dispatchOnly = specText(specs[i], "dispatch") == "only";
         stage[dispatchOnly              ? 3
               : specs[i].stage == "w13" ? 0
               : specs[i].stage == "w2"  ? 1
@@ -221,7 +181,7 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
       REQUIRE(stage[0]);
       REQUIRE(stage[1]);
       REQUIRE(stage[2]);
-      const int64_t ep = std::strtoll(specs[0].fields["ep"].c_str(), nullptr, 10);
+      const int64_t ep = specInteger(specs[0], "ep", 1);
       PeerLayerOptions options;
       options.seed = 103;
       options.tokensPerRank.assign(size_t(ep), 12);

@@ -2,7 +2,6 @@
 
 #include "moec/Emulator/StageHarness.h"
 
-#include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -23,20 +22,41 @@ mlir::MLIRContext &stageContext() {
   return *context;
 }
 
-BuiltKernel buildStage(const std::string &stage,
-                       std::map<std::string, std::string> knobs) {
+/// A stage kernel at the test problem and its harness (which refers to the
+/// kernel: keep both).
+struct Stage {
+  std::unique_ptr<BuiltKernel> kernel;
+  std::unique_ptr<StageHarness> harness;
+};
+
+Stage buildStage(const std::string &stage,
+                 std::map<std::string, std::string> knobs) {
   StageSpec spec;
   spec.stage = stage;
   spec.fields = {{"hidden", "256"}, {"intermediate", "256"}, {"experts", "16"},
                  {"top_k", "4"},    {"ep", "4"}};
   for (auto &[k, v] : knobs)
     spec.fields[k] = v;
-  BuiltKernel kernel;
+  Stage built;
+  built.kernel = std::make_unique<BuiltKernel>();
   std::string error;
-  bool ok = mlir::succeeded(buildKernelIR(stageContext(), spec, kernel, error));
+  bool ok =
+      mlir::succeeded(buildKernelIR(stageContext(), spec, *built.kernel, error));
   INFO(error);
   REQUIRE(ok);
-  return kernel;
+  built.harness = StageHarness::create(*built.kernel, error);
+  INFO(error);
+  REQUIRE(built.harness);
+  return built;
+}
+
+/// A layer whose tokens are `batch` (top_k 4).
+LayerData layerOf(const ref::TokenBatch &batch) {
+  LayerData data;
+  data.batch = batch;
+  data.topK = 4;
+  data.hasBatch = true;
+  return data;
 }
 
 } // namespace
@@ -44,18 +64,18 @@ BuiltKernel buildStage(const std::string &stage,
 TEST_CASE("sort kernel builds the oracle's route list on every rank",
           "[sort]") {
   for (const char *m : {"16", "64"}) {
-    BuiltKernel kernel = buildStage("sort", {{"m_tile", m}, {"waves", "4"}});
+    Stage sort = buildStage("sort", {{"m_tile", m}, {"waves", "4"}});
     for (double invalid : {0.0, 0.2, 1.0}) {
       ref::RoutingOptions routing;
       routing.invalidFraction = invalid;
       ref::TokenBatch batch = ref::generateBatch(
           31, 0, 70, ref::MoeShape{256, 256, 16, 4}, routing);
+      LayerData data = layerOf(batch);
       for (int64_t rank = 0; rank < 4; ++rank) {
-        SortOutcome out;
+        StageOutcome out;
         std::string error;
-        bool ran = mlir::succeeded(runSort(kernel.func, std::stoi(m), 4,
-                                           batch.topkIds, 70, 4, rank * 4,
-                                           LaunchConfig(), out, error));
+        bool ran = mlir::succeeded(sort.harness->check(
+            data, rank, DataOptions(), LaunchConfig(), out, error));
         INFO(error);
         REQUIRE(ran);
         INFO("m " << m << " invalid " << invalid << " rank " << rank << ": "
@@ -71,42 +91,22 @@ TEST_CASE("sort kernel builds the oracle's route list on every rank",
 TEST_CASE("combine kernel matches ref::combineRoutes", "[combine]") {
   for (auto [waves, splitK] : {std::pair{"1", 1}, std::pair{"4", 1},
                                std::pair{"4", 2}, std::pair{"2", 4}}) {
-    BuiltKernel kernel = buildStage(
+    Stage combine = buildStage(
         "combine", {{"waves", waves}, {"split_k", std::to_string(splitK)}});
-    const int64_t tokens = 37, topK = 4, hidden = 256, experts = 16;
+    const int64_t tokens = 37, hidden = 256, experts = 16;
     ref::RoutingOptions routing;
     routing.invalidFraction = 0.25;
     ref::TokenBatch batch = ref::generateBatch(
-        32, 0, tokens, ref::MoeShape{hidden, 256, experts, topK}, routing);
-    ref::CounterRandom random(33, 1);
-    CombineRows rows;
-    rows.splitK = splitK;
-    const size_t stored = size_t(tokens * topK * splitK * hidden);
-    rows.written.assign(stored, 0);
-    if (splitK > 1)
-      rows.partials.assign(stored, 0.0f);
-    else
-      rows.bf16.assign(stored, 0);
-    for (int64_t r = 0; r < tokens * topK; ++r) {
-      // Only valid routes have rows; the others stay poisoned.
-      if (!ref::isValidExpert(batch.topkIds[size_t(r)], experts))
-        continue;
-      for (size_t i = size_t(r * splitK * hidden);
-           i < size_t((r + 1) * splitK * hidden); ++i) {
-        if (splitK > 1)
-          rows.partials[i] = static_cast<float>(random.normal(i));
-        else
-          rows.bf16[i] = ref::encodeBf16(random.normal(i));
-        rows.written[i] = 1;
-      }
-    }
-    const int64_t w = std::stoi(waves);
-    CombineOutcome out;
+        32, 0, tokens, ref::MoeShape{hidden, 256, experts, 4}, routing);
+    // The harness generates rows for the valid routes; the others stay
+    // poisoned.
+    LayerData data = layerOf(batch);
+    DataOptions options;
+    options.seed = 33;
+    StageOutcome out;
     std::string error;
-    bool ran = mlir::succeeded(runCombine(
-        kernel.func, hidden, experts, (tokens + w - 1) / w, rows,
-        batch.topkIds, batch.topkWeights, tokens, topK, LaunchConfig(), out,
-        error));
+    bool ran = mlir::succeeded(
+        combine.harness->check(data, 0, options, LaunchConfig(), out, error));
     INFO(error);
     REQUIRE(ran);
     for (const Finding &f : out.run.findings)

@@ -1,13 +1,14 @@
 //===- W13KernelTest.cpp - the generated W13 kernel vs the reference ------===//
 //
 // Gate/up GEMM, clamped SwiGLU and FP8 1x32 quantisation, executed on the
-// emulator and compared with the reference W13 stage (compareW13): every
+// emulator and compared with the reference W13 stage (the W13 StageHarness):
+// every
 // dequantised output within one FP8 ulp (at the kernel's block scale) of the
 // oracle's activation before quantisation, relative L2 <= 2^-4.
 //
 //===----------------------------------------------------------------------===//
 
-#include "moec/Emulator/W13Harness.h"
+#include "moec/Emulator/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"
@@ -59,25 +60,27 @@ StageSpec w13Spec(const W13Knobs &k, int64_t size) {
   return spec;
 }
 
-W13Outcome runW13Case(const W13Knobs &k, const W2DataOptions &options) {
+/// Builds the kernel (with `edit` applied to its IR) and runs its harness
+/// on rank 0's generated data.
+StageOutcome runW13Case(const W13Knobs &k, const DataOptions &options,
+                        llvm::function_ref<void(BuiltKernel &)> edit = {}) {
   BuiltKernel kernel;
   std::string error;
-  bool built = mlir::succeeded(
-      buildKernelIR(w13Context(), w13Spec(k, 2 * std::max(k.n, 256)), kernel, error));
+  bool built = mlir::succeeded(buildKernelIR(
+      w13Context(), w13Spec(k, 2 * std::max(k.n, 256)), kernel, error));
   INFO(error);
   REQUIRE(built);
-  W13Shape shape;
-  REQUIRE(parseW13Shape(kernel.description, shape).ok());
-  W13Data data;
-  ref::Status status = generateW13Data(shape, options, data);
-  INFO(status.message());
-  REQUIRE(status.ok());
-  W13Outcome outcome;
+  if (edit)
+    edit(kernel);
+  std::unique_ptr<StageHarness> harness = StageHarness::create(kernel, error);
+  INFO(error);
+  REQUIRE(harness);
+  LayerData data;
+  StageOutcome outcome;
   bool ran = mlir::succeeded(
-      runW13(kernel.func, shape, data, LaunchConfig(), outcome, error));
+      harness->check(data, /*rank=*/0, options, LaunchConfig(), outcome, error));
   INFO(error);
   REQUIRE(ran);
-  compareW13(shape, data, options, outcome);
   for (const Finding &f : outcome.run.findings)
     UNSCOPED_INFO(f.str());
   return outcome;
@@ -105,11 +108,11 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
       {128, 256, 8, "m32n32k64", "b_major", "cached", 0, 10, true},
   };
   for (const W13Knobs &k : knobs) {
-    W2DataOptions options;
+    DataOptions options;
     options.seed = 9;
     options.tokens = 24;
     options.invalidFraction = 0.1;
-    W13Outcome outcome = runW13Case(k, options);
+    StageOutcome outcome = runW13Case(k, options);
     INFO("m=" << k.m << " n=" << k.n << " waves=" << k.waves << " " << k.mfma
               << " " << k.orientation << " interleave=" << k.interleave
               << " limit=" << k.swigluLimit << (k.asyncA ? " async_a" : "")
@@ -123,13 +126,13 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
 }
 
 TEST_CASE("W13 edge cases: invalid routes, empty tiles, zero weights", "[w13]") {
-  W2DataOptions options;
+  DataOptions options;
   options.seed = 21;
   options.tokens = 20;
   options.invalidFraction = 0.3;
   options.emptyTiles = 2;
   options.zeroExperts = {2};
-  W13Outcome outcome =
+  StageOutcome outcome =
       runW13Case({32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10}, options);
   INFO(outcome.summary);
   CHECK(outcome.pass);
@@ -141,27 +144,18 @@ TEST_CASE("the harness catches a broken W13 kernel", "[w13][detector]") {
   // The barrier between staging the activation in LDS and quantising it
   // (the last one in the kernel) is removed: lanes then read values other
   // waves have not written or are writing in the same barrier interval.
-  BuiltKernel kernel;
-  std::string error;
-  REQUIRE(mlir::succeeded(buildKernelIR(
-      w13Context(),
-      w13Spec({32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10}, 512), kernel,
-      error)));
-  mlir::gpu::BarrierOp last;
-  kernel.func->walk([&](mlir::gpu::BarrierOp barrier) { last = barrier; });
-  REQUIRE(last);
-  last->erase();
-  W13Shape shape;
-  REQUIRE(parseW13Shape(kernel.description, shape).ok());
-  W2DataOptions options;
+  DataOptions options;
   options.seed = 4;
   options.tokens = 24;
-  W13Data data;
-  REQUIRE(generateW13Data(shape, options, data).ok());
-  W13Outcome outcome;
-  REQUIRE(mlir::succeeded(
-      runW13(kernel.func, shape, data, LaunchConfig(), outcome, error)));
-  compareW13(shape, data, options, outcome);
+  StageOutcome outcome = runW13Case(
+      {32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10}, options,
+      [](BuiltKernel &kernel) {
+        mlir::gpu::BarrierOp last;
+        kernel.func->walk(
+            [&](mlir::gpu::BarrierOp barrier) { last = barrier; });
+        REQUIRE(last);
+        last->erase();
+      });
   CHECK_FALSE(outcome.pass);
   CHECK(outcome.run.findingCounts[int(FindingKind::LdsRace)] +
             outcome.run.findingCounts[int(FindingKind::UninitializedRead)] >

@@ -4,7 +4,7 @@
 // on the emulator with poisoned outputs over fresh seeded data, and compared
 // with the reference W2 stage on the same FP8 / MXFP4 inputs.
 //
-// Tolerance (compareW2, docs/emulator.md): per element
+// Tolerance (the W2 StageHarness, docs/emulator.md): per element
 //   |emu - oracle| <= ulp_bf16(max(|oracle|, |emu|)) + (I/mfmaK + 1) 2^-24 sum|a b|
 // i.e. the kernel's single BF16 rounding of its FP32 sum (at most half an
 // ulp, one ulp allowed because the oracle is FP32 too) plus one FP32 rounding
@@ -12,7 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moec/Emulator/W2Harness.h"
+#include "moec/Emulator/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -82,51 +82,57 @@ StageSpec w2Spec(const Knobs &k, int64_t hidden, int64_t inter,
 }
 
 struct Built {
-  BuiltKernel kernel;
-  W2Shape shape;
+  std::unique_ptr<BuiltKernel> kernel;
+  std::unique_ptr<StageHarness> harness;
+  const StageShape &shape() const { return harness->shape(); }
 };
 
 Built build(const StageSpec &spec) {
   Built built;
+  built.kernel = std::make_unique<BuiltKernel>();
   std::string error;
   const bool ok =
-      mlir::succeeded(buildKernelIR(w2Context(), spec, built.kernel, error));
+      mlir::succeeded(buildKernelIR(w2Context(), spec, *built.kernel, error));
   INFO(error);
   REQUIRE(ok);
-  ref::Status status = parseW2Shape(built.kernel.description, built.shape);
-  INFO(status.message());
-  REQUIRE(status.ok());
+  built.harness = StageHarness::create(*built.kernel, error);
+  INFO(error);
+  REQUIRE(built.harness);
   return built;
 }
 
 /// MFMAs the kernel must issue: every non-empty tile, every N tile, every
 /// wave, K / mfmaK steps, (m / dim) x (n / waves / dim) fragments per wave.
-uint64_t expectedMfmas(const W2Shape &s, const W2Data &data, int64_t dim) {
+uint64_t expectedMfmas(const StageShape &s, const ref::SortedRoutes &sorted,
+                       int64_t dim) {
   uint64_t validTiles = 0;
-  for (int32_t e : data.sorted.tileExperts)
+  for (int32_t e : sorted.tileExperts)
     validTiles += ref::isValidExpert(e, s.localExperts);
   return validTiles * uint64_t(s.hidden / s.tileN) *
          uint64_t(s.intermediate / s.mfmaK) *
          uint64_t((s.tileM / dim) * (s.tileN / dim));
 }
 
-W2Outcome runCase(Built &built, const W2DataOptions &options) {
-  W2Data data;
-  ref::Status status = generateW2Data(built.shape, options, data);
-  INFO(status.message());
-  REQUIRE(status.ok());
-  W2Outcome outcome;
+/// One W2 run on rank 0's generated data and its comparison.
+struct Case {
+  LayerData data;
+  StageOutcome outcome;
+  const RouteRows &rows() const { return data.ranks[0].rows; }
+};
+
+Case runCase(Built &built, const DataOptions &options) {
+  Case c;
   std::string error;
-  bool ran = mlir::succeeded(
-      runW2(built.kernel.func, built.shape, data, LaunchConfig(), outcome, error));
+  bool ran = mlir::succeeded(built.harness->check(
+      c.data, /*rank=*/0, options, LaunchConfig(), c.outcome, error));
   INFO(error);
   REQUIRE(ran);
-  compareW2(built.shape, data, options, outcome);
-  for (const Finding &f : outcome.run.findings)
+  for (const Finding &f : c.outcome.run.findings)
     UNSCOPED_INFO(f.str());
-  const int64_t dim = built.shape.mfmaK == 64 ? 32 : 16;
-  CHECK(outcome.run.stats.mfmas == expectedMfmas(built.shape, data, dim));
-  return outcome;
+  const int64_t dim = built.shape().mfmaK == 64 ? 32 : 16;
+  CHECK(c.outcome.run.stats.mfmas ==
+        expectedMfmas(built.shape(), c.data.ranks[0].sorted, dim));
+  return c;
 }
 
 /// The knob sets of tuning_tables/*.table, plus both MFMA shapes and both
@@ -175,11 +181,11 @@ TEST_CASE("W2 kernel matches the oracle for every knob set", "[w2]") {
                                /*inter=*/k.inter, /*experts=*/8, /*topK=*/2,
                                /*ep=*/2));
     for (uint64_t seed : {1, 2}) {
-      W2DataOptions options;
+      DataOptions options;
       options.seed = seed;
       options.tokens = 40;
       options.invalidFraction = 0.1;
-      W2Outcome outcome = runCase(built, options);
+      const StageOutcome outcome = runCase(built, options).outcome;
       INFO(describe(k) << " seed " << seed << ": " << outcome.summary);
       CHECK(outcome.pass);
       CHECK(outcome.elementsChecked > 0);
@@ -201,13 +207,14 @@ TEST_CASE("W2 with tile.async_a computes bit for bit what the register copy "
     Built plain = build(w2Spec(k, 512, 512, 8, 2, 2));
     k.asyncA = true;
     Built direct = build(w2Spec(k, 512, 512, 8, 2, 2));
-    W2DataOptions options;
+    DataOptions options;
     options.seed = 31;
     options.tokens = 30;
     options.invalidFraction = 0.3;
     options.emptyTiles = 2;
-    W2Outcome a = runCase(plain, options);
-    W2Outcome b = runCase(direct, options);
+    const Case caseA = runCase(plain, options);
+    const Case caseB = runCase(direct, options);
+    const StageOutcome &a = caseA.outcome, &b = caseB.outcome;
     INFO(describe(k) << ": " << b.summary);
     CHECK(a.pass);
     CHECK(b.pass);
@@ -217,9 +224,9 @@ TEST_CASE("W2 with tile.async_a computes bit for bit what the register copy "
     // Padding rows: the DMA reads the same bytes, out of range included.
     CHECK(b.run.stats.rawLoadsOutOfRange > 0);
     CHECK(b.run.stats.rawLoadsOutOfRange == a.run.stats.rawLoadsOutOfRange);
-    REQUIRE(a.outBits.size() == b.outBits.size());
-    CHECK(a.outBits == b.outBits);
-    CHECK(a.outWritten == b.outWritten);
+    REQUIRE(caseA.rows().bf16.size() == caseB.rows().bf16.size());
+    CHECK(caseA.rows().bf16 == caseB.rows().bf16);
+    CHECK(caseA.rows().written == caseB.rows().written);
   }
 }
 
@@ -227,13 +234,13 @@ TEST_CASE("W2 edge cases: invalid routes, padding, empty tiles, zero weights",
           "[w2]") {
   for (const Knobs &k : {knobMatrix()[0], knobMatrix()[3], knobMatrix()[5]}) {
     Built built = build(w2Spec(k, 512, 512, 8, 2, 2));
-    W2DataOptions options;
+    DataOptions options;
     options.seed = 17;
     options.tokens = 30;
     options.invalidFraction = 0.3;
     options.emptyTiles = 3; // experts -1 and 4 (past the 4 local experts)
     options.zeroExperts = {1};
-    W2Outcome outcome = runCase(built, options);
+    const StageOutcome outcome = runCase(built, options).outcome;
     INFO(describe(k) << ": " << outcome.summary);
     CHECK(outcome.pass);
     CHECK(outcome.zeroExpertNonZero == 0);
@@ -247,23 +254,23 @@ TEST_CASE("W2 edge cases: invalid routes, padding, empty tiles, zero weights",
 
 TEST_CASE("W2 hot-rank routing and a batch with only empty tiles", "[w2]") {
   Built built = build(w2Spec(knobMatrix()[1], 256, 512, 8, 2, 2));
-  W2DataOptions hot;
+  DataOptions hot;
   hot.seed = 5;
   hot.tokens = 64;
   hot.hotRank = true;
   hot.invalidFraction = 0.0;
-  W2Outcome outcome = runCase(built, hot);
+  const StageOutcome outcome = runCase(built, hot).outcome;
   INFO(outcome.summary);
   CHECK(outcome.pass);
   // Every route goes to this rank: every route row is computed.
   CHECK(outcome.elementsChecked == 64 * 2 * 256);
 
-  W2DataOptions none;
+  DataOptions none;
   none.seed = 6;
   none.tokens = 8;
   none.invalidFraction = 1.0; // every slot invalid: no listed route
   none.emptyTiles = 2;
-  W2Outcome empty = runCase(built, none);
+  const StageOutcome empty = runCase(built, none).outcome;
   INFO(empty.summary);
   CHECK(empty.pass);
   CHECK(empty.elementsChecked == 0);
@@ -273,29 +280,30 @@ TEST_CASE("W2 hot-rank routing and a batch with only empty tiles", "[w2]") {
 
 TEST_CASE("the harness catches a broken W2 kernel", "[w2][detector]") {
   const Knobs k = knobMatrix()[6];
-  W2DataOptions options;
+  DataOptions options;
   options.seed = 3;
   options.tokens = 40;
 
   SECTION("the barrier that protects the next K step's copy is removed") {
     Built built = build(w2Spec(k, 256, 512, 8, 2, 2));
     mlir::gpu::BarrierOp last;
-    built.kernel.func->walk([&](mlir::gpu::BarrierOp barrier) { last = barrier; });
+    built.kernel->func->walk(
+        [&](mlir::gpu::BarrierOp barrier) { last = barrier; });
     REQUIRE(last);
     last->erase();
-    W2Outcome outcome = runCase(built, options);
+    const StageOutcome outcome = runCase(built, options).outcome;
     CHECK_FALSE(outcome.pass);
     CHECK(outcome.run.findingCounts[int(FindingKind::LdsRace)] > 0);
   }
   SECTION("the two 16-byte FP8 chunks of each lane are swapped") {
     Built built = build(w2Spec(k, 256, 512, 8, 2, 2));
     int swapped = 0;
-    built.kernel.func->walk([&](mlir::vector::ShuffleOp shuffle) {
+    built.kernel->func->walk([&](mlir::vector::ShuffleOp shuffle) {
       shuffle.setMask({4, 5, 6, 7, 0, 1, 2, 3});
       ++swapped;
     });
     REQUIRE(swapped > 0);
-    W2Outcome outcome = runCase(built, options);
+    const StageOutcome outcome = runCase(built, options).outcome;
     INFO(outcome.summary);
     CHECK_FALSE(outcome.pass);
     CHECK(outcome.elementsOverTolerance > 0);
@@ -308,11 +316,11 @@ TEST_CASE("the harness catches a broken W2 kernel", "[w2][detector]") {
 TEST_CASE("W2 comparison report", "[.report]") {
   for (const Knobs &k : knobMatrix()) {
     Built built = build(w2Spec(k, 2 * std::max(k.n, 256), k.inter, 8, 2, 2));
-    W2DataOptions options;
+    DataOptions options;
     options.seed = 1;
     options.tokens = 40;
     options.invalidFraction = 0.1;
-    W2Outcome outcome = runCase(built, options);
+    const StageOutcome outcome = runCase(built, options).outcome;
     std::cout << describe(k) << ": " << outcome.summary << " ("
               << outcome.run.stats.mfmas << " MFMAs in "
               << outcome.run.stats.seconds << " s)\n";
@@ -326,34 +334,36 @@ TEST_CASE("weights of experts marked absent are poisoned for the kernel",
   // rest absent. Marking a selected expert absent must make the kernel's
   // reads of its weights findings (and unmarked experts must stay silent).
   Built built = build(w2Spec(knobMatrix()[1], 256, 512, 8, 2, 2));
-  W2DataOptions options;
+  DataOptions options;
   options.seed = 8;
   options.tokens = 40;
-  W2Data data;
-  REQUIRE(generateW2Data(built.shape, options, data).ok());
-  data.bExpertsPresent.assign(size_t(built.shape.localExperts), 1);
+  LayerData data;
+  REQUIRE(built.harness->generate(options, data, /*rank=*/0).ok());
+  RankData &rank = data.ranks[0];
+  const int64_t localExperts = built.shape().localExperts;
+  rank.w2.present.assign(size_t(localExperts), 1);
   int32_t used = -1;
-  for (int32_t e : data.sorted.tileExperts)
-    if (ref::isValidExpert(e, built.shape.localExperts))
+  for (int32_t e : rank.sorted.tileExperts)
+    if (ref::isValidExpert(e, localExperts))
       used = e;
   REQUIRE(used >= 0);
-  for (int32_t e = 0; e < built.shape.localExperts; ++e) {
+  for (int32_t e = 0; e < localExperts; ++e) {
     bool selected = false;
-    for (int32_t t : data.sorted.tileExperts)
+    for (int32_t t : rank.sorted.tileExperts)
       selected |= t == e;
     if (!selected)
-      data.bExpertsPresent[size_t(e)] = 0; // truly unused: must stay silent
+      rank.w2.present[size_t(e)] = 0; // truly unused: must stay silent
   }
   std::string error;
-  W2Outcome clean;
+  StageOutcome clean;
   REQUIRE(mlir::succeeded(
-      runW2(built.kernel.func, built.shape, data, LaunchConfig(), clean, error)));
+      built.harness->run(data, 0, LaunchConfig(), clean, error)));
   CHECK(clean.run.totalFindings() == 0);
 
-  data.bExpertsPresent[size_t(used)] = 0;
-  W2Outcome poisoned;
-  REQUIRE(mlir::succeeded(runW2(built.kernel.func, built.shape, data,
-                                LaunchConfig(), poisoned, error)));
+  rank.w2.present[size_t(used)] = 0;
+  StageOutcome poisoned;
+  REQUIRE(mlir::succeeded(
+      built.harness->run(data, 0, LaunchConfig(), poisoned, error)));
   CHECK(poisoned.run.findingCounts[int(FindingKind::UninitializedRead)] > 0);
   REQUIRE(!poisoned.run.findings.empty());
   CHECK(poisoned.run.findings[0].detail.find("'b") != std::string::npos);
@@ -367,12 +377,12 @@ TEST_CASE("W2 with tile.group_m computes every tile exactly once", "[w2]") {
                             512, 512, 8, 2, 2);
     spec.fields["group_m"] = std::to_string(group);
     Built built = build(spec);
-    W2DataOptions options;
+    DataOptions options;
     options.seed = 23;
     options.tokens = 40;
     options.invalidFraction = 0.1;
     options.emptyTiles = 1;
-    W2Outcome outcome = runCase(built, options);
+    const StageOutcome outcome = runCase(built, options).outcome;
     INFO("group_m " << group << ": " << outcome.summary);
     CHECK(outcome.pass);
     CHECK(outcome.elementsChecked > 0);
@@ -393,12 +403,12 @@ TEST_CASE("W2 with tile.persist_skew computes every tile exactly once",
     spec.fields["persist_strided"] = strided ? "true" : "false";
     spec.fields["persist_skew"] = "1";
     Built built = build(spec);
-    W2DataOptions options;
+    DataOptions options;
     options.seed = 29;
     options.tokens = 40;
     options.invalidFraction = 0.1;
     options.emptyTiles = 1;
-    W2Outcome outcome = runCase(built, options);
+    const StageOutcome outcome = runCase(built, options).outcome;
     INFO("strided " << strided << ": " << outcome.summary);
     CHECK(outcome.pass);
     CHECK(outcome.elementsChecked > 0);

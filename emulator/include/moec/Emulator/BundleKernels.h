@@ -11,7 +11,7 @@
 #ifndef MOEC_EMULATOR_BUNDLEKERNELS_H
 #define MOEC_EMULATOR_BUNDLEKERNELS_H
 
-#include "moec/Emulator/W2Harness.h"
+#include "moec/Emulator/StageKernel.h"
 
 #include <cstdint>
 #include <string>

@@ -18,7 +18,7 @@
 #ifndef MOEC_EMULATOR_PEERHARNESS_H
 #define MOEC_EMULATOR_PEERHARNESS_H
 
-#include "moec/Emulator/W2Harness.h"
+#include "moec/Emulator/StageHarness.h"
 
 #include <cstdint>
 #include <string>
@@ -41,10 +41,10 @@ struct PeerLayerOptions {
   int epochs = 2;
   /// Resident workgroups per rank and kernel (0: the whole grid).
   unsigned maxResidentWorkgroups = 0;
-  /// When set, the last launch's arrays are written there as .npy, per
-  /// rank r: rank{r}_{tokens_bf16, a_codes, a_scales, topk_ids,
-  /// topk_weights, recv_meta, intermediate_codes, intermediate_scales,
-  /// out_bf16, oracle_out}.
+  /// When set, the last launch's receive side is written there as .npy,
+  /// per rank r: rank{r}_{recv_meta, intermediate_codes,
+  /// intermediate_scales}.npy (the layer's inputs and outputs come back in
+  /// PeerLayerOutcome::ranks).
   std::string saveDir;
 };
 
@@ -63,6 +63,8 @@ struct PeerLayerOutcome {
   bool pass = false;
   /// One line per epoch and a verdict.
   std::string summary;
+  /// The last launch's inputs and outputs per rank.
+  std::vector<RankLayerIo> ranks;
 };
 
 /// Relative L2 bound of the final output: each weighted row is rounded to

@@ -1,0 +1,254 @@
+//===- StageKernel.cpp - stage kernels rebuilt from their specs -----------===//
+
+#include "moec/Emulator/StageKernel.h"
+
+#include "moec/Compiler/Pipeline.h"
+#include "moec/Compiler/Registration.h"
+#include "moec/Dialect/Moe/MoeDialect.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+using namespace mlir;
+
+namespace moec::emu {
+
+//===----------------------------------------------------------------------===//
+// Spec fields
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The field's text with a trailing MLIR type (`10 : i64`) and blanks cut.
+bool fieldText(const StageSpec &spec, llvm::StringRef name, std::string &out) {
+  auto it = spec.fields.find(name.str());
+  if (it == spec.fields.end())
+    return false;
+  llvm::StringRef text(it->second);
+  text = text.take_front(text.find(" : ")).trim();
+  out = text.str();
+  return true;
+}
+
+} // namespace
+
+bool specHas(const StageSpec &spec, llvm::StringRef name) {
+  return spec.fields.count(name.str()) != 0;
+}
+
+std::string specText(const StageSpec &spec, llvm::StringRef name,
+                     llvm::StringRef fallback) {
+  std::string text;
+  return fieldText(spec, name, text) ? text : fallback.str();
+}
+
+int64_t specInteger(const StageSpec &spec, llvm::StringRef name,
+                    int64_t fallback) {
+  std::string text;
+  if (!fieldText(spec, name, text) || text.empty())
+    return fallback;
+  char *end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  return *end == '\0' ? int64_t(value) : fallback;
+}
+
+double specNumber(const StageSpec &spec, llvm::StringRef name,
+                  double fallback) {
+  std::string text;
+  if (!fieldText(spec, name, text) || text.empty())
+    return fallback;
+  char *end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  return *end == '\0' ? value : fallback;
+}
+
+bool specFlag(const StageSpec &spec, llvm::StringRef name, bool fallback) {
+  const std::string text = specText(spec, name);
+  if (text == "true" || text == "1")
+    return true;
+  if (text == "false" || text == "0")
+    return false;
+  return fallback;
+}
+
+bool specIsFused(const StageSpec &spec) {
+  // The transport may be left out at its default (fixed_slot); the capacity
+  // never is.
+  const std::string transport = specText(spec, "transport", "none");
+  return specHas(spec, "capacity") ||
+         (!transport.empty() && transport != "none");
+}
+
+//===----------------------------------------------------------------------===//
+// Building
+//===----------------------------------------------------------------------===//
+
+void prepareContext(MLIRContext &context) {
+  DialectRegistry registry;
+  registerMoecDialects(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+}
+
+LogicalResult buildKernelIR(MLIRContext &context, const StageSpec &spec,
+                            BuiltKernel &kernel, std::string &error) {
+  OpBuilder builder(&context);
+  kernel.stage = spec.stage;
+  kernel.module = ModuleOp::create(builder.getUnknownLoc());
+  builder.setInsertionPointToEnd(kernel.module->getBody());
+  if (!buildStageOp(builder, spec, kernel.description, error))
+    return failure();
+  // Lowering reports through diagnostics; keep the first as the error.
+  std::string diagnostic;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    if (diagnostic.empty())
+      diagnostic = diag.str();
+    return success();
+  });
+  if (failed(lowerToKernelIR(*kernel.module))) {
+    error = "lowering " + kernel.description.symbol +
+            " to kernel IR failed: " + diagnostic;
+    return failure();
+  }
+  kernel.func = nullptr;
+  unsigned count = 0;
+  kernel.module->walk([&](gpu::GPUFuncOp func) {
+    kernel.func = func;
+    ++count;
+  });
+  if (count != 1) {
+    error = "expected one gpu.func after lowering " +
+            kernel.description.symbol + ", found " + std::to_string(count);
+    return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Small problems
+//===----------------------------------------------------------------------===//
+
+void shrinkPeerFields(StageSpec &spec) {
+  if (!specIsFused(spec))
+    return;
+  const int64_t m = std::max<int64_t>(1, specInteger(spec, "m", 16));
+  const int64_t ep = std::max<int64_t>(1, specInteger(spec, "ep", 1));
+  const int64_t topK = std::max<int64_t>(1, specInteger(spec, "top_k", 1));
+  spec.fields["max_tokens"] = "16";
+  // Fixed slot: per expert, whole M tiles; compact: every route of every
+  // rank could come here.
+  spec.fields["capacity"] =
+      specText(spec, "transport") == "compact"
+          ? std::to_string(ep * 16 * topK)
+          : std::to_string((std::max<int64_t>(ep * 16, m) + m - 1) / m * m);
+  spec.fields["workgroups"] =
+      std::to_string(std::min<int64_t>(specInteger(spec, "workgroups", 6), 6));
+  // Stage 1's producers (left out at their default, which would exceed
+  // the workgroups left).
+  if (spec.stage == "w13")
+    spec.fields["dispatch_cus"] = std::to_string(
+        std::min<int64_t>(specInteger(spec, "dispatch_cus", 2), 2));
+  // A separate dispatch kernel keeps every workgroup a producer: 2 of them,
+  // which the dispatch_cus = 2 of the W13 kernel behind it expects.
+  if (specText(spec, "dispatch") == "only")
+    spec.fields["workgroups"] = spec.fields["dispatch_cus"];
+  if (specHas(spec, "plan_cus"))
+    spec.fields["plan_cus"] =
+        std::to_string(std::min<int64_t>(specInteger(spec, "plan_cus", 1), 2));
+}
+
+void smallConfigSpecs(std::vector<StageSpec> &specs) {
+  int64_t size = 0;
+  for (const StageSpec &spec : specs)
+    size = std::max(size, 2 * std::max(specInteger(spec, "n", 128),
+                                       specInteger(spec, "k", 256)));
+  for (StageSpec &spec : specs) {
+    const int64_t ep = std::max<int64_t>(1, specInteger(spec, "ep", 1));
+    spec.fields["hidden"] = std::to_string(size);
+    spec.fields["intermediate"] = std::to_string(size);
+    spec.fields["experts"] = std::to_string(4 * ep);
+    spec.fields["top_k"] =
+        std::to_string(std::min<int64_t>(specInteger(spec, "top_k", 2), 4));
+    shrinkPeerFields(spec);
+  }
+}
+
+StageSpec smallStageSpec(const StageSpec &spec) {
+  std::vector<StageSpec> one = {spec};
+  smallConfigSpecs(one);
+  return one.front();
+}
+
+void fitPeerCapacity(StageSpec &spec, int64_t tokens) {
+  if (!specHas(spec, "capacity"))
+    return;
+  const int64_t ep = std::max<int64_t>(1, specInteger(spec, "ep", 1));
+  spec.fields["max_tokens"] = std::to_string(tokens);
+  spec.fields["capacity"] =
+      specText(spec, "transport") == "compact"
+          ? std::to_string(ep * tokens * specInteger(spec, "top_k", 1))
+          : std::to_string((ep * tokens + 127) / 128 * 128);
+}
+
+//===----------------------------------------------------------------------===//
+// Shapes
+//===----------------------------------------------------------------------===//
+
+ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
+  shape = StageShape();
+  shape.stage = kernel.stage;
+  DictionaryAttr attrs = kernel.description.opAttributes;
+  auto problem = attrs ? attrs.getAs<moe::ProblemAttr>("problem") : nullptr;
+  if (!problem)
+    return ref::Status::error(kernel.description.symbol +
+                              " has no #moe.problem");
+  shape.hidden = problem.getHidden();
+  shape.intermediate = problem.getIntermediate();
+  shape.experts = problem.getExperts();
+  shape.topK = problem.getTopK();
+  shape.ep = problem.getEp();
+  shape.localExperts = problem.getLocalExperts();
+  // Attributes at their default value are absent from the dictionary.
+  auto integer = [&](llvm::StringRef name, int64_t fallback) {
+    auto value = attrs.getAs<IntegerAttr>(name);
+    return value ? value.getInt() : fallback;
+  };
+  if (auto tile = attrs.getAs<moe::TileAttr>("tile")) {
+    shape.tileM = tile.getM();
+    shape.tileN = tile.getN();
+    shape.mfmaK = tile.getMfmaK();
+    shape.waves = tile.getWaves();
+    shape.persistCu = tile.getPersistCu();
+  } else if (auto tile = attrs.getAs<moe::CombineTileAttr>("tile")) {
+    shape.waves = tile.getWaves();
+  } else {
+    // The sort: its M tile and waves.
+    shape.tileM = integer("m_tile", 0);
+    shape.waves = integer("waves", 4);
+  }
+  shape.splitK = std::max<int64_t>(1, integer("split_k", 1));
+  shape.interleave = integer("gate_up_interleave", 0);
+  if (auto limit = attrs.getAs<FloatAttr>("swiglu_limit"))
+    shape.swigluLimit = limit.getValueAsDouble();
+  shape.sharedFp8 = static_cast<bool>(attrs.get("shared_fp8_expert"));
+  shape.peerRows = static_cast<bool>(attrs.get("peer_rows"));
+  if (auto peer = attrs.getAs<moe::PeerTransportAttr>("peer")) {
+    shape.fused = true;
+    shape.compact = peer.isCompact();
+    shape.dispatchOnly = peer.getDispatch() == moe::PeerDispatch::only;
+    shape.capacity = peer.getCapacity();
+    shape.maxTokens = peer.getMaxTokens();
+    shape.workgroups = peer.getWorkgroups();
+  }
+  if ((shape.stage == "w13" || shape.stage == "w2" || shape.stage == "sort") &&
+      shape.tileM <= 0)
+    return ref::Status::error(kernel.description.symbol + " has no M tile");
+  return {};
+}
+
+} // namespace moec::emu
