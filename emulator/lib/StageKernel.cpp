@@ -47,24 +47,36 @@ std::string specText(const StageSpec &spec, llvm::StringRef name,
   return fieldText(spec, name, text) ? text : fallback.str();
 }
 
-int64_t specInteger(const StageSpec &spec, llvm::StringRef name,
-                    int64_t fallback) {
+namespace {
+
+/// The field's text parsed whole by `parse` (strtoll or strtod), or
+/// `fallback` when it is absent or does not parse.
+template <typename T, typename Parse>
+T parseField(const StageSpec &spec, llvm::StringRef name, T fallback,
+             Parse parse) {
   std::string text;
   if (!fieldText(spec, name, text) || text.empty())
     return fallback;
   char *end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  return *end == '\0' ? int64_t(value) : fallback;
+  const T value = parse(text.c_str(), &end);
+  return *end == '\0' ? value : fallback;
+}
+
+} // namespace
+
+int64_t specInteger(const StageSpec &spec, llvm::StringRef name,
+                    int64_t fallback) {
+  return parseField<int64_t>(spec, name, fallback,
+                             [](const char *text, char **end) {
+                               return int64_t(std::strtoll(text, end, 10));
+                             });
 }
 
 double specNumber(const StageSpec &spec, llvm::StringRef name,
                   double fallback) {
-  std::string text;
-  if (!fieldText(spec, name, text) || text.empty())
-    return fallback;
-  char *end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  return *end == '\0' ? value : fallback;
+  return parseField<double>(
+      spec, name, fallback,
+      [](const char *text, char **end) { return std::strtod(text, end); });
 }
 
 bool specFlag(const StageSpec &spec, llvm::StringRef name, bool fallback) {

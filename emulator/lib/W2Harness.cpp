@@ -22,6 +22,25 @@ using namespace mlir;
 namespace moec::emu {
 namespace {
 
+/// The reference W2 stage of `shape` over `a` on `weights` and the routes
+/// `view` lists, each result rounded once to FP32; unlisted rows NaN.
+ref::Status w2Oracle(const StageShape &shape, const Fp8Rows &a,
+                     const ExpertWeights &weights,
+                     const ref::SortedRoutes &view, int64_t numRoutes,
+                     std::vector<double> &out) {
+  out.assign(size_t(numRoutes * shape.hidden),
+             std::numeric_limits<double>::quiet_NaN());
+  OracleWeights oracleWeights(weights, shape.mxfp4Experts(), shape.hidden,
+                              shape.intermediate, shape.sharedFp8);
+  ref::Status status =
+      ref::runW2Stage(ref::ActivationRows::fp8(a.codes.data(), a.scales.data(),
+                                               numRoutes, shape.intermediate),
+                      oracleWeights.source(), view, out.data());
+  for (double &value : out)
+    value = static_cast<float>(value);
+  return status;
+}
+
 /// FP8 intermediate -> one rank's route rows.
 class W2Harness final : public StageHarness {
 public:
@@ -124,8 +143,8 @@ public:
       outcome.summary = status.message();
       return;
     }
-    if (ref::Status status =
-            oracle(mine.intermediate, mine, view, numRoutes, outcome.oracle);
+    if (ref::Status status = w2Oracle(s, mine.intermediate, mine.w2, view,
+                                      numRoutes, outcome.oracle);
         !status) {
       outcome.pass = false;
       outcome.summary = "oracle failed: " + status.message();
@@ -138,7 +157,7 @@ public:
         mine.chainIntermediate.scales == mine.intermediate.scales;
     std::vector<double> chain;
     if (!sameInput &&
-        !oracle(mine.chainIntermediate, mine, view, numRoutes, chain)) {
+        !w2Oracle(s, mine.chainIntermediate, mine.w2, view, numRoutes, chain)) {
       outcome.pass = false;
       outcome.summary = "all-oracle W2 failed";
       return;
@@ -269,26 +288,6 @@ public:
                                       npyOf({routes, hidden}, mine.rows.bf16)},
         {"oracle_f32", npyOf({routes, hidden}, oracle)},
     };
-  }
-
-private:
-  /// The reference W2 stage over `a` on `rank`'s weights and listed routes,
-  /// each result rounded once to FP32; unlisted rows NaN.
-  ref::Status oracle(const Fp8Rows &a, const RankData &mine,
-                     const ref::SortedRoutes &view, int64_t numRoutes,
-                     std::vector<double> &out) const {
-    const StageShape &s = shape_;
-    out.assign(size_t(numRoutes * s.hidden),
-               std::numeric_limits<double>::quiet_NaN());
-    OracleWeights weights(mine.w2, s.mxfp4Experts(), s.hidden, s.intermediate,
-                          s.sharedFp8);
-    ref::Status status = ref::runW2Stage(
-        ref::ActivationRows::fp8(a.codes.data(), a.scales.data(), numRoutes,
-                                 s.intermediate),
-        weights.source(), view, out.data());
-    for (double &value : out)
-      value = static_cast<float>(value);
-    return status;
   }
 };
 
