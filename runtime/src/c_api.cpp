@@ -276,7 +276,16 @@ moec_status_t moec_bundle_kernel_grid(const moec_bundle_t *bundle, uint32_t kern
       return fail(MOEC_STATUS_INVALID_ARGUMENT,
                   "kernel " + std::to_string(kernel_index) + " out of range (" +
                       std::to_string(kernels.size()) + " kernels)");
-    std::vector<RuleVariable> values(variable_count);
+    // Engines pass a handful of names: keep them on the stack so a grid
+    // costs no heap allocation; more than that is allowed, just not free.
+    constexpr uint32_t kStackVariables = 32;
+    RuleVariable onStack[kStackVariables];
+    std::vector<RuleVariable> onHeap;
+    RuleVariable *values = onStack;
+    if (variable_count > kStackVariables) {
+      onHeap.resize(variable_count);
+      values = onHeap.data();
+    }
     for (uint32_t i = 0; i < variable_count; ++i) {
       if (!variables[i].name)
         return fail(MOEC_STATUS_INVALID_ARGUMENT,
@@ -286,7 +295,7 @@ moec_status_t moec_bundle_kernel_grid(const moec_bundle_t *bundle, uint32_t kern
     }
     std::array<uint32_t, 3> grid;
     std::string error;
-    if (!computeLaunchGrid(kernels[kernel_index], values.data(), values.size(), grid, error))
+    if (!computeLaunchGrid(kernels[kernel_index], values, variable_count, grid, error))
       return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
     for (int d = 0; d < 3; ++d)
       out_grid[d] = grid[d];

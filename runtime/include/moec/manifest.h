@@ -9,6 +9,7 @@
 #ifndef MOEC_MANIFEST_H
 #define MOEC_MANIFEST_H
 
+#include "moec/grid_program.h"
 #include "moec/target/target_info.h"
 
 #include <array>
@@ -47,6 +48,9 @@ struct KernelArgInfo {
 struct LaunchInfo {
   std::array<uint32_t, 3> workgroupSize{{1, 1, 1}};
   std::string gridX, gridY, gridZ;
+  /// gridX, gridY, gridZ compiled by parseManifest, so computeLaunchGrid
+  /// neither parses nor allocates; not serialised. Empty for a missing rule.
+  std::array<GridProgram, 3> gridPrograms;
 };
 
 /// Resource metadata read back from NT_AMDGPU_METADATA by the compiler.
