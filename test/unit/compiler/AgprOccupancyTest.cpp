@@ -18,6 +18,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestKernels.h"
+
 #include "moec/Compiler/CodeObjectMetadata.h"
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Compiler/Registration.h"
@@ -45,16 +47,7 @@
 
 namespace {
 
-std::string runCommand(const std::string &command) {
-  std::string output;
-  FILE *pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe))
-    output.append(buffer.data(), n);
-  REQUIRE(pclose(pipe) == 0);
-  return output;
-}
+using moec::test::runCommand;
 
 /// The first unsigned number after `key` followed by optional spaces,
 /// e.g. "; NumAgprs: 168" or ".agpr_count:     168"; -1 when absent.

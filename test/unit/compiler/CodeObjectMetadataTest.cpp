@@ -57,10 +57,6 @@ std::vector<uint8_t> compileToHsaco(const std::string &mlir,
   return *hsaco;
 }
 
-} // namespace moec::test
-
-namespace {
-
 std::string runCommand(const std::string &command) {
   std::string output;
   FILE *pipe = popen(command.c_str(), "r");
@@ -71,6 +67,12 @@ std::string runCommand(const std::string &command) {
   REQUIRE(pclose(pipe) == 0);
   return output;
 }
+
+} // namespace moec::test
+
+namespace {
+
+using moec::test::runCommand;
 
 /// Reads `key: value` of the one kernel in llvm-readobj's YAML dump.
 long readobjField(const std::string &notes, const std::string &key) {

@@ -18,6 +18,10 @@ std::vector<uint8_t> compileToHsaco(const std::string &mlir,
 std::string w2Source(const std::string &name, int tileM, int tileN, int waves,
                      const std::string &extraTile = "");
 
+/// Runs `command` in a shell and returns its standard output; fails the
+/// current test when it cannot start or exits non-zero.
+std::string runCommand(const std::string &command);
+
 } // namespace moec::test
 
 #endif
