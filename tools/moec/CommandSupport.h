@@ -3,8 +3,16 @@
 #ifndef MOEC_TOOLS_MOEC_COMMANDSUPPORT_H
 #define MOEC_TOOLS_MOEC_COMMANDSUPPORT_H
 
+#include "Commands.h"
+
+#include "moec/bundle.h"
 #include "moec/manifest.h"
 
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <iostream>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -30,6 +38,29 @@ inline bool resolveNetwork(const rt::Manifest &manifest,
   }
   network = *networks.begin();
   return true;
+}
+
+/// Opens the bundle a command reads; on failure prints the reader's
+/// one-line error and returns nullptr (the command then exits kBadInput).
+inline std::unique_ptr<rt::Bundle> openBundleOrReport(const std::string &path) {
+  std::string error;
+  std::unique_ptr<rt::Bundle> bundle = rt::Bundle::open(path, error);
+  if (!bundle)
+    std::cerr << "moec: " << error << "\n";
+  return bundle;
+}
+
+/// The options that name a selection key: the bundle, --network, --ep and
+/// --workspace (select and run take the same key).
+inline void addSelectionKeyOptions(CLI::App *command, std::string &bundle,
+                                   std::string &network, uint32_t &ep,
+                                   uint32_t &workspace) {
+  command->add_option("bundle", bundle, "bundle (.moeb)")->required();
+  command->add_option("--network", network,
+                      "network name (optional when the bundle serves one)");
+  command->add_option("--ep", ep, "expert-parallel size")->required();
+  command->add_option("--workspace", workspace, "workspace capacity (rows)")
+      ->required();
 }
 
 } // namespace moec::cli

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CommandSupport.h"
 #include "Commands.h"
 
 #include "moec/Compiler/KernelIr.h"
@@ -59,11 +60,9 @@ bool writeAtomically(const std::filesystem::path &path, const void *data,
 
 int runExtract(const ExtractArgs &args) {
   std::string error;
-  auto bundle = moec::rt::Bundle::open(args.bundle, error);
-  if (!bundle) {
-    std::cerr << "moec: " << error << "\n";
+  auto bundle = moec::cli::openBundleOrReport(args.bundle);
+  if (!bundle)
     return moec::cli::kBadInput;
-  }
   std::error_code ec;
   std::filesystem::create_directories(args.directory, ec);
   if (ec) {

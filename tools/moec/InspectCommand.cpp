@@ -1,5 +1,6 @@
 //===- InspectCommand.cpp - moec inspect BUNDLE [--json] ------------------===//
 
+#include "CommandSupport.h"
 #include "Commands.h"
 
 #include "moec/bundle.h"
@@ -34,37 +35,33 @@ moec::target::OccupancyEstimate occupancyOf(const moec::target::TargetInfo *chip
 
 int runInspect(const InspectArgs &args) {
   std::string error;
-  auto bundle = moec::rt::Bundle::open(args.bundle, error);
-  if (!bundle) {
-    std::cerr << "moec: " << error << "\n";
+  auto bundle = moec::cli::openBundleOrReport(args.bundle);
+  if (!bundle)
     return moec::cli::kBadInput;
-  }
   const moec::rt::Manifest &manifest = bundle->manifest();
   const moec::target::TargetInfo *chip =
       moec::target::lookupTargetInfo(manifest.target.arch);
   if (args.json) {
+    // Each kernel's resources exactly as the manifest records them, plus
+    // what inspect derives from them.
+    const nlohmann::json stored = nlohmann::json::parse(
+        moec::rt::serializeManifest(manifest))["kernels"];
     nlohmann::json out = nlohmann::json::array();
-    for (const moec::rt::KernelInfo &k : manifest.kernels) {
+    for (size_t i = 0; i < manifest.kernels.size(); ++i) {
+      const moec::rt::KernelInfo &k = manifest.kernels[i];
       moec::target::OccupancyEstimate occ = occupancyOf(chip, k);
-      const moec::rt::KernelResources &r = k.resources;
-      out.push_back({{"name", k.name},
-                     {"symbol", k.symbol},
-                     {"stage", k.stage},
-                     {"vgpr", r.vgpr},
-                     {"arch_vgpr",
-                      moec::target::architectedVgprCount(r.vgpr, r.agpr)},
-                     {"agpr", r.agpr},
-                     {"sgpr", r.sgpr},
-                     {"lds_bytes", r.ldsBytes},
-                     {"private_segment_bytes", r.privateSegmentBytes},
-                     {"vgpr_spill", r.vgprSpill},
-                     {"sgpr_spill", r.sgprSpill},
-                     {"wavefront_size", r.wavefrontSize},
-                     {"workgroup_size", k.launch.workgroupSize[0]},
-                     {"waves_per_simd", occ.wavesPerSimd},
-                     {"occupancy_limiter",
-                      moec::target::occupancyLimiterName(occ.limiter)},
-                     {"resource_ceiling_percent", occ.resourceCeilingPercent}});
+      nlohmann::json entry = stored[i]["resources"];
+      entry.update({{"name", k.name},
+                    {"symbol", k.symbol},
+                    {"stage", k.stage},
+                    {"arch_vgpr", moec::target::architectedVgprCount(
+                                      k.resources.vgpr, k.resources.agpr)},
+                    {"workgroup_size", k.launch.workgroupSize[0]},
+                    {"waves_per_simd", occ.wavesPerSimd},
+                    {"occupancy_limiter",
+                     moec::target::occupancyLimiterName(occ.limiter)},
+                    {"resource_ceiling_percent", occ.resourceCeilingPercent}});
+      out.push_back(entry);
     }
     std::cout << out.dump(2) << "\n";
     return moec::cli::kSuccess;

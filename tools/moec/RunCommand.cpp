@@ -39,11 +39,9 @@ struct RunArgs {
 int runLayer(const RunArgs &args) {
   using namespace moec::rt;
   std::string error;
-  auto bundle = Bundle::open(args.bundle, error);
-  if (!bundle) {
-    std::cerr << "moec: " << error << "\n";
-    return cli::kBadInput;
-  }
+  auto bundle = moec::cli::openBundleOrReport(args.bundle);
+  if (!bundle)
+    return moec::cli::kBadInput;
   if (!args.emulate) {
     std::cerr << "moec: run needs --emulate (no gfx950 device path exists "
                  "here; see docs/emulator.md)\n";
@@ -139,12 +137,8 @@ void addRunCommand(CLI::App &app, int &exitStatus) {
   CLI::App *cmd = app.add_subcommand(
       "run", "Run the layer a key selects on the CPU emulator and check every "
              "stage against the reference oracle");
-  cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
-  cmd->add_option("--network", args->network,
-                  "network name (optional when the bundle serves one)");
-  cmd->add_option("--ep", args->ep, "expert-parallel size")->required();
-  cmd->add_option("--workspace", args->workspace, "workspace capacity (rows)")
-      ->required();
+  moec::cli::addSelectionKeyOptions(cmd, args->bundle, args->network, args->ep,
+                                    args->workspace);
   cmd->add_option("--m", args->m, "source tokens per rank")->required();
   cmd->add_flag("--emulate", args->emulate,
                 "execute on the CPU emulator (the only mode today)");

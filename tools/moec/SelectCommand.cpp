@@ -35,11 +35,9 @@ const char *statusName(moec::rt::SelectStatus status) {
 int runSelect(const SelectArgs &args, bool haveM) {
   using namespace moec::rt;
   std::string error;
-  auto bundle = Bundle::open(args.bundle, error);
-  if (!bundle) {
-    std::cerr << "moec: " << error << "\n";
+  auto bundle = moec::cli::openBundleOrReport(args.bundle);
+  if (!bundle)
     return moec::cli::kBadInput;
-  }
   const Manifest &manifest = bundle->manifest();
   std::string network;
   if (!moec::cli::resolveNetwork(manifest, args.bundle, args.network, network,
@@ -136,12 +134,8 @@ void addSelectCommand(CLI::App &app, int &exitStatus) {
   auto args = std::make_shared<SelectArgs>();
   CLI::App *cmd = app.add_subcommand(
       "select", "Show which configuration and kernels a key selects");
-  cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
-  cmd->add_option("--network", args->network,
-                  "network name (optional when the bundle serves one)");
-  cmd->add_option("--ep", args->ep, "expert-parallel size")->required();
-  cmd->add_option("--workspace", args->workspace, "workspace capacity (rows)")
-      ->required();
+  moec::cli::addSelectionKeyOptions(cmd, args->bundle, args->network, args->ep,
+                                    args->workspace);
   CLI::Option *m = cmd->add_option("--m", args->m,
                                    "max source tokens per rank (0: empty ranks)");
   cmd->add_flag("--ranges", args->ranges,

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CommandSupport.h"
 #include "Commands.h"
 
 #include "moec/bundle.h"
@@ -27,11 +28,9 @@ struct VerifyArgs {
 int runVerify(const VerifyArgs &args) {
   using namespace moec::rt;
   std::string error;
-  auto bundle = Bundle::open(args.bundle, error);
-  if (!bundle) {
-    std::cerr << "moec: " << error << "\n";
+  auto bundle = moec::cli::openBundleOrReport(args.bundle);
+  if (!bundle)
     return moec::cli::kBadInput;
-  }
   const Manifest &manifest = bundle->manifest();
   const moec::target::TargetInfo *chip =
       moec::target::lookupTargetInfo(manifest.target.arch);
