@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestSupport.h"
 #include "moec/Emulator/PeerHarness.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -21,14 +22,6 @@ using namespace moec::emu;
 
 namespace {
 
-mlir::MLIRContext &peerContext() {
-  static mlir::MLIRContext *context = [] {
-    auto *c = new mlir::MLIRContext();
-    prepareContext(*c);
-    return c;
-  }();
-  return *context;
-}
 
 struct PeerKnobs {
   int64_t ep;
@@ -79,9 +72,9 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
 PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
   BuiltKernel s1, s2, c;
   std::string error;
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w13", k), s1, error)));
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w2", k), s2, error)));
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("combine", k), c, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", k), s1, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", k), s2, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", k), c, error)));
   PeerLayerOutcome outcome;
   INFO(error);
   REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error)));
@@ -150,9 +143,9 @@ TEST_CASE("fused MegaMoE stage 1 with fewer resident workgroups than "
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
   BuiltKernel s1, s2, c;
   std::string error;
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w13", knobs), s1, error)));
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w2", knobs), s2, error)));
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("combine", knobs), c, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", knobs), s1, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
   PeerLayerOptions options;
   options.tokensPerRank = {4, 4};
   options.maxResidentWorkgroups = 1;
@@ -213,9 +206,9 @@ TEST_CASE("a fixed-slot expert past its capacity is reported as overflow, "
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 16, 16, 6, 2};
   BuiltKernel s1, s2, c;
   std::string error;
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w13", knobs), s1, error)));
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w2", knobs), s2, error)));
-  REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("combine", knobs), c, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", knobs), s1, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
   PeerLayerOptions options;
   options.seed = 43;
   options.tokensPerRank = {16, 16};
@@ -284,10 +277,10 @@ TEST_CASE("separate dispatch kernel, then W13, W2 and combine", "[peer]") {
     w13Spec.fields["dispatch"] = "none";
     BuiltKernel d, s1, s2, c;
     std::string error;
-    REQUIRE(succeeded(buildKernelIR(peerContext(), dispatchSpec, d, error)));
-    REQUIRE(succeeded(buildKernelIR(peerContext(), w13Spec, s1, error)));
-    REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("w2", knobs), s2, error)));
-    REQUIRE(succeeded(buildKernelIR(peerContext(), peerSpec("combine", knobs), c, error)));
+    REQUIRE(succeeded(buildKernelIR(test::stageContext(), dispatchSpec, d, error)));
+    REQUIRE(succeeded(buildKernelIR(test::stageContext(), w13Spec, s1, error)));
+    REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
+    REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
     PeerLayerOptions options;
     options.seed = 59;
     options.tokensPerRank = {12, 7};

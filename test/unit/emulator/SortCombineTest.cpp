@@ -1,5 +1,6 @@
 //===- SortCombineTest.cpp - routing sort and combine vs the reference ----===//
 
+#include "TestSupport.h"
 #include "moec/Emulator/StageHarness.h"
 
 #include "moec/reference/Generate.h"
@@ -13,14 +14,6 @@ using namespace moec::emu;
 
 namespace {
 
-mlir::MLIRContext &stageContext() {
-  static mlir::MLIRContext *context = [] {
-    auto *c = new mlir::MLIRContext();
-    prepareContext(*c);
-    return c;
-  }();
-  return *context;
-}
 
 /// A stage kernel at the test problem and its harness (which refers to the
 /// kernel: keep both).
@@ -41,7 +34,7 @@ Stage buildStage(const std::string &stage,
   built.kernel = std::make_unique<BuiltKernel>();
   std::string error;
   bool ok =
-      mlir::succeeded(buildKernelIR(stageContext(), spec, *built.kernel, error));
+      mlir::succeeded(buildKernelIR(test::stageContext(), spec, *built.kernel, error));
   INFO(error);
   REQUIRE(ok);
   built.harness = StageHarness::create(*built.kernel, error);

@@ -2,6 +2,8 @@
 
 #include "TestSupport.h"
 
+#include "moec/Emulator/StageKernel.h"
+
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
@@ -24,6 +26,15 @@ mlir::MLIRContext &context() {
                    mlir::gpu::GPUDialect, mlir::math::MathDialect,
                    mlir::memref::MemRefDialect, mlir::ROCDL::ROCDLDialect,
                    mlir::scf::SCFDialect, mlir::vector::VectorDialect>();
+    return c;
+  }();
+  return *ctx;
+}
+
+mlir::MLIRContext &stageContext() {
+  static mlir::MLIRContext *ctx = [] {
+    auto *c = new mlir::MLIRContext();
+    prepareContext(*c);
     return c;
   }();
   return *ctx;

@@ -19,6 +19,10 @@ namespace moec::emu::test {
 /// A context with the kernel-IR dialects loaded (shared by all tests).
 mlir::MLIRContext &context();
 
+/// A context with every moec dialect loaded (emu::prepareContext), for the
+/// tests that build stage ops and lower them (shared by all tests).
+mlir::MLIRContext &stageContext();
+
 /// A parsed kernel: the module owns the gpu.func.
 struct ParsedKernel {
   mlir::OwningOpRef<mlir::ModuleOp> module;

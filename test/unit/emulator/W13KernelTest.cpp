@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestSupport.h"
 #include "moec/Emulator/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -20,14 +21,6 @@ using namespace moec::emu;
 
 namespace {
 
-mlir::MLIRContext &w13Context() {
-  static mlir::MLIRContext *context = [] {
-    auto *c = new mlir::MLIRContext();
-    prepareContext(*c);
-    return c;
-  }();
-  return *context;
-}
 
 struct W13Knobs {
   int m, n, waves;
@@ -67,7 +60,7 @@ StageOutcome runW13Case(const W13Knobs &k, const DataOptions &options,
   BuiltKernel kernel;
   std::string error;
   bool built = mlir::succeeded(buildKernelIR(
-      w13Context(), w13Spec(k, 2 * std::max(k.n, 256)), kernel, error));
+      test::stageContext(), w13Spec(k, 2 * std::max(k.n, 256)), kernel, error));
   INFO(error);
   REQUIRE(built);
   if (edit)

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestSupport.h"
 #include "moec/Emulator/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -27,14 +28,6 @@ using namespace moec::emu;
 
 namespace {
 
-mlir::MLIRContext &w2Context() {
-  static mlir::MLIRContext *context = [] {
-    auto *c = new mlir::MLIRContext();
-    prepareContext(*c);
-    return c;
-  }();
-  return *context;
-}
 
 struct Knobs {
   int m, n, waves;
@@ -92,7 +85,7 @@ Built build(const StageSpec &spec) {
   built.kernel = std::make_unique<BuiltKernel>();
   std::string error;
   const bool ok =
-      mlir::succeeded(buildKernelIR(w2Context(), spec, *built.kernel, error));
+      mlir::succeeded(buildKernelIR(test::stageContext(), spec, *built.kernel, error));
   INFO(error);
   REQUIRE(ok);
   built.harness = StageHarness::create(*built.kernel, error);
