@@ -179,24 +179,27 @@ void checkAgainstLlvm(const Measured &m, uint32_t workgroupSize) {
 
 } // namespace
 
-TEST_CASE("W2 128x512x256 over 4 waves: AGPRs counted once, as LLVM does",
+TEST_CASE("W2 tiles that use AGPRs: counted once, as LLVM does",
           "[occupancy][agpr]") {
-  // LLVM 22.1.8 on this machine (2026-11-29): .vgpr_count 424, .agpr_count
-  // 168, NumVgprs 256, TotalNumVgprs 424, Occupancy 1. The model used to
-  // add the 168 AGPRs again (592 > 512) and call the kernel unlaunchable.
-  Measured m =
-      compileAndMeasure("w2_agpr", "m = 128, n = 512, k = 256, waves = 4");
-  CHECK(m.agprCount > 0);
-  checkAgainstLlvm(m, 256);
-}
-
-TEST_CASE("W2 64x512x256 over 2 waves: AGPRs counted once, as LLVM does",
-          "[occupancy][agpr]") {
-  // LLVM: .vgpr_count 474, .agpr_count 218, NumVgprs 256, Occupancy 1.
-  Measured m =
-      compileAndMeasure("w2_agpr2", "m = 64, n = 512, k = 256, waves = 2");
-  CHECK(m.agprCount > 0);
-  checkAgainstLlvm(m, 128);
+  // LLVM 22.1.8 on this machine (2026-11-29), for each tile:
+  //  128x512x256, 4 waves: .vgpr_count 424, .agpr_count 168, NumVgprs 256,
+  //    TotalNumVgprs 424, Occupancy 1. The model used to add the 168 AGPRs
+  //    again (592 > 512) and call the kernel unlaunchable.
+  //  64x512x256, 2 waves: .vgpr_count 474, .agpr_count 218, NumVgprs 256,
+  //    Occupancy 1.
+  const struct {
+    const char *name, *tile;
+    uint32_t workgroupSize;
+  } tiles[] = {
+      {"w2_agpr", "m = 128, n = 512, k = 256, waves = 4", 256},
+      {"w2_agpr2", "m = 64, n = 512, k = 256, waves = 2", 128},
+  };
+  for (const auto &tile : tiles) {
+    INFO(tile.tile);
+    Measured m = compileAndMeasure(tile.name, tile.tile);
+    CHECK(m.agprCount > 0);
+    checkAgainstLlvm(m, tile.workgroupSize);
+  }
 }
 
 TEST_CASE("W2 128x256x256 over 4 waves (no AGPRs) matches LLVM's occupancy",

@@ -91,6 +91,8 @@ struct RuntimeFixture {
   moec_device_t *device = nullptr;
   moec_executable_t *executable = nullptr;
   uint32_t w2Kernel = 0;
+  /// The W2 kernel's description (name, arguments, launch geometry).
+  moec_kernel_info_t w2Info;
 
   RuntimeFixture() {
     REQUIRE(moec_bundle_open(MOEC_SMALL_BUNDLE, &bundle) == MOEC_STATUS_OK);
@@ -99,10 +101,36 @@ struct RuntimeFixture {
             MOEC_STATUS_OK);
     REQUIRE(moec_executable_create(device, bundle, &executable) ==
             MOEC_STATUS_OK);
-    moec_kernel_info_t info;
-    REQUIRE(moec_bundle_kernel_info(bundle, w2Kernel, &info) == MOEC_STATUS_OK);
-    REQUIRE(std::string(info.stage) == "w2");
+    REQUIRE(moec_bundle_kernel_info(bundle, w2Kernel, &w2Info) ==
+            MOEC_STATUS_OK);
+    REQUIRE(std::string(w2Info.stage) == "w2");
   }
+  /// The W2 kernel's arguments in order: each buffer from
+  /// `bufferFor(name, index)`, each scalar `scalar`.
+  template <typename BufferFor>
+  std::vector<moec_kernel_arg_t> w2Arguments(int32_t scalar, BufferFor bufferFor) {
+    std::vector<moec_kernel_arg_t> args(w2Info.arg_count);
+    for (uint32_t i = 0; i < w2Info.arg_count; ++i) {
+      const char *name = nullptr;
+      moec_arg_kind_t kind;
+      REQUIRE(moec_bundle_kernel_arg(bundle, w2Kernel, i, &name, &kind) ==
+              MOEC_STATUS_OK);
+      args[i].kind = kind;
+      if (kind == MOEC_ARG_BUFFER)
+        args[i].value.buffer = bufferFor(std::string(name), i);
+      else
+        args[i].value.i32 = scalar;
+    }
+    return args;
+  }
+
+  /// Launches the W2 kernel on one workgroup with `args`.
+  moec_status_t launchW2OneWorkgroup(const std::vector<moec_kernel_arg_t> &args) {
+    const uint32_t grid[3] = {1, 1, 1};
+    return moec_executable_launch(executable, w2Kernel, grid, args.data(),
+                                  w2Info.arg_count, nullptr);
+  }
+
   ~RuntimeFixture() {
     moec_executable_release(executable);
     moec_device_release(device);
@@ -197,11 +225,8 @@ TEST_CASE("a bundle's W2 kernel runs through the runtime and matches the "
       {"num_routes", numRoutes},
       {"num_sorted", int64_t(mine.sorted.routeIds.size())}};
 
-  moec_kernel_info_t info;
-  REQUIRE(moec_bundle_kernel_info(runtime.bundle, runtime.w2Kernel, &info) ==
-          MOEC_STATUS_OK);
-  std::vector<moec_kernel_arg_t> args(info.arg_count);
-  for (uint32_t i = 0; i < info.arg_count; ++i) {
+  std::vector<moec_kernel_arg_t> args(runtime.w2Info.arg_count);
+  for (uint32_t i = 0; i < runtime.w2Info.arg_count; ++i) {
     const char *name = nullptr;
     moec_arg_kind_t kind;
     REQUIRE(moec_bundle_kernel_arg(runtime.bundle, runtime.w2Kernel, i, &name,
@@ -231,7 +256,7 @@ TEST_CASE("a bundle's W2 kernel runs through the runtime and matches the "
 
   const moec_status_t launched =
       moec_executable_launch(runtime.executable, runtime.w2Kernel, grid,
-                             args.data(), info.arg_count, nullptr);
+                             args.data(), runtime.w2Info.arg_count, nullptr);
   INFO(moec_last_error_message());
   REQUIRE(launched == MOEC_STATUS_OK);
   REQUIRE(hip.synchronize() == 0);
@@ -293,44 +318,27 @@ TEST_CASE("an argument pointing into no allocation fails the launch",
   EmulatedHip hip;
   REQUIRE(hip.complete());
   RuntimeFixture runtime;
-  moec_kernel_info_t info;
-  REQUIRE(moec_bundle_kernel_info(runtime.bundle, runtime.w2Kernel, &info) ==
-          MOEC_STATUS_OK);
   void *device = nullptr;
   REQUIRE(hip.malloc(&device, 4096) == 0);
   std::vector<uint8_t> host(4096);
-  std::vector<moec_kernel_arg_t> args(info.arg_count);
   int outIndex = -1;
-  for (uint32_t i = 0; i < info.arg_count; ++i) {
-    const char *name = nullptr;
-    moec_arg_kind_t kind;
-    REQUIRE(moec_bundle_kernel_arg(runtime.bundle, runtime.w2Kernel, i, &name,
-                                   &kind) == MOEC_STATUS_OK);
-    args[i].kind = kind;
-    if (kind == MOEC_ARG_BUFFER) {
-      // `out` is host memory; every other buffer is on the device.
-      const bool isOut = std::string(name) == "out";
-      args[i].value.buffer = isOut ? host.data() : device;
-      if (isOut)
+  // `out` is host memory; every other buffer is on the device.
+  std::vector<moec_kernel_arg_t> args =
+      runtime.w2Arguments(/*scalar=*/32, [&](const std::string &name, uint32_t i) {
+        if (name != "out")
+          return device;
         outIndex = int(i);
-    } else {
-      args[i].value.i32 = 32;
-    }
-  }
+        return static_cast<void *>(host.data());
+      });
   REQUIRE(outIndex >= 0);
-  const uint32_t grid[3] = {1, 1, 1};
-  CHECK(moec_executable_launch(runtime.executable, runtime.w2Kernel, grid,
-                               args.data(), info.arg_count,
-                               nullptr) != MOEC_STATUS_OK);
+  CHECK(runtime.launchW2OneWorkgroup(args) != MOEC_STATUS_OK);
   const std::string message = moec_last_error_message();
   INFO(message);
   CHECK_THAT(message, Catch::Contains("argument " + std::to_string(outIndex)));
   CHECK_THAT(message, Catch::Contains("points into no device allocation"));
   // One past the end of an allocation is outside it, too.
   args[size_t(outIndex)].value.buffer = static_cast<uint8_t *>(device) + 4096;
-  CHECK(moec_executable_launch(runtime.executable, runtime.w2Kernel, grid,
-                               args.data(), info.arg_count,
-                               nullptr) != MOEC_STATUS_OK);
+  CHECK(runtime.launchW2OneWorkgroup(args) != MOEC_STATUS_OK);
   CHECK_THAT(std::string(moec_last_error_message()),
              Catch::Contains("points into no device allocation"));
   REQUIRE(hip.free(device) == 0);
@@ -341,32 +349,17 @@ TEST_CASE("reads of never-written device memory fail the launch",
   EmulatedHip hip;
   REQUIRE(hip.complete());
   RuntimeFixture runtime;
-  moec_kernel_info_t info;
-  REQUIRE(moec_bundle_kernel_info(runtime.bundle, runtime.w2Kernel, &info) ==
-          MOEC_STATUS_OK);
   // Every buffer freshly allocated and never written: the route list the
   // kernel reads first is poison, which the detector reports.
   std::vector<void *> buffers;
-  std::vector<moec_kernel_arg_t> args(info.arg_count);
-  for (uint32_t i = 0; i < info.arg_count; ++i) {
-    const char *name = nullptr;
-    moec_arg_kind_t kind;
-    REQUIRE(moec_bundle_kernel_arg(runtime.bundle, runtime.w2Kernel, i, &name,
-                                   &kind) == MOEC_STATUS_OK);
-    args[i].kind = kind;
-    if (kind == MOEC_ARG_BUFFER) {
-      void *pointer = nullptr;
-      REQUIRE(hip.malloc(&pointer, 1 << 16) == 0);
-      buffers.push_back(pointer);
-      args[i].value.buffer = pointer;
-    } else {
-      args[i].value.i32 = 32;
-    }
-  }
-  const uint32_t grid[3] = {1, 1, 1};
-  CHECK(moec_executable_launch(runtime.executable, runtime.w2Kernel, grid,
-                               args.data(), info.arg_count,
-                               nullptr) != MOEC_STATUS_OK);
+  std::vector<moec_kernel_arg_t> args =
+      runtime.w2Arguments(/*scalar=*/32, [&](const std::string &, uint32_t) {
+        void *pointer = nullptr;
+        REQUIRE(hip.malloc(&pointer, 1 << 16) == 0);
+        buffers.push_back(pointer);
+        return pointer;
+      });
+  CHECK(runtime.launchW2OneWorkgroup(args) != MOEC_STATUS_OK);
   const std::string message = moec_last_error_message();
   INFO(message);
   CHECK_THAT(message, Catch::Contains("hipErrorLaunchFailure"));

@@ -184,16 +184,35 @@ double savedOracleError(const std::string &dir, int64_t rank,
   return relativeL2(errSq, refSq);
 }
 
+/// A config of a shipped table run at its small problem with `tokens` per
+/// rank and saved into a fresh directory whose layer files were checked.
+struct SavedLayer {
+  std::vector<LayerKernel> kernels;
+  StageShape shape;
+  std::string dir;
+  std::vector<ref::TokenBatch> batches;
+};
+
+SavedLayer runSaveAndCheck(const std::string &table, const std::string &config,
+                           const std::string &dirName, int64_t tokens) {
+  SavedLayer layer;
+  layer.kernels = configKernels(table, config);
+  layer.shape = smallProblem(layer.kernels);
+  layer.dir = freshDirectory(dirName);
+  runAndSave(layer.kernels, tokens, layer.dir);
+  layer.batches = expectLayerFiles(layer.dir, layer.shape, tokens);
+  return layer;
+}
+
 } // namespace
 
 TEST_CASE("an unfused config saves its weights, inputs and output per rank",
           "[layer][save]") {
-  const std::vector<LayerKernel> kernels =
-      configKernels("flash_ep4.table", "decode");
-  const StageShape s = smallProblem(kernels);
-  const std::string dir = freshDirectory("unfused-save");
-  runAndSave(kernels, 6, dir);
-  const std::vector<ref::TokenBatch> batches = expectLayerFiles(dir, s, 6);
+  const SavedLayer layer =
+      runSaveAndCheck("flash_ep4.table", "decode", "unfused-save", 6);
+  const StageShape &s = layer.shape;
+  const std::string &dir = layer.dir;
+  const std::vector<ref::TokenBatch> &batches = layer.batches;
   // Stage files: the sort's list, W13's intermediate, W2's rows, the
   // combine's input rows.
   using ref::NpyDtype;
@@ -247,12 +266,11 @@ TEST_CASE("the FHMoE config saves its shared FP8 expert", "[layer][save]") {
 
 TEST_CASE("a fused config saves its weights, inputs and output per rank",
           "[layer][save][peer]") {
-  const std::vector<LayerKernel> kernels =
-      configKernels("flash_ep4.table", "fused_decode");
-  const StageShape s = smallProblem(kernels);
-  const std::string dir = freshDirectory("fused-save");
-  runAndSave(kernels, 8, dir);
-  const std::vector<ref::TokenBatch> batches = expectLayerFiles(dir, s, 8);
+  const SavedLayer layer =
+      runSaveAndCheck("flash_ep4.table", "fused_decode", "fused-save", 8);
+  const StageShape &s = layer.shape;
+  const std::string &dir = layer.dir;
+  const std::vector<ref::TokenBatch> &batches = layer.batches;
   using ref::NpyDtype;
   expectArray(dir, "rank0_recv_meta", NpyDtype::Int32, {-1, -1});
   expectArray(dir, "rank0_intermediate_codes", NpyDtype::UInt8,

@@ -14,13 +14,7 @@ using namespace moec::emu;
 
 namespace {
 
-
-/// A stage kernel at the test problem and its harness (which refers to the
-/// kernel: keep both).
-struct Stage {
-  std::unique_ptr<BuiltKernel> kernel;
-  std::unique_ptr<StageHarness> harness;
-};
+using Stage = test::BuiltStage;
 
 Stage buildStage(const std::string &stage,
                  std::map<std::string, std::string> knobs) {
@@ -30,17 +24,7 @@ Stage buildStage(const std::string &stage,
                  {"top_k", "4"},    {"ep", "4"}};
   for (auto &[k, v] : knobs)
     spec.fields[k] = v;
-  Stage built;
-  built.kernel = std::make_unique<BuiltKernel>();
-  std::string error;
-  bool ok =
-      mlir::succeeded(buildKernelIR(test::stageContext(), spec, *built.kernel, error));
-  INFO(error);
-  REQUIRE(ok);
-  built.harness = StageHarness::create(*built.kernel, error);
-  INFO(error);
-  REQUIRE(built.harness);
-  return built;
+  return test::buildStageOrFail(spec);
 }
 
 /// A layer whose tokens are `batch` (top_k 4).

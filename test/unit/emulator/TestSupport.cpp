@@ -40,6 +40,20 @@ mlir::MLIRContext &stageContext() {
   return *ctx;
 }
 
+BuiltStage buildStageOrFail(const StageSpec &spec) {
+  BuiltStage built;
+  built.kernel = std::make_unique<BuiltKernel>();
+  std::string error;
+  const bool ok = mlir::succeeded(
+      buildKernelIR(stageContext(), spec, *built.kernel, error));
+  INFO(error);
+  REQUIRE(ok);
+  built.harness = StageHarness::create(*built.kernel, error);
+  INFO(error);
+  REQUIRE(built.harness);
+  return built;
+}
+
 ParsedKernel parseKernel(const std::string &text) {
   ParsedKernel kernel;
   std::string diagnostics;

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "moec/Emulator/StageHarness.h"
+
+#include <memory>
+
 namespace moec::emu::test {
 
 /// A context with the kernel-IR dialects loaded (shared by all tests).
@@ -22,6 +26,18 @@ mlir::MLIRContext &context();
 /// A context with every moec dialect loaded (emu::prepareContext), for the
 /// tests that build stage ops and lower them (shared by all tests).
 mlir::MLIRContext &stageContext();
+
+/// A stage kernel built from a spec at the test problem and its harness
+/// (which refers to the kernel: keep both).
+struct BuiltStage {
+  std::unique_ptr<BuiltKernel> kernel;
+  std::unique_ptr<StageHarness> harness;
+  const StageShape &shape() const { return harness->shape(); }
+};
+
+/// Builds `spec`'s kernel in stageContext() and its harness; fails the
+/// current test with the error when either cannot be made.
+BuiltStage buildStageOrFail(const StageSpec &spec);
 
 /// A parsed kernel: the module owns the gpu.func.
 struct ParsedKernel {

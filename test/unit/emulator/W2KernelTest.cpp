@@ -74,24 +74,10 @@ StageSpec w2Spec(const Knobs &k, int64_t hidden, int64_t inter,
   return spec;
 }
 
-struct Built {
-  std::unique_ptr<BuiltKernel> kernel;
-  std::unique_ptr<StageHarness> harness;
-  const StageShape &shape() const { return harness->shape(); }
-};
+using Built = test::BuiltStage;
 
 Built build(const StageSpec &spec) {
-  Built built;
-  built.kernel = std::make_unique<BuiltKernel>();
-  std::string error;
-  const bool ok =
-      mlir::succeeded(buildKernelIR(test::stageContext(), spec, *built.kernel, error));
-  INFO(error);
-  REQUIRE(ok);
-  built.harness = StageHarness::create(*built.kernel, error);
-  INFO(error);
-  REQUIRE(built.harness);
-  return built;
+  return test::buildStageOrFail(spec);
 }
 
 /// MFMAs the kernel must issue: every non-empty tile, every N tile, every

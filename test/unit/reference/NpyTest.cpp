@@ -131,24 +131,28 @@ TEST_CASE("npy: bad files give one-line errors naming the file", "[npy]") {
   expectError(dir + "/missing.npy", "cannot open");
   writeRaw(dir + "/magic.npy", "PK\x03\x04 not numpy at all");
   expectError(dir + "/magic.npy", "bad magic");
-  writeRaw(dir + "/trunc.npy",
-           npyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", "abc"));
-  expectError(dir + "/trunc.npy", "truncated data");
-  writeRaw(dir + "/huge.npy",
-           npyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (281474976710656, 281474976710656), }", "x"));
-  expectError(dir + "/huge.npy", "too large");
-  writeRaw(dir + "/bigshape.npy",
-           npyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000), }", "x"));
-  expectError(dir + "/bigshape.npy", "truncated data");
-  writeRaw(dir + "/fortran.npy",
-           npyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", "abcd"));
-  expectError(dir + "/fortran.npy", "Fortran");
-  writeRaw(dir + "/big.npy",
-           npyBytes("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "abcd"));
-  expectError(dir + "/big.npy", "unsupported dtype '>f4'");
-  writeRaw(dir + "/half.npy",
-           npyBytes("{'descr': '<f2', 'fortran_order': False, 'shape': (1,), }", "ab"));
-  expectError(dir + "/half.npy", "unsupported dtype");
+  // Files with a NumPy-padded header: name, header dict, data, message.
+  const struct {
+    const char *file, *dict, *data, *fragment;
+  } headerCases[] = {
+      {"trunc.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", "abc",
+       "truncated data"},
+      {"huge.npy",
+       "{'descr': '<f8', 'fortran_order': False, 'shape': (281474976710656, 281474976710656), }",
+       "x", "too large"},
+      {"bigshape.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000), }",
+       "x", "truncated data"},
+      {"fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", "abcd",
+       "Fortran"},
+      {"big.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "abcd",
+       "unsupported dtype '>f4'"},
+      {"half.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (1,), }", "ab",
+       "unsupported dtype"},
+  };
+  for (const auto &c : headerCases) {
+    writeRaw(dir + "/" + c.file, npyBytes(c.dict, c.data));
+    expectError(dir + "/" + c.file, c.fragment);
+  }
   writeRaw(dir + "/noshape.npy", npyBytes("{'descr': '<f4', 'fortran_order': False}", ""));
   expectError(dir + "/noshape.npy", "malformed");
   writeRaw(dir + "/version.npy", std::string("\x93NUMPY\x09\x00\x10\x00", 10));
