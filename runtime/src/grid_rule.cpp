@@ -55,6 +55,21 @@ ArithmeticProblem normalize(__int128 numerator, __int128 denominator, Rational &
     numerator = -numerator;
     denominator = -denominator;
   }
+  if (numerator >= -INT64_MAX && numerator <= INT64_MAX && denominator <= INT64_MAX) {
+    // The common case: 64-bit operands, where division is far cheaper.
+    int64_t n = static_cast<int64_t>(numerator), d = static_cast<int64_t>(denominator);
+    if (d != 1) {
+      const int64_t divisor = static_cast<int64_t>(
+          greatestCommonDivisor(static_cast<uint64_t>(n < 0 ? -n : n), static_cast<uint64_t>(d)));
+      if (divisor > 1) {
+        n /= divisor;
+        d /= divisor;
+      }
+    }
+    out.numerator = n;
+    out.denominator = d;
+    return ArithmeticProblem::None;
+  }
   if (denominator != 1) {
     const unsigned __int128 magnitude =
         numerator < 0 ? -static_cast<unsigned __int128>(numerator)
