@@ -11,6 +11,7 @@
 //   moec-grid-bench [calls]   (default 20000000)
 //
 //===----------------------------------------------------------------------===//
+#include "BenchBundle.h"
 #include "moec/bundle.h"
 #include "moec/grid_rule.h"
 #include "moec/moec_runtime.h"
@@ -65,18 +66,8 @@ std::string buildBundle() {
            {"grid", {{"x", rules[k][0]}, {"y", rules[k][1]}, {"z", rules[k][2]}}}}},
          {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}}}});
   }
-  nlohmann::json manifest = {{"target", {{"arch", "gfx950"}}},
-                             {"kernels", kernels},
-                             {"configs", nlohmann::json::array()},
-                             {"selection", nlohmann::json::array()}};
-  std::vector<uint8_t> codeObject = {0x7f, 'E', 'L', 'F', 0, 0, 0, 0};
-  const std::string path = "/tmp/moec-grid-bench." + std::to_string(::getpid()) + ".moeb";
-  std::string error;
-  if (!writeBundle(path, manifest.dump(), {codeObject}, error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    std::exit(2);
-  }
-  return path;
+  return moec::bench::writeBenchBundle(kernels, nlohmann::json::array(),
+                                      nlohmann::json::array(), "grid-bench");
 }
 
 /// The engine's variables for every M: num_sorted padded to the 128 tile.

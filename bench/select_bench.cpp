@@ -9,6 +9,7 @@
 //   moec-select-bench [iterations]   (default 20000000)
 //
 //===----------------------------------------------------------------------===//
+#include "BenchBundle.h"
 #include "moec/bundle.h"
 #include "moec/moec_runtime.h"
 
@@ -63,18 +64,8 @@ std::string buildBundle(size_t &rowCount) {
   rowCount = 0;
   for (const auto &table : selection)
     rowCount += table["rows"].size();
-  nlohmann::json manifest = {{"target", {{"arch", "gfx950"}}},
-                             {"kernels", kernels},
-                             {"configs", configs},
-                             {"selection", selection}};
-  std::vector<uint8_t> codeObject = {0x7f, 'E', 'L', 'F', 0, 0, 0, 0};
-  const std::string path = "/tmp/moec-select-bench." + std::to_string(::getpid()) + ".moeb";
-  std::string error;
-  if (!writeBundle(path, manifest.dump(), {codeObject}, error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    std::exit(2);
-  }
-  return path;
+  return moec::bench::writeBenchBundle(kernels, configs, selection,
+                                      "select-bench");
 }
 
 double nanosecondsSince(std::chrono::steady_clock::time_point start, uint64_t count) {
