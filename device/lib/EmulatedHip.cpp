@@ -744,6 +744,37 @@ MOEC_EXPORT int hipMemset(void *dst, int value, size_t size) {
   return succeed();
 }
 
+// Stream-ordered copies and fills run when they are made, after every
+// pending launch (a synchronising point in deferred mode): the layer only
+// issues them on unfused paths, where no launch waits for a peer.
+MOEC_EXPORT int hipMemsetAsync(void *dst, int value, size_t size,
+                               void * /*stream*/) {
+  return hipMemset(dst, value, size);
+}
+
+MOEC_EXPORT int hipMemcpyAsync(void *dst, const void *src, size_t size,
+                               int kind, void * /*stream*/) {
+  return hipMemcpy(dst, src, size, kind);
+}
+
+MOEC_EXPORT int hipMemcpy2DAsync(void *dst, size_t dstPitch, const void *src,
+                                 size_t srcPitch, size_t width, size_t height,
+                                 int kind, void * /*stream*/) {
+  if (height == 0 || width == 0)
+    return succeed();
+  if (width > dstPitch || width > srcPitch)
+    return fail(kInvalidValue, "hipMemcpy2DAsync: width " +
+                                   std::to_string(width) +
+                                   " above a pitch");
+  for (size_t row = 0; row < height; ++row)
+    if (int status = hipMemcpy(static_cast<uint8_t *>(dst) + row * dstPitch,
+                               static_cast<const uint8_t *>(src) + row * srcPitch,
+                               width, kind);
+        status != kSuccess)
+      return status;
+  return succeed();
+}
+
 MOEC_EXPORT int hipStreamCreate(void **stream) {
   if (!stream)
     return fail(kInvalidValue, "hipStreamCreate: null result pointer");

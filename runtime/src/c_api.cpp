@@ -8,7 +8,9 @@
 #include "moec/bundle.h"
 #include "moec/grid_rule.h"
 #include "moec/hip_loader.h"
+#include "moec/layer.h"
 
+#include <cstring>
 #include <new>
 #include <string>
 #include <sys/stat.h>
@@ -27,6 +29,10 @@ struct moec_executable_t {
   moec_executable_t(const HipDevice &device, const Bundle &bundle)
       : loader(device, bundle) {}
   KernelLoader loader;
+};
+
+struct moec_layer_t {
+  std::unique_ptr<Layer> layer;
 };
 
 namespace {
@@ -461,6 +467,322 @@ moec_status_t moec_executable_launch(moec_executable_t *executable,
                       ? MOEC_STATUS_INVALID_ARGUMENT
                       : MOEC_STATUS_HIP_ERROR,
                   error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+} // extern "C"
+
+namespace {
+
+/// A HIP call of a device helper: the status, or the failure with `what`.
+moec_status_t hipResult(const moec_device_t *device, hip::Error status,
+                        const char *what) {
+  if (status == hip::kSuccess)
+    return MOEC_STATUS_OK;
+  return fail(MOEC_STATUS_HIP_ERROR,
+              std::string(what) + " failed: " +
+                  device->device->library().describe(status));
+}
+
+} // namespace
+
+extern "C" {
+
+moec_status_t moec_device_alloc(moec_device_t *device, size_t bytes,
+                                void **out_pointer) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !out_pointer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_alloc: null argument");
+    std::string error;
+    if (!device->device->makeCurrent(error))
+      return fail(MOEC_STATUS_HIP_ERROR, error);
+    void *pointer = nullptr;
+    moec_status_t status = hipResult(
+        device, device->device->hipApi().hipMalloc(&pointer, bytes ? bytes : 1),
+        "hipMalloc");
+    if (status == MOEC_STATUS_OK)
+      *out_pointer = pointer;
+    return status;
+  });
+}
+
+moec_status_t moec_device_free(moec_device_t *device, void *pointer) {
+  return guarded([&]() -> moec_status_t {
+    if (!device)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_free: null device");
+    if (!pointer)
+      return MOEC_STATUS_OK;
+    return hipResult(device, device->device->hipApi().hipFree(pointer), "hipFree");
+  });
+}
+
+moec_status_t moec_device_copy_to_device(moec_device_t *device, void *device_dst,
+                                         const void *host_src, size_t bytes) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || (bytes && (!device_dst || !host_src)))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_device_copy_to_device: null argument");
+    if (!bytes)
+      return MOEC_STATUS_OK;
+    return hipResult(device,
+                     device->device->hipApi().hipMemcpy(device_dst, host_src, bytes,
+                                                        hip::kMemcpyHostToDevice),
+                     "hipMemcpy (host to device)");
+  });
+}
+
+moec_status_t moec_device_copy_to_host(moec_device_t *device, void *host_dst,
+                                       const void *device_src, size_t bytes) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || (bytes && (!host_dst || !device_src)))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_device_copy_to_host: null argument");
+    if (!bytes)
+      return MOEC_STATUS_OK;
+    return hipResult(device,
+                     device->device->hipApi().hipMemcpy(host_dst, device_src, bytes,
+                                                        hip::kMemcpyDeviceToHost),
+                     "hipMemcpy (device to host)");
+  });
+}
+
+moec_status_t moec_device_fill(moec_device_t *device, void *device_dst, int value,
+                               size_t bytes, void *stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || (bytes && !device_dst))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_fill: null argument");
+    if (!bytes)
+      return MOEC_STATUS_OK;
+    return hipResult(device,
+                     device->device->hipApi().hipMemsetAsync(device_dst, value,
+                                                             bytes, stream),
+                     "hipMemsetAsync");
+  });
+}
+
+moec_status_t moec_device_make_current(moec_device_t *device) {
+  return guarded([&]() -> moec_status_t {
+    if (!device)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_make_current: null device");
+    std::string error;
+    if (!device->device->makeCurrent(error))
+      return fail(MOEC_STATUS_HIP_ERROR, error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_device_synchronize(moec_device_t *device, void *stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!device)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_synchronize: null device");
+    return hipResult(device, device->device->hipApi().hipStreamSynchronize(stream),
+                     "hipStreamSynchronize");
+  });
+}
+
+moec_status_t moec_device_ipc_handle(moec_device_t *device, void *pointer,
+                                     moec_ipc_handle_t *out_handle) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !pointer || !out_handle)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_ipc_handle: null argument");
+    hip::IpcMemHandle handle;
+    moec_status_t status = hipResult(
+        device, device->device->hipApi().hipIpcGetMemHandle(&handle, pointer),
+        "hipIpcGetMemHandle");
+    if (status == MOEC_STATUS_OK) {
+      static_assert(sizeof(handle.reserved) == sizeof(out_handle->bytes), "");
+      std::memcpy(out_handle->bytes, handle.reserved, sizeof(handle.reserved));
+    }
+    return status;
+  });
+}
+
+moec_status_t moec_device_ipc_open(moec_device_t *device,
+                                   const moec_ipc_handle_t *handle,
+                                   void **out_pointer) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !handle || !out_pointer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_ipc_open: null argument");
+    hip::IpcMemHandle raw;
+    std::memcpy(raw.reserved, handle->bytes, sizeof(raw.reserved));
+    void *pointer = nullptr;
+    // hipIpcMemLazyEnablePeerAccess (1), as HIP's own users pass it.
+    moec_status_t status = hipResult(
+        device, device->device->hipApi().hipIpcOpenMemHandle(&pointer, raw, 1u),
+        "hipIpcOpenMemHandle");
+    if (status == MOEC_STATUS_OK)
+      *out_pointer = pointer;
+    return status;
+  });
+}
+
+moec_status_t moec_device_ipc_close(moec_device_t *device, void *pointer) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !pointer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_ipc_close: null argument");
+    return hipResult(device, device->device->hipApi().hipIpcCloseMemHandle(pointer),
+                     "hipIpcCloseMemHandle");
+  });
+}
+
+moec_status_t moec_layer_create(moec_executable_t *executable, moec_table_t table,
+                                const moec_layer_problem_t *problem,
+                                moec_layer_t **out_layer) {
+  return guarded([&]() -> moec_status_t {
+    if (!executable || !problem || !out_layer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_create: null argument");
+    LayerProblem p;
+    p.hidden = problem->hidden;
+    p.intermediate = problem->intermediate;
+    p.experts = problem->experts;
+    p.topK = problem->top_k;
+    p.epRank = problem->ep_rank;
+    p.epSize = problem->ep_size;
+    p.maxTokens = problem->max_tokens;
+    std::string error;
+    std::unique_ptr<Layer> layer =
+        Layer::create(executable->loader, TableHandle{table.index}, p, error);
+    if (!layer)
+      return fail(error.find("hipModule") != std::string::npos
+                      ? MOEC_STATUS_HIP_ERROR
+                      : MOEC_STATUS_INVALID_ARGUMENT,
+                  error);
+    *out_layer = new moec_layer_t{std::move(layer)};
+    return MOEC_STATUS_OK;
+  });
+}
+
+void moec_layer_release(moec_layer_t *layer) { delete layer; }
+
+moec_status_t moec_layer_memory(const moec_layer_t *layer,
+                                moec_layer_memory_t *out_memory) {
+  if (!layer || !out_memory)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_memory: null argument");
+  const LayerMemory &memory = layer->layer->memory();
+  moec_layer_memory_t result{};
+  result.workspace_bytes = memory.workspaceBytes;
+  result.peer_bytes = memory.peerBytes;
+  result.peer_recv_a_offset = memory.peer.recvA;
+  result.peer_recv_scale_offset = memory.peer.recvScale;
+  result.peer_recv_meta_offset = memory.peer.recvMeta;
+  result.peer_control_offset = memory.peer.control;
+  result.peer_control_bytes = memory.peer.controlBytes;
+  result.peer_combine_rows_offset = memory.peer.combineRows;
+  result.max_tokens = memory.maxTokens;
+  result.fused = layer->layer->fused() ? 1 : 0;
+  result.shared_expert = layer->layer->sharedExpert() ? 1 : 0;
+  *out_memory = result;
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_layer_bind_workspace(moec_layer_t *layer, void *workspace,
+                                        size_t bytes) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_bind_workspace: null layer");
+    std::string error;
+    if (!layer->layer->bindWorkspace(workspace, bytes, error))
+      return fail(error.find("failed") != std::string::npos
+                      ? MOEC_STATUS_HIP_ERROR
+                      : MOEC_STATUS_INVALID_ARGUMENT,
+                  error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_layer_bind_peers(moec_layer_t *layer, void *const *peer_buffers,
+                                    uint32_t count) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_bind_peers: null layer");
+    std::string error;
+    if (!layer->layer->bindPeers(peer_buffers, count, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_layer_bind_weights(moec_layer_t *layer,
+                                      const moec_layer_weights_t *weights) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer || !weights)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_bind_weights: null argument");
+    LayerWeights w;
+    w.w13 = weights->w13;
+    w.w13Scale = weights->w13_scale;
+    w.w2 = weights->w2;
+    w.w2Scale = weights->w2_scale;
+    w.sharedW13 = weights->shared_w13;
+    w.sharedW13Scale = weights->shared_w13_scale;
+    w.sharedW2 = weights->shared_w2;
+    w.sharedW2Scale = weights->shared_w2_scale;
+    std::string error;
+    if (!layer->layer->bindWeights(w, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_layer_forward(moec_layer_t *layer, uint32_t m, const void *hidden,
+                                 const int32_t *topk_ids, const float *topk_weights,
+                                 void *out, void *stream) {
+  // The hot path: no allocation unless it fails (the message).
+  return guarded([&]() -> moec_status_t {
+    if (!layer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_forward: null layer");
+    LayerInputs inputs;
+    inputs.m = m;
+    inputs.hidden = hidden;
+    inputs.topkIds = topk_ids;
+    inputs.topkWeights = topk_weights;
+    inputs.out = out;
+    thread_local std::string error;
+    switch (layer->layer->forward(inputs, stream, error)) {
+    case Layer::ForwardStatus::Ok:
+      return MOEC_STATUS_OK;
+    case Layer::ForwardStatus::InvalidArgument:
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    case Layer::ForwardStatus::SelectionMiss:
+      return fail(MOEC_STATUS_SELECTION_MISS, error);
+    case Layer::ForwardStatus::HipError:
+      return fail(MOEC_STATUS_HIP_ERROR, error);
+    }
+    return fail(MOEC_STATUS_INTERNAL, error);
+  });
+}
+
+moec_status_t moec_layer_last_forward(const moec_layer_t *layer, uint32_t *out_config,
+                                      uint32_t *out_launches) {
+  if (!layer || !out_config || !out_launches)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_last_forward: null argument");
+  *out_config = layer->layer->lastForward().config;
+  *out_launches = layer->layer->lastForward().launches;
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_layer_read_status(moec_layer_t *layer,
+                                     moec_layer_status_t *out_status) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer || !out_status)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_read_status: null argument");
+    LayerStatus status;
+    std::string error;
+    if (!layer->layer->readStatus(status, error))
+      return fail(MOEC_STATUS_HIP_ERROR, error);
+    out_status->overflow_routes = status.overflowRoutes;
+    out_status->forwards = status.forwards;
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_layer_clear_status(moec_layer_t *layer) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_clear_status: null layer");
+    std::string error;
+    if (!layer->layer->clearStatus(error))
+      return fail(MOEC_STATUS_HIP_ERROR, error);
     return MOEC_STATUS_OK;
   });
 }

@@ -231,7 +231,10 @@ void registerKernelIr(const HipLibrary &library, const Bundle &bundle,
 KernelLoader::KernelLoader(const HipDevice &device, const Bundle &bundle)
     : device_(device), bundle_(bundle),
       modules_(bundle.codeObjectCount(), nullptr),
-      functions_(bundle.manifest().kernels.size(), nullptr) {}
+      functions_(new std::atomic<hip::Function>[bundle.manifest().kernels.size()]) {
+  for (size_t i = 0; i < bundle.manifest().kernels.size(); ++i)
+    functions_[i].store(nullptr, std::memory_order_relaxed);
+}
 
 KernelLoader::~KernelLoader() {
   for (hip::Module module : modules_)
@@ -284,7 +287,7 @@ bool KernelLoader::loadKernel(uint32_t kernelIndex, std::string &error) {
     return false;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (functions_[kernelIndex])
+  if (functions_[kernelIndex].load(std::memory_order_acquire))
     return true;
   const KernelInfo &kernel = manifest.kernels[kernelIndex];
   if (!checkResources(kernel, error))
@@ -317,7 +320,7 @@ bool KernelLoader::loadKernel(uint32_t kernelIndex, std::string &error) {
             ") failed: " + device_.library().describe(status);
     return false;
   }
-  functions_[kernelIndex] = function;
+  functions_[kernelIndex].store(function, std::memory_order_release);
   return true;
 }
 
@@ -327,21 +330,33 @@ bool KernelLoader::launch(uint32_t kernelIndex, const std::array<uint32_t, 3> &g
   if (!loadKernel(kernelIndex, error))
     return false;
   const KernelInfo &kernel = bundle_.manifest().kernels[kernelIndex];
+  std::vector<uint8_t> kernarg;
+  if (!packKernelArguments(kernel, args, argCount, kernarg, error))
+    return false;
+  return launchPacked(kernelIndex, grid, kernarg.data(), kernarg.size(), stream,
+                      error);
+}
+
+bool KernelLoader::launchPacked(uint32_t kernelIndex,
+                                const std::array<uint32_t, 3> &grid,
+                                void *kernarg, size_t kernargSize,
+                                hip::Stream stream, std::string &error) {
+  const std::vector<KernelInfo> &kernels = bundle_.manifest().kernels;
+  hip::Function function = kernelIndex < kernels.size()
+                               ? functions_[kernelIndex].load(std::memory_order_acquire)
+                               : nullptr;
+  if (!function) {
+    error = bundle_.path() + ": kernel " + std::to_string(kernelIndex) +
+            " is not loaded";
+    return false;
+  }
+  const KernelInfo &kernel = kernels[kernelIndex];
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) {
     error = kernel.name + ": grid dimensions must be >= 1";
     return false;
   }
-  std::vector<uint8_t> kernarg;
-  if (!packKernelArguments(kernel, args, argCount, kernarg, error))
-    return false;
-  size_t kernargSize = kernarg.size();
-  void *extra[] = {hip::kLaunchParamBufferPointer, kernarg.data(),
+  void *extra[] = {hip::kLaunchParamBufferPointer, kernarg,
                    hip::kLaunchParamBufferSize, &kernargSize, hip::kLaunchParamEnd};
-  hip::Function function;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    function = functions_[kernelIndex];
-  }
   hip::Error status = device_.hipApi().hipModuleLaunchKernel(
       function, grid[0], grid[1], grid[2], kernel.launch.workgroupSize[0],
       kernel.launch.workgroupSize[1], kernel.launch.workgroupSize[2],

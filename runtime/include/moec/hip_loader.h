@@ -15,6 +15,7 @@
 #include "moec/bundle.h"
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,11 @@ inline constexpr int kAttributeWarpSize = 87;
 /// hipMemcpyKind.
 inline constexpr int kMemcpyHostToDevice = 1;
 inline constexpr int kMemcpyDeviceToHost = 2;
+inline constexpr int kMemcpyDeviceToDevice = 3;
+/// hipIpcMemHandle_t: 64 opaque bytes, passed by value.
+struct IpcMemHandle {
+  char reserved[64];
+};
 /// hipModuleLaunchKernel `extra` markers.
 inline void *const kLaunchParamBufferPointer = reinterpret_cast<void *>(1);
 inline void *const kLaunchParamBufferSize = reinterpret_cast<void *>(2);
@@ -69,7 +75,18 @@ inline void *const kLaunchParamEnd = reinterpret_cast<void *>(3);
   X(hipDeviceSynchronize, hip::Error, ())                                      \
   X(hipMalloc, hip::Error, (void **pointer, size_t size))                      \
   X(hipFree, hip::Error, (void *pointer))                                      \
-  X(hipMemcpy, hip::Error, (void *dst, const void *src, size_t size, int kind))
+  X(hipMemcpy, hip::Error, (void *dst, const void *src, size_t size, int kind)) \
+  X(hipMemsetAsync, hip::Error,                                                \
+    (void *dst, int value, size_t size, hip::Stream stream))                   \
+  X(hipMemcpy2DAsync, hip::Error,                                              \
+    (void *dst, size_t dstPitch, const void *src, size_t srcPitch,             \
+     size_t width, size_t height, int kind, hip::Stream stream))               \
+  X(hipStreamSynchronize, hip::Error, (hip::Stream stream))                    \
+  X(hipIpcGetMemHandle, hip::Error,                                            \
+    (hip::IpcMemHandle * handle, void *pointer))                               \
+  X(hipIpcOpenMemHandle, hip::Error,                                           \
+    (void **pointer, hip::IpcMemHandle handle, unsigned flags))                \
+  X(hipIpcCloseMemHandle, hip::Error, (void *pointer))
 
 /// Function pointers of the loaded HIP library.
 struct HipSymbols {
@@ -200,6 +217,13 @@ public:
               const KernelArgValue *args, size_t argCount, hip::Stream stream,
               std::string &error);
 
+  /// launch() with the kernarg buffer already packed (packKernelArguments'
+  /// layout). The kernel must have been loaded; allocation-free and
+  /// lock-free, so a layer's forward can call it on its hot path.
+  bool launchPacked(uint32_t kernelIndex, const std::array<uint32_t, 3> &grid,
+                    void *kernarg, size_t kernargSize, hip::Stream stream,
+                    std::string &error);
+
   /// Checks a kernel's LDS, workgroup size and wavefront size against the
   /// device limits (done by loadKernel before the first load).
   bool checkResources(const KernelInfo &kernel, std::string &error) const;
@@ -212,7 +236,10 @@ private:
   const Bundle &bundle_;
   std::mutex mutex_;
   std::vector<hip::Module> modules_;     ///< per code object
-  std::vector<hip::Function> functions_; ///< per kernel
+  /// Per kernel; an entry is written once, under the mutex, and read by
+  /// launchPacked without it (the layer loads every kernel before its
+  /// first forward).
+  std::unique_ptr<std::atomic<hip::Function>[]> functions_;
 };
 
 } // namespace moec::rt

@@ -240,6 +240,138 @@ MOEC_API moec_status_t moec_executable_launch(moec_executable_t *executable,
                                               const moec_kernel_arg_t *args,
                                               uint32_t arg_count, void *stream);
 
+/* ---- Device memory (for engines and tools without a HIP allocator) ---- */
+
+/** hipMalloc on the device (256-byte aligned); *out_pointer is a device
+ *  pointer. Free with moec_device_free. */
+MOEC_API moec_status_t moec_device_alloc(moec_device_t *device, size_t bytes,
+                                         void **out_pointer);
+MOEC_API moec_status_t moec_device_free(moec_device_t *device, void *pointer);
+/** Synchronous copies (they wait for the device's queued work). */
+MOEC_API moec_status_t moec_device_copy_to_device(moec_device_t *device,
+                                                  void *device_dst,
+                                                  const void *host_src,
+                                                  size_t bytes);
+MOEC_API moec_status_t moec_device_copy_to_host(moec_device_t *device,
+                                                void *host_dst,
+                                                const void *device_src,
+                                                size_t bytes);
+/** Fills `bytes` bytes of device memory with `value` (stream-ordered). */
+MOEC_API moec_status_t moec_device_fill(moec_device_t *device, void *device_dst,
+                                        int value, size_t bytes, void *stream);
+/** Makes `device` the calling thread's current device: launches and
+ *  allocations go to the current device (several devices in one process). */
+MOEC_API moec_status_t moec_device_make_current(moec_device_t *device);
+/** Waits for every launch on `stream` (NULL: the null stream). */
+MOEC_API moec_status_t moec_device_synchronize(moec_device_t *device,
+                                               void *stream);
+
+/** HIP IPC, for engines with no symmetric memory of their own: a 64-byte
+ *  handle for the start of an allocation, opened in another process (or on
+ *  another device of this one) to get a pointer to the same memory. */
+typedef struct moec_ipc_handle_t {
+  char bytes[64];
+} moec_ipc_handle_t;
+MOEC_API moec_status_t moec_device_ipc_handle(moec_device_t *device,
+                                              void *pointer,
+                                              moec_ipc_handle_t *out_handle);
+MOEC_API moec_status_t moec_device_ipc_open(moec_device_t *device,
+                                            const moec_ipc_handle_t *handle,
+                                            void **out_pointer);
+MOEC_API moec_status_t moec_device_ipc_close(moec_device_t *device,
+                                             void *pointer);
+
+/* ---- Layers: a whole MoE layer in one call (docs/runtime-api.md) ------- */
+
+/** The layer as the engine sees it: routed experts and routed top-k (an
+ *  FHMoE table adds its shared expert itself), the EP rank and size, and
+ *  the largest M a forward will pass (0: the table's workspace class). */
+typedef struct moec_layer_problem_t {
+  uint32_t hidden;
+  uint32_t intermediate; /**< TP-local, padded as compiled (Flash TP4: 640) */
+  uint32_t experts;
+  uint32_t top_k;
+  uint32_t ep_rank;
+  uint32_t ep_size;
+  uint32_t max_tokens;
+} moec_layer_problem_t;
+
+/** Device memory a layer needs. Fused MegaMoE tables also need one
+ *  symmetric buffer per rank of peer_bytes (zeroed once at allocation,
+ *  addressable by every rank), laid out at the offsets below. */
+typedef struct moec_layer_memory_t {
+  uint64_t workspace_bytes;
+  uint64_t peer_bytes; /**< 0 for unfused tables */
+  uint64_t peer_recv_a_offset, peer_recv_scale_offset, peer_recv_meta_offset;
+  uint64_t peer_control_offset, peer_control_bytes, peer_combine_rows_offset;
+  uint32_t max_tokens; /**< the largest M a forward accepts */
+  uint8_t fused;
+  uint8_t shared_expert;
+} moec_layer_memory_t;
+
+/** Device pointers to one layer's prepared weights (docs/families.md,
+ *  "Weight layouts"); shared_* only for FHMoE tables, else NULL. */
+typedef struct moec_layer_weights_t {
+  const void *w13, *w13_scale, *w2, *w2_scale;
+  const void *shared_w13, *shared_w13_scale, *shared_w2, *shared_w2_scale;
+} moec_layer_weights_t;
+
+/** What the device reported (moec_layer_read_status). */
+typedef struct moec_layer_status_t {
+  /** Routes that found no room (fused: receive rows, sticky until
+   *  moec_layer_clear_status; unfused: the last forward's sorted list).
+   *  Nonzero: the layer's output is incomplete and must not be used. */
+  uint64_t overflow_routes;
+  uint64_t forwards; /**< forwards launched (the fused kernels' epoch) */
+} moec_layer_status_t;
+
+typedef struct moec_layer_t moec_layer_t;
+
+/** Plans a layer over `table` of the executable's bundle: checks the
+ *  problem against every kernel of the table and loads them all. Release
+ *  it before the executable. */
+MOEC_API moec_status_t moec_layer_create(moec_executable_t *executable,
+                                         moec_table_t table,
+                                         const moec_layer_problem_t *problem,
+                                         moec_layer_t **out_layer);
+MOEC_API void moec_layer_release(moec_layer_t *layer);
+MOEC_API moec_status_t moec_layer_memory(const moec_layer_t *layer,
+                                         moec_layer_memory_t *out_memory);
+/** Binds the workspace (>= workspace_bytes, 256-byte aligned; FHMoE: a
+ *  synchronous copy writes the shared expert's routing slot into it). */
+MOEC_API moec_status_t moec_layer_bind_workspace(moec_layer_t *layer,
+                                                 void *workspace, size_t bytes);
+/** Fused tables: the symmetric buffers of ranks 0..ep_size-1 (this rank's
+ *  own at index ep_rank). */
+MOEC_API moec_status_t moec_layer_bind_peers(moec_layer_t *layer,
+                                             void *const *peer_buffers,
+                                             uint32_t count);
+/** The weights of the next forwards (pointers only; rebinding is cheap, so
+ *  one layer object can serve every MoE layer of a model in turn). */
+MOEC_API moec_status_t moec_layer_bind_weights(moec_layer_t *layer,
+                                               const moec_layer_weights_t *weights);
+/** One forward on `stream`: m is the common maximum source-token count of
+ *  all EP ranks (one all-reduce of max; an empty rank passes it too, with
+ *  ids -1). hidden BF16 [m, H], topk_ids int32 [m, top_k], topk_weights
+ *  FP32 [m, top_k], out BF16 [m, H]. Ids of -1 or outside [0, experts) add
+ *  exactly zero. Unfused EP tables: out is this rank's partial sum over its
+ *  local experts (the engine sums it over ranks). Allocation-free. */
+MOEC_API moec_status_t moec_layer_forward(moec_layer_t *layer, uint32_t m,
+                                          const void *hidden,
+                                          const int32_t *topk_ids,
+                                          const float *topk_weights, void *out,
+                                          void *stream);
+/** The configuration the last forward ran (a moec_bundle_config_info index)
+ *  and how many kernels it launched. */
+MOEC_API moec_status_t moec_layer_last_forward(const moec_layer_t *layer,
+                                               uint32_t *out_config,
+                                               uint32_t *out_launches);
+/** Reads the status words (synchronous: sync the stream first). */
+MOEC_API moec_status_t moec_layer_read_status(moec_layer_t *layer,
+                                              moec_layer_status_t *out_status);
+/** Clears the fused overflow word after the engine handled a failed layer. */
+MOEC_API moec_status_t moec_layer_clear_status(moec_layer_t *layer);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

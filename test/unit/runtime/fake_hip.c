@@ -161,6 +161,46 @@ FAKE_EXPORT int hipMemcpy(void *dst, const void *src, size_t size, int kind) {
 }
 
 /* Introspection for the tests. */
+/* Asynchronous copies are done at once (host memory stands in for device
+ * memory); the fake launches nothing, so ordering cannot matter. */
+FAKE_EXPORT int hipMemsetAsync(void *dst, int value, size_t size, void *stream) {
+  (void)stream;
+  memset(dst, value, size);
+  return 0;
+}
+FAKE_EXPORT int hipMemcpy2DAsync(void *dst, size_t dst_pitch, const void *src,
+                                 size_t src_pitch, size_t width, size_t height,
+                                 int kind, void *stream) {
+  size_t row;
+  (void)kind;
+  (void)stream;
+  for (row = 0; row < height; ++row)
+    memcpy((char *)dst + row * dst_pitch, (const char *)src + row * src_pitch, width);
+  return 0;
+}
+FAKE_EXPORT int hipStreamSynchronize(void *stream) {
+  (void)stream;
+  return 0;
+}
+struct fake_ipc_handle {
+  char reserved[64];
+};
+FAKE_EXPORT int hipIpcGetMemHandle(struct fake_ipc_handle *handle, void *pointer) {
+  memset(handle->reserved, 0, sizeof handle->reserved);
+  memcpy(handle->reserved, &pointer, sizeof pointer);
+  return 0;
+}
+FAKE_EXPORT int hipIpcOpenMemHandle(void **pointer, struct fake_ipc_handle handle,
+                                    unsigned flags) {
+  (void)flags;
+  memcpy(pointer, handle.reserved, sizeof *pointer);
+  return 0;
+}
+FAKE_EXPORT int hipIpcCloseMemHandle(void *pointer) {
+  (void)pointer;
+  return 0;
+}
+
 FAKE_EXPORT const void *fake_hip_last_image(void) { return last_image; }
 FAKE_EXPORT int fake_hip_load_count(void) { return load_count; }
 FAKE_EXPORT int fake_hip_unload_count(void) { return unload_count; }

@@ -1,0 +1,161 @@
+//===- layer.h - a whole MoE layer in one call ------------------*- C++ -*-===//
+//
+// A Layer turns one resolved selection table of a bundle into a MoE layer an
+// engine calls with device pointers: it plans every buffer the table's
+// configurations use, binds each kernel argument (by its ABI name) to one of
+// them, and per forward selects the configuration for M, computes the grids,
+// packs the arguments and launches the kernels in order on the engine's
+// stream. docs/runtime-api.md, "Layers", is the contract; the shapes are
+// those of docs/families.md.
+//
+// Memory: the engine allocates and binds
+//  - the workspace (LayerMemory::workspaceBytes, device memory private to
+//    this rank: the quantised tokens, the sorted route lists, the
+//    intermediate, the route rows);
+//  - for fused MegaMoE tables, one symmetric buffer per rank
+//    (LayerMemory::peerBytes, zeroed once at allocation), whose addresses
+//    every rank knows (IPC handles or a symmetric heap): the receive rows,
+//    their metadata, the control words and the combine rows, at the offsets
+//    LayerMemory::peer gives, identical on every rank;
+//  - the weights, by pointer (no copy), in the layout the manifest names.
+//
+// forward() is allocation-free and takes no lock; one forward at a time per
+// Layer.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOEC_LAYER_H
+#define MOEC_LAYER_H
+
+#include "moec/hip_loader.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moec::rt {
+
+/// The layer as the engine sees it. `experts` and `topK` count routed
+/// experts and routed slots per token: an FHMoE table's shared expert is
+/// added by the layer (internal E + 1 experts, top-k + 1 routes).
+struct LayerProblem {
+  uint32_t hidden = 0;
+  /// TP-local, padded as the kernels were compiled (Flash TP4: 640).
+  uint32_t intermediate = 0;
+  uint32_t experts = 0;
+  uint32_t topK = 0;
+  uint32_t epRank = 0;
+  uint32_t epSize = 1;
+  /// Largest M any forward will pass; 0: the table's workspace class (and,
+  /// for fused tables, at most the kernels' max_tokens).
+  uint32_t maxTokens = 0;
+};
+
+/// Where one symmetric buffer holds what, in bytes from its start.
+struct PeerLayout {
+  uint64_t recvA = 0, recvScale = 0, recvMeta = 0, control = 0,
+           combineRows = 0;
+  uint64_t controlBytes = 0;
+};
+
+/// Device memory a layer needs.
+struct LayerMemory {
+  uint64_t workspaceBytes = 0;
+  /// 0 unless the table is fused MegaMoE.
+  uint64_t peerBytes = 0;
+  PeerLayout peer;
+  /// The largest M a forward accepts.
+  uint32_t maxTokens = 0;
+};
+
+/// Device pointers to one layer's prepared weights (docs/families.md,
+/// "Weight layouts"). The shared_* fields are for FHMoE tables only.
+struct LayerWeights {
+  const void *w13 = nullptr, *w13Scale = nullptr;
+  const void *w2 = nullptr, *w2Scale = nullptr;
+  const void *sharedW13 = nullptr, *sharedW13Scale = nullptr;
+  const void *sharedW2 = nullptr, *sharedW2Scale = nullptr;
+};
+
+/// One forward's device pointers. M is the common maximum source-token
+/// count of all ranks (EP: an all-reduce of max; an empty rank passes that
+/// M too, with its rows' ids -1).
+struct LayerInputs {
+  uint32_t m = 0;
+  const void *hidden = nullptr;      ///< BF16 [M, H]
+  const void *topkIds = nullptr;     ///< int32 [M, top_k]
+  const void *topkWeights = nullptr; ///< FP32 [M, top_k]
+  void *out = nullptr;               ///< BF16 [M, H]
+};
+
+/// What the device reported about the forwards so far (readStatus).
+struct LayerStatus {
+  /// Fused: routes that found no receive row (sticky until clearStatus);
+  /// unfused: routes the last forward's sort could not place.
+  uint64_t overflowRoutes = 0;
+  /// Forwards launched (the fused kernels' epoch).
+  uint64_t forwards = 0;
+};
+
+/// What the last forward launched (for reports and tests).
+struct ForwardInfo {
+  uint32_t config = UINT32_MAX;
+  bool fallback = false;
+  uint32_t launches = 0;
+};
+
+class Layer {
+public:
+  /// Plans the layer for table `table` of the loader's bundle. Checks the
+  /// problem against every kernel of the table's configurations and that
+  /// every argument has a binding; loads every kernel (so a forward never
+  /// loads). Errors name the table, config, kernel or argument.
+  static std::unique_ptr<Layer> create(KernelLoader &loader, TableHandle table,
+                                       const LayerProblem &problem,
+                                       std::string &error);
+  ~Layer();
+  Layer(const Layer &) = delete;
+  Layer &operator=(const Layer &) = delete;
+
+  const LayerMemory &memory() const { return memory_; }
+  bool fused() const { return fused_; }
+  bool sharedExpert() const { return sharedExpert_; }
+
+  /// Binds the workspace (>= memory().workspaceBytes, 256-byte aligned).
+  /// FHMoE: also writes the shared expert's constant routing slot into it
+  /// (a synchronous copy), so bind before the first forward.
+  bool bindWorkspace(void *workspace, uint64_t bytes, std::string &error);
+  /// Fused tables: the symmetric buffers of ranks 0..ep-1 (this rank's
+  /// included, at index epRank).
+  bool bindPeers(void *const *bases, uint32_t count, std::string &error);
+  /// The weights the next forwards use (pointers only).
+  bool bindWeights(const LayerWeights &weights, std::string &error);
+
+  /// Why a forward failed.
+  enum class ForwardStatus { Ok, InvalidArgument, SelectionMiss, HipError };
+  /// Selects, computes grids, packs arguments and launches on `stream`.
+  /// Allocation-free on success; `error` is written only on failure.
+  ForwardStatus forward(const LayerInputs &inputs, hip::Stream stream,
+                        std::string &error);
+  const ForwardInfo &lastForward() const { return last_; }
+
+  /// Reads the status words (a synchronous device-to-host copy: sync the
+  /// stream first).
+  bool readStatus(LayerStatus &out, std::string &error);
+  /// Zeroes the fused overflow word (after handling a failed layer).
+  bool clearStatus(std::string &error);
+
+  struct Plan;
+
+private:
+  Layer() = default;
+  std::unique_ptr<Plan> plan_;
+  LayerMemory memory_;
+  bool fused_ = false, sharedExpert_ = false;
+  ForwardInfo last_;
+};
+
+} // namespace moec::rt
+
+#endif // MOEC_LAYER_H

@@ -1,0 +1,936 @@
+//===- layer.cpp - a whole MoE layer in one call --------------------------===//
+//
+// Create: walk the table's configurations, give every kernel argument a
+// Source (a workspace region, an engine pointer, a weight, a peer buffer or
+// a scalar), size the regions for the largest M, and precompute each
+// argument's kernarg offset. Forward: fill a pointer table and the scalars,
+// write them at those offsets and launch. Nothing on the forward path
+// allocates.
+//
+//===----------------------------------------------------------------------===//
+#include "moec/layer.h"
+
+#include "moec/grid_rule.h"
+#include "moec/peer_protocol.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+namespace moec::rt {
+namespace {
+
+/// Where an argument's value comes from.
+enum class Source : uint8_t {
+  // Engine pointers of the forward.
+  Hidden, TopkIds, TopkWeights, Output,
+  // Workspace regions.
+  ACodes, AScales, InternalIds, InternalWeights, Sorted, TileExperts,
+  SortStatus, Intermediate, IntermediateScales, Rows,
+  // Weights.
+  W13, W13Scale, W2, W2Scale, SharedW13, SharedW13Scale, SharedW2,
+  SharedW2Scale,
+  // This rank's symmetric buffer.
+  RecvA, RecvScale, RecvMeta, Control, CombineRows,
+  // Rank `peer`'s symmetric buffer.
+  PeerRecvA, PeerRecvScale, PeerRecvMeta, PeerControl, PeerCombineRows,
+  // Scalars.
+  NumTokens, NumSorted, NumRoutes, ExpertOffset, Capacity, Epoch, Rank,
+};
+constexpr size_t kPointerSources = size_t(Source::PeerRecvA);
+
+struct ArgBinding {
+  Source source = Source::Hidden;
+  uint8_t peer = 0;
+  ArgKind kind = ArgKind::Buffer;
+  uint32_t offset = 0; ///< in the kernarg buffer
+};
+
+enum class Role : uint8_t { Quant, Sort, W13, W2, Combine };
+
+struct Step {
+  uint32_t kernel = 0;
+  Role role = Role::Sort;
+  bool peer = false; ///< takes part in the fused protocol: always launched
+  std::vector<ArgBinding> args;
+  std::vector<uint8_t> kernarg;
+};
+
+struct ConfigPlan {
+  std::vector<Step> steps;
+  /// The sort's M tile (sorted-list padding); 1 without a sort.
+  uint32_t sortTile = 1;
+  /// Bytes of one route row of W2's output (unfused).
+  uint64_t rowBytes = 0;
+};
+
+struct Region {
+  uint64_t offset = 0, bytes = 0;
+};
+
+constexpr uint64_t kRegionAlignment = 256;
+uint64_t alignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+/// The text of attribute `name` of a kernel ("" when absent).
+std::string_view attribute(const KernelInfo &kernel, std::string_view name) {
+  for (const auto &[key, value] : kernel.attributes)
+    if (key == name)
+      return value;
+  return {};
+}
+
+/// The value of `key = value` inside an attribute's `<...>` ("" if absent).
+std::string_view parameter(std::string_view text, std::string_view key) {
+  size_t open = text.find('<');
+  if (open == std::string_view::npos)
+    return {};
+  size_t position = open + 1;
+  while (position < text.size()) {
+    while (position < text.size() && text[position] == ' ')
+      ++position;
+    size_t equals = text.find('=', position);
+    if (equals == std::string_view::npos)
+      return {};
+    std::string_view name = text.substr(position, equals - position);
+    while (!name.empty() && name.back() == ' ')
+      name.remove_suffix(1);
+    size_t start = equals + 1;
+    while (start < text.size() && text[start] == ' ')
+      ++start;
+    size_t end = start;
+    int depth = 0;
+    while (end < text.size() && !(depth == 0 && (text[end] == ',' || text[end] == '>'))) {
+      if (text[end] == '<')
+        ++depth;
+      if (text[end] == '>')
+        --depth;
+      ++end;
+    }
+    if (name == key)
+      return text.substr(start, end - start);
+    position = end + 1;
+  }
+  return {};
+}
+
+/// A leading unsigned integer of `text` ("16 : i64" -> 16); -1 if none.
+int64_t leadingInteger(std::string_view text) {
+  int64_t value = 0;
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && value < (int64_t(1) << 40))
+    value = value * 10 + (text[i++] - '0');
+  return i == 0 ? -1 : value;
+}
+
+int64_t integerParameter(std::string_view text, std::string_view key,
+                         int64_t fallback) {
+  std::string_view value = parameter(text, key);
+  int64_t parsed = leadingInteger(value);
+  return parsed < 0 ? fallback : parsed;
+}
+
+/// The fused transport of a kernel's `#moe.peer`.
+struct PeerParams {
+  bool present = false, compact = false;
+  int64_t capacity = 0, maxTokens = 0;
+};
+
+PeerParams peerParams(const KernelInfo &kernel) {
+  PeerParams params;
+  std::string_view peer = attribute(kernel, "peer");
+  if (peer.empty())
+    return params;
+  params.present = true;
+  params.compact = parameter(peer, "transport") == "compact";
+  params.capacity = integerParameter(peer, "capacity", 0);
+  params.maxTokens = integerParameter(peer, "max_tokens", 0);
+  return params;
+}
+
+Role roleOf(const std::string &stage, bool &known) {
+  known = true;
+  if (stage == "quant")
+    return Role::Quant;
+  if (stage == "sort")
+    return Role::Sort;
+  if (stage == "w13")
+    return Role::W13;
+  if (stage == "w2")
+    return Role::W2;
+  if (stage == "combine")
+    return Role::Combine;
+  known = false;
+  return Role::Sort;
+}
+
+/// `peer_recv_a3` -> ("peer_recv_a", 3); false without a trailing number.
+bool splitPeerIndex(std::string_view name, std::string_view &base, int &index) {
+  size_t digits = name.size();
+  while (digits > 0 && name[digits - 1] >= '0' && name[digits - 1] <= '9')
+    --digits;
+  if (digits == name.size() || name.size() - digits > 2)
+    return false;
+  base = name.substr(0, digits);
+  index = int(leadingInteger(name.substr(digits)));
+  return true;
+}
+
+/// The Source of argument `name` of a kernel of role `role`.
+bool sourceOf(Role role, bool peerKernel, std::string_view name,
+              ArgBinding &binding) {
+  auto set = [&](Source source) {
+    binding.source = source;
+    return true;
+  };
+  std::string_view base;
+  int index = 0;
+  if (name.rfind("peer_", 0) == 0 && splitPeerIndex(name, base, index)) {
+    binding.peer = uint8_t(index);
+    if (base == "peer_recv_a")
+      return set(Source::PeerRecvA);
+    if (base == "peer_recv_scale")
+      return set(Source::PeerRecvScale);
+    if (base == "peer_recv_meta")
+      return set(Source::PeerRecvMeta);
+    if (base == "peer_control")
+      return set(Source::PeerControl);
+    if (base == "peer_combine")
+      return set(Source::PeerCombineRows);
+    return false;
+  }
+  // Scalars mean the same in every stage.
+  if (name == "num_tokens")
+    return set(Source::NumTokens);
+  if (name == "num_sorted")
+    return set(Source::NumSorted);
+  if (name == "num_routes")
+    return set(Source::NumRoutes);
+  if (name == "expert_offset")
+    return set(Source::ExpertOffset);
+  if (name == "capacity")
+    return set(Source::Capacity);
+  if (name == "epoch")
+    return set(Source::Epoch);
+  if (name == "rank")
+    return set(Source::Rank);
+  if (name == "control")
+    return set(Source::Control);
+  if (name == "recv_a")
+    return set(Source::RecvA);
+  if (name == "recv_scale")
+    return set(Source::RecvScale);
+  if (name == "recv_meta")
+    return set(Source::RecvMeta);
+  if (name == "sorted_routes")
+    return set(Source::Sorted);
+  if (name == "tile_experts")
+    return set(Source::TileExperts);
+  switch (role) {
+  case Role::Quant:
+    if (name == "x")
+      return set(Source::Hidden);
+    if (name == "out")
+      return set(Source::ACodes);
+    if (name == "out_scale")
+      return set(Source::AScales);
+    return false;
+  case Role::Sort:
+    if (name == "topk_ids")
+      return set(Source::InternalIds);
+    if (name == "status")
+      return set(Source::SortStatus);
+    return false;
+  case Role::W13:
+    if (name == "a")
+      return set(Source::ACodes);
+    if (name == "a_scale")
+      return set(Source::AScales);
+    if (name == "b")
+      return set(Source::W13);
+    if (name == "b_scale")
+      return set(Source::W13Scale);
+    if (name == "b_shared")
+      return set(Source::SharedW13);
+    if (name == "b_shared_scale")
+      return set(Source::SharedW13Scale);
+    if (name == "out")
+      return set(Source::Intermediate);
+    if (name == "out_scale")
+      return set(Source::IntermediateScales);
+    if (name == "topk_ids")
+      return set(Source::InternalIds);
+    if (name == "topk_weights")
+      return set(Source::InternalWeights);
+    return false;
+  case Role::W2:
+    if (name == "a")
+      return set(Source::Intermediate);
+    if (name == "a_scale")
+      return set(Source::IntermediateScales);
+    if (name == "b")
+      return set(Source::W2);
+    if (name == "b_scale")
+      return set(Source::W2Scale);
+    if (name == "b_shared")
+      return set(Source::SharedW2);
+    if (name == "b_shared_scale")
+      return set(Source::SharedW2Scale);
+    if (name == "out")
+      return set(Source::Rows);
+    return false;
+  case Role::Combine:
+    if (name == "rows")
+      return set(peerKernel ? Source::CombineRows : Source::Rows);
+    if (name == "topk_ids")
+      return set(Source::InternalIds);
+    if (name == "topk_weights")
+      return set(Source::InternalWeights);
+    if (name == "out")
+      return set(Source::Output);
+    return false;
+  }
+  return false;
+}
+
+/// Padded length of the sorted route list: every route local, each
+/// non-empty expert padded to the tile.
+uint64_t sortedCapacity(uint64_t routes, uint64_t localExperts, uint64_t tile) {
+  const uint64_t padded = routes + std::min(routes, localExperts) * (tile - 1);
+  return alignUp(padded, tile);
+}
+
+} // namespace
+
+struct Layer::Plan {
+  KernelLoader *loader = nullptr;
+  TableHandle table;
+  LayerProblem problem;
+  /// Internal counts: with an FHMoE shared expert, experts + 1 and topK + 1.
+  uint32_t experts = 0, topK = 0, localExperts = 0;
+  std::vector<ConfigPlan> configs; ///< indexed by Manifest config index
+  Region regions[kPointerSources];
+  /// Fused: rows of this rank's receive buffer.
+  uint64_t receiveRows = 0;
+  bool unfusedExpertParallel = false;
+
+  // Bound state.
+  uint8_t *workspace = nullptr;
+  LayerWeights weights;
+  std::vector<uint8_t *> peers;
+  uint64_t epoch = 0;
+  bool workspaceBound = false, weightsBound = false, peersBound = false;
+};
+
+Layer::~Layer() = default;
+
+std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
+                                     const LayerProblem &problem,
+                                     std::string &error) {
+  const Bundle &bundle = loader.bundle();
+  const Manifest &manifest = bundle.manifest();
+  const std::vector<SelectionTable> &tables = bundle.selector().tables();
+  if (table.index >= tables.size()) {
+    error = "layer: invalid table handle";
+    return nullptr;
+  }
+  const SelectionTable &selection = tables[table.index];
+  const std::string tableName =
+      describeTableKey(selection.network, selection.ep, selection.workspace);
+  if (problem.epSize != selection.ep) {
+    error = tableName + ": the layer asks for EP size " +
+            std::to_string(problem.epSize) + ", the table serves EP " +
+            std::to_string(selection.ep);
+    return nullptr;
+  }
+  if (problem.epRank >= problem.epSize) {
+    error = tableName + ": EP rank " + std::to_string(problem.epRank) +
+            " out of range for EP size " + std::to_string(problem.epSize);
+    return nullptr;
+  }
+
+  auto layer = std::unique_ptr<Layer>(new Layer());
+  auto plan = std::make_unique<Plan>();
+  plan->loader = &loader;
+  plan->table = table;
+  plan->problem = problem;
+  plan->configs.resize(manifest.configs.size());
+
+  // Which configurations the table can select.
+  std::vector<bool> used(manifest.configs.size(), false);
+  for (const SelectionRow &row : selection.rows)
+    used[row.config] = true;
+
+  bool anyFused = false, anyUnfused = false, shared = false;
+  int64_t fusedMaxTokens = -1;
+  bool fusedCompact = false;
+  uint64_t receiveRows = 0;
+  std::string w13Layout, w2Layout;
+  for (size_t c = 0; c < manifest.configs.size(); ++c) {
+    if (!used[c])
+      continue;
+    for (uint32_t k : manifest.configs[c].kernels) {
+      const KernelInfo &kernel = manifest.kernels[k];
+      const std::string where = tableName + ", config " +
+                                manifest.configs[c].id + ", kernel " + kernel.name;
+      std::string_view problemText = attribute(kernel, "problem");
+      const int64_t hidden = integerParameter(problemText, "hidden", -1);
+      const int64_t intermediate = integerParameter(problemText, "intermediate", -1);
+      const int64_t experts = integerParameter(problemText, "experts", -1);
+      const int64_t topK = integerParameter(problemText, "top_k", -1);
+      const int64_t ep = integerParameter(problemText, "ep", 1);
+      const bool kernelShared = !attribute(kernel, "shared_fp8_expert").empty();
+      shared = shared || kernelShared;
+      if (hidden < 0 || intermediate < 0 || experts < 0 || topK < 0) {
+        error = where + ": no #moe.problem in its attributes";
+        return nullptr;
+      }
+      // FHMoE kernels count the shared expert; the sort and combine of such
+      // a configuration see the same internal counts.
+      auto mismatch = [&](const char *what, int64_t kernelValue,
+                          int64_t asked) {
+        error = where + ": compiled for " + what + " " +
+                std::to_string(kernelValue) + ", the layer asks for " +
+                std::to_string(asked);
+        return nullptr;
+      };
+      if (hidden != problem.hidden)
+        return mismatch("hidden", hidden, problem.hidden);
+      if (intermediate != problem.intermediate)
+        return mismatch("intermediate", intermediate, problem.intermediate);
+      if (ep != problem.epSize)
+        return mismatch("EP size", ep, problem.epSize);
+      if (plan->experts == 0) {
+        plan->experts = uint32_t(experts);
+        plan->topK = uint32_t(topK);
+      } else if (plan->experts != experts || plan->topK != topK) {
+        error = where + ": compiled for " + std::to_string(experts) +
+                " experts, top-" + std::to_string(topK) +
+                "; other kernels of the table for " +
+                std::to_string(plan->experts) + ", top-" +
+                std::to_string(plan->topK);
+        return nullptr;
+      }
+      const std::string &layout = kernel.weightLayout;
+      if (!layout.empty()) {
+        std::string &seen = kernel.stage == "w13" ? w13Layout : w2Layout;
+        if (!seen.empty() && seen != layout) {
+          error = where + ": reads its weights as " + layout +
+                  ", another configuration of the table as " + seen +
+                  "; one set of weights cannot serve both";
+          return nullptr;
+        }
+        seen = layout;
+      }
+      PeerParams peer = peerParams(kernel);
+      if (peer.present) {
+        anyFused = true;
+        if (fusedMaxTokens >= 0 &&
+            (fusedMaxTokens != peer.maxTokens || fusedCompact != peer.compact)) {
+          error = where + ": its peer transport differs from the table's other "
+                          "fused kernels (max_tokens, transport)";
+          return nullptr;
+        }
+        fusedMaxTokens = peer.maxTokens;
+        fusedCompact = peer.compact;
+        receiveRows = std::max<uint64_t>(
+            receiveRows, peer.compact ? uint64_t(peer.capacity)
+                                      : uint64_t(peer.capacity) *
+                                            uint64_t(experts / std::max<int64_t>(ep, 1)));
+      } else if (kernel.stage != "combine" || attribute(kernel, "peer_rows").empty()) {
+        if (kernel.stage != "quant")
+          anyUnfused = true;
+      }
+    }
+  }
+  if (plan->experts == 0) {
+    error = tableName + ": no kernels";
+    return nullptr;
+  }
+  if (anyFused && anyUnfused) {
+    error = tableName + ": mixes fused and unfused configurations";
+    return nullptr;
+  }
+  const uint32_t routedExperts = plan->experts - (shared ? 1 : 0);
+  const uint32_t routedTopK = plan->topK - (shared ? 1 : 0);
+  if (problem.experts != routedExperts || problem.topK != routedTopK) {
+    error = tableName + ": compiled for " + std::to_string(routedExperts) +
+            " routed experts, top-" + std::to_string(routedTopK) +
+            (shared ? " (plus the shared expert)" : "") +
+            "; the layer asks for " + std::to_string(problem.experts) +
+            " experts, top-" + std::to_string(problem.topK);
+    return nullptr;
+  }
+  plan->localExperts = plan->experts / problem.epSize;
+  plan->unfusedExpertParallel = !anyFused && problem.epSize > 1;
+  plan->receiveRows = receiveRows;
+
+  // The largest M.
+  uint64_t tokens = problem.maxTokens ? problem.maxTokens : selection.workspace;
+  if (anyFused) {
+    if (problem.maxTokens && int64_t(problem.maxTokens) > fusedMaxTokens) {
+      error = tableName + ": max_tokens " + std::to_string(problem.maxTokens) +
+              " above the fused kernels' " + std::to_string(fusedMaxTokens) +
+              " tokens per rank";
+      return nullptr;
+    }
+    tokens = std::min<uint64_t>(tokens, uint64_t(fusedMaxTokens));
+  }
+  if (tokens == 0 || tokens > (uint64_t(1) << 24)) {
+    error = tableName + ": max_tokens " + std::to_string(tokens) +
+            " out of range [1, 2^24]";
+    return nullptr;
+  }
+
+  // Plan every step and size the regions.
+  const uint64_t H = problem.hidden, I = plan->problem.intermediate;
+  const uint64_t K = plan->topK;
+  uint64_t sortedBytes = 0, tileBytes = 0, rowsBytes = 0;
+  for (size_t c = 0; c < manifest.configs.size(); ++c) {
+    if (!used[c])
+      continue;
+    ConfigPlan &config = plan->configs[c];
+    for (uint32_t k : manifest.configs[c].kernels) {
+      const KernelInfo &kernel = manifest.kernels[k];
+      if (kernel.stage == "sort") {
+        config.sortTile = uint32_t(std::max<int64_t>(
+            1, leadingInteger(attribute(kernel, "m_tile"))));
+      }
+      if (kernel.stage == "w2" && !anyFused) {
+        int64_t splitK = leadingInteger(attribute(kernel, "split_k"));
+        config.rowBytes = splitK > 1 ? 4 * uint64_t(splitK) * H : 2 * H;
+      }
+    }
+    const uint64_t capacity =
+        sortedCapacity(tokens * K, plan->localExperts, config.sortTile);
+    sortedBytes = std::max(sortedBytes, 4 * capacity);
+    tileBytes = std::max(tileBytes, 4 * (capacity / config.sortTile));
+    rowsBytes = std::max(rowsBytes, tokens * K * config.rowBytes);
+    for (uint32_t k : manifest.configs[c].kernels) {
+      const KernelInfo &kernel = manifest.kernels[k];
+      const std::string where = tableName + ", kernel " + kernel.name;
+      bool known = false;
+      Step step;
+      step.kernel = k;
+      step.role = roleOf(kernel.stage, known);
+      if (!known) {
+        error = where + ": stage '" + kernel.stage + "' is not one a layer runs";
+        return nullptr;
+      }
+      step.peer = peerParams(kernel).present ||
+                  !attribute(kernel, "peer_rows").empty();
+      uint32_t offset = 0;
+      for (const KernelArgInfo &arg : kernel.abi) {
+        ArgBinding binding;
+        binding.kind = arg.kind;
+        if (!sourceOf(step.role, step.peer, arg.name, binding)) {
+          error = where + ": argument '" + arg.name +
+                  "' has no binding in this runtime (a newer compiler?)";
+          return nullptr;
+        }
+        const bool pointer = binding.source < Source::NumTokens;
+        if (pointer != (arg.kind == ArgKind::Buffer)) {
+          error = where + ": argument '" + arg.name + "' is a " +
+                  argKindName(arg.kind) + ", expected a " +
+                  (pointer ? "buffer" : "scalar");
+          return nullptr;
+        }
+        if (binding.source >= Source::PeerRecvA &&
+            binding.source <= Source::PeerCombineRows &&
+            binding.peer >= problem.epSize) {
+          error = where + ": argument '" + arg.name + "' names rank " +
+                  std::to_string(binding.peer) + " of " +
+                  std::to_string(problem.epSize);
+          return nullptr;
+        }
+        const uint32_t size = arg.kind == ArgKind::I32 ? 4 : 8;
+        offset = uint32_t(alignUp(offset, size));
+        binding.offset = offset;
+        offset += size;
+        step.args.push_back(binding);
+      }
+      step.kernarg.assign(alignUp(offset, 8), 0);
+      if (!loader.loadKernel(k, error))
+        return nullptr;
+      config.steps.push_back(std::move(step));
+    }
+    if (config.steps.empty() || config.steps.front().role != Role::Quant) {
+      error = tableName + ", config " + manifest.configs[c].id +
+              ": does not start with a quant kernel; the layer takes BF16 "
+              "hidden states (recompile the table with this compiler)";
+      return nullptr;
+    }
+  }
+
+  // Workspace regions.
+  uint64_t cursor = 0;
+  auto place = [&](Source source, uint64_t bytes) {
+    Region &region = plan->regions[size_t(source)];
+    region.offset = cursor;
+    region.bytes = bytes;
+    cursor = alignUp(cursor + bytes, kRegionAlignment);
+  };
+  place(Source::ACodes, tokens * H);
+  place(Source::AScales, tokens * H / 32);
+  if (shared) {
+    place(Source::InternalIds, tokens * K * 4);
+    place(Source::InternalWeights, tokens * K * 4);
+  }
+  if (!anyFused) {
+    place(Source::Sorted, sortedBytes);
+    place(Source::TileExperts, tileBytes);
+    place(Source::SortStatus, 8);
+    place(Source::Intermediate, tokens * K * I);
+    place(Source::IntermediateScales, tokens * K * I / 32);
+    place(Source::Rows, rowsBytes);
+  } else {
+    place(Source::Intermediate, receiveRows * I);
+    place(Source::IntermediateScales, receiveRows * I / 32);
+  }
+  LayerMemory &memory = layer->memory_;
+  memory.workspaceBytes = cursor;
+  memory.maxTokens = uint32_t(tokens);
+
+  if (anyFused) {
+    // One symmetric buffer per rank, the same layout on every rank.
+    uint64_t peerCursor = 0;
+    auto placePeer = [&](uint64_t &offset, uint64_t bytes) {
+      offset = peerCursor;
+      peerCursor = alignUp(peerCursor + bytes, kRegionAlignment);
+    };
+    PeerLayout &peer = memory.peer;
+    placePeer(peer.recvA, receiveRows * H);
+    placePeer(peer.recvScale, receiveRows * H / 32);
+    placePeer(peer.recvMeta, uint64_t(moec_peer_recv_meta_bytes(int64_t(receiveRows))));
+    peer.controlBytes = uint64_t(
+        moec_peer_control_bytes(plan->localExperts, problem.epSize));
+    placePeer(peer.control, peer.controlBytes);
+    placePeer(peer.combineRows, uint64_t(fusedMaxTokens) * K * H * 2);
+    memory.peerBytes = peerCursor;
+  }
+  layer->fused_ = anyFused;
+  layer->sharedExpert_ = shared;
+  layer->plan_ = std::move(plan);
+  return layer;
+}
+
+bool Layer::bindWorkspace(void *workspace, uint64_t bytes, std::string &error) {
+  Plan &plan = *plan_;
+  if (!workspace || bytes < memory_.workspaceBytes) {
+    error = "layer workspace: " + std::to_string(bytes) + " bytes, needs " +
+            std::to_string(memory_.workspaceBytes);
+    return false;
+  }
+  if (reinterpret_cast<uintptr_t>(workspace) % kRegionAlignment) {
+    error = "layer workspace: not 256-byte aligned";
+    return false;
+  }
+  plan.workspace = static_cast<uint8_t *>(workspace);
+  plan.workspaceBound = true;
+  if (sharedExpert_) {
+    // The shared expert's slot (the last of every token's routes: id E,
+    // weight 1) never changes; write it for every token once. A forward
+    // copies the routed slots around it.
+    const uint32_t K = plan.topK, tokens = memory_.maxTokens;
+    std::vector<int32_t> ids(size_t(tokens) * K, -1);
+    std::vector<float> weights(size_t(tokens) * K, 0.0f);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      ids[size_t(t) * K + K - 1] = int32_t(plan.experts - 1);
+      weights[size_t(t) * K + K - 1] = 1.0f;
+    }
+    const HipSymbols &api = plan.loader->device().hipApi();
+    const Region &idRegion = plan.regions[size_t(Source::InternalIds)];
+    const Region &weightRegion = plan.regions[size_t(Source::InternalWeights)];
+    hip::Error status = api.hipMemcpy(plan.workspace + idRegion.offset, ids.data(),
+                                      idRegion.bytes, hip::kMemcpyHostToDevice);
+    if (status == hip::kSuccess)
+      status = api.hipMemcpy(plan.workspace + weightRegion.offset, weights.data(),
+                             weightRegion.bytes, hip::kMemcpyHostToDevice);
+    if (status != hip::kSuccess) {
+      error = "layer workspace: writing the shared expert's routes failed: " +
+              plan.loader->device().library().describe(status);
+      plan.workspaceBound = false;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Layer::bindPeers(void *const *bases, uint32_t count, std::string &error) {
+  Plan &plan = *plan_;
+  if (!fused_) {
+    error = "layer: bindPeers on an unfused table (it has no peer buffers)";
+    return false;
+  }
+  if (!bases || count != plan.problem.epSize) {
+    error = "layer: " + std::to_string(count) + " peer buffers for EP size " +
+            std::to_string(plan.problem.epSize);
+    return false;
+  }
+  std::vector<uint8_t *> peers(count);
+  for (uint32_t r = 0; r < count; ++r) {
+    if (!bases[r] || reinterpret_cast<uintptr_t>(bases[r]) % kRegionAlignment) {
+      error = "layer: peer buffer of rank " + std::to_string(r) +
+              " is null or not 256-byte aligned";
+      return false;
+    }
+    peers[r] = static_cast<uint8_t *>(bases[r]);
+  }
+  plan.peers = std::move(peers);
+  plan.peersBound = true;
+  return true;
+}
+
+bool Layer::bindWeights(const LayerWeights &weights, std::string &error) {
+  if (!weights.w13 || !weights.w13Scale || !weights.w2 || !weights.w2Scale) {
+    error = "layer weights: w13, w13_scale, w2 and w2_scale are required";
+    return false;
+  }
+  if (sharedExpert_ && (!weights.sharedW13 || !weights.sharedW13Scale ||
+                        !weights.sharedW2 || !weights.sharedW2Scale)) {
+    error = "layer weights: this FHMoE table needs the shared expert's "
+            "shared_w13, shared_w13_scale, shared_w2 and shared_w2_scale";
+    return false;
+  }
+  plan_->weights = weights;
+  plan_->weightsBound = true;
+  return true;
+}
+
+Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
+                                   std::string &error) {
+  using S = ForwardStatus;
+  Plan &plan = *plan_;
+  if (!plan.workspaceBound || !plan.weightsBound || (fused_ && !plan.peersBound)) {
+    error = !plan.workspaceBound ? "layer forward: no workspace bound"
+            : !plan.weightsBound ? "layer forward: no weights bound"
+                                 : "layer forward: no peer buffers bound";
+    return S::InvalidArgument;
+  }
+  if (in.m > memory_.maxTokens) {
+    error = "layer forward: M " + std::to_string(in.m) +
+            " above the layer's " + std::to_string(memory_.maxTokens) +
+            " tokens (its workspace capacity)";
+    return S::InvalidArgument;
+  }
+  if (in.m > 0 && (!in.hidden || !in.topkIds || !in.topkWeights || !in.out)) {
+    error = "layer forward: null hidden, topk_ids, topk_weights or out";
+    return S::InvalidArgument;
+  }
+  const Bundle &bundle = plan.loader->bundle();
+  const Selection selection = bundle.selector().select(plan.table, in.m);
+  if (selection.status == SelectStatus::Miss) {
+    error = "layer forward: M " + std::to_string(in.m) +
+            " above the table's largest row (above_max = error)";
+    return S::SelectionMiss;
+  }
+  last_.config = selection.config;
+  last_.fallback = selection.status == SelectStatus::Fallback;
+  last_.launches = 0;
+  // Unfused layers have nothing to do without tokens; fused ranks take part
+  // in the exchange whatever their M.
+  if (in.m == 0 && !fused_)
+    return S::Ok;
+
+  const ConfigPlan &config = plan.configs[selection.config];
+  const HipSymbols &api = plan.loader->device().hipApi();
+  const uint64_t M = in.m, K = plan.topK, H = plan.problem.hidden;
+  const uint64_t routes = M * K;
+  const uint64_t capacity =
+      sortedCapacity(routes, plan.localExperts, config.sortTile);
+
+  const void *pointers[kPointerSources] = {};
+  for (size_t s = size_t(Source::ACodes); s <= size_t(Source::Rows); ++s)
+    pointers[s] = plan.workspace + plan.regions[s].offset;
+  pointers[size_t(Source::Hidden)] = in.hidden;
+  pointers[size_t(Source::Output)] = in.out;
+  pointers[size_t(Source::W13)] = plan.weights.w13;
+  pointers[size_t(Source::W13Scale)] = plan.weights.w13Scale;
+  pointers[size_t(Source::W2)] = plan.weights.w2;
+  pointers[size_t(Source::W2Scale)] = plan.weights.w2Scale;
+  pointers[size_t(Source::SharedW13)] = plan.weights.sharedW13;
+  pointers[size_t(Source::SharedW13Scale)] = plan.weights.sharedW13Scale;
+  pointers[size_t(Source::SharedW2)] = plan.weights.sharedW2;
+  pointers[size_t(Source::SharedW2Scale)] = plan.weights.sharedW2Scale;
+  if (sharedExpert_) {
+    // Routed slots into the internal [M, K] lists; the shared slot is there.
+    const uint64_t routedBytes = 4 * (K - 1);
+    hip::Error status = api.hipMemcpy2DAsync(
+        const_cast<void *>(pointers[size_t(Source::InternalIds)]), 4 * K, in.topkIds, routedBytes,
+        routedBytes, M, hip::kMemcpyDeviceToDevice, stream);
+    if (status == hip::kSuccess)
+      status = api.hipMemcpy2DAsync(
+          const_cast<void *>(pointers[size_t(Source::InternalWeights)]), 4 * K,
+          in.topkWeights,
+          routedBytes, routedBytes, M, hip::kMemcpyDeviceToDevice, stream);
+    if (status != hip::kSuccess) {
+      error = "layer forward: hipMemcpy2DAsync of the routes failed: " +
+              plan.loader->device().library().describe(status);
+      return S::HipError;
+    }
+  } else {
+    pointers[size_t(Source::InternalIds)] = in.topkIds;
+    pointers[size_t(Source::InternalWeights)] = in.topkWeights;
+  }
+  uint8_t *const ownPeer = fused_ ? plan.peers[plan.problem.epRank] : nullptr;
+  if (fused_) {
+    const PeerLayout &peer = memory_.peer;
+    pointers[size_t(Source::RecvA)] = ownPeer + peer.recvA;
+    pointers[size_t(Source::RecvScale)] = ownPeer + peer.recvScale;
+    pointers[size_t(Source::RecvMeta)] = ownPeer + peer.recvMeta;
+    pointers[size_t(Source::Control)] = ownPeer + peer.control;
+    pointers[size_t(Source::CombineRows)] = ownPeer + peer.combineRows;
+  }
+
+  const uint64_t epoch = plan.epoch + 1;
+  const int64_t scalars[] = {
+      int64_t(M),
+      int64_t(capacity),
+      int64_t(routes),
+      int64_t(plan.problem.epRank) * plan.localExperts,
+      int64_t(capacity),
+      int64_t(uint32_t(epoch)),
+      int64_t(plan.problem.epRank),
+  };
+  const RuleVariable variables[] = {
+      {"H", int64_t(H)},
+      {"I", int64_t(plan.problem.intermediate)},
+      {"num_tokens", int64_t(M)},
+      {"num_sorted", int64_t(capacity)},
+      {"num_routes", int64_t(routes)},
+  };
+  const Manifest &manifest = bundle.manifest();
+  for (const Step &step : config.steps) {
+    const KernelInfo &kernel = manifest.kernels[step.kernel];
+    std::array<uint32_t, 3> grid{};
+    bool empty = false;
+    for (size_t d = 0; d < 3; ++d) {
+      int64_t value = 0;
+      const GridProgram &program = kernel.launch.gridPrograms[d];
+      if (!program.evaluate(variables, std::size(variables), value, error))
+        return S::InvalidArgument;
+      if (value < 0 || value > int64_t(UINT32_MAX)) {
+        error = kernel.name + ": grid " + std::to_string(value) + " out of range";
+        return S::InvalidArgument;
+      }
+      grid[d] = uint32_t(value);
+      empty = empty || value == 0;
+    }
+    if (empty) {
+      if (step.peer && step.role != Role::Combine) {
+        error = kernel.name + ": empty grid for a fused stage";
+        return S::InvalidArgument;
+      }
+      continue; // nothing to compute (no tokens, no routes)
+    }
+    uint8_t *kernarg = const_cast<uint8_t *>(step.kernarg.data());
+    for (const ArgBinding &arg : step.args) {
+      if (arg.source >= Source::NumTokens) {
+        const int64_t value =
+            scalars[size_t(arg.source) - size_t(Source::NumTokens)];
+        if (arg.kind == ArgKind::I32) {
+          const int32_t narrow = int32_t(value);
+          std::memcpy(kernarg + arg.offset, &narrow, 4);
+        } else {
+          std::memcpy(kernarg + arg.offset, &value, 8);
+        }
+        continue;
+      }
+      const void *pointer;
+      if (arg.source >= Source::PeerRecvA) {
+        const PeerLayout &peer = memory_.peer;
+        uint8_t *base = plan.peers[arg.peer];
+        switch (arg.source) {
+        case Source::PeerRecvA: pointer = base + peer.recvA; break;
+        case Source::PeerRecvScale: pointer = base + peer.recvScale; break;
+        case Source::PeerRecvMeta: pointer = base + peer.recvMeta; break;
+        case Source::PeerControl: pointer = base + peer.control; break;
+        default: pointer = base + peer.combineRows; break;
+        }
+      } else {
+        pointer = pointers[size_t(arg.source)];
+      }
+      std::memcpy(kernarg + arg.offset, &pointer, 8);
+    }
+    // Unfused expert parallel: routes of other ranks' experts must read as
+    // zero rows in the combine (this rank's output is its partial sum).
+    if (step.role == Role::W2 && plan.unfusedExpertParallel) {
+      hip::Error status = api.hipMemsetAsync(
+          const_cast<void *>(pointers[size_t(Source::Rows)]), 0,
+          routes * config.rowBytes, stream);
+      if (status != hip::kSuccess) {
+        error = "layer forward: hipMemsetAsync of the route rows failed: " +
+                plan.loader->device().library().describe(status);
+        return S::HipError;
+      }
+    }
+    if (!plan.loader->launchPacked(step.kernel, grid, kernarg,
+                                   step.kernarg.size(), stream, error))
+      return S::HipError;
+    ++last_.launches;
+  }
+  plan.epoch = epoch;
+  return S::Ok;
+}
+
+bool Layer::readStatus(LayerStatus &out, std::string &error) {
+  Plan &plan = *plan_;
+  const HipSymbols &api = plan.loader->device().hipApi();
+  int32_t words[2] = {0, 0};
+  hip::Error status = hip::kSuccess;
+  if (fused_) {
+    if (!plan.peersBound) {
+      error = "layer status: no peer buffers bound";
+      return false;
+    }
+    status = api.hipMemcpy(words, plan.peers[plan.problem.epRank] +
+                                      memory_.peer.control +
+                                      4 * MOEC_PEER_OVERFLOW,
+                           4, hip::kMemcpyDeviceToHost);
+    out.overflowRoutes = uint32_t(words[0]);
+  } else {
+    if (!plan.workspaceBound) {
+      error = "layer status: no workspace bound";
+      return false;
+    }
+    if (plan.epoch > 0)
+      status = api.hipMemcpy(words, plan.workspace +
+                                        plan.regions[size_t(Source::SortStatus)].offset,
+                             8, hip::kMemcpyDeviceToHost);
+    // status = {num_sorted, needed}: needed above the capacity the sort was
+    // given means routes were left out.
+    out.overflowRoutes =
+        words[1] > words[0] && words[0] >= 0 ? uint64_t(words[1] - words[0]) : 0;
+  }
+  if (status != hip::kSuccess) {
+    error = "layer status: hipMemcpy failed: " +
+            plan.loader->device().library().describe(status);
+    return false;
+  }
+  out.forwards = plan.epoch;
+  return true;
+}
+
+bool Layer::clearStatus(std::string &error) {
+  Plan &plan = *plan_;
+  if (!fused_)
+    return true;
+  if (!plan.peersBound) {
+    error = "layer status: no peer buffers bound";
+    return false;
+  }
+  const int32_t zero = 0;
+  hip::Error status = plan.loader->device().hipApi().hipMemcpy(
+      plan.peers[plan.problem.epRank] + memory_.peer.control +
+          4 * MOEC_PEER_OVERFLOW,
+      &zero, 4, hip::kMemcpyHostToDevice);
+  if (status != hip::kSuccess) {
+    error = "layer status: hipMemcpy failed: " +
+            plan.loader->device().library().describe(status);
+    return false;
+  }
+  return true;
+}
+
+} // namespace moec::rt
