@@ -5,6 +5,7 @@
 
 #include "moec/bundle.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -14,6 +15,18 @@
 #include <vector>
 
 namespace moec::bench {
+
+/// A code object the bundle writer accepts: the 64-byte ELF header of a
+/// gfx950 AMDGPU code object, then `size - 64` bytes of `fill`.
+inline std::vector<uint8_t> benchCodeObject(size_t size = 64, uint8_t fill = 0) {
+  std::vector<uint8_t> object(size < 64 ? 64 : size, fill);
+  const uint8_t header[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 64, 4, 0, 0, 0, 0, 0, 0, 0,
+                              3, 0, 224, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                              0x4f, 0, 0, 0, 64, 0, 56, 0, 0, 0, 64, 0, 0, 0, 0, 0};
+  std::copy(header, header + 64, object.begin());
+  return object;
+}
 
 /// Writes a gfx950 bundle of `kernels`, `configs` and `selection` (manifest
 /// JSON arrays) with one placeholder code object to
@@ -26,7 +39,7 @@ inline std::string writeBenchBundle(const nlohmann::json &kernels,
                              {"kernels", kernels},
                              {"configs", configs},
                              {"selection", selection}};
-  std::vector<uint8_t> codeObject = {0x7f, 'E', 'L', 'F', 0, 0, 0, 0};
+  std::vector<uint8_t> codeObject = benchCodeObject();
   const std::string path =
       "/tmp/moec-" + stem + "." + std::to_string(::getpid()) + ".moeb";
   std::string error;

@@ -87,8 +87,8 @@ int benchmarkOpen() {
                        {"code_object", k},
                        {"launch", {{"workgroup_size", {256, 1, 1}}}},
                        {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}}}});
-    std::vector<uint8_t> object(objectSize, static_cast<uint8_t>(k));
-    object[0] = 0x7f, object[1] = 'E', object[2] = 'L', object[3] = 'F';
+    std::vector<uint8_t> object =
+        moec::bench::benchCodeObject(objectSize, static_cast<uint8_t>(k));
     objects.push_back(std::move(object));
   }
   nlohmann::json manifest = {{"target", {{"arch", "gfx950"}}},

@@ -218,7 +218,13 @@ std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error
     object.encoding = flags;
     if (loadLE32(entry + 28) != 0)
       return fail(name + ": reserved bytes are not zero");
-    alignUpChecked(end, alignment, expected);
+    // end <= actualSize on entry (checked below), so alignUp cannot wrap;
+    // the offset is checked to lie inside the file before the size is
+    // compared with what remains, so offset + size never wraps.
+    if (!alignUpChecked(end, alignment, expected) || expected >= actualSize)
+      return fail(name + ": starts at " + std::to_string(expected) +
+                  ", at or past the end of the file (" +
+                  std::to_string(actualSize) + " bytes)");
     if (object.offset != expected)
       return fail(name + ": offset " + std::to_string(object.offset) +
                   ", expected " + std::to_string(expected));
@@ -249,7 +255,8 @@ std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error
       reinterpret_cast<const char *>(base + manifestSection.offset),
       manifestSection.size);
   std::string why;
-  if (!parseManifest(bundle->manifestText_, count, bundle->manifest_, why))
+  if (!parseCanonicalManifest(bundle->manifestText_, count, bundle->manifest_,
+                              why))
     return fail("manifest: " + why);
   {
     std::vector<uint32_t> encodings(count);
@@ -265,6 +272,16 @@ std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error
     return fail("manifest: bundle_format.version is " +
                 std::to_string(bundle->manifest_.bundleFormatVersion) +
                 ", header says " + std::to_string(kVersion));
+  // Every code object is an AMDGPU ELF for the bundle's chip before
+  // anything uses or writes it (its header only: 64 bytes, and the header
+  // tables' bounds).
+  for (uint32_t i = 0; i < count; ++i) {
+    const CodeObjectEntry &object = bundle->codeObjects_[i];
+    if (object.encoding == kCodeObjectFlagsRawElf &&
+        !checkAmdgpuElf(base + object.offset, object.size,
+                        bundle->manifest_.target.arch, why))
+      return fail("code object " + std::to_string(i) + ": " + why);
+  }
   if (!Selector::build(bundle->manifest_.selection, bundle->manifest_.configs.size(),
                        bundle->selector_, why))
     return fail("manifest: " + why);

@@ -5,7 +5,10 @@
 #include "byte_io.h"
 #include "json_fields.h"
 
+#include "moec/target/target_info.h"
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <string>
@@ -36,10 +39,18 @@ bool canonicalManifest(std::string_view manifestJson, uint32_t codeObjectCount,
     return false;
   }
   root["bundle_format"] = detail::Json{{"version", kVersion}};
-  // nlohmann::json objects keep keys sorted, and dump() has no whitespace:
-  // the canonical form. dump() throws on invalid UTF-8 (caught by caller).
-  canonical = root.dump(-1, ' ', /*ensure_ascii=*/false);
-  if (!parseManifest(canonical, codeObjectCount, parsed, error)) {
+  // The stored text is the model serialised (every known field, sorted
+  // keys, no whitespace), checked to read back to itself byte for byte, as
+  // the reader will check it. dump() throws on invalid UTF-8 (caught by
+  // the caller).
+  Manifest model;
+  if (!parseManifest(root.dump(-1, ' ', /*ensure_ascii=*/false),
+                     codeObjectCount, model, error)) {
+    error = "manifest: " + error;
+    return false;
+  }
+  canonical = serializeManifest(model);
+  if (!parseCanonicalManifest(canonical, codeObjectCount, parsed, error)) {
     error = "manifest: " + error;
     return false;
   }
@@ -54,7 +65,77 @@ std::string hex16(uint64_t value) {
   return text;
 }
 
+uint16_t load16(const uint8_t *p) { return uint16_t(p[0] | (p[1] << 8)); }
+
 } // namespace
+
+bool checkAmdgpuElf(const uint8_t *data, uint64_t size, std::string_view arch,
+                    std::string &error) {
+  constexpr uint64_t kElfHeaderSize = 64;
+  if (size < kElfHeaderSize) {
+    error = std::to_string(size) + " bytes, shorter than an ELF64 header";
+    return false;
+  }
+  if (std::memcmp(data, "\x7f" "ELF", 4) != 0) {
+    error = "not an ELF image";
+    return false;
+  }
+  if (data[4] != 2 /*ELFCLASS64*/ || data[5] != 1 /*ELFDATA2LSB*/ ||
+      data[6] != 1 /*EV_CURRENT*/) {
+    error = "not a 64-bit little-endian ELF image";
+    return false;
+  }
+  const uint16_t type = load16(data + 16), machine = load16(data + 18);
+  if (machine != target::kElfMachineAmdgpu) {
+    error = "ELF e_machine " + std::to_string(machine) + ", expected " +
+            std::to_string(target::kElfMachineAmdgpu) + " (EM_AMDGPU)";
+    return false;
+  }
+  if (type != 3 /*ET_DYN*/) {
+    error = "ELF e_type " + std::to_string(type) +
+            ", expected 3 (a shared object, as the linker writes code objects)";
+    return false;
+  }
+  const target::TargetInfo *chip = target::lookupTargetInfo(arch);
+  if (!chip) {
+    error = "target '" + std::string(arch) + "' has no known ELF mach number";
+    return false;
+  }
+  const uint32_t mach = detail::loadLE32(data + 48) & target::kElfMachMask;
+  if (mach != chip->elfMach) {
+    const target::TargetInfo *other = nullptr;
+    for (const target::TargetInfo *known : target::kKnownTargets)
+      if (known->elfMach == mach)
+        other = known;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%03x", mach);
+    error = std::string("ELF e_flags mach ") + hex +
+            (other ? std::string(" (") + other->arch + ")" : std::string()) +
+            ", the bundle's target is " + std::string(arch);
+    return false;
+  }
+  // Program and section header tables within the image (a loader walks
+  // them), with overflow-safe arithmetic.
+  struct Table {
+    const char *what;
+    uint64_t offset, entrySize, count;
+  } tables[] = {
+      {"program", detail::loadLE64(data + 32), load16(data + 54), load16(data + 56)},
+      {"section", detail::loadLE64(data + 40), load16(data + 58), load16(data + 60)},
+  };
+  for (const Table &t : tables) {
+    if (t.count == 0)
+      continue;
+    const uint64_t bytes = t.entrySize * t.count; // both < 2^16
+    if (t.offset > size || bytes > size - t.offset) {
+      error = std::string("ELF ") + t.what + " header table [" +
+              std::to_string(t.offset) + ", +" + std::to_string(bytes) +
+              ") runs past the image's " + std::to_string(size) + " bytes";
+      return false;
+    }
+  }
+  return true;
+}
 
 bool checkObjectUse(const Manifest &manifest,
                     const std::vector<uint32_t> &encodings,
@@ -132,6 +213,15 @@ bool serializeImpl(std::string_view manifestJson,
   if (!canonicalManifest(manifestJson, count, manifestText, manifest, error) ||
       !checkObjectUse(manifest, encodings, checksums, error))
     return false;
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string why;
+    if (encodings[i] == kCodeObjectFlagsRawElf &&
+        !checkAmdgpuElf(codeObjects[i].data(), codeObjects[i].size(),
+                        manifest.target.arch, why)) {
+      error = "code object " + std::to_string(i) + ": " + why;
+      return false;
+    }
+  }
 
   // Layout: header | manifest | pad to 8 | table | pad to alignment | objects.
   const uint64_t manifestOffset = kHeaderSize;

@@ -1,25 +1,166 @@
 //===- json_fields.cpp - typed JSON field access ----------------*- C++ -*-===//
 #include "json_fields.h"
 
+#include <cstring>
+#include <unordered_set>
+
 namespace moec::rt::detail {
 
-bool parseJsonText(std::string_view text, Json &out, std::string &error) {
-  Json parsed = Json::parse(text.begin(), text.end(), /*cb=*/nullptr,
-                            /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    // Re-run with exceptions only to obtain the position and reason.
-    try {
-      Json ignored = Json::parse(text.begin(), text.end());
-      (void)ignored;
-      error = "invalid JSON";
-    } catch (const Json::exception &e) {
-      error = std::string("invalid JSON: ") + e.what();
-    } catch (...) {
-      error = "invalid JSON";
+namespace {
+
+/// A SAX pass run before any tree is built: it bounds nesting and string
+/// lengths and refuses duplicate keys, naming the field path it is in. It
+/// never recurses (nlohmann's SAX parser keeps its own stack), so a
+/// 100,000-deep array is refused without touching the call stack, and no
+/// deep tree ever exists to be destroyed or dumped recursively.
+class LimitChecker {
+public:
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  std::string error;
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(number_integer_t) { return value(); }
+  bool number_unsigned(number_unsigned_t) { return value(); }
+  bool number_float(number_float_t, const string_t &) { return value(); }
+  bool string(string_t &text) {
+    if (text.size() > kMaxJsonStringBytes)
+      return fail("string of " + std::to_string(text.size()) +
+                  " bytes (max " + std::to_string(kMaxJsonStringBytes) + ")");
+    return value();
+  }
+  bool binary(binary_t &) { return fail("binary value"); }
+  bool start_object(std::size_t) { return open(true); }
+  bool key(string_t &name) {
+    if (name.size() > kMaxJsonStringBytes)
+      return fail("key of " + std::to_string(name.size()) + " bytes (max " +
+                  std::to_string(kMaxJsonStringBytes) + ")");
+    Level &level = stack_.back();
+    if (!level.keys.insert(name).second) {
+      level.key = name;
+      return fail("duplicate key");
+    }
+    level.key = name;
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) { return open(false); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t position, const std::string &,
+                   const nlohmann::detail::exception &e) {
+    if (error.empty()) {
+      // e.what() is "[json.exception.parse_error.101] parse error at line
+      // 1, column 7: syntax error ..."; keep the part after the id.
+      std::string what = e.what();
+      if (auto cut = what.find("] "); cut != std::string::npos)
+        what = what.substr(cut + 2);
+      error = "invalid JSON at byte " + std::to_string(position) + ": " + what;
     }
     return false;
   }
+
+private:
+  struct Level {
+    bool object = false;
+    size_t index = 0; ///< arrays: the element being read
+    std::string key;  ///< objects: the key being read
+    std::unordered_set<std::string> keys;
+  };
+
+  std::string path() const {
+    std::string text;
+    for (size_t i = 0; i < stack_.size(); ++i) {
+      const Level &level = stack_[i];
+      if (level.object) {
+        if (level.key.empty())
+          break;
+        if (!text.empty())
+          text += '.';
+        text += level.key;
+      } else {
+        text += "[" + std::to_string(level.index) + "]";
+      }
+    }
+    return text.empty() ? "manifest" : text;
+  }
+  bool fail(const std::string &what) {
+    if (error.empty())
+      error = path() + ": " + what;
+    return false;
+  }
+  /// A scalar or a whole container was read: the next array element.
+  bool value() {
+    if (!stack_.empty() && !stack_.back().object)
+      ++stack_.back().index;
+    return true;
+  }
+  bool open(bool object) {
+    if (stack_.size() >= kMaxJsonDepth)
+      return fail("nested deeper than " + std::to_string(kMaxJsonDepth) +
+                  " levels");
+    stack_.push_back(Level{object, 0, {}, {}});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return value();
+  }
+
+  std::vector<Level> stack_;
+};
+
+} // namespace
+
+bool parseJsonText(std::string_view text, Json &out, std::string &error) {
+  if (text.size() > kMaxJsonTextBytes) {
+    error = "JSON text of " + std::to_string(text.size()) + " bytes (max " +
+            std::to_string(kMaxJsonTextBytes) + ")";
+    return false;
+  }
+  if (const void *nul = std::memchr(text.data(), '\0', text.size())) {
+    error = "NUL byte at offset " +
+            std::to_string(static_cast<const char *>(nul) - text.data());
+    return false;
+  }
+  {
+    LimitChecker checker;
+    const bool ok = Json::sax_parse(text.begin(), text.end(), &checker,
+                                    Json::input_format_t::json,
+                                    /*strict=*/true);
+    if (!ok) {
+      error = checker.error.empty() ? "invalid JSON" : checker.error;
+      return false;
+    }
+  }
+  Json parsed = Json::parse(text.begin(), text.end(), /*cb=*/nullptr,
+                            /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    error = "invalid JSON";
+    return false;
+  }
   out = std::move(parsed);
+  return true;
+}
+
+bool knownFieldsOnly(const Json &object, const std::string &where,
+                     std::initializer_list<std::string_view> known,
+                     std::string &error) {
+  if (!object.is_object())
+    return true;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool found = false;
+    for (std::string_view name : known)
+      found |= it.key() == name;
+    if (!found) {
+      error = fieldPath(where, it.key()) + ": unknown field";
+      return false;
+    }
+  }
   return true;
 }
 

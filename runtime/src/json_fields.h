@@ -13,7 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,9 +24,24 @@ namespace moec::rt::detail {
 
 using Json = nlohmann::json;
 
-/// Parses JSON text without throwing. Returns false with "invalid JSON at
-/// byte N: ..." on malformed input.
+/// Bounds of the JSON the runtime reads (manifests, selection overrides):
+/// checked before a tree is built, so hostile text can neither recurse nor
+/// allocate beyond them.
+inline constexpr size_t kMaxJsonDepth = 16;
+inline constexpr size_t kMaxJsonStringBytes = 16384;
+inline constexpr size_t kMaxJsonTextBytes = size_t(64) << 20;
+
+/// Parses JSON text without throwing. Refuses a NUL byte (naming its
+/// offset), nesting deeper than kMaxJsonDepth, a string or key longer than
+/// kMaxJsonStringBytes, a duplicate key in one object (naming the field
+/// path) and malformed JSON ("invalid JSON at byte N: ...").
 bool parseJsonText(std::string_view text, Json &out, std::string &error);
+
+/// False with "`where.key`: unknown field" when `object` has a key not in
+/// `known`.
+bool knownFieldsOnly(const Json &object, const std::string &where,
+                     std::initializer_list<std::string_view> known,
+                     std::string &error);
 
 /// `where.key`, or `key` when where is empty.
 std::string fieldPath(const std::string &where, std::string_view key);

@@ -17,6 +17,7 @@ using detail::expectObject;
 using detail::fieldPath;
 using detail::findField;
 using detail::indexPath;
+using detail::knownFieldsOnly;
 using detail::Json;
 using detail::readString;
 using detail::readU32;
@@ -106,12 +107,27 @@ bool parseTarget(const Json &root, Manifest &m, std::string &error) {
     error = "target: missing";
     return false;
   }
-  if (!expectObject(*target, "target", error))
+  if (!expectObject(*target, "target", error) ||
+      !knownFieldsOnly(*target, "target",
+                       {"arch", "features", "code_object_version"}, error))
     return false;
-  return readString(*target, "arch", "target", true, m.target.arch, error) &&
-         readString(*target, "features", "target", false, m.target.features, error) &&
-         readU32(*target, "code_object_version", "target", false,
-                 m.target.codeObjectVersion, error);
+  if (!readString(*target, "arch", "target", true, m.target.arch, error) ||
+      !readString(*target, "features", "target", false, m.target.features,
+                  error) ||
+      !readU32(*target, "code_object_version", "target", false,
+               m.target.codeObjectVersion, error))
+    return false;
+  // The code objects are checked against the chip's facts (ELF mach,
+  // register files, LDS): a chip without facts cannot be checked.
+  if (!target::lookupTargetInfo(m.target.arch)) {
+    std::string known;
+    for (const target::TargetInfo *chip : target::kKnownTargets)
+      known += std::string(known.empty() ? "" : ", ") + chip->arch;
+    error = "target.arch: '" + m.target.arch + "' is not a chip moec knows (" +
+            known + ")";
+    return false;
+  }
+  return true;
 }
 
 bool parseCompiler(const Json &root, Manifest &m, std::string &error) {
@@ -121,6 +137,9 @@ bool parseCompiler(const Json &root, Manifest &m, std::string &error) {
   if (!compiler)
     return true;
   const std::string where = "compiler";
+  if (!knownFieldsOnly(*compiler, where,
+                       {"name", "version", "llvm", "fingerprint"}, error))
+    return false;
   return readString(*compiler, "name", where, false, m.compiler.name, error) &&
          readString(*compiler, "version", where, false, m.compiler.version, error) &&
          readString(*compiler, "llvm", where, false, m.compiler.llvm, error) &&
@@ -152,6 +171,7 @@ bool parseSources(const Json &root, Manifest &m, std::string &error) {
     const Json &entry = (*sources)[i];
     SourceFile source;
     if (!expectObject(entry, where, error) ||
+        !knownFieldsOnly(entry, where, {"path", "hash"}, error) ||
         !readString(entry, "path", where, true, source.path, error) ||
         !readString(entry, "hash", where, false, source.hash, error))
       return false;
@@ -164,6 +184,8 @@ bool parseArgument(const Json &entry, const std::string &where,
                    KernelArgInfo &arg, std::string &error) {
   std::string kind, access;
   if (!expectObject(entry, where, error) ||
+      !knownFieldsOnly(entry, where,
+                       {"name", "kind", "dtype", "access", "shape"}, error) ||
       !readString(entry, "name", where, true, arg.name, error) ||
       !readString(entry, "kind", where, true, kind, error) ||
       !readString(entry, "dtype", where, false, arg.dtype, error) ||
@@ -181,7 +203,7 @@ bool parseArgument(const Json &entry, const std::string &where,
             "' (expected buffer, i32 or i64)";
     return false;
   }
-  if (access.empty())
+  if (access.empty() || access == "none")
     arg.access = ArgAccess::None;
   else if (access == "read")
     arg.access = ArgAccess::Read;
@@ -205,7 +227,8 @@ bool parseLaunch(const Json &kernel, const std::string &kernelPath,
     error = where + ": missing";
     return false;
   }
-  if (!expectObject(*launchJson, where, error))
+  if (!expectObject(*launchJson, where, error) ||
+      !knownFieldsOnly(*launchJson, where, {"workgroup_size", "grid"}, error))
     return false;
   const std::string sizePath = fieldPath(where, "workgroup_size");
   const Json *size = findField(*launchJson, "workgroup_size");
@@ -242,6 +265,8 @@ bool parseLaunch(const Json &kernel, const std::string &kernelPath,
     // Each rule present is compiled now, so a bad one makes the bundle
     // invalid at open and computeLaunchGrid never parses text.
     const std::string gridPath = fieldPath(where, "grid");
+    if (!knownFieldsOnly(*grid, gridPath, {"x", "y", "z"}, error))
+      return false;
     std::string *texts[3] = {&launch.gridX, &launch.gridY, &launch.gridZ};
     const char *axes[3] = {"x", "y", "z"};
     for (int d = 0; d < 3; ++d) {
@@ -266,7 +291,12 @@ bool parseResources(const Json &kernel, const std::string &kernelPath,
     error = where + ": missing";
     return false;
   }
-  if (!expectObject(*resources, where, error))
+  if (!expectObject(*resources, where, error) ||
+      !knownFieldsOnly(*resources, where,
+                       {"vgpr", "agpr", "sgpr", "lds_bytes",
+                        "private_segment_bytes", "vgpr_spill", "sgpr_spill",
+                        "wavefront_size", "max_flat_workgroup_size"},
+                       error))
     return false;
   return readU32(*resources, "vgpr", where, true, r.vgpr, error) &&
          readU32(*resources, "agpr", where, false, r.agpr, error) &&
@@ -352,6 +382,12 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
     const Json &entry = (*kernels)[i];
     KernelInfo kernel;
     if (!expectObject(entry, where, error) ||
+        !knownFieldsOnly(entry, where,
+                         {"name", "symbol", "code_object", "stage",
+                          "attributes", "abi", "launch", "resources",
+                          "content_hash", "table_names", "ir",
+                          "weight_layout"},
+                         error) ||
         !readString(entry, "name", where, true, kernel.name, error) ||
         !readString(entry, "symbol", where, true, kernel.symbol, error) ||
         !readU32(entry, "code_object", where, true, kernel.codeObject, error) ||
@@ -409,6 +445,8 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
       return false;
     if (ir) {
       const std::string irPath = fieldPath(where, "ir");
+      if (!knownFieldsOnly(*ir, irPath, {"object", "hash"}, error))
+        return false;
       if (!readU32(*ir, "object", irPath, true, kernel.ir.object, error) ||
           !readString(*ir, "hash", irPath, true, kernel.ir.hash, error))
         return false;
@@ -454,6 +492,7 @@ bool parseConfigs(const Json &root, Manifest &m, std::string &error) {
     ConfigInfo config;
     std::string provenance;
     if (!expectObject(entry, where, error) ||
+        !knownFieldsOnly(entry, where, {"id", "kernels", "provenance"}, error) ||
         !readString(entry, "id", where, true, config.id, error) ||
         !readString(entry, "provenance", where, false, provenance, error))
       return false;
@@ -508,6 +547,18 @@ bool parseSelection(const Json &root, Manifest &m, std::string &error) {
   for (size_t i = 0; i < selection->size(); ++i) {
     SelectionTable table;
     detail::TableFieldsPresent present;
+    const std::string where = indexPath("selection", i);
+    const Json &entry = (*selection)[i];
+    if (!knownFieldsOnly(entry, where,
+                         {"network", "family", "ep", "workspace", "transport",
+                          "above_max", "rows"},
+                         error))
+      return false;
+    if (const Json *rows = findField(entry, "rows"); rows && rows->is_array())
+      for (size_t r = 0; r < rows->size(); ++r)
+        if (!knownFieldsOnly((*rows)[r], indexPath(fieldPath(where, "rows"), r),
+                             {"m", "config"}, error))
+          return false;
     if (!detail::parseSelectionTableJson((*selection)[i], indexPath("selection", i),
                                          m.configs, /*partial=*/false, table,
                                          present, error))
@@ -540,8 +591,7 @@ Json serializeKernel(const KernelInfo &kernel) {
       {"launch",
        {{"workgroup_size",
          {launch.workgroupSize[0], launch.workgroupSize[1],
-          launch.workgroupSize[2]}},
-        {"grid", {{"x", launch.gridX}, {"y", launch.gridY}, {"z", launch.gridZ}}}}},
+          launch.workgroupSize[2]}}}},
       {"resources",
        {{"vgpr", r.vgpr},
         {"agpr", r.agpr},
@@ -555,6 +605,16 @@ Json serializeKernel(const KernelInfo &kernel) {
       {"content_hash", kernel.contentHash},
       {"table_names", kernel.tableNames},
   };
+  // Only the grid rules present: an empty rule is invalid, and the reader
+  // compiles every rule it is given.
+  Json grid = Json::object();
+  const std::string *rules[3] = {&launch.gridX, &launch.gridY, &launch.gridZ};
+  const char *axes[3] = {"x", "y", "z"};
+  for (int d = 0; d < 3; ++d)
+    if (!rules[d]->empty())
+      grid[axes[d]] = *rules[d];
+  if (!grid.empty())
+    out["launch"]["grid"] = grid;
   if (kernel.ir.present())
     out["ir"] = {{"object", kernel.ir.object}, {"hash", kernel.ir.hash}};
   if (!kernel.weightLayout.empty())
@@ -616,11 +676,16 @@ bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
     Json root;
     if (!detail::parseJsonText(jsonText, root, error))
       return false;
-    if (!expectObject(root, "", error))
+    if (!expectObject(root, "", error) ||
+        !knownFieldsOnly(root, "",
+                         {"bundle_format", "target", "compiler", "numerics",
+                          "sources", "kernels", "configs", "selection"},
+                         error))
       return false;
     Manifest m;
     if (const Json *format = findField(root, "bundle_format")) {
       if (!expectObject(*format, "bundle_format", error) ||
+          !knownFieldsOnly(*format, "bundle_format", {"version"}, error) ||
           !readU32(*format, "version", "bundle_format", true,
                    m.bundleFormatVersion, error))
         return false;
@@ -639,6 +704,45 @@ bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
     error = "manifest: unexpected error";
     return false;
   }
+}
+
+bool parseCanonicalManifest(std::string_view jsonText, uint32_t codeObjectCount,
+                            Manifest &out, std::string &error) {
+  Manifest m;
+  if (!parseManifest(jsonText, codeObjectCount, m, error))
+    return false;
+  std::string canonical;
+  try {
+    canonical = serializeManifest(m);
+  } catch (const std::exception &e) {
+    error = std::string("cannot serialise: ") + e.what();
+    return false;
+  } catch (...) {
+    error = "cannot serialise";
+    return false;
+  }
+  if (canonical != jsonText) {
+    size_t at = 0;
+    while (at < canonical.size() && at < jsonText.size() &&
+           canonical[at] == jsonText[at])
+      ++at;
+    auto excerpt = [](std::string_view text, size_t at) {
+      std::string shown;
+      for (char c : text.substr(at, 16))
+        shown += (static_cast<unsigned char>(c) < 0x20 ||
+                  static_cast<unsigned char>(c) >= 0x7f)
+                     ? '?'
+                     : c;
+      return at >= text.size() ? std::string("end of text") : "'" + shown + "'";
+    };
+    error = "not in canonical form at byte " + std::to_string(at) + " (" +
+            excerpt(jsonText, at) + ", the writer stores " +
+            excerpt(canonical, at) +
+            "; sorted keys, no whitespace, known fields only)";
+    return false;
+  }
+  out = std::move(m);
+  return true;
 }
 
 } // namespace moec::rt

@@ -55,6 +55,15 @@ bool checkObjectUse(const Manifest &manifest,
                     const std::vector<uint32_t> &encodings,
                     const std::vector<uint64_t> &checksums, std::string &error);
 
+/// Checks that `data` is an AMDGPU code object for chip `arch`: an ELF64
+/// little-endian shared object, e_machine EM_AMDGPU (224), e_flags' mach
+/// the chip's (target::TargetInfo::elfMach), and its program and section
+/// header tables within `size`. Writer and reader run it on every raw-ELF
+/// entry; `error` says what is wrong ("ELF e_flags mach 0x04c (gfx942),
+/// the bundle's target is gfx950").
+bool checkAmdgpuElf(const uint8_t *data, uint64_t size, std::string_view arch,
+                    std::string &error);
+
 /// Options of the writer.
 struct BundleWriteOptions {
   /// Alignment of every code object in the file: a power of two in

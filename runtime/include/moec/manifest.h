@@ -183,6 +183,15 @@ bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
 /// Manifest. bundleFormatVersion is written when non-zero.
 std::string serializeManifest(const Manifest &manifest);
 
+/// parseManifest, then the parsed manifest serialised again must equal
+/// `jsonText` byte for byte: the only text a bundle may store is what the
+/// writer produces (known fields only, sorted keys, no whitespace, no
+/// byte-order mark, no duplicate keys, every optional field written). A
+/// difference is refused naming its byte offset: "not in canonical form at
+/// byte 17 (...)". Throws nothing.
+bool parseCanonicalManifest(std::string_view jsonText, uint32_t codeObjectCount,
+                            Manifest &out, std::string &error);
+
 const char *kernelFamilyName(KernelFamily family) noexcept;
 const char *transportName(Transport transport) noexcept;
 const char *aboveMaxPolicyName(AboveMaxPolicy policy) noexcept;

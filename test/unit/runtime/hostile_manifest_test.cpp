@@ -67,3 +67,218 @@ TEST_CASE("resource numbers beyond the chip are refused", "[bundle][hostile]") {
     CHECK(error.find(c.message) != std::string::npos);
   }
 }
+
+// ---------------------------------------------------------------------------
+// Bundles laid out by hand with every checksum recomputed: what an attacker
+// writes, not what the writer produces.
+
+#include "hostile_support.h"
+#include "moec/moec_runtime.h"
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+/// The canonical manifest text the writer stores for sampleManifest().
+std::string canonicalSampleText() {
+  std::vector<uint8_t> bytes;
+  std::string error;
+  REQUIRE(serializeBundle(sampleManifest().dump(), sampleCodeObjects(), bytes, error));
+  TempDir dir;
+  writeFile(dir.file("a.moeb"), bytes);
+  auto bundle = Bundle::open(dir.file("a.moeb"), error);
+  REQUIRE(bundle);
+  return std::string(bundle->manifestText());
+}
+
+/// Opens `bytes` as a file through the C++ reader (both verification
+/// modes) and the C API; returns the C++ error (empty when it opened).
+std::string openCrafted(const std::vector<uint8_t> &bytes) {
+  TempDir dir;
+  const std::string path = dir.file("crafted.moeb");
+  writeFile(path, bytes);
+  std::string error, lazyError;
+  auto bundle = Bundle::open(path, error);
+  BundleOpenOptions lazy;
+  lazy.codeObjects = CodeObjectVerification::OnFirstUse;
+  auto lazyBundle = Bundle::open(path, lazyError, lazy);
+  CHECK(bool(bundle) == bool(lazyBundle));
+  moec_bundle_t *handle = nullptr;
+  const moec_status_t status = moec_bundle_open(path.c_str(), &handle);
+  CHECK((status == MOEC_STATUS_OK) == bool(bundle));
+  if (status != MOEC_STATUS_OK)
+    CHECK(status == MOEC_STATUS_CORRUPT_BUNDLE);
+  moec_bundle_close(handle);
+  if (bundle) {
+    // Whatever opened hands out only ranges inside the file.
+    for (uint32_t i = 0; i < bundle->codeObjectCount(); ++i) {
+      CodeObjectView view;
+      std::string why;
+      if (bundle->codeObject(i, view, why))
+        CHECK(view.size <= bundle->fileSize());
+    }
+    return "";
+  }
+  CHECK(error.find('\n') == std::string::npos);
+  return error;
+}
+
+std::string openText(const std::string &manifestText) {
+  return openCrafted(craftBundle(manifestText, sampleCodeObjects()));
+}
+
+bool contains(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("the reader accepts only the manifest text the writer stores",
+          "[bundle][hostile]") {
+  const std::string canonical = canonicalSampleText();
+  CHECK(openText(canonical) == "");
+
+  // A byte-order mark, whitespace, a trailing newline.
+  CHECK(contains(openText("\xEF\xBB\xBF" + canonical), "manifest: not in canonical form at byte 0"));
+  CHECK(contains(openText(" " + canonical), "not in canonical form at byte 0"));
+  CHECK(contains(openText(canonical + "\n"), "not in canonical form at byte " +
+                                                 std::to_string(canonical.size())));
+  CHECK(contains(openText(nlohmann::json::parse(canonical).dump(1)),
+                 "not in canonical form at byte 1"));
+  // Key order: bundle_format moved to the end.
+  nlohmann::ordered_json reordered = nlohmann::ordered_json::parse(canonical);
+  nlohmann::ordered_json format = reordered["bundle_format"];
+  reordered.erase("bundle_format");
+  reordered["bundle_format"] = format;
+  CHECK(contains(openText(reordered.dump()), "not in canonical form at byte 2"));
+  // A number spelled another way.
+  std::string spelled = canonical;
+  spelled.replace(spelled.find("\"version\":1"), 11, "\"version\":1.0");
+  CHECK(contains(openText(spelled), "bundle_format.version: expected an unsigned integer"));
+
+  // Unknown fields, at the top and inside a kernel.
+  nlohmann::json unknown = nlohmann::json::parse(canonical);
+  unknown["zz_unknown"] = 1;
+  CHECK(contains(openText(unknown.dump()), "manifest: zz_unknown: unknown field"));
+  unknown = nlohmann::json::parse(canonical);
+  unknown["kernels"][1]["launch"]["extra"] = "x";
+  CHECK(contains(openText(unknown.dump()), "manifest: kernels[1].launch.extra: unknown field"));
+
+  // A duplicate key: nlohmann keeps the last one; the reader refuses it.
+  std::string duplicate = canonical;
+  const size_t first = duplicate.find("\"kernels\":[{") + 12;
+  duplicate.insert(first, "\"name\":\"evil\",");
+  CHECK(contains(openText(duplicate), "manifest: kernels[0].name: duplicate key"));
+
+  // Bytes after a NUL are never ignored.
+  CHECK(contains(openText(canonical + std::string("\0{\"x\":1}", 8)),
+                 "manifest: NUL byte at offset " + std::to_string(canonical.size())));
+  std::string nulInside = canonical;
+  nulInside[10] = '\0';
+  CHECK(contains(openText(nulInside), "manifest: NUL byte at offset 10"));
+}
+
+TEST_CASE("deep nesting is refused before a JSON tree exists",
+          "[bundle][hostile]") {
+  // 100,000 nested arrays in a kernel's entry: the writer, the reader and
+  // the C API refuse it without recursing (no stack overflow on parse,
+  // dump or destruction).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::string text = sampleManifest().dump();
+  const std::string marker = "\"content_hash\":\"0123456789abcdef\"";
+  text.replace(text.find(marker), marker.size(), "\"content_hash\":" + deep);
+  std::vector<uint8_t> bytes;
+  std::string error;
+  CHECK_FALSE(serializeBundle(text, sampleCodeObjects(), bytes, error));
+  CHECK(contains(error, "manifest: kernels[0].content_hash[0][0]"));
+  CHECK(contains(error, "nested deeper than 16 levels"));
+  CHECK(error.size() < 300);
+
+  std::string stored = canonicalSampleText();
+  stored.replace(stored.find(marker), marker.size(), "\"content_hash\":" + deep);
+  error = openText(stored);
+  CHECK(contains(error, "nested deeper than 16 levels"));
+
+  // Strings and keys are bounded too.
+  nlohmann::json big = sampleManifest();
+  big["kernels"][0]["stage"] = std::string(20000, 'w');
+  CHECK_FALSE(serializeBundle(big.dump(), sampleCodeObjects(), bytes, error));
+  CHECK(contains(error, "kernels[0].stage: string of 20000 bytes (max 16384)"));
+}
+
+TEST_CASE("code-object table entries past the end are refused without wrapping",
+          "[bundle][hostile]") {
+  nlohmann::json manifest = nlohmann::json::parse(canonicalSampleText());
+  manifest["kernels"][2]["code_object"] = 2;
+  const std::string text = manifest.dump();
+  // Lay it out with a placeholder third entry, then point that entry past
+  // the end with a size that wraps the running end back to the file size.
+  std::vector<uint8_t> bytes =
+      craftBundle(text, sampleCodeObjects(), {}, {CraftedEntry{0, 1, 0}});
+  const uint64_t fileSize = bytes.size();
+  const uint64_t tableOffset = getLE(bytes.data() + 48 + 32 + 8, 8);
+  uint8_t *third = bytes.data() + tableOffset + 16 + 2 * 32;
+  const uint64_t start = (fileSize + 255) / 256 * 256;
+  REQUIRE(start > fileSize);
+  putLE(third, start, 8);
+  putLE(third + 8, fileSize - start, 8); // 2^64 - (start - fileSize)
+  recomputeChecksums(bytes);
+  CHECK(contains(openCrafted(bytes), "code object 2: starts at " +
+                                         std::to_string(start) +
+                                         ", at or past the end of the file"));
+
+  // Nearby variants: an offset far past the end, a size past the end, an
+  // offset inside the previous object.
+  const std::vector<std::pair<uint64_t, uint64_t>> variants = {
+      {UINT64_MAX - 255, 1}, {start, 1}, {start - 256, UINT64_MAX}, {256, 100}};
+  for (const auto &[offset, size] : variants) {
+    INFO(offset << " +" << size);
+    putLE(third, offset, 8);
+    putLE(third + 8, size, 8);
+    recomputeChecksums(bytes);
+    CHECK(contains(openCrafted(bytes), "code object 2: "));
+  }
+}
+
+TEST_CASE("every code object is an AMDGPU ELF for the bundle's chip",
+          "[bundle][hostile]") {
+  struct Case {
+    const char *what;
+    int at;
+    std::vector<uint8_t> patch;
+    const char *message;
+  } cases[] = {
+      {"text", 0, {'p', 'l', 'a', 'i', 'n'}, "not an ELF image"},
+      {"ELF32", 4, {1}, "not a 64-bit little-endian ELF image"},
+      {"big-endian", 5, {2}, "not a 64-bit little-endian ELF image"},
+      {"x86-64", 18, {62, 0}, "ELF e_machine 62, expected 224 (EM_AMDGPU)"},
+      {"relocatable", 16, {1, 0}, "ELF e_type 1, expected 3"},
+      {"gfx942", 48, {0x4c}, "ELF e_flags mach 0x04c (gfx942), the bundle's target is gfx950"},
+      {"section headers past the end", 40, {0xff, 0xff, 0, 0, 0, 0, 0, 0},
+       "ELF section header table"},
+  };
+  const std::string canonical = canonicalSampleText();
+  for (const Case &c : cases) {
+    INFO(c.what);
+    std::vector<std::vector<uint8_t>> objects = sampleCodeObjects();
+    std::copy(c.patch.begin(), c.patch.end(), objects[1].begin() + c.at);
+    if (std::string(c.what) == "section headers past the end")
+      putLE(objects[1].data() + 60, 4, 2); // e_shnum
+    // The writer refuses to store it...
+    std::vector<uint8_t> bytes;
+    std::string error;
+    CHECK_FALSE(serializeBundle(sampleManifest().dump(), objects, bytes, error));
+    CHECK(contains(error, std::string(c.what) == "text"
+                              ? "neither an ELF image nor MLIR bytecode"
+                              : c.message));
+    // ...and the reader refuses it when an attacker stores it anyway.
+    error = openCrafted(craftBundle(canonical, objects));
+    CHECK(contains(error, "code object 1: "));
+    CHECK(contains(error, c.message));
+  }
+  // A chip without facts has no ELF mach to check against.
+  nlohmann::json other = nlohmann::json::parse(canonical);
+  other["target"]["arch"] = "gfx1100";
+  CHECK(contains(openText(other.dump()),
+                 "manifest: target.arch: 'gfx1100' is not a chip moec knows (gfx950, gfx942)"));
+}

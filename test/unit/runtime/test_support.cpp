@@ -58,14 +58,36 @@ std::vector<std::string> TempDir::entries() const {
   return names;
 }
 
+std::vector<uint8_t> amdgpuElfHeader(uint32_t mach) {
+  std::vector<uint8_t> h(64, 0);
+  const uint8_t ident[] = {0x7f, 'E', 'L', 'F', 2 /*ELFCLASS64*/, 1 /*LSB*/,
+                           1 /*EV_CURRENT*/, 64 /*ELFOSABI_AMDGPU_HSA*/,
+                           4 /*ABI version (code object v6)*/};
+  std::copy(std::begin(ident), std::end(ident), h.begin());
+  auto put = [&](size_t at, uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i)
+      h[at + i] = static_cast<uint8_t>(value >> (8 * i));
+  };
+  put(16, 3, 2);      // e_type ET_DYN
+  put(18, 224, 2);    // e_machine EM_AMDGPU
+  put(20, 1, 4);      // e_version
+  put(48, mach, 4);   // e_flags
+  put(52, 64, 2);     // e_ehsize
+  put(54, 56, 2);     // e_phentsize (no program headers)
+  put(58, 64, 2);     // e_shentsize (no section headers)
+  return h;
+}
+
 std::vector<uint8_t> syntheticCodeObject(size_t size, uint8_t seed) {
   std::vector<uint8_t> bytes(size);
-  const uint8_t magic[4] = {0x7f, 'E', 'L', 'F'};
   uint32_t state = 0x9e3779b9u ^ seed;
   for (size_t i = 0; i < size; ++i) {
     state = state * 1664525u + 1013904223u;
-    bytes[i] = i < 4 ? magic[i] : static_cast<uint8_t>(state >> 24);
+    bytes[i] = static_cast<uint8_t>(state >> 24);
   }
+  const std::vector<uint8_t> header = amdgpuElfHeader(0x04f /*gfx950*/);
+  std::copy(header.begin(), header.begin() + std::min(size, header.size()),
+            bytes.begin());
   return bytes;
 }
 
@@ -98,7 +120,6 @@ nlohmann::json kernelJson(const std::string &name, uint32_t codeObject,
         {"wavefront_size", 64},
         {"max_flat_workgroup_size", 256}}},
       {"content_hash", "0123456789abcdef"},
-      {"unknown_future_field", {{"tolerated", true}}},
   };
 }
 

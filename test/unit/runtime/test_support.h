@@ -24,7 +24,12 @@ private:
   std::string path_;
 };
 
-/// A synthetic code object: ELF magic, then `size - 4` bytes from `seed`.
+/// The 64-byte ELF header of an AMDGPU code object for EF_AMDGPU_MACH
+/// `mach` (0x04f gfx950, 0x04c gfx942), with no program or section headers.
+std::vector<uint8_t> amdgpuElfHeader(uint32_t mach);
+
+/// A synthetic code object: a gfx950 AMDGPU ELF header, then `size - 64`
+/// bytes from `seed`.
 std::vector<uint8_t> syntheticCodeObject(size_t size, uint8_t seed);
 
 /// One kernel entry of schema v1 with plausible fields.

@@ -75,6 +75,10 @@ struct TargetInfo {
   bool hasOcpFp8;
   /// Widest LDS DMA per lane (BUFFER_LOAD_DWORD* with LDS) in bytes.
   uint32_t ldsDmaBytesPerLane;
+  /// The chip's EF_AMDGPU_MACH value in a code object's ELF e_flags (bits
+  /// 0-7; llvm/BinaryFormat/ELF.h): the reader refuses a code object built
+  /// for another chip.
+  uint32_t elfMach;
 
   /// Wave slots per CU (simdsPerCu * maxWavesPerSimd).
   constexpr uint32_t maxWavesPerCu() const {
@@ -111,6 +115,7 @@ inline constexpr TargetInfo kGfx950 = {
     /*hasScaledMfma=*/true,
     /*hasOcpFp8=*/true,
     /*ldsDmaBytesPerLane=*/16,
+    /*elfMach=*/0x04f, // EF_AMDGPU_MACH_AMDGCN_GFX950
 };
 
 /// gfx942: Instinct MI300X / MI325X (CDNA3). Same register files, wave
@@ -140,7 +145,13 @@ inline constexpr TargetInfo kGfx942 = {
     /*hasScaledMfma=*/false,
     /*hasOcpFp8=*/false,
     /*ldsDmaBytesPerLane=*/4,
+    /*elfMach=*/0x04c, // EF_AMDGPU_MACH_AMDGCN_GFX942
 };
+
+/// ELF facts shared by every AMDGPU code object (llvm/BinaryFormat/ELF.h):
+/// e_machine EM_AMDGPU, and the mask of e_flags that holds the chip.
+inline constexpr uint16_t kElfMachineAmdgpu = 224;
+inline constexpr uint32_t kElfMachMask = 0x0ff;
 
 /// Every chip moec has facts for, the default first.
 inline constexpr const TargetInfo *kKnownTargets[] = {&kGfx950, &kGfx942};
