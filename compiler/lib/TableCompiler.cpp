@@ -253,6 +253,8 @@ CompileStatus compileTableToBundle(const std::string &tablePath,
   TuningTable table;
   if (!readTuningTable(tablePath, table, error))
     return CompileStatus::BadInput;
+  if (options.rewriteTable)
+    options.rewriteTable(table);
   // A bundle that cannot be written is bad input, found before compiling.
   const std::string outputDir =
       bundlePath.find('/') == std::string::npos

@@ -2,6 +2,8 @@
 
 #include "moec/Emulator/StageKernel.h"
 
+#include "moec/Compiler/TuningTable.h"
+
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Compiler/Registration.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
@@ -190,6 +192,73 @@ void smallConfigSpecs(std::vector<StageSpec> &specs) {
   }
 }
 
+void smallTable(TuningTable &table) {
+  static const char *const kProblemFields[] = {"hidden", "intermediate",
+                                               "experts", "top_k", "ep"};
+  for (TableProblem &problem : table.problems) {
+    std::vector<size_t> members;
+    std::vector<StageSpec> specs;
+    for (size_t i = 0; i < table.kernels.size(); ++i) {
+      if (table.kernels[i].problem != problem.name)
+        continue;
+      members.push_back(i);
+      specs.push_back(stageSpecOf(table, table.kernels[i]));
+    }
+    if (specs.empty())
+      continue;
+    smallConfigSpecs(specs);
+    for (size_t j = 0; j < members.size(); ++j) {
+      std::map<std::string, std::string> knobs = specs[j].fields;
+      for (const char *field : kProblemFields)
+        knobs.erase(field);
+      table.kernels[members[j]].knobs = std::move(knobs);
+    }
+    problem.hidden = specInteger(specs.front(), "hidden", problem.hidden);
+    problem.intermediate =
+        specInteger(specs.front(), "intermediate", problem.intermediate);
+    problem.experts = specInteger(specs.front(), "experts", problem.experts);
+    problem.topK = specInteger(specs.front(), "top_k", problem.topK);
+  }
+  // Fused selection tables: the kernels' token limit becomes the table's
+  // workspace / 64 (at least 16), so capacity classes stay distinct, and
+  // rows above it go.
+  for (TableSelection &selection : table.selections) {
+    const int64_t tokens = std::max<int64_t>(16, selection.workspace / 64);
+    bool fused = false;
+    for (const TableRow &row : selection.rows)
+      if (const TableConfig *config = table.findConfig(row.config))
+        for (const std::string &name : config->kernels)
+          for (TableKernel &kernel : table.kernels)
+            if (kernel.name == name && kernel.knobs.count("max_tokens")) {
+              fused = true;
+              const TableProblem *problem = table.findProblem(kernel.problem);
+              const int64_t ep = problem ? problem->ep : 1;
+              const int64_t topK = problem ? problem->topK : 1;
+              const int64_t m = std::max<int64_t>(
+                  1, std::atoll(kernel.knobs.count("m") ? kernel.knobs["m"].c_str()
+                                                        : "16"));
+              kernel.knobs["max_tokens"] = std::to_string(tokens);
+              kernel.knobs["capacity"] =
+                  kernel.knobs.count("transport") &&
+                          kernel.knobs["transport"] == "compact"
+                      ? std::to_string(ep * tokens * topK)
+                      : std::to_string((std::max(ep * tokens, m) + m - 1) / m * m);
+            }
+    if (!fused)
+      continue;
+    selection.workspace = tokens;
+    std::vector<TableRow> kept;
+    for (const TableRow &row : selection.rows)
+      if (row.m <= tokens)
+        kept.push_back(row);
+    if (kept.empty() && !selection.rows.empty()) {
+      kept.push_back(selection.rows.front());
+      kept.back().m = tokens;
+    }
+    selection.rows = std::move(kept);
+  }
+}
+
 StageSpec smallStageSpec(const StageSpec &spec) {
   std::vector<StageSpec> one = {spec};
   smallConfigSpecs(one);
@@ -239,7 +308,7 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
   } else if (auto tile = attrs.getAs<moe::CombineTileAttr>("tile")) {
     shape.waves = tile.getWaves();
   } else {
-    // The sort: its M tile and waves.
+    // The sort (its M tile and waves) and quant (its waves).
     shape.tileM = integer("m_tile", 0);
     shape.waves = integer("waves", 4);
   }

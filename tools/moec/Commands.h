@@ -3,7 +3,8 @@
 /// \file
 /// Each subcommand lives in its own file and registers itself on the CLI11
 /// app; its callback stores the process exit status (docs/cli.md):
-/// 0 success, 1 a check failed, 2 bad usage or bad input.
+/// 0 success, 1 a check failed, 2 bad usage or bad input (selftest: 3 no
+/// device).
 ///
 //===----------------------------------------------------------------------===//
 
@@ -27,5 +28,6 @@ void addExtractCommand(CLI::App &app, int &exitStatus);
 void addVerifyCommand(CLI::App &app, int &exitStatus);
 void addReferenceCommand(CLI::App &app, int &exitStatus);
 void addRunCommand(CLI::App &app, int &exitStatus);
+void addSelftestCommand(CLI::App &app, int &exitStatus);
 
 #endif // MOEC_TOOLS_MOEC_COMMANDS_H

@@ -4,6 +4,7 @@
 
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Compiler/TargetCheck.h"
+#include "moec/Emulator/StageKernel.h"
 #include "moec/target/target_info.h"
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,7 @@ struct CompileArgs {
   std::string output;
   bool allowSpills = false;
   bool quiet = false;
+  bool small = false;
   /// The chip to compile for (--target).
   std::string target = moec::target::defaultTarget().arch;
 };
@@ -59,6 +61,8 @@ int runCompile(const CompileArgs &args) {
   auto start = std::chrono::steady_clock::now();
   CompileOptions options;
   options.allowSpills = args.allowSpills;
+  if (args.small)
+    options.rewriteTable = emu::smallTable;
   CompileSummary summary;
   std::string error;
   CompileStatus status =
@@ -92,6 +96,11 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
   cmd->add_flag("--allow-spills", args->allowSpills,
                 "accept kernels that spill registers or use scratch");
   cmd->add_flag("-q,--quiet", args->quiet, "print nothing on success");
+  cmd->add_flag("--small", args->small,
+                "shrink every problem to a small shape with the same knobs "
+                "(H = I = 2 x the largest tile, 4 experts per rank, top-k <= "
+                "4, 16 tokens per rank for fused kernels): bundles for the "
+                "emulated device and `moec selftest --small`");
   std::vector<std::string> chips;
   for (const moec::target::TargetInfo *chip : moec::target::kKnownTargets)
     chips.push_back(chip->arch);

@@ -14,6 +14,7 @@
 #include "moec/manifest.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -76,6 +77,9 @@ enum class CompileStatus { Ok = 0, CheckFailed = 1, BadInput = 2 };
 struct CompileOptions {
   /// Accept kernels that spill registers (the resource gate otherwise fails).
   bool allowSpills = false;
+  /// Applied by compileTableToBundle to the table as read, before anything
+  /// is compiled (`moec compile --small` shrinks every problem with it).
+  std::function<void(TuningTable &)> rewriteTable;
 };
 
 /// Builds, verifies, lowers and compiles every kernel of `table`, then gates
@@ -97,6 +101,14 @@ struct BundleContents {
 /// provenance of the sources.
 BundleContents buildBundleContents(const TuningTable &table,
                                    const CompiledTable &compiled);
+
+/// The tuning table a bundle was compiled from, rebuilt from its manifest:
+/// one problem per distinct #moe.problem, each kernel with the knobs of its
+/// attributes, the configurations and selection tables as recorded. Its
+/// `text` is the manifest (hashed into the provenance of a bundle built
+/// from it).
+TuningTable tableOfManifest(const rt::Manifest &manifest,
+                            const std::string &path);
 
 /// What compileTableToBundle did.
 struct CompileSummary {

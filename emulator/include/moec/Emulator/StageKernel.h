@@ -67,7 +67,7 @@ struct BuiltKernel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   /// The one gpu.func of the module (owned by `module`).
   mlir::Operation *func = nullptr;
-  /// "sort", "w13", "w2" or "combine".
+  /// "quant", "sort", "w13", "w2" or "combine".
   std::string stage;
   StageDescription description;
 };
@@ -88,6 +88,14 @@ mlir::LogicalResult buildKernelIR(mlir::MLIRContext &context,
 /// shrinkPeerFields. Fields that are missing or not integers are left for
 /// buildStageOp to report.
 void smallConfigSpecs(std::vector<StageSpec> &specs);
+
+/// smallConfigSpecs over a whole table: per problem, every kernel of the
+/// problem shrinks to one small shape (so every configuration of a
+/// selection table still shares its problem), and the peer fields shrink as
+/// shrinkPeerFields says. Selection tables and configurations are kept.
+/// `moec compile --small` builds the bundle the emulated device and `moec
+/// selftest --small` run.
+void smallTable(TuningTable &table);
 
 /// smallConfigSpecs for one kernel.
 StageSpec smallStageSpec(const StageSpec &spec);

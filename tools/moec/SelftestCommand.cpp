@@ -1,0 +1,724 @@
+//===- SelftestCommand.cpp - moec selftest BUNDLE -------------------------===//
+//
+// Every selection table of a bundle, through the runtime's layer API on a
+// device (a GPU, or the emulated device), against the oracle: seeded random
+// weights with random per-block scales, tokens, routing with invalid ids,
+// tokens with no valid route, hot-rank routing, unequal and empty ranks, at
+// M around each row boundary. One line per case; exit 0 all passed, 1 a
+// case failed, 2 bad input, 3 no device (docs/cli.md).
+//
+// --small compiles the bundle's own table (rebuilt from its manifest) at a
+// small shape with the same knobs; --real runs the bundle as it is.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+#include "CommandSupport.h"
+
+#include "moec/Compiler/TableCompiler.h"
+#include "moec/Emulator/StageKernel.h"
+#include "moec/hip_loader.h"
+#include "moec/layer.h"
+#include "moec/reference/Families.h"
+#include "moec/reference/Formats.h"
+#include "moec/reference/Generate.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using namespace moec;
+
+constexpr int kNoDevice = 3;
+/// The final output against the oracle layer: the oracle requantises the
+/// W13 intermediate from double, the kernels from FP32, so codes at rounding
+/// ties may differ by one FP8 step: the bound is the FP8 unit roundoff
+/// (docs/emulator.md, "Tolerances"), as for `moec run`.
+constexpr double kLayerRelL2Bound = 1.0 / 16.0;
+
+struct SelftestArgs {
+  std::string bundle;
+  std::string device = "0";
+  bool small = false, real = false;
+  int repeat = 0;
+  uint64_t seed = 1;
+  uint32_t maxM = 0;
+  std::string saveDir;
+};
+
+/// The emulated HIP library: $MOEC_EMULATED_HIP_LIBRARY, or next to this
+/// executable (build tree: ../lib, install tree: ../lib too).
+std::string emulatedLibraryPath() {
+  if (const char *path = std::getenv("MOEC_EMULATED_HIP_LIBRARY"); path && *path)
+    return path;
+  char self[4096];
+  ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = ".";
+  if (length > 0) {
+    self[length] = 0;
+    dir = self;
+    dir = dir.substr(0, dir.find_last_of('/'));
+  }
+  return dir + "/../lib/libmoec_emulated_hip.so";
+}
+
+/// What the oracle needs about a table, read from its kernels' attributes.
+struct TableFacts {
+  rt::LayerProblem problem;
+  bool fused = false, shared = false, compact = false;
+  int64_t interleave = 0;
+  double swigluLimit = 0.0;
+  int64_t fixedSlotCapacity = 0; ///< per local expert (fused fixed slot)
+};
+
+bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
+                TableFacts &facts, std::string &error) {
+  facts = TableFacts();
+  facts.problem.epSize = table.ep;
+  bool found = false;
+  for (const rt::SelectionRow &row : table.rows)
+    for (uint32_t k : manifest.configs[row.config].kernels) {
+      const rt::KernelInfo &kernel = manifest.kernels[k];
+      StageSpec spec = stageSpecOfAttributes(kernel.stage, kernel.attributes);
+      if (kernel.stage != "w13")
+        continue;
+      found = true;
+      facts.problem.hidden = uint32_t(emu::specInteger(spec, "hidden", 0));
+      facts.problem.intermediate =
+          uint32_t(emu::specInteger(spec, "intermediate", 0));
+      facts.shared = emu::specFlag(spec, "shared_fp8_expert");
+      facts.problem.experts = uint32_t(emu::specInteger(spec, "experts", 0) -
+                                       (facts.shared ? 1 : 0));
+      facts.problem.topK =
+          uint32_t(emu::specInteger(spec, "top_k", 0) - (facts.shared ? 1 : 0));
+      facts.interleave = emu::specInteger(spec, "gate_up_interleave", 0);
+      facts.swigluLimit = emu::specNumber(spec, "swiglu_limit", 0.0);
+      if (emu::specIsFused(spec)) {
+        facts.fused = true;
+        facts.compact = emu::specText(spec, "transport") == "compact";
+        facts.fixedSlotCapacity = emu::specInteger(spec, "capacity", 0);
+      }
+    }
+  if (!found)
+    error = "table " + rt::describeTableKey(table.network, table.ep,
+                                            table.workspace) +
+            ": no W13 kernel";
+  return found;
+}
+
+/// One rank's device: its HIP device, kernel loader and layer.
+struct Rank {
+  std::unique_ptr<rt::HipDevice> device;
+  std::unique_ptr<rt::KernelLoader> loader;
+  std::unique_ptr<rt::Layer> layer;
+  void *workspace = nullptr, *peer = nullptr;
+  void *w13 = nullptr, *w13Scale = nullptr, *w2 = nullptr, *w2Scale = nullptr;
+  void *sharedW13 = nullptr, *sharedW13Scale = nullptr, *sharedW2 = nullptr,
+       *sharedW2Scale = nullptr;
+  void *hidden = nullptr, *ids = nullptr, *weights = nullptr, *out = nullptr;
+};
+
+/// Device memory through the HIP symbols, freed at the end.
+class DeviceMemory {
+public:
+  explicit DeviceMemory(const rt::HipDevice &device) : device_(device) {}
+  ~DeviceMemory() {
+    for (void *pointer : owned_)
+      (void)device_.hipApi().hipFree(pointer);
+  }
+  void *allocate(size_t bytes, std::string &error) {
+    void *pointer = nullptr;
+    if (!device_.makeCurrent(error))
+      return nullptr;
+    rt::hip::Error status = device_.hipApi().hipMalloc(&pointer, std::max<size_t>(bytes, 1));
+    if (status != rt::hip::kSuccess) {
+      error = "hipMalloc(" + std::to_string(bytes) + ") failed: " +
+              device_.library().describe(status);
+      return nullptr;
+    }
+    owned_.push_back(pointer);
+    return pointer;
+  }
+  bool upload(void *dst, const void *src, size_t bytes, std::string &error) {
+    if (!bytes)
+      return true;
+    rt::hip::Error status = device_.hipApi().hipMemcpy(
+        dst, src, bytes, rt::hip::kMemcpyHostToDevice);
+    if (status != rt::hip::kSuccess)
+      error = "hipMemcpy failed: " + device_.library().describe(status);
+    return status == rt::hip::kSuccess;
+  }
+  bool download(void *dst, const void *src, size_t bytes, std::string &error) {
+    if (!bytes)
+      return true;
+    rt::hip::Error status = device_.hipApi().hipMemcpy(
+        dst, src, bytes, rt::hip::kMemcpyDeviceToHost);
+    if (status != rt::hip::kSuccess)
+      error = "hipMemcpy failed: " + device_.library().describe(status);
+    return status == rt::hip::kSuccess;
+  }
+  bool fill(void *dst, int value, size_t bytes, std::string &error) {
+    rt::hip::Error status =
+        device_.hipApi().hipMemsetAsync(dst, value, bytes, nullptr);
+    if (status != rt::hip::kSuccess)
+      error = "hipMemsetAsync failed: " + device_.library().describe(status);
+    return status == rt::hip::kSuccess;
+  }
+
+private:
+  const rt::HipDevice &device_;
+  std::vector<void *> owned_;
+};
+
+/// One case: M for every rank and how its tokens are routed.
+struct Case {
+  uint32_t m = 0;
+  std::string scenario; ///< "random", "hot-rank", "unequal", "empty-rank"
+};
+
+double relativeL2(const std::vector<double> &got, const std::vector<float> &want) {
+  double err = 0.0, ref = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    ref += double(want[i]) * want[i];
+  }
+  return ref > 0 ? std::sqrt(err / ref) : std::sqrt(err);
+}
+
+class Selftest {
+public:
+  Selftest(const SelftestArgs &args, const rt::Bundle &bundle,
+           std::string libraryPath)
+      : args_(args), bundle_(bundle), libraryPath_(std::move(libraryPath)) {}
+
+  /// Runs every table; returns the exit status.
+  int run() {
+    const rt::Manifest &manifest = bundle_.manifest();
+    for (size_t t = 0; t < manifest.selection.size(); ++t) {
+      int status = runTable(uint32_t(t));
+      if (status == kNoDevice || status == cli::kBadInput)
+        return status;
+    }
+    std::printf("%d passed, %d failed, %d skipped\n", passed_, failed_, skipped_);
+    return failed_ ? cli::kCheckFailed : cli::kSuccess;
+  }
+
+private:
+  int runTable(uint32_t tableIndex);
+  bool runCase(const rt::SelectionTable &table, const TableFacts &facts,
+               std::vector<Rank> &ranks, const Case &c, uint64_t caseSeed,
+               std::vector<std::vector<uint16_t>> *outputs, bool print);
+
+  void report(bool pass, const std::string &line) {
+    (pass ? passed_ : failed_)++;
+    std::printf("%s %s\n", pass ? "PASS" : "FAIL", line.c_str());
+    std::fflush(stdout);
+  }
+
+  const SelftestArgs &args_;
+  const rt::Bundle &bundle_;
+  std::string libraryPath_;
+  int passed_ = 0, failed_ = 0, skipped_ = 0;
+  // The weights of the current table (host, checkpoint numbering).
+  std::unique_ptr<ref::GeneratedMxfp4Weights> w13Source_, w2Source_;
+  std::vector<uint8_t> sharedW13_, sharedW13Scales_, sharedW2_, sharedW2Scales_;
+};
+
+int Selftest::runTable(uint32_t tableIndex) {
+  const rt::Manifest &manifest = bundle_.manifest();
+  const rt::SelectionTable &table = bundle_.selector().tables()[tableIndex];
+  const std::string name =
+      rt::describeTableKey(table.network, table.ep, table.workspace);
+  TableFacts facts;
+  std::string error;
+  if (!tableFacts(manifest, table, facts, error)) {
+    std::fprintf(stderr, "moec: %s\n", error.c_str());
+    return cli::kBadInput;
+  }
+  const bool emulated = args_.device == "emulated";
+  if (facts.fused && !emulated && table.ep > 1 && args_.real) {
+    ++skipped_;
+    std::printf("SKIP %s: fused tables at --real need one GPU per rank, which "
+                "selftest does not drive yet\n",
+                name.c_str());
+    return cli::kSuccess;
+  }
+  const int firstOrdinal = emulated ? 0 : std::atoi(args_.device.c_str());
+  std::vector<Rank> ranks(table.ep);
+  std::vector<std::unique_ptr<DeviceMemory>> memory;
+  for (uint32_t r = 0; r < table.ep; ++r) {
+    std::unique_ptr<rt::HipLibrary> library =
+        rt::HipLibrary::load({libraryPath_}, error);
+    if (!library) {
+      std::fprintf(stderr, "moec: %s\n", error.c_str());
+      return kNoDevice;
+    }
+    // Emulated: one device per rank. A GPU: every rank on the one device.
+    ranks[r].device = rt::HipDevice::create(
+        std::move(library), emulated ? int(r) : firstOrdinal, error);
+    if (!ranks[r].device) {
+      std::fprintf(stderr, "moec: %s\n", error.c_str());
+      return kNoDevice;
+    }
+    ranks[r].loader =
+        std::make_unique<rt::KernelLoader>(*ranks[r].device, bundle_);
+    memory.push_back(std::make_unique<DeviceMemory>(*ranks[r].device));
+    rt::LayerProblem problem = facts.problem;
+    problem.epRank = r;
+    if (!ranks[r].device->makeCurrent(error) ||
+        !(ranks[r].layer = rt::Layer::create(*ranks[r].loader,
+                                             rt::TableHandle{tableIndex}, problem,
+                                             error))) {
+      report(false, name + ": layer: " + error);
+      return cli::kSuccess;
+    }
+  }
+  const rt::LayerMemory &layerMemory = ranks[0].layer->memory();
+
+  // Weights: routed experts in checkpoint numbering, sliced per rank.
+  const int64_t H = facts.problem.hidden, I = facts.problem.intermediate;
+  const int64_t E = facts.problem.experts;
+  const int64_t local = facts.fused || table.ep > 1 ? E / table.ep : E;
+  w13Source_ = std::make_unique<ref::GeneratedMxfp4Weights>(
+      args_.seed, 13, E, 2 * I, H, ref::defaultScaleExponent(H));
+  w2Source_ = std::make_unique<ref::GeneratedMxfp4Weights>(
+      args_.seed, 2, E, H, I, ref::defaultScaleExponent(I));
+  std::vector<uint8_t> w13, w13Scales, w2, w2Scales;
+  ref::materializeWeights(*w13Source_, w13, w13Scales);
+  ref::materializeWeights(*w2Source_, w2, w2Scales);
+  if (facts.shared) {
+    ref::generateFp8Expert(args_.seed, 113, 2 * I, H, sharedW13_, sharedW13Scales_);
+    ref::generateFp8Expert(args_.seed, 112, H, I, sharedW2_, sharedW2Scales_);
+  }
+  std::vector<void *> peers(table.ep, nullptr);
+  for (uint32_t r = 0; r < table.ep; ++r) {
+    Rank &rank = ranks[r];
+    DeviceMemory &mem = *memory[r];
+    const int64_t first = table.ep > 1 ? int64_t(r) * local : 0;
+    auto slice = [&](const std::vector<uint8_t> &all, int64_t perExpert,
+                     void *&device) {
+      device = mem.allocate(size_t(local * perExpert), error);
+      return device && mem.upload(device, all.data() + first * perExpert,
+                                  size_t(local * perExpert), error);
+    };
+    bool ok = slice(w13, 2 * I * H / 2, rank.w13) &&
+              slice(w13Scales, 2 * I * H / 32, rank.w13Scale) &&
+              slice(w2, H * I / 2, rank.w2) &&
+              slice(w2Scales, H * I / 32, rank.w2Scale);
+    auto whole = [&](const std::vector<uint8_t> &all, void *&device) {
+      device = mem.allocate(all.size(), error);
+      return device && mem.upload(device, all.data(), all.size(), error);
+    };
+    if (ok && facts.shared)
+      ok = whole(sharedW13_, rank.sharedW13) &&
+           whole(sharedW13Scales_, rank.sharedW13Scale) &&
+           whole(sharedW2_, rank.sharedW2) &&
+           whole(sharedW2Scales_, rank.sharedW2Scale);
+    const size_t tokens = layerMemory.maxTokens;
+    const size_t K = facts.problem.topK;
+    ok = ok && (rank.workspace = mem.allocate(layerMemory.workspaceBytes, error)) &&
+         (rank.hidden = mem.allocate(tokens * H * 2, error)) &&
+         (rank.ids = mem.allocate(tokens * K * 4, error)) &&
+         (rank.weights = mem.allocate(tokens * K * 4, error)) &&
+         (rank.out = mem.allocate(tokens * H * 2, error));
+    if (ok && layerMemory.peerBytes) {
+      ok = (rank.peer = mem.allocate(layerMemory.peerBytes, error)) &&
+           mem.fill(rank.peer, 0, layerMemory.peerBytes, error);
+      peers[r] = rank.peer;
+    }
+    rt::LayerWeights weights;
+    weights.w13 = rank.w13;
+    weights.w13Scale = rank.w13Scale;
+    weights.w2 = rank.w2;
+    weights.w2Scale = rank.w2Scale;
+    weights.sharedW13 = rank.sharedW13;
+    weights.sharedW13Scale = rank.sharedW13Scale;
+    weights.sharedW2 = rank.sharedW2;
+    weights.sharedW2Scale = rank.sharedW2Scale;
+    if (!ok || !rank.layer->bindWorkspace(rank.workspace,
+                                          layerMemory.workspaceBytes, error) ||
+        !rank.layer->bindWeights(weights, error)) {
+      report(false, name + ": set-up: " + error);
+      return cli::kSuccess;
+    }
+  }
+  if (layerMemory.peerBytes)
+    for (Rank &rank : ranks)
+      if (!rank.layer->bindPeers(peers.data(), uint32_t(peers.size()), error)) {
+        report(false, name + ": set-up: " + error);
+        return cli::kSuccess;
+      }
+
+  // Cases: M around every row boundary and the fixed list, within what
+  // the layer accepts.
+  std::set<uint32_t> ms = {1, 31, 32, 33, 255, 256, 257};
+  for (const rt::RowRange &range : bundle_.selector().rowRanges({tableIndex})) {
+    ms.insert(range.m);
+    ms.insert(range.mHigh);
+    ms.insert(range.mHigh + 1);
+  }
+  std::vector<Case> cases;
+  const char *scenarios[] = {"random", "hot-rank", "unequal", "empty-rank"};
+  size_t next = 0;
+  for (uint32_t m : ms) {
+    if (m == 0 || m > layerMemory.maxTokens || (args_.maxM && m > args_.maxM))
+      continue;
+    const bool expertParallel = table.ep > 1;
+    cases.push_back({m, expertParallel ? scenarios[next++ % 4] : "random"});
+  }
+  if (cases.empty())
+    cases.push_back({std::min(layerMemory.maxTokens,
+                              args_.maxM ? args_.maxM : layerMemory.maxTokens),
+                     "random"});
+  for (size_t i = 0; i < cases.size(); ++i)
+    runCase(table, facts, ranks, cases[i], args_.seed * 1000 + i, nullptr, true);
+
+  // A fused fixed-slot table: routes beyond an expert's receive rows must
+  // be reported, never dropped silently.
+  if (facts.fused && !facts.compact)
+    runCase(table, facts, ranks, {layerMemory.maxTokens, "overflow"},
+            args_.seed * 1000 + 999, nullptr, true);
+
+  // --repeat: many forwards with changing M; a repeated M must give the
+  // same output bits as its first run.
+  if (args_.repeat > 0) {
+    std::map<uint32_t, std::vector<std::vector<uint16_t>>> firstOutput;
+    int transitions = 0, mismatches = 0;
+    uint32_t previous = 0;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < args_.repeat; ++i) {
+      const Case &c = cases[size_t(ref::mixBits(args_.seed + uint64_t(i)) % cases.size())];
+      std::vector<std::vector<uint16_t>> outputs;
+      if (!runCase(table, facts, ranks, c, args_.seed * 1000 + c.m, &outputs, false)) {
+        ++mismatches;
+        break;
+      }
+      transitions += i > 0 && c.m != previous;
+      previous = c.m;
+      auto [it, inserted] = firstOutput.emplace(c.m, outputs);
+      if (!inserted && it->second != outputs)
+        ++mismatches;
+    }
+    const double seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%s repeat: %d forwards, %d shape transitions, %d "
+                  "mismatching repeats, %.2f s",
+                  name.c_str(), args_.repeat, transitions, mismatches, seconds);
+    report(mismatches == 0, line);
+  }
+  return cli::kSuccess;
+}
+
+bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
+                       std::vector<Rank> &ranks, const Case &c,
+                       uint64_t caseSeed,
+                       std::vector<std::vector<uint16_t>> *outputs, bool print) {
+  const std::string name =
+      rt::describeTableKey(table.network, table.ep, table.workspace);
+  const uint32_t ep = table.ep;
+  const int64_t H = facts.problem.hidden, E = facts.problem.experts;
+  const int64_t K = facts.problem.topK;
+  const uint32_t M = c.m;
+  ref::MoeShape shape{H, int64_t(facts.problem.intermediate), E, K};
+  auto start = std::chrono::steady_clock::now();
+  std::string error;
+
+  // Each rank's tokens: its own batch (fused), or one batch every rank
+  // serves (unfused expert parallel: the outputs are partial sums).
+  const bool ownBatches = facts.fused;
+  std::vector<ref::TokenBatch> batches(ep);
+  for (uint32_t r = 0; r < ep; ++r) {
+    ref::RoutingOptions routing;
+    routing.invalidFraction = 0.1;
+    if (c.scenario == "hot-rank" || c.scenario == "overflow") {
+      routing.ep = ep;
+      routing.hotRank = 0;
+    }
+    batches[r] = ref::generateBatch(caseSeed, ownBatches ? r : 0, M, shape,
+                                    routing);
+    ref::TokenBatch &batch = batches[r];
+    // Rows past this rank's real tokens carry no valid route (an engine
+    // pads to the common M that way).
+    int64_t real = M;
+    if (c.scenario == "unequal")
+      real = std::max<int64_t>(0, int64_t(M) - int64_t(r) * int64_t(M) / int64_t(ep));
+    if (c.scenario == "empty-rank" && r == ep - 1)
+      real = 0;
+    for (int64_t t = real; t < M; ++t)
+      for (int64_t k = 0; k < K; ++k)
+        batch.topkIds[size_t(t * K + k)] = -1;
+    // Every seventh token has no valid route at all: it must come out zero.
+    for (int64_t t = 3; t < M; t += 7)
+      for (int64_t k = 0; k < K; ++k)
+        batch.topkIds[size_t(t * K + k)] = (k % 2) ? -1 : int32_t(E + 1 + k);
+    // FHMoE: the layer appends the shared expert as id E in its own slot;
+    // an id of exactly E in a routed slot would reach it too (docs/
+    // runtime-api.md), so invalid routed ids here are -1 or above E.
+    if (facts.shared)
+      for (int32_t &id : batch.topkIds)
+        if (id == E)
+          id = int32_t(E + 1);
+    if (c.scenario == "overflow")
+      for (int64_t t = 0; t < M; ++t)
+        for (int64_t k = 0; k < K; ++k)
+          batch.topkIds[size_t(t * K + k)] = 0;
+    if (!ownBatches)
+      break;
+  }
+  for (uint32_t r = 1; r < ep && !ownBatches; ++r)
+    batches[r] = batches[0];
+
+  // Inputs and poisoned outputs on every rank first: a copy is a
+  // synchronising point, and the fused ranks' launches must all be queued
+  // before any of them runs (they wait on each other).
+  for (uint32_t r = 0; r < ep; ++r) {
+    Rank &rank = ranks[r];
+    DeviceMemory mem(*rank.device);
+    const ref::TokenBatch &batch = batches[r];
+    if (!rank.device->makeCurrent(error) ||
+        !mem.upload(rank.hidden, batch.hiddenBf16.data(), size_t(M * H * 2), error) ||
+        !mem.upload(rank.ids, batch.topkIds.data(), size_t(M * K * 4), error) ||
+        !mem.upload(rank.weights, batch.topkWeights.data(), size_t(M * K * 4), error) ||
+        !mem.fill(rank.out, 0xFF, size_t(M * H * 2), error)) {
+      report(false, name + " m=" + std::to_string(M) + ": " + error);
+      return false;
+    }
+  }
+  for (uint32_t r = 0; r < ep; ++r) {
+    Rank &rank = ranks[r];
+    rt::LayerInputs inputs;
+    inputs.m = M;
+    inputs.hidden = rank.hidden;
+    inputs.topkIds = rank.ids;
+    inputs.topkWeights = rank.weights;
+    inputs.out = rank.out;
+    if (!rank.device->makeCurrent(error) ||
+        rank.layer->forward(inputs, nullptr, error) != rt::Layer::ForwardStatus::Ok) {
+      report(false, name + " m=" + std::to_string(M) + " rank " +
+                        std::to_string(r) + ": forward: " + error);
+      return false;
+    }
+  }
+  // Read back (a blocking copy runs every pending launch).
+  std::vector<std::vector<uint16_t>> got(ep, std::vector<uint16_t>(size_t(M * H)));
+  uint64_t overflow = 0;
+  for (uint32_t r = 0; r < ep; ++r) {
+    DeviceMemory mem(*ranks[r].device);
+    rt::LayerStatus status;
+    if (!ranks[r].device->makeCurrent(error) ||
+        !mem.download(got[r].data(), ranks[r].out, size_t(M * H * 2), error) ||
+        !ranks[r].layer->readStatus(status, error)) {
+      report(false, name + " m=" + std::to_string(M) + " rank " +
+                        std::to_string(r) + ": " + error);
+      return false;
+    }
+    overflow += status.overflowRoutes;
+  }
+  const uint32_t config = ranks[0].layer->lastForward().config;
+  const std::string &configId = bundle_.manifest().configs[config].id;
+
+  if (c.scenario == "overflow") {
+    // Every route of every rank names local expert 0 of rank 0.
+    int64_t routes = 0;
+    for (const ref::TokenBatch &batch : batches)
+      for (int32_t id : batch.topkIds)
+        routes += id == 0;
+    const int64_t expected = std::max<int64_t>(0, routes - facts.fixedSlotCapacity);
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%s m=%u overflow: %lld routes into %lld receive rows, "
+                  "%llu reported (expected %lld)",
+                  name.c_str(), M, (long long)routes,
+                  (long long)facts.fixedSlotCapacity,
+                  (unsigned long long)overflow, (long long)expected);
+    const bool pass = expected > 0 && int64_t(overflow) == expected;
+    for (Rank &rank : ranks)
+      if (!rank.layer->clearStatus(error))
+        return false;
+    report(pass, line);
+    return pass;
+  }
+
+  // The oracle, and the comparison.
+  ref::TpMoeConfig tp;
+  tp.shape = shape;
+  tp.mTile = 16;
+  tp.gateUpInterleave = facts.interleave;
+  tp.swigluLimit = facts.swigluLimit;
+  tp.mode = ref::OracleMode::QuantFaithful;
+  bool pass = overflow == 0;
+  double worst = 0.0;
+  int64_t zeroRowsWrong = 0, unwritten = 0;
+  const uint32_t oracleRuns = ownBatches ? ep : 1;
+  for (uint32_t r = 0; r < oracleRuns; ++r) {
+    ref::StageResults results;
+    ref::Status status;
+    if (facts.shared) {
+      ref::FhMoeConfig fh;
+      fh.tp = tp;
+      ref::SharedExpertWeights shared{sharedW13_.data(), sharedW13Scales_.data(),
+                                      sharedW2_.data(), sharedW2Scales_.data()};
+      status = ref::runFhMoe(fh, *w13Source_, *w2Source_, &shared, batches[r],
+                             results);
+    } else {
+      status = ref::runTpMoe(tp, *w13Source_, *w2Source_, batches[r], results);
+    }
+    if (!status.ok()) {
+      report(false, name + ": oracle: " + status.message());
+      return false;
+    }
+    // The kernels' output: this rank's, or the sum of every rank's partial.
+    std::vector<double> out(size_t(M * H), 0.0);
+    const uint32_t parts = ownBatches ? 1 : ep;
+    for (uint32_t p = 0; p < parts; ++p) {
+      const std::vector<uint16_t> &bits = got[ownBatches ? r : p];
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (bits[i] == 0xFFFF)
+          ++unwritten;
+        out[i] += ref::decodeBf16(bits[i]);
+      }
+    }
+    for (int64_t t = 0; t < M; ++t) {
+      bool anyValid = facts.shared;
+      for (int64_t k = 0; k < K; ++k)
+        anyValid |= ref::isValidExpert(batches[r].topkIds[size_t(t * K + k)], E);
+      if (!anyValid)
+        for (int64_t h = 0; h < H; ++h)
+          zeroRowsWrong += out[size_t(t * H + h)] != 0.0;
+    }
+    worst = std::max(worst, relativeL2(out, results.output));
+  }
+  pass = pass && worst <= kLayerRelL2Bound && zeroRowsWrong == 0 && unwritten == 0;
+  if (outputs)
+    *outputs = got;
+  if (print) {
+    const double seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    char line[384];
+    std::snprintf(line, sizeof(line),
+                  "%s m=%u %s config=%s rel_l2=%.2e (bound %.4f) "
+                  "zero_rows_wrong=%lld unwritten=%lld overflow=%llu %.2f s",
+                  name.c_str(), M, c.scenario.c_str(), configId.c_str(), worst,
+                  kLayerRelL2Bound, (long long)zeroRowsWrong,
+                  (long long)unwritten, (unsigned long long)overflow, seconds);
+    report(pass, line);
+  }
+  return pass;
+}
+
+int runSelftest(const SelftestArgs &args) {
+  if (args.small && args.real) {
+    std::cerr << "moec: --small and --real exclude each other\n";
+    return cli::kBadInput;
+  }
+  const bool emulated = args.device == "emulated";
+  if (!emulated && (args.device.empty() ||
+                    args.device.find_first_not_of("0123456789") != std::string::npos)) {
+    std::cerr << "moec: --device " << args.device
+              << ": a device ordinal or 'emulated'\n";
+    return cli::kBadInput;
+  }
+  std::unique_ptr<rt::Bundle> original = cli::openBundleOrReport(args.bundle);
+  if (!original)
+    return cli::kBadInput;
+  std::unique_ptr<rt::Bundle> bundle;
+  if (!args.real) {
+    // The bundle's own table at a small shape, compiled here.
+    TuningTable table = tableOfManifest(original->manifest(), args.bundle);
+    emu::smallTable(table);
+    CompiledTable compiled;
+    std::string error;
+    // The small shape checks numerics; register pressure there is not the
+    // bundle's (a shorter K loop can unroll differently), so spills pass.
+    CompileOptions options;
+    options.allowSpills = true;
+    if (compileTable(table, options, compiled, error) !=
+        CompileStatus::Ok) {
+      std::cerr << "moec: " << args.bundle << ": at the small shape: " << error
+                << "\n";
+      return cli::kBadInput;
+    }
+    BundleContents contents = buildBundleContents(table, compiled);
+    const char *tmp = std::getenv("TMPDIR");
+    std::string path = std::string(tmp && *tmp ? tmp : "/tmp") +
+                       "/moec-selftest-" + std::to_string(::getpid()) + ".moeb";
+    if (!rt::writeBundle(path, rt::serializeManifest(contents.manifest),
+                         contents.objects, error)) {
+      std::cerr << "moec: " << error << "\n";
+      return cli::kCheckFailed;
+    }
+    bundle = rt::Bundle::open(path, error);
+    ::unlink(path.c_str());
+    if (!bundle) {
+      std::cerr << "moec: " << error << "\n";
+      return cli::kCheckFailed;
+    }
+    std::printf("moec selftest: %s at a small shape (%zu kernels compiled)\n",
+                args.bundle.c_str(), compiled.kernels.size());
+  } else {
+    bundle = std::move(original);
+    std::printf("moec selftest: %s as compiled\n", args.bundle.c_str());
+  }
+  std::string library;
+  if (emulated) {
+    library = emulatedLibraryPath();
+    uint32_t ep = 1;
+    for (const rt::SelectionTable &table : bundle->manifest().selection)
+      ep = std::max(ep, table.ep);
+    // One emulated device per EP rank (the variable is read at the
+    // library's first use).
+    setenv("MOEC_EMULATED_DEVICES", std::to_string(ep).c_str(), 0);
+  } else {
+    std::vector<std::string> candidates = rt::defaultHipLibraryCandidates();
+    library = candidates.empty() ? "libamdhip64.so" : candidates.front();
+    std::string error;
+    for (const std::string &candidate : candidates)
+      if (rt::HipLibrary::load({candidate}, error)) {
+        library = candidate;
+        break;
+      }
+  }
+  Selftest selftest(args, *bundle, library);
+  return selftest.run();
+}
+
+} // namespace
+
+void addSelftestCommand(CLI::App &app, int &exitStatus) {
+  auto args = std::make_shared<SelftestArgs>();
+  CLI::App *cmd = app.add_subcommand(
+      "selftest",
+      "Run every table of a bundle through the layer API on a device and "
+      "check it against the oracle");
+  cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
+  cmd->add_option("--device", args->device,
+                  "GPU ordinal, or 'emulated' for the emulated HIP device")
+      ->capture_default_str();
+  cmd->add_flag("--small", args->small,
+                "compile the bundle's table at a small shape with the same "
+                "knobs and run that (the default)");
+  cmd->add_flag("--real", args->real, "run the bundle's kernels as compiled");
+  cmd->add_option("--repeat", args->repeat,
+                  "then run N forwards with changing M and check that "
+                  "repeated shapes give identical outputs");
+  cmd->add_option("--max-m", args->maxM,
+                  "skip cases above this M (a quicker run)");
+  cmd->add_option("--seed", args->seed, "seed of the generated data")
+      ->capture_default_str();
+  cmd->callback([args, &exitStatus] { exitStatus = runSelftest(*args); });
+}
