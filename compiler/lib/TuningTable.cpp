@@ -3,6 +3,7 @@
 #include "moec/Compiler/TuningTable.h"
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Dialect/Moe/MoeKnobs.h"
+#include "moec/target/target_info.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -10,9 +11,23 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace moec {
 namespace {
+
+/// Reader bounds of a problem line (docs/table-format.md, "Limits"). The
+/// sizes are what a gfx9 kernel can address and the compiler unrolls in
+/// reasonable time; the per-rank weights must also fit one buffer resource
+/// (checked in parseProblem).
+constexpr int64_t kMaxHidden = 65536;
+constexpr int64_t kMaxIntermediate = 65536;
+constexpr int64_t kMaxExperts = 65536;
+constexpr int64_t kMaxTopK = 256;
+constexpr int64_t kMaxEp = 1024;
+/// Selection numbers are stored as 32-bit unsigned integers in the bundle.
+constexpr int64_t kMaxSelectionNumber = UINT32_MAX;
 
 /// One `key=value` field of a line.
 struct Field {
@@ -67,7 +82,8 @@ private:
     return fail(key, "missing");
   }
   bool takeInt(std::vector<Field> &fields, const std::string &key,
-               int64_t &value, bool required, int64_t min = 1) {
+               int64_t &value, bool required, int64_t min = 1,
+               int64_t max = kMaxSelectionNumber) {
     std::string text;
     if (!take(fields, key, text))
       return required ? fail(key, "missing") : true;
@@ -77,9 +93,9 @@ private:
     value = std::strtoll(text.c_str(), &end, 10);
     if (errno != 0 || end != text.c_str() + text.size())
       return fail(key, "expected an integer, got '" + text + "'");
-    if (value < min)
-      return fail(key, "must be at least " + std::to_string(min) + ", got " +
-                           text);
+    if (value < min || value > max)
+      return fail(key, "must be in [" + std::to_string(min) + ", " +
+                           std::to_string(max) + "], got " + text);
     return true;
   }
   bool noneLeft(const std::vector<Field> &fields) {
@@ -91,6 +107,12 @@ private:
   const std::string &path;
   TuningTable &table;
   int line = 0;
+  /// Name -> index of every problem, kernel and config, and the lines of
+  /// every selection key and row, so every duplicate check is one lookup
+  /// (a 100,000-row table reads in linear time).
+  std::unordered_map<std::string, size_t> problemIndex, kernelIndex, configIndex;
+  std::unordered_map<std::string, int> selectionLines;
+  std::unordered_map<int64_t, int> rowLines; ///< of the current selection
 };
 
 bool TableParser::parse(const std::string &text) {
@@ -165,7 +187,7 @@ bool TableParser::parseLine(const std::string &directive,
 
 bool TableParser::parseProblem(const std::string &name,
                                std::vector<Field> &fields) {
-  if (table.findProblem(name))
+  if (problemIndex.count(name))
     return fail("", "problem '" + name + "' defined twice");
   TableProblem p;
   p.name = name;
@@ -174,19 +196,35 @@ bool TableParser::parseProblem(const std::string &name,
     return false;
   if (p.family != "megamoe" && p.family != "tp" && p.family != "fhmoe")
     return fail("family", "expected megamoe, tp or fhmoe, got '" + p.family + "'");
-  if (!takeInt(fields, "hidden", p.hidden, true) ||
-      !takeInt(fields, "intermediate", p.intermediate, true) ||
-      !takeInt(fields, "experts", p.experts, true) ||
-      !takeInt(fields, "top_k", p.topK, true) ||
-      !takeInt(fields, "ep", p.ep, false))
+  if (!takeInt(fields, "hidden", p.hidden, true, 1, kMaxHidden) ||
+      !takeInt(fields, "intermediate", p.intermediate, true, 1,
+               kMaxIntermediate) ||
+      !takeInt(fields, "experts", p.experts, true, 1, kMaxExperts) ||
+      !takeInt(fields, "top_k", p.topK, true, 1, kMaxTopK) ||
+      !takeInt(fields, "ep", p.ep, false, 1, kMaxEp))
     return false;
+  if (p.experts % p.ep != 0)
+    return fail("ep", "experts=" + std::to_string(p.experts) +
+                          " is not divisible by ep=" + std::to_string(p.ep));
+  // One rank's W13 weights (E/ep experts of [2I, H] E2M1 pairs, I x H bytes
+  // each; the FHMoE shared expert's FP8 [2I, H] is 2 I H) are addressed
+  // through one buffer resource, whose range is 32 bits. All factors are
+  // bounded above, so the product fits int64.
+  const int64_t weightBytes = std::max(p.experts / p.ep * p.intermediate * p.hidden,
+                                       2 * p.intermediate * p.hidden);
+  if (weightBytes > int64_t(target::kMaxBufferBytes))
+    return fail("hidden", "one rank's weights need " +
+                              std::to_string(weightBytes) +
+                              " bytes, more than one buffer resource addresses (" +
+                              std::to_string(target::kMaxBufferBytes) + ")");
+  problemIndex.emplace(name, table.problems.size());
   table.problems.push_back(p);
   return noneLeft(fields);
 }
 
 bool TableParser::parseKernel(const std::string &name,
                               std::vector<Field> &fields) {
-  if (table.findKernel(name))
+  if (kernelIndex.count(name))
     return fail("", "kernel '" + name + "' defined twice");
   TableKernel k;
   k.name = name;
@@ -211,13 +249,14 @@ bool TableParser::parseKernel(const std::string &name,
       return fail(f.key, "belongs on the problem line");
     k.knobs[f.key] = f.value;
   }
+  kernelIndex.emplace(name, table.kernels.size());
   table.kernels.push_back(k);
   return true;
 }
 
 bool TableParser::parseConfig(const std::string &name,
                               std::vector<Field> &fields) {
-  if (table.findConfig(name))
+  if (configIndex.count(name))
     return fail("", "config '" + name + "' defined twice");
   TableConfig c;
   c.name = name;
@@ -236,6 +275,7 @@ bool TableParser::parseConfig(const std::string &name,
   if (c.provenance != "measured" && c.provenance != "model-ranked")
     return fail("provenance", "expected measured or model-ranked, got '" +
                                   c.provenance + "'");
+  configIndex.emplace(name, table.configs.size());
   table.configs.push_back(c);
   return noneLeft(fields);
 }
@@ -245,10 +285,12 @@ bool TableParser::parseSelect(std::vector<Field> &fields) {
   s.where = here();
   if (!takeRequired(fields, "network", s.network) ||
       !takeRequired(fields, "family", s.family) ||
-      !takeInt(fields, "ep", s.ep, true) ||
+      !takeInt(fields, "ep", s.ep, true, 1, kMaxEp) ||
       !takeInt(fields, "workspace", s.workspace, true) ||
       !takeRequired(fields, "transport", s.transport))
     return false;
+  if (s.family != "megamoe" && s.family != "tp" && s.family != "fhmoe")
+    return fail("family", "expected megamoe, tp or fhmoe, got '" + s.family + "'");
   if (s.transport == "fixed-slot")
     return fail("transport", "write transport=fixed_slot ('fixed-slot' is the "
                              "old spelling)");
@@ -259,14 +301,15 @@ bool TableParser::parseSelect(std::vector<Field> &fields) {
   take(fields, "above_max", s.aboveMax);
   if (s.aboveMax != "largest" && s.aboveMax != "error")
     return fail("above_max", "expected largest or error, got '" + s.aboveMax + "'");
-  for (const TableSelection &other : table.selections)
-    if (other.network == s.network && other.ep == s.ep &&
-        other.workspace == s.workspace)
-      return fail("workspace", "selection table for network " + s.network +
-                                   " ep " + std::to_string(s.ep) +
-                                   " workspace " + std::to_string(s.workspace) +
-                                   " already defined at line " +
-                                   std::to_string(other.where.line));
+  const std::string key = s.network + '\n' + std::to_string(s.ep) + '\n' +
+                          std::to_string(s.workspace);
+  if (auto [it, added] = selectionLines.emplace(key, line); !added)
+    return fail("workspace", "selection table for network " + s.network +
+                                 " ep " + std::to_string(s.ep) +
+                                 " workspace " + std::to_string(s.workspace) +
+                                 " already defined at line " +
+                                 std::to_string(it->second));
+  rowLines.clear();
   table.selections.push_back(s);
   return noneLeft(fields);
 }
@@ -280,29 +323,28 @@ bool TableParser::parseRow(std::vector<Field> &fields) {
       !takeRequired(fields, "config", r.config))
     return false;
   TableSelection &s = table.selections.back();
-  for (const TableRow &other : s.rows)
-    if (other.m == r.m)
-      return fail("m", "row m=" + std::to_string(r.m) +
-                           " already given at line " +
-                           std::to_string(other.where.line));
+  if (auto [it, added] = rowLines.emplace(r.m, line); !added)
+    return fail("m", "row m=" + std::to_string(r.m) +
+                         " already given at line " +
+                         std::to_string(it->second));
   s.rows.push_back(r);
   return noneLeft(fields);
 }
 
 bool TableParser::checkReferences() {
   for (const TableKernel &k : table.kernels)
-    if (!table.findProblem(k.problem)) {
+    if (!problemIndex.count(k.problem)) {
       line = k.where.line;
       return fail("problem", "unknown problem '" + k.problem + "'");
     }
-  std::set<std::string> usedConfigs, usedKernels;
+  std::unordered_set<std::string> usedConfigs, usedKernels;
   for (const TableSelection &s : table.selections) {
     if (s.rows.empty()) {
       line = s.where.line;
       return fail("", "selection table has no rows");
     }
     for (const TableRow &r : s.rows) {
-      if (!table.findConfig(r.config)) {
+      if (!configIndex.count(r.config)) {
         line = r.where.line;
         return fail("config", "unknown config '" + r.config + "'");
       }
@@ -315,9 +357,33 @@ bool TableParser::checkReferences() {
       return fail("", "config '" + c.name +
                           "' is not selected by any row, so no key reaches it");
     for (const std::string &k : c.kernels) {
-      if (!table.findKernel(k))
+      if (!kernelIndex.count(k))
         return fail("kernels", "unknown kernel '" + k + "'");
       usedKernels.insert(k);
+    }
+  }
+  // A selection serves the problem its kernels were built for: the same
+  // family and EP size (each config checked once per selection).
+  for (const TableSelection &s : table.selections) {
+    std::unordered_set<std::string> seen;
+    for (const TableRow &r : s.rows) {
+      if (!seen.insert(r.config).second)
+        continue;
+      const TableConfig &c = table.configs[configIndex.at(r.config)];
+      for (const std::string &name : c.kernels) {
+        const TableKernel &k = table.kernels[kernelIndex.at(name)];
+        const TableProblem &p = table.problems[problemIndex.at(k.problem)];
+        line = s.where.line;
+        const std::string via = " (row m=" + std::to_string(r.m) + " at line " +
+                                std::to_string(r.where.line) + ": config '" +
+                                c.name + "', kernel '" + k.name + "')";
+        if (p.family != s.family)
+          return fail("family", "family=" + s.family + " but problem '" +
+                                    p.name + "' is family=" + p.family + via);
+        if (p.ep != s.ep)
+          return fail("ep", "ep=" + std::to_string(s.ep) + " but problem '" +
+                                p.name + "' is ep=" + std::to_string(p.ep) + via);
+      }
     }
   }
   for (const TableKernel &k : table.kernels)

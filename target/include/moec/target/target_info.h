@@ -153,6 +153,11 @@ inline constexpr TargetInfo kGfx942 = {
 inline constexpr uint16_t kElfMachineAmdgpu = 224;
 inline constexpr uint32_t kElfMachMask = 0x0ff;
 
+/// The most bytes one buffer resource (V#) addresses on gfx9 chips: its
+/// NUM_RECORDS field is 32 bits. Every tensor a kernel reads through one
+/// must fit.
+inline constexpr uint64_t kMaxBufferBytes = 0xffffffffu;
+
 /// Every chip moec has facts for, the default first.
 inline constexpr const TargetInfo *kKnownTargets[] = {&kGfx950, &kGfx942};
 
