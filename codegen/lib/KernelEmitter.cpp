@@ -5,6 +5,7 @@
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -111,6 +112,65 @@ void KernelEmitter::emitWaitUntil(Value tid, Value memref, Value index,
     b.setInsertionPointAfter(loop);
   });
   gpu::BarrierOp::create(b, loc);
+}
+
+void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
+                                  Value outDword, Value outScaleBuf,
+                                  Value scaleIndex) {
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  // amax over the 32 values.
+  Value amax4 = math::AbsFOp::create(b, loc, values[0]);
+  for (Value v : values.drop_front())
+    amax4 = arith::MaximumFOp::create(b, loc, amax4,
+                                      math::AbsFOp::create(b, loc, v));
+  Value amax = vector::ExtractOp::create(b, loc, amax4, 0);
+  for (int64_t i = 1; i < 4; ++i)
+    amax = arith::MaximumFOp::create(
+        b, loc, amax, vector::ExtractOp::create(b, loc, amax4, i));
+  amax = arith::MaximumFOp::create(
+      b, loc, amax, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-4f)));
+  // Smallest e with 448 * 2^e >= amax. With amax = M * 2^E, M in [1, 2), and
+  // 448 = 1.75 * 2^8: e = E - 8, plus one when M > 1.75 (mantissa field
+  // above 0x600000). Exact, with no rounding of amax / 448.
+  Value bits = arith::BitcastOp::create(b, loc, b.getI32Type(), amax);
+  Value biasedE = arith::ShRUIOp::create(b, loc, bits, i32(23));
+  Value mantissa = arith::AndIOp::create(b, loc, bits, i32(0x7fffff));
+  Value above = arith::ExtUIOp::create(
+      b, loc, b.getI32Type(),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, mantissa,
+                            i32(0x600000)));
+  // code = e + 127 = biasedE - 8 + above, clamped to [1, 254].
+  Value code = arith::AddIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, biasedE, i32(8)), above);
+  code = arith::MaxSIOp::create(b, loc, code, i32(1));
+  code = arith::MinSIOp::create(b, loc, code, i32(254));
+  // Multiplier 2^-e as FP32 bits: biased exponent 127 - e = 254 - code.
+  Value inverseBits = arith::ShLIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, i32(254), code), i32(23));
+  Value inverse = arith::BitcastOp::create(b, loc, b.getF32Type(), inverseBits);
+  Value inverse4 = vector::BroadcastOp::create(b, loc, f32x4, inverse);
+
+  auto fp8x4 = VectorType::get({4}, b.getType<Float8E4M3FNType>());
+  SmallVector<Value> dwords;
+  for (Value v : values) {
+    Value scaled = arith::MulFOp::create(b, loc, v, inverse4);
+    Value fp8 = arith::TruncFOp::create(b, loc, fp8x4, scaled);
+    dwords.push_back(vector::BitCastOp::create(
+        b, loc, VectorType::get({1}, b.getI32Type()), fp8));
+  }
+  for (int64_t half = 0; half < 2; ++half) {
+    Value chunk = vector::ShuffleOp::create(b, loc, dwords[4 * half],
+                                            dwords[4 * half + 1],
+                                            ArrayRef<int64_t>{0, 1});
+    Value chunk2 = vector::ShuffleOp::create(b, loc, dwords[4 * half + 2],
+                                             dwords[4 * half + 3],
+                                             ArrayRef<int64_t>{0, 1});
+    Value four = vector::ShuffleOp::create(b, loc, chunk, chunk2,
+                                           ArrayRef<int64_t>{0, 1, 2, 3});
+    store16(four, outBuf, add(outDword, idx(4 * half)));
+  }
+  Value codeByte = arith::TruncIOp::create(b, loc, b.getI8Type(), code);
+  memref::StoreOp::create(b, loc, codeByte, outScaleBuf, ValueRange{scaleIndex});
 }
 
 FailureOr<gpu::GPUFuncOp> KernelEmitter::createKernel(StringRef name,

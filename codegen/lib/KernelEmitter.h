@@ -60,6 +60,18 @@ protected:
   void emitWaitUntil(mlir::Value tid, mlir::Value memref, mlir::Value index,
                      mlir::Value targetI32);
 
+  /// Quantises one 1x32 block, given as 8 vector<4xf32> in column order,
+  /// with the activation recipe (scale 2^ceil(log2(max(amax, 1e-4) / 448)),
+  /// biased exponent clamped to [1, 254], derived exactly from the FP32 bits
+  /// of amax; codes rounded to nearest even): stores the 32 FP8 codes as two
+  /// 16-byte stores at i32 element `outDword` of `outBuf` and the E8M0 byte
+  /// at element `scaleIndex` of the i8 buffer `outScaleBuf`. moe.w13's
+  /// intermediate and moe.quant's tokens share it, so W2 and W13 read
+  /// blocks quantised by one rule.
+  void storeFp8Block(llvm::ArrayRef<mlir::Value> values, mlir::Value outBuf,
+                     mlir::Value outDword, mlir::Value outScaleBuf,
+                     mlir::Value scaleIndex);
+
   /// A gpu.module named `name` with one kernel gpu.func of `argTypes`, the
   /// workgroup size of `abi` and `ldsDwords` of LDS (none when 0). The
   /// builder is left at the start of the function body. Fails (with an

@@ -37,7 +37,8 @@ struct MoeLowerToKernelPass final
     ModuleOp module = getOperation();
     SmallVector<Operation *> stages;
     module.walk([&](Operation *op) {
-      if (isa<moe::W2Op, moe::W13Op, moe::CombineOp, moe::SortOp>(op))
+      if (isa<moe::W2Op, moe::W13Op, moe::CombineOp, moe::SortOp,
+              moe::QuantOp>(op))
         stages.push_back(op);
     });
     if (stages.empty())
@@ -54,7 +55,10 @@ struct MoeLowerToKernelPass final
               .Case([&](moe::CombineOp combine) {
                 return buildCombineKernel(builder, combine);
               })
-              .Case([&](moe::SortOp sort) { return buildSortKernel(builder, sort); });
+              .Case([&](moe::SortOp sort) { return buildSortKernel(builder, sort); })
+              .Case([&](moe::QuantOp quant) {
+                return buildQuantKernel(builder, quant);
+              });
       if (failed(kernel))
         return signalPassFailure();
       op->erase();

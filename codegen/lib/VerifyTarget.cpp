@@ -41,7 +41,8 @@ struct MoeVerifyTargetPass final
     }
     bool failedAny = false;
     module.walk([&](Operation *op) {
-      if (!isa<moe::W2Op, moe::W13Op, moe::CombineOp, moe::SortOp>(op))
+      if (!isa<moe::W2Op, moe::W13Op, moe::CombineOp, moe::SortOp,
+               moe::QuantOp>(op))
         return;
       const target::TargetInfo *onChip = forced;
       if (!onChip) {

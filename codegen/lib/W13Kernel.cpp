@@ -83,9 +83,6 @@ private:
   Value physicalRow(Value column, bool up);
   /// silu(min(g, L)) * clamp(u, -L, L) elementwise on FP32 vectors.
   Value gatedActivation(Value gate, Value up);
-  /// Quantises one 32-column block (8 vector<4xf32>) and stores it.
-  void emitQuantizedBlock(ArrayRef<Value> values, Value outBuf, Value outDword,
-                          Value outScaleBuf, Value scaleIndex);
 
   moe::W13Op op;
   moe::ProblemAttr problem;
@@ -192,65 +189,6 @@ Value W13Emitter::gatedActivation(Value gate, Value up) {
       arith::AddFOp::create(b, loc, splat(1.0f), math::Exp2Op::create(b, loc, scaled));
   Value silu = arith::DivFOp::create(b, loc, gate, denominator);
   return arith::MulFOp::create(b, loc, silu, up);
-}
-
-void W13Emitter::emitQuantizedBlock(ArrayRef<Value> values, Value outBuf,
-                                    Value outDword, Value outScaleBuf,
-                                    Value scaleIndex) {
-  auto f32x4 = VectorType::get({4}, b.getF32Type());
-  // amax over the 32 values.
-  Value amax4 = math::AbsFOp::create(b, loc, values[0]);
-  for (Value v : values.drop_front())
-    amax4 = arith::MaximumFOp::create(b, loc, amax4,
-                                      math::AbsFOp::create(b, loc, v));
-  Value amax = vector::ExtractOp::create(b, loc, amax4, 0);
-  for (int64_t i = 1; i < 4; ++i)
-    amax = arith::MaximumFOp::create(
-        b, loc, amax, vector::ExtractOp::create(b, loc, amax4, i));
-  amax = arith::MaximumFOp::create(
-      b, loc, amax, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-4f)));
-  // Smallest e with 448 * 2^e >= amax. With amax = M * 2^E, M in [1, 2), and
-  // 448 = 1.75 * 2^8: e = E - 8, plus one when M > 1.75 (mantissa field
-  // above 0x600000). Exact, with no rounding of amax / 448.
-  Value bits = arith::BitcastOp::create(b, loc, b.getI32Type(), amax);
-  Value biasedE = arith::ShRUIOp::create(b, loc, bits, i32(23));
-  Value mantissa = arith::AndIOp::create(b, loc, bits, i32(0x7fffff));
-  Value above = arith::ExtUIOp::create(
-      b, loc, b.getI32Type(),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, mantissa,
-                            i32(0x600000)));
-  // code = e + 127 = biasedE - 8 + above, clamped to [1, 254].
-  Value code = arith::AddIOp::create(
-      b, loc, arith::SubIOp::create(b, loc, biasedE, i32(8)), above);
-  code = arith::MaxSIOp::create(b, loc, code, i32(1));
-  code = arith::MinSIOp::create(b, loc, code, i32(254));
-  // Multiplier 2^-e as FP32 bits: biased exponent 127 - e = 254 - code.
-  Value inverseBits = arith::ShLIOp::create(
-      b, loc, arith::SubIOp::create(b, loc, i32(254), code), i32(23));
-  Value inverse = arith::BitcastOp::create(b, loc, b.getF32Type(), inverseBits);
-  Value inverse4 = vector::BroadcastOp::create(b, loc, f32x4, inverse);
-
-  auto fp8x4 = VectorType::get({4}, b.getType<Float8E4M3FNType>());
-  SmallVector<Value> dwords;
-  for (Value v : values) {
-    Value scaled = arith::MulFOp::create(b, loc, v, inverse4);
-    Value fp8 = arith::TruncFOp::create(b, loc, fp8x4, scaled);
-    dwords.push_back(vector::BitCastOp::create(
-        b, loc, VectorType::get({1}, b.getI32Type()), fp8));
-  }
-  for (int64_t half = 0; half < 2; ++half) {
-    Value chunk = vector::ShuffleOp::create(b, loc, dwords[4 * half],
-                                            dwords[4 * half + 1],
-                                            ArrayRef<int64_t>{0, 1});
-    Value chunk2 = vector::ShuffleOp::create(b, loc, dwords[4 * half + 2],
-                                             dwords[4 * half + 3],
-                                             ArrayRef<int64_t>{0, 1});
-    Value four = vector::ShuffleOp::create(b, loc, chunk, chunk2,
-                                           ArrayRef<int64_t>{0, 1, 2, 3});
-    store16(four, outBuf, add(outDword, idx(4 * half)));
-  }
-  Value codeByte = arith::TruncIOp::create(b, loc, b.getI8Type(), code);
-  memref::StoreOp::create(b, loc, codeByte, outScaleBuf, ValueRange{scaleIndex});
 }
 
 void W13Emitter::emitBody(gpu::GPUFuncOp func) {
@@ -430,8 +368,8 @@ void W13Emitter::emitTile(const TileRows &rows) {
     Value outByte = add(mul(outRow, inter), add(colBase, mul(block, 32)));
     Value scaleIndex =
         add(mul(outRow, inter / 32), add(divC(colBase, 32), block));
-    emitQuantizedBlock(values, rows.outBuf, divC(outByte, 4),
-                       rows.outScaleBuf, scaleIndex);
+    storeFp8Block(values, rows.outBuf, divC(outByte, 4), rows.outScaleBuf,
+                  scaleIndex);
   }
 }
 

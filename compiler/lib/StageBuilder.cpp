@@ -61,12 +61,17 @@ struct FirstDiagnostic {
   ScopedDiagnosticHandler handler;
 };
 
-/// The element types of a stage's problem, implied by the stage: W13 reads
-/// FP8 and writes the FP8 intermediate, W2 writes BF16, sort and combine
-/// move BF16 rows.
+/// The element types of a stage's problem, implied by the stage: quant
+/// turns the BF16 tokens into the FP8 rows W13 reads, W13 reads FP8 and
+/// writes the FP8 intermediate, W2 writes BF16, sort and combine move BF16
+/// rows.
 std::map<std::string, std::string> stageTypes(const std::string &stage) {
   if (stage == "w13")
     return {{"activation", "f8E4M3FN"},
+            {"weight", "f4E2M1FN"},
+            {"output", "f8E4M3FN"}};
+  if (stage == "quant")
+    return {{"activation", "bf16"},
             {"weight", "f4E2M1FN"},
             {"output", "f8E4M3FN"}};
   if (stage == "w2")
@@ -313,7 +318,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                         .Case<moe::W13Op>(getW13KernelAbi)
                         .Case<moe::W2Op>(getW2KernelAbi)
                         .Case<moe::SortOp>(getSortKernelAbi)
-                        .Case<moe::CombineOp>(getCombineKernelAbi);
+                        .Case<moe::CombineOp>(getCombineKernelAbi)
+                        .Case<moe::QuantOp>(getQuantKernelAbi);
   description.opAttributes = op->getAttrDictionary();
   description.attributes.clear();
   for (NamedAttribute attr : op->getAttrs()) {

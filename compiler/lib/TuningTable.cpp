@@ -238,7 +238,7 @@ bool TableParser::parseKernel(const std::string &name,
   const moe::StageKnobs *knobs = moe::lookupStageKnobs(k.stage);
   if (!knobs)
     return fail("stage", "unsupported stage '" + k.stage +
-                             "' (expected w13, w2, sort or combine)");
+                             "' (expected quant, sort, w13, w2 or combine)");
   for (const Field &f : fields) {
     if (std::string old = oldKnobSpelling(k.stage, f.key, f.value); !old.empty())
       return fail("", old);

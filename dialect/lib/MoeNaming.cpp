@@ -124,6 +124,18 @@ std::string sortSymbol(SortOp op) {
          std::to_string(op.getMTile()) + "_w" + std::to_string(op.getWaves());
 }
 
+/// The code depends only on H and the workgroup size, but the op carries
+/// its layer's problem: experts and top_k keep two problems of one table
+/// with the same H (a backbone and its draft) apart, as in the combine's
+/// symbol.
+std::string quantSymbol(QuantOp op) {
+  ProblemAttr problem = op.getProblem();
+  return "moe_quant_bf16_fp8_e" + std::to_string(problem.getExperts()) + "_h" +
+         std::to_string(problem.getHidden()) + "_k" +
+         std::to_string(problem.getTopK()) + "_w" +
+         std::to_string(op.getWaves());
+}
+
 std::string combineSymbol(CombineOp op) {
   ProblemAttr problem = op.getProblem();
   std::string s = "moe_combine_bf16_e" + std::to_string(problem.getExperts()) +
@@ -146,6 +158,7 @@ std::string getKernelSymbol(Operation *op) {
       .Case<W2Op>(w2Symbol)
       .Case<SortOp>(sortSymbol)
       .Case<CombineOp>(combineSymbol)
+      .Case<QuantOp>(quantSymbol)
       .Default([](Operation *) { return std::string(); });
 }
 

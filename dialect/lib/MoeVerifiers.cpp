@@ -430,6 +430,25 @@ LogicalResult CombineOp::verify() {
 LogicalResult SortOp::verify() { return verifyOnOwnTarget(*this); }
 
 //===----------------------------------------------------------------------===//
+// QuantOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult QuantOp::verify() {
+  ProblemAttr problem = getProblem();
+  // ProblemAttr already holds H to whole 32-element blocks; the kernel reads
+  // BF16 and writes what moe.w13 reads.
+  if (!problem.getActivation().isBF16())
+    return emitOpError("problem.activation must be bf16 for quant (the "
+                       "layer's input hidden states), got ")
+           << problem.getActivation();
+  if (!isa<Float8E4M3FNType>(problem.getOutput()))
+    return emitOpError("problem.output must be f8E4M3FN for quant (the "
+                       "token rows moe.w13 reads), got ")
+           << problem.getOutput();
+  return verifyOnOwnTarget(*this);
+}
+
+//===----------------------------------------------------------------------===//
 // Target chip
 //===----------------------------------------------------------------------===//
 
@@ -562,6 +581,18 @@ public:
           << chip.ldsBytesPerCu;
   }
 
+  void checkQuant(QuantOp quant) {
+    if (!chip.hasOcpFp8)
+      fieldProblem() << chip.arch
+                     << " has no OCP FP8 conversion (problem.output f8E4M3FN; "
+                     << chip.arch << "'s V_CVT_PK_FP8_F32 writes E4M3FNUZ)";
+    const int64_t lanes = chip.wavefrontSize * quant.getWaves();
+    if (lanes > int64_t(chip.maxWorkgroupSize))
+      fieldProblem() << "waves (" << quant.getWaves() << ") gives " << lanes
+                     << " lanes per workgroup; " << chip.arch << " allows "
+                     << chip.maxWorkgroupSize;
+  }
+
   LogicalResult result() const { return success(ok); }
 
 private:
@@ -598,5 +629,7 @@ LogicalResult moec::moe::verifyOnTarget(Operation *op, const TargetInfo &chip) {
     checker.checkCombine(combine);
   else if (auto sort = dyn_cast<SortOp>(op))
     checker.checkSort(sort);
+  else if (auto quant = dyn_cast<QuantOp>(op))
+    checker.checkQuant(quant);
   return checker.result();
 }

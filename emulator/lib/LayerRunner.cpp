@@ -71,12 +71,13 @@ LayerVerdict runFused(std::vector<LayerKernel> kernels,
   if (!buildKernels(context, kernels, /*stored=*/false, built, err))
     return LayerVerdict::BadInput;
   const BuiltKernel *stage1 = nullptr, *stage2 = nullptr, *combine = nullptr,
-                    *dispatch = nullptr;
+                    *dispatch = nullptr, *quant = nullptr;
   for (size_t i = 0; i < kernels.size(); ++i) {
     if (!reportSupported(kernels[i], built[i], out))
       return LayerVerdict::Fail;
     const StageSpec &spec = kernels[i].spec;
     (specText(spec, "dispatch") == "only" ? dispatch
+     : spec.stage == "quant"              ? quant
      : spec.stage == "w13"                ? stage1
      : spec.stage == "w2"                 ? stage2
                                           : combine) = &built[i];
@@ -106,8 +107,10 @@ LayerVerdict runFused(std::vector<LayerKernel> kernels,
   peer.saveDir = options.saveDir;
   PeerLayerOutcome outcome;
   std::string error;
+  // A leading quant kernel runs on every rank before stage 1, which then
+  // reads its FP8 rows.
   if (failed(runPeerLayer(*stage1, *stage2, *combine, peer, outcome, error,
-                          dispatch))) {
+                          dispatch, quant))) {
     out << "fused layer: " << error << " -> FAIL\n";
     return LayerVerdict::Fail;
   }

@@ -2,6 +2,7 @@
 
 #include "moec/Emulator/PeerHarness.h"
 
+#include "moec/grid_rule.h"
 #include "moec/peer_protocol.h"
 #include "moec/reference/Families.h"
 #include "moec/reference/Formats.h"
@@ -92,12 +93,38 @@ LogicalResult parsePeerShape(const BuiltKernel &stage1, const BuiltKernel &stage
   return success();
 }
 
-/// One rank's buffers in the shared global memory.
+/// One rank's buffers in the shared global memory (`x`: the BF16 tokens a
+/// quant kernel reads).
 struct RankBuffers {
-  unsigned a, aScale, ids, weights, w13, w13Scale, w2, w2Scale;
+  unsigned x, a, aScale, ids, weights, w13, w13Scale, w2, w2Scale;
   unsigned recvA, recvScale, recvMeta, inter, interScale, control, combineRows,
       out;
 };
+
+/// Counts the token codes and scales the quant kernel wrote on each rank
+/// that differ from the oracle's input quantisation, and those it left
+/// unwritten. Run before stage 1, which reads (and the dispatch sends) them.
+void checkInputQuantisation(const GlobalMemory &memory,
+                            const std::vector<RankBuffers> &buffers,
+                            const std::vector<ref::TokenBatch> &batches,
+                            const std::vector<ref::MegaMoeRankResult> &oracle,
+                            int64_t hidden, PeerLayerOutcome &outcome) {
+  for (size_t r = 0; r < buffers.size(); ++r) {
+    const ref::StageResults &want = oracle[r].stages;
+    const size_t codes = size_t(batches[r].tokens * hidden);
+    const size_t scales = codes / 32;
+    for (size_t i = 0; i < codes; ++i) {
+      outcome.inputUnwritten += !memory.written(buffers[r].a)[i];
+      outcome.inputMismatches +=
+          memory.data(buffers[r].a)[i] != want.inputCodes[i];
+    }
+    for (size_t i = 0; i < scales; ++i) {
+      outcome.inputUnwritten += !memory.written(buffers[r].aScale)[i];
+      outcome.inputMismatches +=
+          memory.data(buffers[r].aScale)[i] != want.inputScales[i];
+    }
+  }
+}
 
 } // namespace
 
@@ -105,7 +132,8 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
                            const BuiltKernel &combine,
                            const PeerLayerOptions &options,
                            PeerLayerOutcome &outcome, std::string &error,
-                           const BuiltKernel *dispatch) {
+                           const BuiltKernel *dispatch,
+                           const BuiltKernel *quant) {
   outcome = PeerLayerOutcome();
   PeerShape shape;
   if (failed(parsePeerShape(stage1, stage2, combine, shape, error)))
@@ -192,6 +220,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
       memory.write(rb.w2Scale, size_t(e) * w2ScaleBytes / L, down.scales,
                    w2ScaleBytes / L);
     }
+    rb.x = addBuffer(p + "x", size_t(shape.maxTokens * H * 2));
     rb.a = addBuffer(p + "a", size_t(shape.maxTokens * H));
     rb.aScale = addBuffer(p + "a_scale", size_t(shape.maxTokens * H / 32));
     rb.ids = addBuffer(p + "topk_ids", size_t(shape.maxTokens * K * 4));
@@ -254,28 +283,51 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
       return failure();
     }
 
-    // Inputs: the oracle's quantised tokens (the source-side 1x32 step that
-    // precedes stage 1); receive rows, outputs and combine rows poisoned.
+    // Inputs: the BF16 tokens for the quant kernel, or else the oracle's
+    // quantised tokens (the source-side 1x32 step that precedes stage 1);
+    // receive rows, outputs and combine rows poisoned.
     for (int64_t r = 0; r < ep; ++r) {
       RankBuffers &rb = buffers[r];
       const ref::StageResults &st = oracle[r].stages;
       const ref::TokenBatch &batch = batches[r];
-      for (unsigned id : {rb.a, rb.aScale, rb.ids, rb.weights, rb.recvA,
+      for (unsigned id : {rb.x, rb.a, rb.aScale, rb.ids, rb.weights, rb.recvA,
                           rb.recvScale, rb.recvMeta, rb.inter, rb.interScale,
                           rb.combineRows, rb.out})
         memory.poison(id);
       if (batch.tokens > 0) {
-        memory.write(rb.a, 0, st.inputCodes.data(), st.inputCodes.size());
-        memory.write(rb.aScale, 0, st.inputScales.data(), st.inputScales.size());
+        if (quant) {
+          memory.write(rb.x, 0, batch.hiddenBf16.data(),
+                       batch.hiddenBf16.size() * 2);
+        } else {
+          memory.write(rb.a, 0, st.inputCodes.data(), st.inputCodes.size());
+          memory.write(rb.aScale, 0, st.inputScales.data(),
+                       st.inputScales.size());
+        }
         memory.write(rb.ids, 0, batch.topkIds.data(), batch.topkIds.size() * 4);
         memory.write(rb.weights, 0, batch.topkWeights.data(),
                      batch.topkWeights.size() * 4);
       }
     }
 
-    std::vector<KernelLaunch> phase1, phase2;
+    std::vector<KernelLaunch> phase0, phase1, phase2;
     for (int64_t r = 0; r < ep; ++r) {
       const RankBuffers &rb = buffers[r];
+      if (quant) {
+        // Every rank launches it, also without tokens (grid >= 1).
+        const rt::RuleVariable variables[] = {{"num_tokens", batches[r].tokens},
+                                              {"H", H}};
+        int64_t grid = 0;
+        if (!rt::evaluateGridRule(quant->description.abi.gridX, variables,
+                                  std::size(variables), grid, error))
+          return failure();
+        KernelLaunch q;
+        q.func = func(*quant);
+        q.label = "rank " + std::to_string(r) + " quant";
+        q.launch = launchOf(grid);
+        q.args = {buffer(rb.x), buffer(rb.a), buffer(rb.aScale),
+                  scalar(batches[r].tokens)};
+        phase0.push_back(std::move(q));
+      }
       KernelLaunch s1;
       s1.func = func(stage1);
       s1.label = "rank " + std::to_string(r);
@@ -326,7 +378,9 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
         phase2.push_back(std::move(c));
       }
     }
-    for (auto *phase : {&phase1, &phase2}) {
+    for (auto *phase : {&phase0, &phase1, &phase2}) {
+      if (phase->empty())
+        continue;
       FailureOr<RunResult> run = runKernels(*phase, memory, error);
       if (failed(run)) {
         error = "epoch " + std::to_string(epoch) + ": " + error;
@@ -341,6 +395,8 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
       outcome.findings += run->totalFindings();
       if (run->totalFindings() && !run->findings.empty())
         summary << "finding: " << run->findings.front().str() << "\n";
+      if (phase == &phase0)
+        checkInputQuantisation(memory, buffers, batches, oracle, H, outcome);
     }
 
     // Compare.
@@ -426,9 +482,17 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
       for (int64_t r = 0; r < ep; ++r) {
         RankLayerIo &io = outcome.ranks[size_t(r)];
         io.batch = batches[r];
-        io.tokens.codes = oracle[r].stages.inputCodes;
-        io.tokens.scales = oracle[r].stages.inputScales;
         const int64_t tokens = batches[r].tokens;
+        // The tokens stage 1 read: the quant kernel's, else the oracle's.
+        if (quant) {
+          const uint8_t *codes = memory.data(buffers[r].a);
+          const uint8_t *scales = memory.data(buffers[r].aScale);
+          io.tokens.codes.assign(codes, codes + tokens * H);
+          io.tokens.scales.assign(scales, scales + tokens * H / 32);
+        } else {
+          io.tokens.codes = oracle[r].stages.inputCodes;
+          io.tokens.scales = oracle[r].stages.inputScales;
+        }
         io.outBits.resize(size_t(tokens * H));
         std::memcpy(io.outBits.data(), memory.data(buffers[r].out),
                     io.outBits.size() * 2);
@@ -467,7 +531,8 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     const bool epochPass =
         outcome.findings == 0 && outcome.overflows == 0 &&
         outcome.countMismatches == 0 && outcome.unknownRows == 0 &&
-        outcome.outputUnwritten == 0 && overTolerance == 0 &&
+        outcome.outputUnwritten == 0 && outcome.inputMismatches == 0 &&
+        outcome.inputUnwritten == 0 && overTolerance == 0 &&
         interRel <= kW13RelL2Bound && outRel <= kPeerOutputRelL2Bound;
     pass &= epochPass;
     summary << "epoch " << epoch << ": intermediate rel L2 " << interRel
@@ -475,6 +540,10 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
             << outRel << " (bound " << kPeerOutputRelL2Bound << ")"
             << (epochPass ? " PASS" : " FAIL") << "\n";
   }
+  if (quant)
+    summary << "quant: " << outcome.inputMismatches
+            << " token codes and scales differ from the oracle's, "
+            << outcome.inputUnwritten << " unwritten\n";
   if (outcome.countMismatches || outcome.unknownRows || outcome.overflows ||
       outcome.outputUnwritten || outcome.findings)
     summary << "count mismatches " << outcome.countMismatches

@@ -535,7 +535,9 @@ std::unique_ptr<StageHarness> StageHarness::create(const BuiltKernel &kernel,
     return nullptr;
   }
   std::unique_ptr<StageHarness> harness;
-  if (shape.stage == "sort")
+  if (shape.stage == "quant")
+    harness = makeQuantHarness(kernel, shape);
+  else if (shape.stage == "sort")
     harness = makeSortHarness(kernel, shape);
   else if (shape.stage == "w13")
     harness = makeW13Harness(kernel, shape);

@@ -139,6 +139,8 @@ std::string rowCounts(const StageOutcome &outcome);
 ref::Status checkNotAllZero(const std::vector<uint8_t> &bytes,
                             const char *what);
 
+std::unique_ptr<StageHarness> makeQuantHarness(const BuiltKernel &kernel,
+                                               const StageShape &shape);
 std::unique_ptr<StageHarness> makeSortHarness(const BuiltKernel &kernel,
                                               const StageShape &shape);
 std::unique_ptr<StageHarness> makeW13Harness(const BuiltKernel &kernel,

@@ -240,3 +240,20 @@ moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, t
 // Stage 1's producer knobs have no use in stage 2.
 // expected-error @+1 {{peer.dispatch_cus, plan_cus and chunk_routes apply to stage 1 (moe.w13) only}}
 moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {peer = #moe.peer<capacity = 32, max_tokens = 16, dispatch_cus = 4>}
+
+// -----
+// expected-error @+1 {{'moe.quant' op problem.activation must be bf16 for quant (the layer's input hidden states), got 'f8E4M3FN'}}
+moe.quant @q problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>)
+
+// -----
+// expected-error @+1 {{'moe.quant' op problem.output must be f8E4M3FN for quant (the token rows moe.w13 reads), got 'bf16'}}
+moe.quant @q problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>)
+
+// -----
+// expected-error @+1 {{attribute 'waves' failed to satisfy constraint: 64-bit signless integer attribute whose value is one of {1, 2, 4, 8, 16}}}
+moe.quant @q problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = f8E4M3FN>) {waves = 3 : i64}
+
+// -----
+// H that is not whole 32-element blocks is the problem's own rule.
+// expected-error @+1 {{problem.hidden (5000) must be a multiple of the 32-element MX block}}
+moe.quant @q problem(#moe.problem<hidden = 5000, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = f8E4M3FN>)

@@ -49,3 +49,15 @@ moe.combine @combine_persistent problem(#moe.problem<hidden = 5120,
 moe.sort @sort_m32 problem(#moe.problem<hidden = 5120, intermediate = 2304,
     experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN,
     weight = f4E2M1FN, output = bf16>) {m_tile = 32 : i64}
+
+// The default waves (4) is left out.
+// CHECK-LABEL: moe.quant @quant_w4
+// CHECK-NOT: waves
+// CHECK-LABEL: moe.quant @quant_w8
+// CHECK-SAME: {waves = 8 : i64}
+moe.quant @quant_w4 problem(#moe.problem<hidden = 5120, intermediate = 2304,
+    experts = 384, top_k = 6, ep = 4, activation = bf16,
+    weight = f4E2M1FN, output = f8E4M3FN>)
+moe.quant @quant_w8 problem(#moe.problem<hidden = 5120, intermediate = 2304,
+    experts = 384, top_k = 6, ep = 4, activation = bf16,
+    weight = f4E2M1FN, output = f8E4M3FN>) {waves = 8 : i64}

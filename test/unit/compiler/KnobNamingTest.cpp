@@ -130,3 +130,96 @@ TEST_CASE("every knob of the GEMM stages shows in the kernel symbol",
     CHECK(checked >= 15);
   }
 }
+
+TEST_CASE("every knob of the quant, sort and combine stages shows in the "
+          "kernel symbol",
+          "[stage][naming]") {
+  moec::test::StageBuilderFixture fixture;
+  // Per stage: the required knobs of the base kernel, and a value away from
+  // the default for every other knob (a new knob needs one here).
+  const std::map<std::string, std::map<std::string, std::string>> bases = {
+      {"quant", {}}, {"sort", {{"m_tile", "16"}}}, {"combine", {}}};
+  const std::map<std::string, std::map<std::string, std::string>> variants = {
+      {"quant", {{"waves", "8"}}},
+      {"sort", {{"m_tile", "32"}, {"waves", "8"}}},
+      {"combine",
+       {{"blocks", "256"}, {"waves", "8"}, {"split_k", "2"},
+        {"peer_rows", "true"}}}};
+  for (const auto &[stage, required] : bases) {
+    const moec::moe::StageKnobs *knobs = moec::moe::lookupStageKnobs(stage);
+    REQUIRE(knobs);
+    int checked = 0;
+    for (const moec::moe::KnobInfo &knob : *knobs) {
+      const std::string name = knob.name;
+      if (std::string(knob.owner) == "problem")
+        continue;
+      INFO(stage << " knob " << name);
+      REQUIRE(variants.at(stage).count(name) > 0);
+      moec::StageSpec base;
+      base.stage = stage;
+      base.fields = {{"hidden", "1024"}, {"intermediate", "1024"},
+                     {"experts", "8"},   {"top_k", "2"},
+                     {"ep", "2"}};
+      for (const auto &[key, value] : required)
+        base.fields[key] = value;
+      moec::StageSpec variant = base;
+      variant.fields[name] = variants.at(stage).at(name);
+      moec::StageDescription baseDescription, variantDescription;
+      std::string error;
+      mlir::Operation *baseOp =
+          moec::buildStageOp(fixture.builder, base, baseDescription, error);
+      INFO(error);
+      REQUIRE(baseOp);
+      mlir::Operation *variantOp = moec::buildStageOp(
+          fixture.builder, variant, variantDescription, error);
+      INFO(error);
+      REQUIRE(variantOp);
+      CHECK(variantDescription.symbol != baseDescription.symbol);
+      ++checked;
+    }
+    CHECK(checked >= 1);
+  }
+}
+
+TEST_CASE("the quant kernel's symbol, ABI and grid rule", "[stage][quant]") {
+  moec::test::StageBuilderFixture fixture;
+  moec::StageSpec spec;
+  spec.stage = "quant";
+  spec.fields = {{"hidden", "5120"}, {"intermediate", "2304"},
+                 {"experts", "384"}, {"top_k", "6"},
+                 {"ep", "4"}};
+  moec::StageDescription description;
+  std::string error;
+  mlir::Operation *op =
+      moec::buildStageOp(fixture.builder, spec, description, error);
+  INFO(error);
+  REQUIRE(op);
+  CHECK(description.symbol == "moe_quant_bf16_fp8_e384_h5120_k6_w4");
+  const moec::KernelAbi &abi = description.abi;
+  REQUIRE(abi.args.size() == 4);
+  const char *names[] = {"x", "out", "out_scale", "num_tokens"};
+  const char *dtypes[] = {"bf16", "f8E4M3FN", "f8E8M0FNU", "i32"};
+  const char *shapes[] = {"[num_tokens, H]", "[num_tokens, H]",
+                          "[num_tokens, H/32]", "scalar"};
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(abi.args[i].name == names[i]);
+    CHECK(abi.args[i].dtype == dtypes[i]);
+    CHECK(abi.args[i].shape == shapes[i]);
+  }
+  CHECK(abi.args[0].access == moec::KernelArg::Access::Read);
+  CHECK(abi.args[1].access == moec::KernelArg::Access::Write);
+  CHECK(abi.args[2].access == moec::KernelArg::Access::Write);
+  CHECK(abi.args[3].kind == moec::KernelArg::Kind::I32);
+  CHECK(abi.gridX == "max(1, ceil(num_tokens * H / 8192))");
+  CHECK(abi.gridY == "1");
+  CHECK(abi.gridZ == "1");
+  CHECK(abi.workgroupSize == 256);
+  CHECK(abi.weightLayout.empty());
+
+  // The problem's element types are implied: a table cannot make quant
+  // read FP8.
+  spec.fields["activation"] = "f8E4M3FN";
+  CHECK_FALSE(moec::buildStageOp(fixture.builder, spec, description, error));
+  CHECK(error.find("problem.activation must be bf16 for quant") !=
+        std::string::npos);
+}

@@ -213,10 +213,17 @@ TEST_CASE("an unfused config saves its weights, inputs and output per rank",
   const StageShape &s = layer.shape;
   const std::string &dir = layer.dir;
   const std::vector<ref::TokenBatch> &batches = layer.batches;
-  // Stage files: the sort's list, W13's intermediate, W2's rows, the
-  // combine's input rows.
+  // Stage files: the quantised tokens, the sort's list, W13's
+  // intermediate, W2's rows, the combine's input rows.
   using ref::NpyDtype;
   const int64_t routes = 6 * s.topK;
+  REQUIRE(layer.kernels.front().spec.stage == "quant");
+  const std::vector<uint8_t> quantCodes =
+      expectArray(dir, "quant_codes", NpyDtype::UInt8, {6, s.hidden})
+          .toVector<uint8_t>();
+  const std::vector<uint8_t> quantScales =
+      expectArray(dir, "quant_scales", NpyDtype::UInt8, {6, s.hidden / 32})
+          .toVector<uint8_t>();
   for (int64_t r = 0; r < s.ep; ++r) {
     const std::string rank = "rank" + std::to_string(r) + "_";
     expectArray(dir, rank + "sort_sorted_route_ids", NpyDtype::Int32, {-1});
@@ -239,6 +246,10 @@ TEST_CASE("an unfused config saves its weights, inputs and output per rank",
   ref::StageResults results;
   REQUIRE(
       ref::runTpMoe(config, weights.w13, weights.w2, batches[0], results).ok());
+  // The quant kernel's tokens, which W13 read, are the oracle's input
+  // quantisation of the saved BF16 tokens.
+  CHECK(quantCodes == results.inputCodes);
+  CHECK(quantScales == results.inputScales);
   const std::vector<double> want(results.output.begin(), results.output.end());
   for (int64_t r = 0; r < s.ep; ++r) {
     CHECK(batches[size_t(r)].topkIds == batches[0].topkIds);

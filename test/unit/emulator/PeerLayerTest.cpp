@@ -12,6 +12,8 @@
 
 #include "TestSupport.h"
 #include "moec/Emulator/PeerHarness.h"
+#include "moec/reference/Formats.h"
+#include "moec/reference/Quantize.h"
 
 #include "mlir/IR/MLIRContext.h"
 
@@ -315,4 +317,51 @@ TEST_CASE("fused MegaMoE in the bounded class (256 tokens per rank)",
     PeerLayerOutcome outcome = runLayer(knobs, options);
     CHECK(outcome.codesCompared >= 2 * 200 * 2 * 256 / 2);
   }
+}
+
+TEST_CASE("fused MegaMoE layer with a leading quant kernel: stage 1 reads "
+          "its FP8 rows",
+          "[peer][quant]") {
+  PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
+  StageSpec quantSpec = peerSpec("combine", knobs);
+  quantSpec.stage = "quant";
+  quantSpec.fields.erase("peer_rows");
+  quantSpec.fields["waves"] = "1";
+  BuiltKernel s1, s2, c, quant;
+  std::string error;
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", knobs), s1, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
+  INFO(error);
+  REQUIRE(succeeded(buildKernelIR(test::stageContext(), quantSpec, quant, error)));
+  PeerLayerOptions options;
+  options.seed = 13;
+  // Rank 0: 9 tokens = 144 blocks over 64-lane workgroups (a partial last
+  // one); rank 1 has none and still launches its quant kernel.
+  options.tokensPerRank = {9, 0};
+  options.invalidFraction = 0.1;
+  PeerLayerOutcome outcome;
+  REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error,
+                                 /*dispatch=*/nullptr, &quant)));
+  INFO(outcome.summary);
+  CHECK(outcome.summary.find("quant: 0 token codes") != std::string::npos);
+  CHECK(outcome.inputMismatches == 0);
+  CHECK(outcome.inputUnwritten == 0);
+  CHECK(outcome.codesCompared > 0);
+  CHECK(outcome.findings == 0);
+  CHECK(outcome.outputRelL2 <= kPeerOutputRelL2Bound);
+  CHECK(outcome.pass);
+  // The tokens the layer saves are the kernel's, equal to the reference
+  // quantisation of the BF16 tokens.
+  const RankLayerIo &io = outcome.ranks[0];
+  std::vector<uint8_t> codes(size_t(9 * 512)), scales(size_t(9 * 16));
+  std::vector<double> row(512);
+  for (int64_t t = 0; t < 9; ++t) {
+    for (int64_t h = 0; h < 512; ++h)
+      row[size_t(h)] = ref::decodeBf16(io.batch.hiddenBf16[size_t(t * 512 + h)]);
+    ref::quantizeFp8Row(row.data(), 512, &codes[size_t(t * 512)],
+                        &scales[size_t(t * 16)]);
+  }
+  CHECK(io.tokens.codes == codes);
+  CHECK(io.tokens.scales == scales);
 }

@@ -2,9 +2,10 @@
 //
 // Walks tuning_tables/*.table, rebuilds every kernel with the same knobs at
 // a small problem (smallStageSpec), and requires that the emulator supports
-// every op of its IR. W2 and W13 kernels are also executed and compared
-// with the oracle, and fused MegaMoE configs run whole over emulated EP
-// ranks (the CI subset of "every shipped configuration passes").
+// every op of its IR. Quant, W2 and W13 kernels are also executed and
+// compared with the oracle, and fused MegaMoE configs run whole over
+// emulated EP ranks, with their quant kernel (the CI subset of "every
+// shipped configuration passes").
 //
 //===----------------------------------------------------------------------===//
 
@@ -131,6 +132,12 @@ void checkShippedStage(const std::string &stage, uint64_t seed,
 
 } // namespace
 
+TEST_CASE("every shipped quant kernel matches the oracle bit for bit at a "
+          "small shape",
+          "[tables][quant]") {
+  checkShippedStage("quant", /*seed=*/104, /*tokens=*/33);
+}
+
 TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
           "[tables][w2]") {
   checkShippedStage("w2", /*seed=*/101, /*tokens=*/48);
@@ -165,7 +172,9 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
       INFO(path << ": config " << config.name);
       smallConfigSpecs(specs);
       std::vector<BuiltKernel> kernels(specs.size());
-      const BuiltKernel *stage[4] = {nullptr, nullptr, nullptr, nullptr};
+      // Stage 1, stage 2, the combine, a dispatch-only kernel, quant.
+      const BuiltKernel *stage[5] = {nullptr, nullptr, nullptr, nullptr,
+                                     nullptr};
       for (size_t i = 0; i < specs.size(); ++i) {
         INFO("stage " << specs[i].stage);
         bool built =
@@ -173,11 +182,14 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
         INFO(error);
         REQUIRE(built);
         const bool dispatchOnly = specText(specs[i], "dispatch") == "only";
-        stage[dispatchOnly              ? 3
-              : specs[i].stage == "w13" ? 0
-              : specs[i].stage == "w2"  ? 1
-                                        : 2] = &kernels[i];
+        stage[dispatchOnly                ? 3
+              : specs[i].stage == "quant" ? 4
+              : specs[i].stage == "w13"   ? 0
+              : specs[i].stage == "w2"    ? 1
+                                          : 2] = &kernels[i];
       }
+      // Every shipped config quantises its own input.
+      REQUIRE(stage[4]);
       REQUIRE(stage[0]);
       REQUIRE(stage[1]);
       REQUIRE(stage[2]);
@@ -190,11 +202,13 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
       PeerLayerOutcome outcome;
       bool ok = mlir::succeeded(
           runPeerLayer(*stage[0], *stage[1], *stage[2], options, outcome, error,
-                       stage[3]));
+                       stage[3], stage[4]));
       INFO(error);
       REQUIRE(ok);
       INFO(outcome.summary);
       CHECK(outcome.codesCompared > 0);
+      CHECK(outcome.inputMismatches == 0);
+      CHECK(outcome.inputUnwritten == 0);
       CHECK(outcome.pass);
       ++ran;
     }

@@ -17,6 +17,7 @@ class GPUModuleOp;
 namespace moec {
 namespace moe {
 class CombineOp;
+class QuantOp;
 class SortOp;
 class W13Op;
 class W2Op;
@@ -51,6 +52,14 @@ KernelAbi getSortKernelAbi(moe::SortOp op);
 /// Builds the gpu.module holding the routing-sort kernel for `op`.
 mlir::FailureOr<mlir::gpu::GPUModuleOp> buildSortKernel(mlir::OpBuilder &builder,
                                                         moe::SortOp op);
+
+/// The argument list and launch rule of the input-quantisation kernel for
+/// `op`.
+KernelAbi getQuantKernelAbi(moe::QuantOp op);
+
+/// Builds the gpu.module holding the input-quantisation kernel for `op`.
+mlir::FailureOr<mlir::gpu::GPUModuleOp>
+buildQuantKernel(mlir::OpBuilder &builder, moe::QuantOp op);
 
 } // namespace moec
 

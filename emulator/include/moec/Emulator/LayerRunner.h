@@ -5,12 +5,13 @@
 /// checks every stage against the oracle, printing one line per stage:
 ///
 /// - unfused: the stages in the order the configuration lists them, each
-///   through its StageHarness; the per-rank stages (sort, W13, W2) for
-///   every EP rank in turn, each fed by the previous stage's emulated
-///   output, then the combine over every rank's rows; the final output is
-///   also compared with the all-oracle layer;
+///   through its StageHarness; a leading quant once over the layer's BF16
+///   tokens (its FP8 rows are what W13 reads), the per-rank stages (sort,
+///   W13, W2) for every EP rank in turn, each fed by the previous stage's
+///   emulated output, then the combine over every rank's rows; the final
+///   output is also compared with the all-oracle layer;
 /// - fused MegaMoE (`#moe.peer` stages): every EP rank at once through
-///   runPeerLayer (PeerHarness.h).
+///   runPeerLayer (PeerHarness.h), a leading quant on every rank first.
 ///
 /// `moec run` is this after selecting a configuration from a bundle.
 ///

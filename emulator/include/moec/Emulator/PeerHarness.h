@@ -55,6 +55,10 @@ struct PeerLayerOutcome {
   double intermediateRelL2 = 0.0, outputRelL2 = 0.0;
   /// FP8 intermediate codes equal to the oracle's, out of those compared.
   int64_t codesEqual = 0, codesCompared = 0;
+  /// With a quant kernel: token codes and scales it wrote that differ from
+  /// the oracle's input quantisation (must be 0: bit-identical), and those
+  /// it left unwritten.
+  int64_t inputMismatches = 0, inputUnwritten = 0;
   /// Receive rows whose source route the oracle does not know, counts that
   /// differ from the oracle's plan, nonzero overflow words, output
   /// elements nothing wrote.
@@ -84,12 +88,17 @@ constexpr double kPeerOutputRelL2Bound = 1.0 / 128.0;
 /// With `dispatch` (a moe.w13 with peer.dispatch = only), `stage1` is the
 /// W13 kernel behind it (peer.dispatch = none) and the two run on every
 /// rank at once, so the W13 kernel's wait for the signals is exercised.
+/// With `quant` (a moe.quant), every rank first quantises its BF16 tokens
+/// with it and stage 1 reads the kernel's FP8 rows, which must equal the
+/// oracle's input quantisation bit for bit; without it stage 1 reads the
+/// oracle's.
 mlir::LogicalResult runPeerLayer(const BuiltKernel &stage1,
                                  const BuiltKernel &stage2,
                                  const BuiltKernel &combine,
                                  const PeerLayerOptions &options,
                                  PeerLayerOutcome &outcome, std::string &error,
-                                 const BuiltKernel *dispatch = nullptr);
+                                 const BuiltKernel *dispatch = nullptr,
+                                 const BuiltKernel *quant = nullptr);
 
 } // namespace moec::emu
 

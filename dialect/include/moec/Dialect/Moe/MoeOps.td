@@ -250,4 +250,45 @@ def Moe_SortOp : Moe_Op<"sort", [Symbol]> {
   let hasVerifier = 1;
 }
 
+def Moe_QuantOp : Moe_Op<"quant", [Symbol]> {
+  let summary = "FP8 1x32 quantisation of the layer's BF16 input tokens";
+  let description = [{
+    Declares one input-quantisation kernel: the layer's BF16 hidden states
+    become the FP8 E4M3 token rows with one E8M0 scale per 1x32 block that
+    `moe.w13` (unfused or fused) reads. Each block gets the activation
+    recipe's scale 2^ceil(log2(max(amax, 1e-4) / 448)) with its biased
+    exponent clamped to [1, 254], computed exactly from the FP32 bits of
+    amax (the same code as `moe.w13`'s quantisation of the intermediate),
+    and its codes are the values divided by the scale, rounded to nearest
+    even; no value exceeds 448, so nothing saturates.
+
+    One lane per 32-element block: one 64-byte load, the amax, 32 codes
+    stored as two 16-byte stores and one scale byte. Lanes past the last
+    block (the tail of the grid) write nothing, so `num_tokens` = 0 is a
+    valid launch that writes nothing.
+
+    Kernel arguments, in order: `x` (BF16 [num_tokens, H]), `out` (FP8
+    [num_tokens, H]), `out_scale` (E8M0 [num_tokens, H/32]), `num_tokens`
+    (i32). Grid: (max(1, ceil(num_tokens * H / (2048 * waves))), 1, 1);
+    workgroup: 64 * `waves` lanes. `problem.activation` must be bf16 and
+    `problem.output` f8E4M3FN (the table reader sets both).
+
+    ```mlir
+    moe.quant @quant problem(#moe.problem<hidden = 5120,
+        intermediate = 2304, experts = 384, top_k = 6, ep = 4,
+        activation = bf16, weight = f4E2M1FN, output = f8E4M3FN>)
+        {waves = 4 : i64}
+    ```
+  }];
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    Moe_ProblemAttr:$problem,
+    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8, 16]>]>, "4">:$waves
+  );
+  let assemblyFormat = [{
+    $sym_name `problem` `(` qualified($problem) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOEC_DIALECT_MOE_MOEOPS_TD
