@@ -276,6 +276,9 @@ int Selftest::runTable(uint32_t tableIndex) {
     memory.push_back(std::make_unique<DeviceMemory>(*ranks[r].device));
     rt::LayerProblem problem = facts.problem;
     problem.epRank = r;
+    // --max-m: a workspace for that many tokens only.
+    if (args_.maxM)
+      problem.maxTokens = std::min(args_.maxM, table.workspace);
     if (!ranks[r].device->makeCurrent(error) ||
         !(ranks[r].layer = rt::Layer::create(*ranks[r].loader,
                                              rt::TableHandle{tableIndex}, problem,
