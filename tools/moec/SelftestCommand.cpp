@@ -685,7 +685,9 @@ int runSelftest(const SelftestArgs &args) {
       ep = std::max(ep, table.ep);
     // One emulated device per EP rank (the variable is read at the
     // library's first use).
-    setenv("MOEC_EMULATED_DEVICES", std::to_string(ep).c_str(), 0);
+    const char *devices = std::getenv("MOEC_EMULATED_DEVICES");
+    if (!devices || !*devices)
+      setenv("MOEC_EMULATED_DEVICES", std::to_string(ep).c_str(), 1);
   } else {
     std::vector<std::string> candidates = rt::defaultHipLibraryCandidates();
     library = candidates.empty() ? "libamdhip64.so" : candidates.front();
