@@ -220,8 +220,7 @@ void smallTable(TuningTable &table) {
     problem.topK = specInteger(specs.front(), "top_k", problem.topK);
   }
   // Fused selection tables: the kernels' token limit becomes the table's
-  // workspace / 64 (at least 16), so capacity classes stay distinct, and
-  // rows above it go.
+  // workspace / 64 (at least 16), so capacity classes stay distinct.
   for (TableSelection &selection : table.selections) {
     const int64_t tokens = std::max<int64_t>(16, selection.workspace / 64);
     bool fused = false;
@@ -246,14 +245,16 @@ void smallTable(TuningTable &table) {
             }
     if (!fused)
       continue;
+    // Rows scale with the workspace, so every configuration keeps a row;
+    // rows that land on one M keep the first.
+    const int64_t workspace = std::max<int64_t>(1, selection.workspace);
     selection.workspace = tokens;
     std::vector<TableRow> kept;
-    for (const TableRow &row : selection.rows)
-      if (row.m <= tokens)
+    for (TableRow row : selection.rows) {
+      row.m = std::min<int64_t>(
+          tokens, std::max<int64_t>(1, (row.m * tokens + workspace - 1) / workspace));
+      if (kept.empty() || row.m > kept.back().m)
         kept.push_back(row);
-    if (kept.empty() && !selection.rows.empty()) {
-      kept.push_back(selection.rows.front());
-      kept.back().m = tokens;
     }
     selection.rows = std::move(kept);
   }

@@ -216,6 +216,9 @@ public:
 
 private:
   int runTable(uint32_t tableIndex);
+  /// The largest M needed to reach every configuration of a table that
+  /// M <= --max-m does not select (0: none).
+  uint32_t coverageM(uint32_t tableIndex) const;
   bool runCase(const rt::SelectionTable &table, const TableFacts &facts,
                std::vector<Rank> &ranks, const Case &c, uint64_t caseSeed,
                std::vector<std::vector<uint16_t>> *outputs, bool print);
@@ -234,6 +237,21 @@ private:
   std::unique_ptr<ref::GeneratedMxfp4Weights> w13Source_, w2Source_;
   std::vector<uint8_t> sharedW13_, sharedW13Scales_, sharedW2_, sharedW2Scales_;
 };
+
+uint32_t Selftest::coverageM(uint32_t tableIndex) const {
+  std::set<uint32_t> covered;
+  uint32_t needed = 0;
+  for (const rt::RowRange &range : bundle_.selector().rowRanges({tableIndex})) {
+    const uint32_t m = std::max(1u, range.mLow);
+    if (m <= args_.maxM || covered.count(range.config)) {
+      covered.insert(range.config);
+      continue;
+    }
+    covered.insert(range.config);
+    needed = std::max(needed, m);
+  }
+  return needed;
+}
 
 int Selftest::runTable(uint32_t tableIndex) {
   const rt::Manifest &manifest = bundle_.manifest();
@@ -276,9 +294,11 @@ int Selftest::runTable(uint32_t tableIndex) {
     memory.push_back(std::make_unique<DeviceMemory>(*ranks[r].device));
     rt::LayerProblem problem = facts.problem;
     problem.epRank = r;
-    // --max-m: a workspace for that many tokens only.
+    // --max-m: a workspace for that many tokens, or for the smallest M of
+    // a configuration only larger M select.
     if (args_.maxM)
-      problem.maxTokens = std::min(args_.maxM, table.workspace);
+      problem.maxTokens =
+          std::min(std::max(args_.maxM, coverageM(tableIndex)), table.workspace);
     if (!ranks[r].device->makeCurrent(error) ||
         !(ranks[r].layer = rt::Layer::create(*ranks[r].loader,
                                              rt::TableHandle{tableIndex}, problem,
@@ -380,10 +400,18 @@ int Selftest::runTable(uint32_t tableIndex) {
     const bool expertParallel = table.ep > 1;
     cases.push_back({m, expertParallel ? scenarios[next++ % 4] : "random"});
   }
-  if (cases.empty())
-    cases.push_back({std::min(layerMemory.maxTokens,
-                              args_.maxM ? args_.maxM : layerMemory.maxTokens),
-                     "random"});
+  // Every configuration the table selects runs at least once: one above
+  // --max-m runs at the smallest M that selects it.
+  std::set<uint32_t> covered;
+  for (const Case &c : cases)
+    covered.insert(bundle_.selector().select({tableIndex}, c.m).config);
+  for (const rt::RowRange &range : bundle_.selector().rowRanges({tableIndex})) {
+    const uint32_t m = std::max(1u, range.mLow);
+    if (covered.count(range.config) || m > layerMemory.maxTokens)
+      continue;
+    covered.insert(range.config);
+    cases.push_back({m, "random"});
+  }
   for (size_t i = 0; i < cases.size(); ++i)
     runCase(table, facts, ranks, cases[i], args_.seed * 1000 + i, nullptr, true);
 

@@ -24,6 +24,7 @@
 #include <dlfcn.h>
 #include <map>
 #include <string>
+#include <algorithm>
 #include <vector>
 
 namespace {
@@ -366,4 +367,46 @@ TEST_CASE("reads of never-written device memory fail the launch",
   CHECK_THAT(message, Catch::Contains("read of never-written memory"));
   for (void *pointer : buffers)
     REQUIRE(hip.free(pointer) == 0);
+}
+
+TEST_CASE("the C API's memory and IPC helpers work on the emulated device",
+          "[device]") {
+  EmulatedHip hip;
+  REQUIRE(hip.complete());
+  moec_device_t *device = nullptr;
+  REQUIRE(moec_device_create(MOEC_EMULATED_HIP_LIBRARY, 0, &device) ==
+          MOEC_STATUS_OK);
+  REQUIRE(moec_device_make_current(device) == MOEC_STATUS_OK);
+  void *buffer = nullptr;
+  REQUIRE(moec_device_alloc(device, 4096, &buffer) == MOEC_STATUS_OK);
+  std::vector<uint8_t> written(4096), read(4096, 0);
+  for (size_t i = 0; i < written.size(); ++i)
+    written[i] = uint8_t(i * 37 + 11);
+  REQUIRE(moec_device_copy_to_device(device, buffer, written.data(), 4096) ==
+          MOEC_STATUS_OK);
+
+  // A handle opened again names the same memory.
+  moec_ipc_handle_t handle;
+  REQUIRE(moec_device_ipc_handle(device, buffer, &handle) == MOEC_STATUS_OK);
+  void *opened = nullptr;
+  REQUIRE(moec_device_ipc_open(device, &handle, &opened) == MOEC_STATUS_OK);
+  REQUIRE(moec_device_copy_to_host(device, read.data(), opened, 4096) ==
+          MOEC_STATUS_OK);
+  CHECK(read == written);
+  CHECK(moec_device_ipc_close(device, opened) == MOEC_STATUS_OK);
+
+  // Fill, then read back through the original pointer.
+  REQUIRE(moec_device_fill(device, buffer, 0x5A, 4096, nullptr) == MOEC_STATUS_OK);
+  REQUIRE(moec_device_synchronize(device, nullptr) == MOEC_STATUS_OK);
+  REQUIRE(moec_device_copy_to_host(device, read.data(), buffer, 4096) ==
+          MOEC_STATUS_OK);
+  CHECK(std::count(read.begin(), read.end(), uint8_t(0x5A)) == 4096);
+
+  // A pointer inside an allocation has no handle; the message says why.
+  CHECK(moec_device_ipc_handle(device, static_cast<uint8_t *>(buffer) + 64,
+                               &handle) == MOEC_STATUS_HIP_ERROR);
+  CHECK_THAT(std::string(moec_last_error_message()),
+             Catch::Contains("hipIpcGetMemHandle"));
+  CHECK(moec_device_free(device, buffer) == MOEC_STATUS_OK);
+  moec_device_release(device);
 }
