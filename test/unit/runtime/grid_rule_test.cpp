@@ -407,7 +407,7 @@ std::vector<std::vector<RuleVariable>> variableSets() {
   for (int64_t value : {int64_t(0), int64_t(-1), int64_t(-7), INT64_MAX, INT64_MIN,
                         int64_t(1) << 40, -(int64_t(1) << 40)})
     sets.push_back({{"H", value}, {"I", 3}, {"num_sorted", value},
-                    {"num_tokens", -value / 2}, {"top_k", 2}, {"m", value}});
+                    {"num_tokens", -(value / 2)}, {"top_k", 2}, {"m", value}});
   return sets;
 }
 

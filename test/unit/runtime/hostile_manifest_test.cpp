@@ -282,3 +282,50 @@ TEST_CASE("every code object is an AMDGPU ELF for the bundle's chip",
   CHECK(contains(openText(other.dump()),
                  "manifest: target.arch: 'gfx1100' is not a chip moec knows (gfx950, gfx942)"));
 }
+
+#include "moec/grid_rule.h"
+
+#include <atomic>
+#include <thread>
+
+TEST_CASE("threads select, verify code objects and compute grids on one bundle",
+          "[bundle][concurrency]") {
+  // Run under TSan in CI (scripts/sanitizers.sh): selection, the lazy
+  // per-object verification and launch grids share one Bundle.
+  TempDir dir;
+  std::string error;
+  REQUIRE(writeBundle(dir.file("a.moeb"), sampleManifest().dump(),
+                      sampleCodeObjects(), error));
+  BundleOpenOptions lazy;
+  lazy.codeObjects = CodeObjectVerification::OnFirstUse;
+  auto bundle = Bundle::open(dir.file("a.moeb"), error, lazy);
+  REQUIRE(bundle);
+  TableHandle table;
+  REQUIRE(bundle->selector().resolveTable("flash", 4, 1024, table, error));
+  std::atomic<uint64_t> checksum{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      uint64_t local = 0;
+      const RuleVariable variables[] = {{"m", 64 + t}, {"n", 256}};
+      for (uint32_t i = 0; i < 20000; ++i) {
+        const Selection s = bundle->selector().select(table, i % 100);
+        local += s.config;
+        CodeObjectView view;
+        std::string why;
+        if (!bundle->codeObject(i % bundle->codeObjectCount(), view, why))
+          ++failures;
+        const KernelInfo &kernel =
+            bundle->manifest().kernels[bundle->manifest().configs[s.config].kernels[0]];
+        std::array<uint32_t, 3> grid;
+        if (!computeLaunchGrid(kernel, variables, 2, grid, why))
+          ++failures;
+        local += grid[0];
+      }
+      checksum += local;
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  CHECK(failures == 0);
+  CHECK(checksum > 0);
+}
