@@ -410,3 +410,118 @@ TEST_CASE("the C API's memory and IPC helpers work on the emulated device",
   CHECK(moec_device_free(device, buffer) == MOEC_STATUS_OK);
   moec_device_release(device);
 }
+
+namespace {
+
+/// An open bundle, the emulated device and an executable for the layer
+/// tests, released in order.
+struct LayerFixture {
+  explicit LayerFixture(const char *bundlePath) {
+    REQUIRE(moec_bundle_open(bundlePath, &bundle) == MOEC_STATUS_OK);
+    REQUIRE(moec_device_create(MOEC_EMULATED_HIP_LIBRARY, 0, &device) ==
+            MOEC_STATUS_OK);
+    REQUIRE(moec_executable_create(device, bundle, &executable) ==
+            MOEC_STATUS_OK);
+  }
+  ~LayerFixture() {
+    moec_layer_release(layer);
+    moec_executable_release(executable);
+    moec_device_release(device);
+    moec_bundle_close(bundle);
+  }
+  moec_bundle_t *bundle = nullptr;
+  moec_device_t *device = nullptr;
+  moec_executable_t *executable = nullptr;
+  moec_layer_t *layer = nullptr;
+};
+
+std::string lastError() { return moec_last_error_message(); }
+
+} // namespace
+
+TEST_CASE("a layer refuses configurations without the input quantisation",
+          "[device][layer]") {
+  EmulatedHip hip;
+  REQUIRE(hip.complete());
+  LayerFixture f(MOEC_SMALL_BUNDLE);
+  moec_table_t table;
+  REQUIRE(moec_bundle_resolve_table(f.bundle, "tiny", 2, 512, &table) ==
+          MOEC_STATUS_OK);
+  moec_layer_problem_t problem = {512, 512, 8, 2, 0, 2, 0};
+  CHECK(moec_layer_create(f.executable, table, &problem, &f.layer) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("does not start with a quant kernel"));
+}
+
+TEST_CASE("a layer checks its problem, its bindings and M", "[device][layer]") {
+  EmulatedHip hip;
+  REQUIRE(hip.complete());
+  LayerFixture f(MOEC_TP4_SMALL_BUNDLE);
+  moec_table_t table;
+  REQUIRE(moec_bundle_resolve_table(f.bundle, "flash-tp4", 1, 0, &table) ==
+          MOEC_STATUS_OK);
+  // --small: H = I = 512, 4 experts, top-4.
+  moec_layer_problem_t problem = {512, 512, 5, 4, 0, 1, 64};
+  CHECK(moec_layer_create(f.executable, table, &problem, &f.layer) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("compiled for 4 routed experts, top-4"));
+  problem.experts = 4;
+  problem.hidden = 1024;
+  CHECK(moec_layer_create(f.executable, table, &problem, &f.layer) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("compiled for hidden 512, the layer "
+                                          "asks for 1024"));
+  problem.hidden = 512;
+  problem.ep_size = 2;
+  CHECK(moec_layer_create(f.executable, table, &problem, &f.layer) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("the table serves EP 1"));
+  problem.ep_size = 1;
+  REQUIRE(moec_layer_create(f.executable, table, &problem, &f.layer) ==
+          MOEC_STATUS_OK);
+
+  moec_layer_memory_t memory;
+  REQUIRE(moec_layer_memory(f.layer, &memory) == MOEC_STATUS_OK);
+  CHECK(memory.max_tokens == 64);
+  CHECK(memory.peer_bytes == 0);
+  CHECK(memory.fused == 0);
+  CHECK(memory.workspace_bytes > 64u * 512u);
+
+  // Nothing bound yet.
+  int dummy = 0;
+  CHECK(moec_layer_forward(f.layer, 8, &dummy, nullptr, nullptr, &dummy,
+                           nullptr) == MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("no workspace bound"));
+  void *workspace = nullptr;
+  REQUIRE(moec_device_alloc(f.device, memory.workspace_bytes, &workspace) ==
+          MOEC_STATUS_OK);
+  CHECK(moec_layer_bind_workspace(f.layer, workspace,
+                                  memory.workspace_bytes - 1) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  REQUIRE(moec_layer_bind_workspace(f.layer, workspace,
+                                    memory.workspace_bytes) == MOEC_STATUS_OK);
+  moec_layer_weights_t weights = {};
+  CHECK(moec_layer_bind_weights(f.layer, &weights) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  weights.w13 = weights.w13_scale = weights.w2 = weights.w2_scale = workspace;
+  REQUIRE(moec_layer_bind_weights(f.layer, &weights) == MOEC_STATUS_OK);
+  void *peers[1] = {workspace};
+  CHECK(moec_layer_bind_peers(f.layer, peers, 1) == MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("unfused table"));
+
+  // M above the workspace's capacity; M = 0 launches nothing.
+  CHECK(moec_layer_forward(f.layer, 65, workspace, static_cast<int32_t *>(workspace),
+                           static_cast<float *>(workspace), workspace,
+                           nullptr) == MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("M 65 above the layer's 64 tokens"));
+  CHECK(moec_layer_forward(f.layer, 0, nullptr, nullptr, nullptr, nullptr,
+                           nullptr) == MOEC_STATUS_OK);
+  uint32_t config = 0, launches = 99;
+  REQUIRE(moec_layer_last_forward(f.layer, &config, &launches) == MOEC_STATUS_OK);
+  CHECK(launches == 0);
+  moec_layer_status_t status;
+  REQUIRE(moec_layer_read_status(f.layer, &status) == MOEC_STATUS_OK);
+  CHECK(status.forwards == 0);
+  CHECK(status.overflow_routes == 0);
+  CHECK(moec_device_free(f.device, workspace) == MOEC_STATUS_OK);
+}
