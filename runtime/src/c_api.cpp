@@ -9,7 +9,9 @@
 #include "moec/grid_rule.h"
 #include "moec/hip_loader.h"
 #include "moec/layer.h"
+#include "moec/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -785,6 +787,202 @@ moec_status_t moec_layer_clear_status(moec_layer_t *layer) {
       return fail(MOEC_STATUS_HIP_ERROR, error);
     return MOEC_STATUS_OK;
   });
+}
+
+} // extern "C"
+
+//===----------------------------------------------------------------------===//
+// Weight preparation
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A C tensor as a TensorRef; false (with a message naming it) when its
+/// rank is above 4. A null tensor is an empty TensorRef.
+bool toTensorRef(const moec_tensor_t *tensor, const char *name, TensorRef &out,
+                 std::string &error) {
+  out = TensorRef{};
+  if (!tensor)
+    return true;
+  if (tensor->ndim > 4) {
+    error = std::string(name) + ": " + std::to_string(tensor->ndim) +
+            " dimensions, at most 4";
+    return false;
+  }
+  out.data = tensor->data;
+  out.ndim = tensor->ndim;
+  for (uint32_t i = 0; i < tensor->ndim; ++i)
+    out.shape[i] = tensor->shape[i];
+  out.dtype = tensor->dtype ? std::string_view(tensor->dtype) : std::string_view();
+  return true;
+}
+
+WeightLayout toWeightLayout(const moec_weight_layout_t &layout) {
+  WeightLayout result;
+  result.hidden = layout.hidden;
+  result.intermediate = layout.intermediate;
+  result.experts = layout.experts;
+  result.gateUpInterleave = layout.gate_up_interleave;
+  result.sharedExpert = layout.shared_expert != 0;
+  return result;
+}
+
+moec_status_t prepareExperts(const char *function,
+                             const moec_weight_layout_t *layout,
+                             WeightSource source, const moec_tensor_t *w13,
+                             const moec_tensor_t *w13_scale,
+                             const moec_tensor_t *up, const moec_tensor_t *up_scale,
+                             const moec_tensor_t *w2,
+                             const moec_tensor_t *w2_scale, void *out_w13,
+                             void *out_w13_scale, void *out_w2,
+                             void *out_w2_scale, uint32_t threads) {
+  return guarded([&]() -> moec_status_t {
+    if (!layout || !w13 || !w13_scale || !w2 || !w2_scale)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, std::string(function) + ": null argument");
+    std::string error;
+    ExpertWeightInputs inputs;
+    if (!toTensorRef(w13, "w13", inputs.w13, error) ||
+        !toTensorRef(w13_scale, "w13_scale", inputs.w13Scale, error) ||
+        !toTensorRef(up, "up", inputs.up, error) ||
+        !toTensorRef(up_scale, "up_scale", inputs.upScale, error) ||
+        !toTensorRef(w2, "w2", inputs.w2, error) ||
+        !toTensorRef(w2_scale, "w2_scale", inputs.w2Scale, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    PreparedWeights out{out_w13, out_w13_scale, out_w2, out_w2_scale};
+    if (!prepareExpertWeights(toWeightLayout(*layout), source, inputs, out,
+                              threads, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+} // namespace
+
+extern "C" {
+
+moec_status_t moec_layer_weight_layout(const moec_layer_t *layer,
+                                       moec_weight_layout_t *out_layout) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer || !out_layout)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_weight_layout: null argument");
+    const Layer &l = *layer->layer;
+    const LayerProblem &problem = l.problem();
+    moec_weight_layout_t result{};
+    result.hidden = problem.hidden;
+    result.intermediate = problem.intermediate;
+    result.experts = problem.experts / std::max<uint32_t>(1, problem.epSize);
+    result.gate_up_interleave = l.gateUpInterleave();
+    result.shared_expert = l.sharedExpert() ? 1 : 0;
+    *out_layout = result;
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_weight_sizes(const moec_weight_layout_t *layout,
+                                moec_weight_sizes_t *out_sizes) {
+  return guarded([&]() -> moec_status_t {
+    if (!layout || !out_sizes)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_weight_sizes: null argument");
+    const WeightLayout l = toWeightLayout(*layout);
+    std::string error;
+    if (!checkWeightLayout(l, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    const WeightSizes sizes = weightSizes(l);
+    *out_sizes = moec_weight_sizes_t{sizes.w13,       sizes.w13Scale,
+                                     sizes.w2,        sizes.w2Scale,
+                                     sizes.sharedW13, sizes.sharedW13Scale,
+                                     sizes.sharedW2,  sizes.sharedW2Scale};
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_prepare_expert_weights(
+    const moec_weight_layout_t *layout, moec_weight_source_t source,
+    const moec_tensor_t *w13, const moec_tensor_t *w13_scale,
+    const moec_tensor_t *w2, const moec_tensor_t *w2_scale, void *out_w13,
+    void *out_w13_scale, void *out_w2, void *out_w2_scale, uint32_t threads) {
+  WeightSource kind;
+  switch (source) {
+  case MOEC_WEIGHT_SOURCE_CHECKPOINT:
+    kind = WeightSource::Checkpoint;
+    break;
+  case MOEC_WEIGHT_SOURCE_AITER:
+    kind = WeightSource::Aiter;
+    break;
+  case MOEC_WEIGHT_SOURCE_AITER_A16W4:
+    kind = WeightSource::AiterA16W4;
+    break;
+  case MOEC_WEIGHT_SOURCE_AITER_PRESHUFFLE_16X16:
+    kind = WeightSource::AiterPreshuffle16x16;
+    break;
+  default:
+    return guarded([&]() -> moec_status_t {
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_prepare_expert_weights: unknown weight source " +
+                      std::to_string(int(source)));
+    });
+  }
+  return prepareExperts("moec_prepare_expert_weights", layout, kind, w13,
+                        w13_scale, nullptr, nullptr, w2, w2_scale, out_w13,
+                        out_w13_scale, out_w2, out_w2_scale, threads);
+}
+
+moec_status_t moec_prepare_expert_weights_gate_up(
+    const moec_weight_layout_t *layout, const moec_tensor_t *gate,
+    const moec_tensor_t *gate_scale, const moec_tensor_t *up,
+    const moec_tensor_t *up_scale, const moec_tensor_t *w2,
+    const moec_tensor_t *w2_scale, void *out_w13, void *out_w13_scale,
+    void *out_w2, void *out_w2_scale, uint32_t threads) {
+  if (!up || !up_scale)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                "moec_prepare_expert_weights_gate_up: null argument");
+  return prepareExperts("moec_prepare_expert_weights_gate_up", layout,
+                        WeightSource::Checkpoint, gate, gate_scale, up, up_scale,
+                        w2, w2_scale, out_w13, out_w13_scale, out_w2,
+                        out_w2_scale, threads);
+}
+
+moec_status_t moec_prepare_shared_expert_ex(
+    const moec_weight_layout_t *layout, const moec_tensor_t *w13,
+    const moec_tensor_t *w13_scale, const moec_tensor_t *up,
+    const moec_tensor_t *up_scale, const moec_tensor_t *w2,
+    const moec_tensor_t *w2_scale, void *out_w13, void *out_w13_scale,
+    void *out_w2, void *out_w2_scale, uint32_t threads,
+    moec_conversion_report_t *out_report) {
+  return guarded([&]() -> moec_status_t {
+    if (!layout || !w13 || !w13_scale || !w2 || !w2_scale || (!up != !up_scale))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_prepare_shared_expert: null argument");
+    std::string error;
+    SharedExpertInputs inputs;
+    if (!toTensorRef(w13, "shared_w13", inputs.w13, error) ||
+        !toTensorRef(w13_scale, "shared_w13_scale", inputs.w13Scale, error) ||
+        !toTensorRef(up, "shared_up", inputs.up, error) ||
+        !toTensorRef(up_scale, "shared_up_scale", inputs.upScale, error) ||
+        !toTensorRef(w2, "shared_w2", inputs.w2, error) ||
+        !toTensorRef(w2_scale, "shared_w2_scale", inputs.w2Scale, error))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    PreparedWeights out{out_w13, out_w13_scale, out_w2, out_w2_scale};
+    ConversionReport report;
+    if (!prepareSharedExpert(toWeightLayout(*layout), inputs, out, threads,
+                             error, &report))
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    if (out_report)
+      *out_report = moec_conversion_report_t{
+          report.convertedElements, report.inexactElements,
+          report.nonPowerOfTwoBlockScales, report.maxRelativeError};
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_prepare_shared_expert(
+    const moec_weight_layout_t *layout, const moec_tensor_t *w13,
+    const moec_tensor_t *w13_scale, const moec_tensor_t *w2,
+    const moec_tensor_t *w2_scale, void *out_w13, void *out_w13_scale,
+    void *out_w2, void *out_w2_scale, uint32_t threads) {
+  return moec_prepare_shared_expert_ex(layout, w13, w13_scale, nullptr, nullptr,
+                                       w2, w2_scale, out_w13, out_w13_scale,
+                                       out_w2, out_w2_scale, threads, nullptr);
 }
 
 } // extern "C"

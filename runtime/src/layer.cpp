@@ -367,6 +367,7 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
   bool fusedCompact = false;
   uint64_t receiveRows = 0;
   std::string w13Layout, w2Layout;
+  int64_t interleave13 = -1;
   for (size_t c = 0; c < manifest.configs.size(); ++c) {
     if (!used[c])
       continue;
@@ -411,6 +412,18 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
                 std::to_string(plan->experts) + ", top-" +
                 std::to_string(plan->topK);
         return nullptr;
+      }
+      if (kernel.stage == "w13") {
+        const int64_t interleave =
+            std::max<int64_t>(0, leadingInteger(attribute(kernel, "gate_up_interleave")));
+        if (interleave13 >= 0 && interleave13 != interleave) {
+          error = where + ": gate_up_interleave " + std::to_string(interleave) +
+                  ", another W13 kernel of the table " +
+                  std::to_string(interleave13) +
+                  "; one set of weights cannot serve both";
+          return nullptr;
+        }
+        interleave13 = interleave;
       }
       const std::string &layout = kernel.weightLayout;
       if (!layout.empty()) {
@@ -611,9 +624,12 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
   }
   layer->fused_ = anyFused;
   layer->sharedExpert_ = shared;
+  layer->gateUpInterleave_ = uint32_t(std::max<int64_t>(0, interleave13));
   layer->plan_ = std::move(plan);
   return layer;
 }
+
+const LayerProblem &Layer::problem() const { return plan_->problem; }
 
 bool Layer::bindWorkspace(void *workspace, uint64_t bytes, std::string &error) {
   Plan &plan = *plan_;

@@ -121,6 +121,11 @@ public:
   const LayerMemory &memory() const { return memory_; }
   bool fused() const { return fused_; }
   bool sharedExpert() const { return sharedExpert_; }
+  /// The problem the layer was planned for.
+  const LayerProblem &problem() const;
+  /// W13's gate/up row interleave G (the W13 kernels' gate_up_interleave;
+  /// 0: gate rows then up rows), what prepared weights must use.
+  uint32_t gateUpInterleave() const { return gateUpInterleave_; }
 
   /// Binds the workspace (>= memory().workspaceBytes, 256-byte aligned).
   /// FHMoE: also writes the shared expert's constant routing slot into it
@@ -153,6 +158,7 @@ private:
   std::unique_ptr<Plan> plan_;
   LayerMemory memory_;
   bool fused_ = false, sharedExpert_ = false;
+  uint32_t gateUpInterleave_ = 0;
   ForwardInfo last_;
 };
 

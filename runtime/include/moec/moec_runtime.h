@@ -372,6 +372,98 @@ MOEC_API moec_status_t moec_layer_read_status(moec_layer_t *layer,
 /** Clears the fused overflow word after the engine handled a failed layer. */
 MOEC_API moec_status_t moec_layer_clear_status(moec_layer_t *layer);
 
+/* ---- Weight preparation (host; docs/weight-preparation.md) ------------- */
+
+/** A host tensor: data, shape (ndim <= 4) and a PyTorch dtype name:
+ *  "uint8", "float4_e2m1fn_x2", "float8_e4m3fn", "float8_e8m0fnu",
+ *  "float32", "bfloat16", "int32". */
+typedef struct moec_tensor_t {
+  const void *data;
+  uint32_t ndim;
+  int64_t shape[4];
+  const char *dtype;
+} moec_tensor_t;
+
+/** Where routed MXFP4 expert weights come from. */
+typedef enum moec_weight_source_e {
+  /** W13 [E, 2I', H/2] gate rows then up rows + E8M0 [E, 2I', H/32]; W2
+   *  [E, H, I'/2] + [E, H, I'/32]; I' <= I (padded with zeros). */
+  MOEC_WEIGHT_SOURCE_CHECKPOINT = 0,
+  /** AITER's a8w4 preparation: shuffle_weight_a16w4(w1, 16, True),
+   *  shuffle_scale_a16w4(w1_scale, E, True), shuffle_weight_a16w4(w2, 16,
+   *  False), shuffle_scale_a16w4(w2_scale, E, False) or e8m0_shuffle. */
+  MOEC_WEIGHT_SOURCE_AITER = 1,
+  /** AITER's a16w4 preparation: as above with gate_up False for W13. */
+  MOEC_WEIGHT_SOURCE_AITER_A16W4 = 2,
+  /** AITER's CK preshuffle: shuffle_weight(w, (16, 16)) + e8m0_shuffle. */
+  MOEC_WEIGHT_SOURCE_AITER_PRESHUFFLE_16X16 = 3,
+} moec_weight_source_t;
+
+/** What a layer's kernels read: H, padded I, routed experts of this rank,
+ *  W13's gate/up interleave (0: gate rows then up rows) and whether an FHMoE
+ *  FP8 shared expert is bound too. */
+typedef struct moec_weight_layout_t {
+  uint32_t hidden;
+  uint32_t intermediate;
+  uint32_t experts;
+  uint32_t gate_up_interleave;
+  uint8_t shared_expert;
+} moec_weight_layout_t;
+
+/** Bytes of each prepared tensor (shared_* 0 without a shared expert). */
+typedef struct moec_weight_sizes_t {
+  uint64_t w13, w13_scale, w2, w2_scale;
+  uint64_t shared_w13, shared_w13_scale, shared_w2, shared_w2_scale;
+} moec_weight_sizes_t;
+
+/** The weight layout this layer's kernels read. */
+MOEC_API moec_status_t moec_layer_weight_layout(const moec_layer_t *layer,
+                                                moec_weight_layout_t *out_layout);
+MOEC_API moec_status_t moec_weight_sizes(const moec_weight_layout_t *layout,
+                                         moec_weight_sizes_t *out_sizes);
+/** Writes routed expert weights in the kernels' layout into host buffers of
+ *  moec_weight_sizes' sizes (then moec_device_copy_to_device). A tensor of
+ *  the wrong shape or dtype: MOEC_STATUS_INVALID_ARGUMENT naming it and the
+ *  expected shape. threads 0: every core. */
+MOEC_API moec_status_t moec_prepare_expert_weights(
+    const moec_weight_layout_t *layout, moec_weight_source_t source,
+    const moec_tensor_t *w13, const moec_tensor_t *w13_scale,
+    const moec_tensor_t *w2, const moec_tensor_t *w2_scale, void *out_w13,
+    void *out_w13_scale, void *out_w2, void *out_w2_scale, uint32_t threads);
+/** The same from a checkpoint that stores gate [E, I', H/2] and up
+ *  [E, I', H/2] separately (each with [E, I', H/32] scales). */
+MOEC_API moec_status_t moec_prepare_expert_weights_gate_up(
+    const moec_weight_layout_t *layout, const moec_tensor_t *gate,
+    const moec_tensor_t *gate_scale, const moec_tensor_t *up,
+    const moec_tensor_t *up_scale, const moec_tensor_t *w2,
+    const moec_tensor_t *w2_scale, void *out_w13, void *out_w13_scale,
+    void *out_w2, void *out_w2_scale, uint32_t threads);
+/** The FHMoE shared expert: FP8 E4M3FN W13 [2I', H] (gate rows then up
+ *  rows) and W2 [H, I'], each with E8M0 1x32 scales ([rows, cols/32]) or
+ *  DeepSeek's float32 128x128 block scales ([ceil(rows/128),
+ *  ceil(cols/128)], converted to 1x32 with the activation recipe). */
+MOEC_API moec_status_t moec_prepare_shared_expert(
+    const moec_weight_layout_t *layout, const moec_tensor_t *w13,
+    const moec_tensor_t *w13_scale, const moec_tensor_t *w2,
+    const moec_tensor_t *w2_scale, void *out_w13, void *out_w13_scale,
+    void *out_w2, void *out_w2_scale, uint32_t threads);
+/** What converting block scales changed (moec_prepare_shared_expert_ex). */
+typedef struct moec_conversion_report_t {
+  uint64_t converted_elements;
+  uint64_t inexact_elements;           /**< requantised value differs */
+  uint64_t non_power_of_two_block_scales;
+  double max_relative_error;           /**< |error| / amax of its 1x32 block */
+} moec_conversion_report_t;
+/** moec_prepare_shared_expert with gate and up given separately (up and
+ *  up_scale NULL: w13 holds both) and a conversion report (may be NULL). */
+MOEC_API moec_status_t moec_prepare_shared_expert_ex(
+    const moec_weight_layout_t *layout, const moec_tensor_t *w13,
+    const moec_tensor_t *w13_scale, const moec_tensor_t *up,
+    const moec_tensor_t *up_scale, const moec_tensor_t *w2,
+    const moec_tensor_t *w2_scale, void *out_w13, void *out_w13_scale,
+    void *out_w2, void *out_w2_scale, uint32_t threads,
+    moec_conversion_report_t *out_report);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
