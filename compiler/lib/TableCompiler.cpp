@@ -2,6 +2,7 @@
 
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Compiler/CodeObjectMetadata.h"
+#include "moec/Compiler/CompileCache.h"
 #include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/KernelIr.h"
 #include "moec/Compiler/Pipeline.h"
@@ -18,7 +19,11 @@
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <cerrno>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <cstring>
 #include <unistd.h>
 #include <cstdio>
@@ -134,7 +139,9 @@ CompileStatus compileTable(const TuningTable &table,
   // Keep the first diagnostic as the one-line error; its location is the
   // table line, so it reads "table:LINE:1: error: ...".
   std::string firstDiagnostic;
+  std::mutex diagnosticMutex;
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    std::lock_guard<std::mutex> lock(diagnosticMutex);
     if (!firstDiagnostic.empty())
       return success();
     llvm::raw_string_ostream os(firstDiagnostic);
@@ -196,53 +203,102 @@ CompileStatus compileTable(const TuningTable &table,
     return CompileStatus::CheckFailed;
   }
 
+  // Each kernel compiles alone (its own clone, LLVM context and target
+  // machine; lld is serialised inside linkHsaco), so kernels are spread
+  // over threads and the results land in kernel order: the bundle is the
+  // same for any number of jobs.
   const CompileTarget &target = CompileTarget::gfx950();
-  for (CompiledKernel &kernel : compiled.kernels) {
+  CompileCache cache(options.cacheDirectory, options.cacheMaxBytes);
+  std::vector<std::string> errors(compiled.kernels.size());
+  std::atomic<size_t> next{0}, done{0}, fromCache{0};
+  std::mutex progressMutex;
+  auto compileOne = [&](CompiledKernel &kernel, std::string &kernelError) {
     std::string where = kernel.where.file + ":" +
                         std::to_string(kernel.where.line) + ": kernel " +
                         kernel.symbol + ": ";
-    auto hsaco = compileKernel(*module, kernel.symbol, target);
-    if (!hsaco) {
-      error = where + llvm::toString(hsaco.takeError()) + " " + firstDiagnostic;
-      return CompileStatus::CheckFailed;
-    }
-    kernel.hsaco = std::move(*hsaco);
     auto kernelIr = serializeKernelIr(*module, kernel.symbol);
     if (failed(kernelIr)) {
-      error = where + "cannot serialise its kernel IR";
-      return CompileStatus::CheckFailed;
+      kernelError = where + "cannot serialise its kernel IR";
+      return;
     }
     kernel.kernelIr = std::move(*kernelIr);
+    std::string description = kernel.stage + ";" + kernel.symbol;
+    for (const auto &[name, value] : kernel.attributes)
+      description += ";" + name + "=" + value;
+    const std::string key = CompileCache::key(kernel.kernelIr, description);
+    if (std::optional<std::vector<uint8_t>> cached = cache.load(key)) {
+      kernel.hsaco = std::move(*cached);
+      ++fromCache;
+    } else {
+      auto hsaco = compileKernel(*module, kernel.symbol, target);
+      if (!hsaco) {
+        std::lock_guard<std::mutex> lock(diagnosticMutex);
+        kernelError =
+            where + llvm::toString(hsaco.takeError()) + " " + firstDiagnostic;
+        return;
+      }
+      kernel.hsaco = std::move(*hsaco);
+      cache.store(key, kernel.hsaco);
+    }
     auto described = readKernelResources(kernel.hsaco);
     if (!described) {
-      error = where + llvm::toString(described.takeError());
-      return CompileStatus::CheckFailed;
+      kernelError = where + llvm::toString(described.takeError());
+      return;
     }
     if (described->size() != 1) {
-      error = where + "expected one kernel in the code object";
-      return CompileStatus::CheckFailed;
+      kernelError = where + "expected one kernel in the code object";
+      return;
     }
     kernel.resources = described->front().resources;
     const rt::KernelResources &r = kernel.resources;
     if (!options.allowSpills && (r.vgprSpill > 0 || r.sgprSpill > 0)) {
-      error = where + "spills " + std::to_string(r.vgprSpill) + " VGPRs and " +
-              std::to_string(r.sgprSpill) + " SGPRs (resource gate)";
-      return CompileStatus::CheckFailed;
+      kernelError = where + "spills " + std::to_string(r.vgprSpill) +
+                    " VGPRs and " + std::to_string(r.sgprSpill) +
+                    " SGPRs (resource gate)";
+      return;
     }
     if (r.privateSegmentBytes > 0 && !options.allowSpills) {
-      error = where + "uses " + std::to_string(r.privateSegmentBytes) +
-              " bytes of scratch (resource gate)";
-      return CompileStatus::CheckFailed;
+      kernelError = where + "uses " + std::to_string(r.privateSegmentBytes) +
+                    " bytes of scratch (resource gate)";
+      return;
     }
     if (r.ldsBytes > target.chip.ldsBytesPerCu) {
-      error = where + "uses " + std::to_string(r.ldsBytes) + " bytes of LDS; " +
-              target.chip.arch + " has " +
-              std::to_string(target.chip.ldsBytesPerCu);
-      return CompileStatus::CheckFailed;
+      kernelError = where + "uses " + std::to_string(r.ldsBytes) +
+                    " bytes of LDS; " + target.chip.arch + " has " +
+                    std::to_string(target.chip.ldsBytesPerCu);
+      return;
     }
     kernel.contentHash = hashHex(kernel.hsaco.data(), kernel.hsaco.size());
     kernel.name = kernel.symbol + "_" + kernel.contentHash.substr(0, 8);
-  }
+  };
+  auto worker = [&] {
+    for (size_t i; (i = next++) < compiled.kernels.size();) {
+      compileOne(compiled.kernels[i], errors[i]);
+      const size_t finished = ++done;
+      if (options.progress) {
+        std::lock_guard<std::mutex> lock(progressMutex);
+        options.progress(finished, compiled.kernels.size(),
+                         compiled.kernels[i].symbol);
+      }
+    }
+  };
+  unsigned jobs = options.jobs ? options.jobs : std::thread::hardware_concurrency();
+  jobs = std::max(1u, std::min<unsigned>(jobs, unsigned(compiled.kernels.size())));
+  std::vector<std::thread> threads;
+  for (unsigned j = 1; j < jobs; ++j)
+    threads.emplace_back(worker);
+  worker();
+  for (std::thread &thread : threads)
+    thread.join();
+  compiled.kernelsFromCache = fromCache;
+  compiled.corruptCacheEntries = cache.corruptEntries();
+  cache.trim();
+  // The first failure in kernel order, whatever order the threads ran in.
+  for (const std::string &kernelError : errors)
+    if (!kernelError.empty()) {
+      error = kernelError;
+      return CompileStatus::CheckFailed;
+    }
   return CompileStatus::Ok;
 }
 
@@ -275,6 +331,8 @@ CompileStatus compileTableToBundle(const std::string &tablePath,
     return CompileStatus::CheckFailed;
   summary.tableKernels = table.kernels.size();
   summary.uniqueKernels = compiled.kernels.size();
+  summary.kernelsFromCache = compiled.kernelsFromCache;
+  summary.corruptCacheEntries = compiled.corruptCacheEntries;
   std::ifstream written(bundlePath, std::ios::binary | std::ios::ate);
   summary.bundleBytes = written ? static_cast<uint64_t>(written.tellg()) : 0;
   return CompileStatus::Ok;

@@ -2,6 +2,7 @@
 
 #include "Commands.h"
 
+#include "moec/Compiler/CompileCache.h"
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Compiler/TargetCheck.h"
 #include "moec/Emulator/StageKernel.h"
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <iostream>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -22,6 +24,9 @@ struct CompileArgs {
   bool allowSpills = false;
   bool quiet = false;
   bool small = false;
+  unsigned jobs = 0;
+  std::string cacheDir = moec::CompileCache::defaultDirectory();
+  bool noCache = false;
   /// The chip to compile for (--target).
   std::string target = moec::target::defaultTarget().arch;
 };
@@ -63,6 +68,20 @@ int runCompile(const CompileArgs &args) {
   options.allowSpills = args.allowSpills;
   if (args.small)
     options.rewriteTable = emu::smallTable;
+  options.jobs = args.jobs;
+  if (!args.noCache) {
+    options.cacheDirectory = args.cacheDir;
+    options.cacheMaxBytes = CompileCache::defaultMaxBytes();
+  }
+  // A progress line on a terminal; nothing when output is a file or pipe.
+  const bool showProgress = !args.quiet && ::isatty(STDERR_FILENO);
+  if (showProgress)
+    options.progress = [](size_t done, size_t total, const std::string &symbol) {
+      std::cerr << "\r\033[K[" << done << "/" << total << "] "
+                << symbol.substr(0, 100) << std::flush;
+      if (done == total)
+        std::cerr << "\r\033[K" << std::flush;
+    };
   CompileSummary summary;
   std::string error;
   CompileStatus status =
@@ -79,7 +98,14 @@ int runCompile(const CompileArgs &args) {
     std::cout << "moec: compiled " << summary.tableKernels
               << " table kernels (" << summary.uniqueKernels
               << " unique) from " << args.table << " into " << args.output
-              << " in " << seconds << " s\n";
+              << " in " << seconds << " s";
+  if (!args.quiet && summary.kernelsFromCache)
+    std::cout << " (" << summary.kernelsFromCache << " from the cache)";
+  if (!args.quiet)
+    std::cout << "\n";
+  if (summary.corruptCacheEntries)
+    std::cerr << "moec: " << summary.corruptCacheEntries
+              << " corrupted compile-cache entries were rebuilt\n";
   return cli::kSuccess;
 }
 
@@ -96,6 +122,15 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
   cmd->add_flag("--allow-spills", args->allowSpills,
                 "accept kernels that spill registers or use scratch");
   cmd->add_flag("-q,--quiet", args->quiet, "print nothing on success");
+  cmd->add_option("-j,--jobs", args->jobs,
+                  "kernels compiled in parallel (0: every core); the bundle "
+                  "is the same for any value")
+      ->capture_default_str();
+  cmd->add_option("--cache-dir", args->cacheDir,
+                  "compile cache ($MOEC_CACHE_DIR, else $XDG_CACHE_HOME/moec "
+                  "or ~/.cache/moec; limit $MOEC_CACHE_MAX_BYTES, default 2 GiB)")
+      ->capture_default_str();
+  cmd->add_flag("--no-cache", args->noCache, "neither read nor write the cache");
   cmd->add_flag("--small", args->small,
                 "shrink every problem to a small shape with the same knobs "
                 "(H = I = 2 x the largest tile, 4 experts per rank, top-k <= "

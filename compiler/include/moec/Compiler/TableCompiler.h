@@ -54,6 +54,10 @@ struct CompiledTable {
   std::vector<CompiledKernel> kernels;
   /// Table kernel name -> index into kernels.
   std::map<std::string, size_t> kernelIndex;
+  /// Kernels whose code object came from the compile cache, and cache
+  /// entries found corrupted (and rebuilt).
+  size_t kernelsFromCache = 0;
+  uint64_t corruptCacheEntries = 0;
 };
 
 /// The checks across a table's kernels, on their built ops (table kernel
@@ -80,6 +84,14 @@ struct CompileOptions {
   /// Applied by compileTableToBundle to the table as read, before anything
   /// is compiled (`moec compile --small` shrinks every problem with it).
   std::function<void(TuningTable &)> rewriteTable;
+  /// Threads compiling kernels; 0: every core. The bundle does not depend
+  /// on it.
+  unsigned jobs = 0;
+  /// The compile cache (CompileCache.h); empty: none.
+  std::string cacheDirectory;
+  uint64_t cacheMaxBytes = uint64_t(2) << 30;
+  /// Called after each kernel (done, total, symbol), one call at a time.
+  std::function<void(size_t, size_t, const std::string &)> progress;
 };
 
 /// Builds, verifies, lowers and compiles every kernel of `table`, then gates
@@ -114,6 +126,8 @@ TuningTable tableOfManifest(const rt::Manifest &manifest,
 struct CompileSummary {
   size_t tableKernels = 0;
   size_t uniqueKernels = 0;
+  size_t kernelsFromCache = 0;
+  uint64_t corruptCacheEntries = 0;
   uint64_t bundleBytes = 0;
 };
 
