@@ -1,0 +1,578 @@
+"""Bundles, devices, device memory and layers over the C API."""
+
+import ctypes
+import json
+import os
+import re
+import struct
+
+from . import _capi
+from ._capi import MoecError, call, invalid
+from .npy import HostArray
+
+__all__ = ["Bundle", "Device", "DeviceBuffer", "Layer", "TableFacts",
+           "emulated_hip_library", "pointer_of", "host_buffer"]
+
+
+# ---- Argument conversion --------------------------------------------------
+
+def pointer_of(value, what, allow_none=False):
+    """A device pointer (int) from an int, a DeviceBuffer, a torch tensor
+    (data_ptr()) or an object with __cuda_array_interface__."""
+    if value is None:
+        if allow_none:
+            return None
+        raise invalid(what, "a device pointer is required (got None)")
+    if isinstance(value, bool):
+        raise invalid(what, "expected a device pointer, got a bool")
+    if isinstance(value, int):
+        if value == 0 and not allow_none:
+            raise invalid(what, "null device pointer")
+        return value or None
+    if isinstance(value, DeviceBuffer):
+        return value.ptr
+    if hasattr(value, "data_ptr") and callable(value.data_ptr):
+        if hasattr(value, "is_contiguous") and not value.is_contiguous():
+            raise invalid(what, "the tensor is not contiguous")
+        return int(value.data_ptr())
+    interface = getattr(value, "__cuda_array_interface__", None)
+    if interface is not None:
+        return int(interface["data"][0])
+    raise invalid(what, "expected a device pointer (int), a moec.DeviceBuffer or a "
+                  "torch tensor, got %s" % type(value).__name__)
+
+
+class _HostView:
+    """Address and size of host memory, keeping its owner alive."""
+
+    def __init__(self, address, nbytes, owner):
+        self.address, self.nbytes, self.owner = address, nbytes, owner
+
+
+def host_buffer(value, what, writable=False):
+    """Host memory of a HostArray, NumPy array, torch CPU tensor or
+    bytes-like object."""
+    if isinstance(value, HostArray):
+        value = value.data
+    if hasattr(value, "__array_interface__") and not isinstance(value, (bytes, bytearray)):
+        interface = value.__array_interface__
+        if interface.get("strides") is not None:
+            raise invalid(what, "the array is not C-contiguous")
+        address, readonly = interface["data"]
+        if writable and readonly:
+            raise invalid(what, "the array is read-only")
+        return _HostView(address, int(value.nbytes), value)
+    if hasattr(value, "data_ptr") and hasattr(value, "element_size"):
+        if getattr(value, "is_cuda", False):
+            raise invalid(what, "expected a host (CPU) tensor")
+        if not value.is_contiguous():
+            raise invalid(what, "the tensor is not contiguous")
+        return _HostView(int(value.data_ptr()), int(value.numel() * value.element_size()), value)
+    if isinstance(value, bytes):
+        if writable:
+            raise invalid(what, "bytes are read-only; pass a bytearray")
+        holder = ctypes.c_char_p(value)
+        return _HostView(ctypes.cast(holder, ctypes.c_void_p).value or 0, len(value),
+                         (value, holder))
+    try:
+        view = memoryview(value)
+    except TypeError:
+        raise invalid(what, "expected host data (bytes, bytearray, NumPy array, "
+                      "moec.HostArray, torch CPU tensor), got %s" % type(value).__name__)
+    if not view.contiguous:
+        raise invalid(what, "the buffer is not contiguous")
+    if view.readonly:
+        if writable:
+            raise invalid(what, "the buffer is read-only")
+        data = bytes(view)
+        return host_buffer(data, what)
+    view = view.cast("B")
+    array = (ctypes.c_char * len(view)).from_buffer(view)
+    return _HostView(ctypes.addressof(array), len(view), (value, view, array))
+
+
+def _stream(stream):
+    if stream is None:
+        return None
+    if isinstance(stream, int):
+        return stream or None
+    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream (HIP too)
+    if handle is not None:
+        return int(handle) or None
+    raise invalid("stream", "expected a hipStream_t (int), a torch stream or None")
+
+
+# ---- Bundles ----------------------------------------------------------------
+
+_ATTR_RE = re.compile(r"(\w+)\s*=\s*([^,>]+)")
+
+
+def _parse_attr(text):
+    """'#moe.problem<hidden = 512, ...>' -> {'hidden': '512', ...}."""
+    inner = text[text.find("<") + 1:text.rfind(">")]
+    return {k: v.strip() for k, v in _ATTR_RE.findall(inner)}
+
+
+def _attr_number(text):
+    """'16 : i64' -> 16; '1.000000e+01 : f32' -> 10.0."""
+    value = text.split(":")[0].strip()
+    try:
+        return int(value)
+    except ValueError:
+        return float(value)
+
+
+class TableFacts:
+    """What a selection table's kernels were compiled for, read from the
+    bundle's manifest: hidden, intermediate, experts (routed, all EP ranks),
+    top_k (routed), ep, workspace, family, gate_up_interleave,
+    swiglu_limit, shared_expert (FHMoE), fused (MegaMoE peer kernels)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __repr__(self):
+        return "TableFacts(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self.__dict__.items()))
+
+
+class Bundle:
+    """An open .moeb bundle (moec_bundle_open)."""
+
+    def __init__(self, path, verify_code_objects_on_first_use=False):
+        self.path = os.fspath(path)
+        handle = ctypes.c_void_p()
+        flags = 1 if verify_code_objects_on_first_use else 0
+        call("moec_bundle_open_with_flags", self.path, self.path.encode(), flags,
+             ctypes.byref(handle))
+        self._handle = handle
+        self._manifest = None
+
+    @property
+    def handle(self):
+        if not self._handle:
+            raise invalid("bundle", "the bundle is closed")
+        return self._handle
+
+    def close(self):
+        if getattr(self, "_handle", None):
+            _capi.lib.moec_bundle_close(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def target_arch(self):
+        arch = ctypes.c_char_p()
+        call("moec_bundle_target_arch", "bundle", self.handle, ctypes.byref(arch))
+        return arch.value.decode()
+
+    def kernel_names(self):
+        count = ctypes.c_uint32()
+        call("moec_bundle_kernel_count", "bundle", self.handle, ctypes.byref(count))
+        names = []
+        for i in range(count.value):
+            info = _capi.KernelInfo()
+            call("moec_bundle_kernel_info", "bundle", self.handle, i, ctypes.byref(info))
+            names.append(info.name.decode())
+        return names
+
+    def config_id(self, index):
+        info = _capi.ConfigInfo()
+        call("moec_bundle_config_info", "config %d" % index, self.handle, index,
+             ctypes.byref(info))
+        return info.id.decode()
+
+    def resolve_table(self, network, ep=1, workspace=0):
+        table = _capi.Table()
+        call("moec_bundle_resolve_table", "table %s ep%d ws%d" % (network, ep, workspace),
+             self.handle, network.encode(), ep, workspace, ctypes.byref(table))
+        return table
+
+    def select(self, network, ep, workspace, m):
+        """(config id, row m) the table of (network, ep, workspace) selects for m."""
+        selection = _capi.Selection()
+        call("moec_bundle_select", "select m=%d" % m, self.handle,
+             self.resolve_table(network, ep, workspace), m, ctypes.byref(selection))
+        return self.config_id(selection.config), selection.row_m
+
+    def manifest(self):
+        """The manifest JSON (read from the file; the C API verified it at open)."""
+        if self._manifest is None:
+            with open(self.path, "rb") as f:
+                header = f.read(160)
+                offset, size = struct.unpack_from("<QQ", header, 56)
+                f.seek(offset)
+                self._manifest = json.loads(f.read(size).decode("utf-8"))
+        return self._manifest
+
+    def tables(self):
+        """[(network, ep, workspace, family)] of the bundle's selection tables."""
+        return [(t["network"], t["ep"], t["workspace"], t["family"])
+                for t in self.manifest()["selection"]]
+
+    def table_facts(self, network, ep=1, workspace=0):
+        """TableFacts of the table moec_bundle_resolve_table picks."""
+        table = self.resolve_table(network, ep, workspace)
+        manifest = self.manifest()
+        entry = manifest["selection"][table.index]
+        for row in entry["rows"]:
+            for k in manifest["configs"][row["config"]]["kernels"]:
+                kernel = manifest["kernels"][k]
+                if kernel["stage"] != "w13":
+                    continue
+                attrs = kernel["attributes"]
+                problem = _parse_attr(attrs["problem"])
+                shared = "shared_fp8_expert" in attrs
+                return TableFacts(
+                    network=entry["network"], ep=entry["ep"], workspace=entry["workspace"],
+                    family=entry["family"], hidden=int(problem["hidden"]),
+                    intermediate=int(problem["intermediate"]),
+                    experts=int(problem["experts"]) - (1 if shared else 0),
+                    top_k=int(problem["top_k"]) - (1 if shared else 0),
+                    gate_up_interleave=_attr_number(attrs.get("gate_up_interleave", "0")),
+                    swiglu_limit=float(_attr_number(attrs.get("swiglu_limit", "0"))),
+                    shared_expert=shared, fused="peer" in attrs)
+        raise invalid("network", "table %s ep%d ws%d has no W13 kernel" %
+                      (network, ep, workspace))
+
+
+# ---- Devices ------------------------------------------------------------------
+
+def emulated_hip_library():
+    """$MOEC_EMULATED_HIP_LIBRARY, or libmoec_emulated_hip.so next to the
+    loaded libmoec_runtime.so."""
+    explicit = os.environ.get("MOEC_EMULATED_HIP_LIBRARY")
+    if explicit:
+        return explicit
+    runtime = _capi.library_path()
+    if runtime:
+        candidate = os.path.join(os.path.dirname(runtime), "libmoec_emulated_hip.so")
+        if os.path.exists(candidate):
+            return candidate
+    raise MoecError(6, "libmoec_emulated_hip.so not found next to %s; set "
+                    "MOEC_EMULATED_HIP_LIBRARY" % (runtime or "libmoec_runtime.so"),
+                    "device")
+
+
+class Device:
+    """One HIP device (moec_device_create).
+
+    hip_library: None (the C API's search: $MOEC_HIP_LIBRARY, then the
+    system's libamdhip64), "emulated" (the emulated HIP device) or a path.
+    """
+
+    def __init__(self, hip_library=None, ordinal=0):
+        if hip_library == "emulated":
+            hip_library = emulated_hip_library()
+        self.hip_library = hip_library
+        self.ordinal = ordinal
+        handle = ctypes.c_void_p()
+        call("moec_device_create", "device %s" % (hip_library or "(default HIP)"),
+             hip_library.encode() if hip_library else None, ordinal, ctypes.byref(handle))
+        self._handle = handle
+
+    @property
+    def handle(self):
+        if not self._handle:
+            raise invalid("device", "the device is released")
+        return self._handle
+
+    def release(self):
+        if getattr(self, "_handle", None):
+            _capi.lib.moec_device_release(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.release()
+
+    @property
+    def compute_units(self):
+        count = ctypes.c_uint32()
+        call("moec_device_compute_units", "device", self.handle, ctypes.byref(count))
+        return count.value
+
+    def make_current(self):
+        call("moec_device_make_current", "device", self.handle)
+
+    def synchronize(self, stream=None):
+        call("moec_device_synchronize", "synchronize", self.handle, _stream(stream))
+
+    def alloc(self, nbytes):
+        """A DeviceBuffer of nbytes (freed when it is garbage or .free())."""
+        return DeviceBuffer(self, nbytes)
+
+    def upload(self, data, what="upload"):
+        """A new DeviceBuffer holding a copy of host data."""
+        view = host_buffer(data, what)
+        buffer = DeviceBuffer(self, max(view.nbytes, 1))
+        if view.nbytes:
+            call("moec_device_copy_to_device", what, self.handle, buffer.ptr,
+                 view.address, view.nbytes)
+        buffer.nbytes = view.nbytes
+        return buffer
+
+    def copy_to_device(self, dst, data, what="copy to device"):
+        view = host_buffer(data, what)
+        call("moec_device_copy_to_device", what, self.handle, pointer_of(dst, what),
+             view.address, view.nbytes)
+
+    def copy_to_host(self, src, nbytes, out=None, what="copy to host"):
+        """Copies nbytes from device pointer src into out (writable host
+        memory) or a new bytearray, which it returns."""
+        if out is None:
+            out = bytearray(nbytes)
+        view = host_buffer(out, what, writable=True)
+        if view.nbytes < nbytes:
+            raise invalid(what, "the host buffer holds %d bytes, %d needed" % (view.nbytes, nbytes))
+        call("moec_device_copy_to_host", what, self.handle, view.address,
+             pointer_of(src, what), nbytes)
+        return out
+
+    def fill(self, dst, value, nbytes, stream=None):
+        call("moec_device_fill", "fill", self.handle, pointer_of(dst, "fill"), value, nbytes,
+             _stream(stream))
+
+
+class DeviceBuffer:
+    """Device memory from moec_device_alloc; int(buffer) is its address."""
+
+    def __init__(self, device, nbytes):
+        self.device = device
+        self.nbytes = int(nbytes)
+        pointer = ctypes.c_void_p()
+        call("moec_device_alloc", "alloc %d bytes" % nbytes, device.handle, max(self.nbytes, 1),
+             ctypes.byref(pointer))
+        self.ptr = pointer.value
+
+    def __int__(self):
+        return self.ptr
+
+    __index__ = __int__
+
+    def free(self):
+        if getattr(self, "ptr", None) and self.device._handle:
+            _capi.lib.moec_device_free(self.device._handle, self.ptr)
+        self.ptr = None
+
+    def __del__(self):
+        self.free()
+
+    def upload(self, data):
+        self.device.copy_to_device(self.ptr, data)
+
+    def download(self, nbytes=None, out=None):
+        return self.device.copy_to_host(self.ptr, self.nbytes if nbytes is None else nbytes, out)
+
+    def fill(self, value, stream=None):
+        self.device.fill(self.ptr, value, self.nbytes, stream)
+
+    def __repr__(self):
+        return "DeviceBuffer(0x%x, %d bytes)" % (self.ptr or 0, self.nbytes)
+
+
+class _Executable:
+    def __init__(self, device, bundle):
+        self.device, self.bundle = device, bundle
+        handle = ctypes.c_void_p()
+        call("moec_executable_create", "executable", device.handle, bundle.handle,
+             ctypes.byref(handle))
+        self._handle = handle
+
+    def release(self):
+        if getattr(self, "_handle", None):
+            _capi.lib.moec_executable_release(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.release()
+
+
+# ---- Layers -----------------------------------------------------------------------
+
+_WEIGHT_NAMES = ("w13", "w13_scale", "w2", "w2_scale", "shared_w13", "shared_w13_scale",
+                 "shared_w2", "shared_w2_scale")
+
+
+class Layer:
+    """A whole MoE layer over one selection table (moec_layer_create).
+
+    Layer(bundle, device, network, ep=1, workspace=0, ep_rank=0, ...):
+    bundle is a Bundle or a path; device a Device, None (default HIP),
+    "emulated" or a HIP library path; (network, ep, workspace) the table key.
+    The problem (hidden, intermediate, experts, top_k) defaults to what the
+    table was compiled for (Bundle.table_facts); pass them to check an
+    engine's shapes. max_tokens: the largest M (0: the table's class).
+    workspace_buffer: a device pointer of >= memory.workspace_bytes (default:
+    the layer allocates one on its device).
+    """
+
+    def __init__(self, bundle, device=None, network=None, ep=1, workspace=0, *, ep_rank=0,
+                 hidden=None, intermediate=None, experts=None, top_k=None, max_tokens=0,
+                 workspace_buffer=None):
+        if not isinstance(bundle, Bundle):
+            bundle = Bundle(bundle)
+        if not isinstance(device, Device):
+            device = Device(device) if not isinstance(device, int) else Device(None, device)
+        if network is None:
+            networks = sorted({t[0] for t in bundle.tables()})
+            if len(networks) != 1:
+                raise invalid("network", "the bundle has networks %s; name one" % networks)
+            network = networks[0]
+        self.bundle, self.device = bundle, device
+        self.network, self.ep, self.ep_rank = network, int(ep), int(ep_rank)
+        self.facts = bundle.table_facts(network, ep, workspace)
+        self.workspace_class = self.facts.workspace
+        given = {"hidden": hidden, "intermediate": intermediate, "experts": experts,
+                 "top_k": top_k}
+        problem = _capi.LayerProblem()
+        for name, value in given.items():
+            setattr(problem, name, int(value) if value is not None else getattr(self.facts, name))
+        problem.ep_rank, problem.ep_size = self.ep_rank, self.ep
+        problem.max_tokens = int(max_tokens)
+        self.problem = problem
+        self._table = bundle.resolve_table(network, ep, workspace)
+        self._executable = _Executable(device, bundle)
+        handle = ctypes.c_void_p()
+        device.make_current()
+        call("moec_layer_create", "layer %s ep%d rank %d" % (network, ep, ep_rank),
+             self._executable._handle, self._table, ctypes.byref(problem), ctypes.byref(handle))
+        self._handle = handle
+        memory = _capi.LayerMemory()
+        call("moec_layer_memory", "layer memory", handle, ctypes.byref(memory))
+        self.memory = memory
+        self._owned = {}
+        self._weights = dict.fromkeys(_WEIGHT_NAMES)
+        if workspace_buffer is None:
+            workspace_buffer = self._owned["workspace"] = device.alloc(memory.workspace_bytes)
+            size = memory.workspace_bytes
+        else:
+            size = getattr(workspace_buffer, "nbytes", memory.workspace_bytes)
+        self.bind_workspace(workspace_buffer, size)
+
+    # -- properties --
+    hidden = property(lambda self: self.problem.hidden)
+    intermediate = property(lambda self: self.problem.intermediate)
+    experts = property(lambda self: self.problem.experts)
+    top_k = property(lambda self: self.problem.top_k)
+    max_tokens = property(lambda self: self.memory.max_tokens)
+    fused = property(lambda self: bool(self.memory.fused))
+    shared_expert = property(lambda self: bool(self.memory.shared_expert))
+    gate_up_interleave = property(lambda self: self.facts.gate_up_interleave)
+    swiglu_limit = property(lambda self: self.facts.swiglu_limit)
+
+    @property
+    def local_experts(self):
+        """Experts whose weights this rank binds (routed, this rank's slice)."""
+        return self.experts // self.ep if self.ep > 1 else self.experts
+
+    @property
+    def handle(self):
+        if not getattr(self, "_handle", None):
+            raise invalid("layer", "the layer is released")
+        return self._handle
+
+    def release(self):
+        if getattr(self, "_handle", None):
+            _capi.lib.moec_layer_release(self._handle)
+            self._handle = None
+        for buffer in getattr(self, "_owned", {}).values():
+            buffer.free()
+        if getattr(self, "_executable", None):
+            self._executable.release()
+
+    def __del__(self):
+        self.release()
+
+    def __repr__(self):
+        return ("Layer(%s ep%d rank %d ws%d: H=%d I=%d E=%d top_k=%d%s%s)" %
+                (self.network, self.ep, self.ep_rank, self.workspace_class, self.hidden,
+                 self.intermediate, self.experts, self.top_k,
+                 " fused" if self.fused else "", " +shared expert" if self.shared_expert else ""))
+
+    # -- memory --
+    def bind_workspace(self, pointer, nbytes):
+        call("moec_layer_bind_workspace", "workspace", self.handle,
+             pointer_of(pointer, "workspace_buffer"), int(nbytes))
+
+    def bind_peers(self, buffers):
+        """Fused tables: the symmetric buffers of ranks 0..ep-1."""
+        array = (ctypes.c_void_p * len(buffers))(*[pointer_of(b, "peers[%d]" % i)
+                                                  for i, b in enumerate(buffers)])
+        call("moec_layer_bind_peers", "peers", self.handle, array, len(buffers))
+
+    def bind_weights(self, w13=None, w13_scale=None, w2=None, w2_scale=None, *,
+                     shared_w13=None, shared_w13_scale=None, shared_w2=None,
+                     shared_w2_scale=None):
+        """Binds device pointers of prepared weights (docs/families.md,
+        "Weight layouts"); arguments left None keep their last binding (so
+        the shared expert can be bound once and the routed experts per call)."""
+        given = {"w13": w13, "w13_scale": w13_scale, "w2": w2, "w2_scale": w2_scale,
+                 "shared_w13": shared_w13, "shared_w13_scale": shared_w13_scale,
+                 "shared_w2": shared_w2, "shared_w2_scale": shared_w2_scale}
+        weights = dict(self._weights)
+        for name, value in given.items():
+            if value is not None:
+                weights[name] = pointer_of(value, name)
+        for name in _WEIGHT_NAMES[:4]:
+            if weights[name] is None:
+                raise invalid(name, "not bound: the layer needs w13, w13_scale, w2 and w2_scale")
+        if self.shared_expert:
+            for name in _WEIGHT_NAMES[4:]:
+                if weights[name] is None:
+                    raise invalid(name, "not bound: this FHMoE layer needs its shared "
+                                  "expert (Layer.bind_weights(shared_w13=..., ...))")
+        struct_ = _capi.LayerWeights(*[weights[n] for n in _WEIGHT_NAMES])
+        call("moec_layer_bind_weights", "weights", self.handle, ctypes.byref(struct_))
+        self._weights = weights
+
+    def load_weights(self, **host_arrays):
+        """Uploads host weights (w13=..., w13_scale=..., shared_w13=... as
+        HostArray, NumPy arrays, bytes) into device memory the layer owns,
+        and binds them."""
+        unknown = set(host_arrays) - set(_WEIGHT_NAMES)
+        if unknown:
+            raise invalid(sorted(unknown)[0], "not a weight name (%s)" % ", ".join(_WEIGHT_NAMES))
+        buffers = {}
+        for name, data in host_arrays.items():
+            if data is not None:
+                buffers[name] = self.device.upload(data, what=name)
+        self.bind_weights(**buffers)
+        self._owned.update({"weight:" + k: v for k, v in buffers.items()})
+
+    # -- forward --
+    def forward(self, m, hidden, topk_ids, topk_weights, out, stream=None):
+        """moec_layer_forward: device pointers (ints, DeviceBuffers, tensors)."""
+        call("moec_layer_forward", "forward m=%d" % m, self.handle, int(m),
+             pointer_of(hidden, "hidden_states"), pointer_of(topk_ids, "topk_ids"),
+             pointer_of(topk_weights, "topk_weight"), pointer_of(out, "out"), _stream(stream))
+
+    def last_forward(self):
+        """(config id, launches) of the last forward."""
+        config, launches = ctypes.c_uint32(), ctypes.c_uint32()
+        call("moec_layer_last_forward", "last forward", self.handle, ctypes.byref(config),
+             ctypes.byref(launches))
+        return self.bundle.config_id(config.value), launches.value
+
+    def read_status(self):
+        """(overflow_routes, forwards); sync the stream first."""
+        status = _capi.LayerStatus()
+        call("moec_layer_read_status", "status", self.handle, ctypes.byref(status))
+        return status.overflow_routes, status.forwards
+
+    def clear_status(self):
+        call("moec_layer_clear_status", "status", self.handle)
+
+    # -- weight preparation (moec.weights) --
+    def weight_layout(self):
+        """The WeightLayout this layer's kernels read (moec_layer_weight_layout)."""
+        from .weights import WeightLayout
+        layout = _capi.WeightLayout()
+        call("moec_layer_weight_layout", "weight layout", self.handle, ctypes.byref(layout))
+        return WeightLayout._from_c(layout)

@@ -1,0 +1,108 @@
+"""Fixtures of the moec Python tests (CTest python-moec).
+
+Environment (set by CTest): PYTHONPATH=build/python, MOEC_TEST_MOEC (the
+moec CLI), MOEC_TEST_TABLES (tuning_tables/), MOEC_TEST_WORKDIR. The
+tables are compiled with `moec compile --small` once per session; the
+oracle is `moec reference` (--write-inputs, then --inputs/--compare).
+"""
+
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+import moec
+from moec import npy
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MOEC = os.environ.get("MOEC_TEST_MOEC", os.path.join(ROOT, "build", "bin", "moec"))
+TABLES = os.environ.get("MOEC_TEST_TABLES", os.path.join(ROOT, "tuning_tables"))
+WORKDIR = os.environ.get("MOEC_TEST_WORKDIR", os.path.join(ROOT, "build", "python", "pytest-work"))
+
+# 1/16: the FP8 unit roundoff bounds the layer against the quantisation-
+# faithful oracle (the oracle requantises the intermediate from double, the
+# kernels from FP32; docs/emulator.md, "Tolerances").
+TOLERANCE = 0.0625
+
+
+def run(*args):
+    result = subprocess.run([MOEC] + [str(a) for a in args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True)
+    return result.returncode, result.stdout
+
+
+@pytest.fixture(scope="session")
+def workdir():
+    os.makedirs(WORKDIR, exist_ok=True)
+    return WORKDIR
+
+
+@pytest.fixture(scope="session")
+def bundle_path(workdir):
+    """bundle_path('flash_tp4') -> a .moeb compiled with moec compile --small."""
+    cache = {}
+
+    def compile_table(name):
+        if name not in cache:
+            out = os.path.join(workdir, name + ".moeb")
+            status, text = run("compile", "--small", "--allow-spills", "-q",
+                               os.path.join(TABLES, name + ".table"), "-o", out)
+            assert status == 0, text
+            cache[name] = out
+        return cache[name]
+    return compile_table
+
+
+@pytest.fixture(scope="session")
+def device():
+    return moec.Device("emulated")
+
+
+class Oracle:
+    """One layer's inputs from `moec reference --write-inputs` and the
+    comparison of an output with the oracle."""
+
+    def __init__(self, directory, family, flags):
+        self.directory, self.family, self.flags = directory, family, flags
+        self.arrays = {}
+        for name in os.listdir(os.path.join(directory, "in")):
+            if name.endswith(".npy") and not name.startswith("output"):
+                self.arrays[name[:-4]] = npy.load(os.path.join(directory, "in", name)).numpy()
+
+    def compare(self, output, tag="out"):
+        """output: BF16 bits uint16 [M, H] or float32 [M, H]; returns the
+        relative L2 distance after asserting it is within TOLERANCE."""
+        out_dir = os.path.join(self.directory, tag)
+        os.makedirs(out_dir, exist_ok=True)
+        npy.save(os.path.join(out_dir, "output.npy"), np.ascontiguousarray(output))
+        status, text = run("reference", "--family", self.family, *self.flags, "--inputs",
+                           os.path.join(self.directory, "in"), "--compare", out_dir,
+                           "--tolerance", TOLERANCE, "-o", os.path.join(self.directory, "oracle-" + tag))
+        match = re.search(r"relative L2 ([0-9.eE+-]+)", text)
+        assert match, text
+        rel = float(match.group(1))
+        assert status == 0 and rel <= TOLERANCE, text
+        return rel
+
+
+@pytest.fixture
+def oracle(workdir, request):
+    """oracle(family, H, I, E, K, m, seed, interleave=0, swiglu=0.0)."""
+
+    def make(family, hidden, intermediate, experts, top_k, m, seed, interleave=0, swiglu=0.0):
+        directory = os.path.join(workdir, re.sub(r"[^\w.-]", "_", request.node.name) +
+                                 "-%s-e%d-k%d" % (family, experts, top_k))
+        flags = ["--interleave", interleave, "--swiglu-limit", swiglu]
+        status, text = run("reference", "--family", family, "--hidden", hidden,
+                           "--intermediate", intermediate, "--experts", experts, "--topk", top_k,
+                           "--m", m, "--seed", seed, "--invalid-fraction", 0.1, *flags,
+                           "--write-inputs", "-o", os.path.join(directory, "in"))
+        assert status == 0, text
+        return Oracle(directory, family, flags)
+    return make
+
+
+def bf16_to_float(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
