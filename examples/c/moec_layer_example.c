@@ -7,7 +7,10 @@
  * NETWORK at EP 1 (smallest workspace class), creates a layer,
  * uploads the inputs and weights `moec reference --write-inputs` writes
  * (hidden_states, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale
- * .npy, and shared_* for FHMoE), runs one forward and writes
+ * .npy, and shared_* for FHMoE, in the checkpoint layout: gate rows then
+ * up rows, `--interleave 0`), prepares the weights for the layer's kernels
+ * (moec_prepare_expert_weights, moec_prepare_shared_expert), runs one
+ * forward and writes
  * OUTPUT_DIR/output.npy (BF16 bits), which `moec reference --inputs
  * INPUT_DIR --compare OUTPUT_DIR` checks against the oracle.
  *
@@ -126,6 +129,59 @@ static int upload(moec_device_t *device, const npy_t *array, void **out) {
                "copy");
 }
 
+/* A moec_tensor_t over a loaded .npy array. */
+static moec_tensor_t as_tensor(const npy_t *array, const char *dtype) {
+  moec_tensor_t tensor;
+  int i;
+  memset(&tensor, 0, sizeof tensor);
+  tensor.data = array->data;
+  tensor.ndim = (uint32_t)array->rank;
+  for (i = 0; i < array->rank; ++i)
+    tensor.shape[i] = (int64_t)array->shape[i];
+  tensor.dtype = dtype;
+  return tensor;
+}
+
+/* Replaces arrays[first..first+3] (W13, its scales, W2, its scales in the
+ * checkpoint layout: gate rows then up rows) by the layout the layer's
+ * kernels read (gate/up interleave, padding), prepared on the host. */
+static int prepare_weights(moec_layer_t *layer, npy_t *arrays, int shared) {
+  moec_weight_layout_t layout;
+  moec_weight_sizes_t sizes;
+  moec_tensor_t t[4];
+  void *out[4];
+  uint64_t bytes[4];
+  int i, first = shared ? 7 : 3;
+  if (check(moec_layer_weight_layout(layer, &layout), "weight layout") ||
+      check(moec_weight_sizes(&layout, &sizes), "weight sizes"))
+    return 1;
+  bytes[0] = shared ? sizes.shared_w13 : sizes.w13;
+  bytes[1] = shared ? sizes.shared_w13_scale : sizes.w13_scale;
+  bytes[2] = shared ? sizes.shared_w2 : sizes.w2;
+  bytes[3] = shared ? sizes.shared_w2_scale : sizes.w2_scale;
+  for (i = 0; i < 4; ++i) {
+    t[i] = as_tensor(&arrays[first + i],
+                     (i % 2) ? "float8_e8m0fnu" : (shared ? "float8_e4m3fn" : "uint8"));
+    out[i] = malloc((size_t)bytes[i]);
+    if (!out[i])
+      return fail("out of memory");
+  }
+  if (shared ? check(moec_prepare_shared_expert(&layout, &t[0], &t[1], &t[2], &t[3], out[0],
+                                                out[1], out[2], out[3], 0),
+                     "prepare shared expert")
+             : check(moec_prepare_expert_weights(&layout, MOEC_WEIGHT_SOURCE_CHECKPOINT,
+                                                 &t[0], &t[1], &t[2], &t[3], out[0],
+                                                 out[1], out[2], out[3], 0),
+                     "prepare expert weights"))
+    return 1;
+  for (i = 0; i < 4; ++i) {
+    free(arrays[first + i].data);
+    arrays[first + i].data = out[i];
+    arrays[first + i].bytes = (size_t)bytes[i];
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *names[] = {"hidden_states", "topk_ids", "topk_weights", "w13", "w13_scale",
                          "w2", "w2_scale", "shared_w13", "shared_w13_scale",
@@ -172,6 +228,10 @@ int main(int argc, char **argv) {
       check(moec_device_alloc(device, (size_t)memory.workspace_bytes, &workspace), "alloc") ||
       check(moec_layer_bind_workspace(layer, workspace, (size_t)memory.workspace_bytes),
             "workspace"))
+    return 1;
+  /* The .npy weights are in the checkpoint layout (gate rows then up rows):
+   * prepare them for this layer's kernels. */
+  if (prepare_weights(layer, arrays, 0) || (shared && prepare_weights(layer, arrays, 1)))
     return 1;
   for (i = 0; i < 11; ++i)
     if (upload(device, &arrays[i], &device_arrays[i]))
