@@ -79,7 +79,7 @@ TEST_CASE("table errors name the file, line and field", "[table]") {
   CHECK(parseError(std::string(kGoodTable) + "row m=x config=c\n") ==
         "t.table:10: field 'm': expected an integer, got 'x'");
   CHECK(parseError(std::string(kGoodTable) + "row m=0 config=c\n") ==
-        "t.table:10: field 'm': must be at least 1, got 0");
+        "t.table:10: field 'm': must be in [1, 4294967295], got 0");
   CHECK(parseError(std::string(kGoodTable) + "row m=9\n") ==
         "t.table:10: field 'config': missing");
   CHECK(parseError(std::string(kGoodTable) +
