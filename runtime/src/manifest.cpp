@@ -622,6 +622,147 @@ Json serializeKernel(const KernelInfo &kernel) {
   return out;
 }
 
+bool parseAiterRows(const Json &root, Manifest &m, std::string &error) {
+  const Json *rows = findField(root, "aiter_rows");
+  if (!rows)
+    return true;
+  if (!expectArray(*rows, "aiter_rows", error))
+    return false;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const std::string where = indexPath("aiter_rows", i);
+    const Json &entry = (*rows)[i];
+    AiterRowInfo row;
+    if (!expectObject(entry, where, error) ||
+        !knownFieldsOnly(
+            entry, where,
+            {"gfx", "cu_num", "token", "model_dim", "inter_dim", "expert",
+             "topk", "act_type", "dtype", "q_dtype_a", "q_dtype_w", "q_type",
+             "use_g1u1", "doweight_stage1", "fhmoe", "shared_expert_id",
+             "hidden_pad", "intermediate_pad", "gate_mode", "kernelName1",
+             "kernelName2", "block_m", "ksplit", "source", "line", "config",
+             "skipped", "notes"},
+            error) ||
+        !readString(entry, "gfx", where, true, row.gfx, error) ||
+        !readU32(entry, "cu_num", where, true, row.cuNum, error) ||
+        !readU32(entry, "token", where, true, row.token, error) ||
+        !readU32(entry, "model_dim", where, true, row.modelDim, error) ||
+        !readU32(entry, "inter_dim", where, true, row.interDim, error) ||
+        !readU32(entry, "expert", where, true, row.expert, error) ||
+        !readU32(entry, "topk", where, true, row.topk, error) ||
+        !readString(entry, "act_type", where, true, row.actType, error) ||
+        !readString(entry, "dtype", where, true, row.dtype, error) ||
+        !readString(entry, "q_dtype_a", where, true, row.qDtypeA, error) ||
+        !readString(entry, "q_dtype_w", where, true, row.qDtypeW, error) ||
+        !readString(entry, "q_type", where, true, row.qType, error) ||
+        !readU32(entry, "use_g1u1", where, true, row.useG1u1, error) ||
+        !readU32(entry, "doweight_stage1", where, true, row.doweightStage1,
+                 error) ||
+        !readString(entry, "kernelName1", where, true, row.kernelName1, error) ||
+        !readString(entry, "kernelName2", where, true, row.kernelName2, error) ||
+        !readU32(entry, "block_m", where, true, row.blockM, error) ||
+        !readU32(entry, "ksplit", where, true, row.ksplit, error) ||
+        !readU32(entry, "source", where, true, row.source, error) ||
+        !readU32(entry, "line", where, true, row.line, error))
+      return false;
+    const Json *fhmoe = findField(entry, "fhmoe");
+    if (!fhmoe || !fhmoe->is_boolean()) {
+      error = fieldPath(where, "fhmoe") + ": expected true or false";
+      return false;
+    }
+    row.fhmoe = fhmoe->get<bool>();
+    if (row.fhmoe) {
+      if (!readU32(entry, "shared_expert_id", where, true, row.sharedExpertId,
+                   error) ||
+          !readU32(entry, "hidden_pad", where, true, row.hiddenPad, error) ||
+          !readU32(entry, "intermediate_pad", where, true, row.intermediatePad,
+                   error) ||
+          !readString(entry, "gate_mode", where, true, row.gateMode, error))
+        return false;
+    } else {
+      for (const char *key :
+           {"shared_expert_id", "hidden_pad", "intermediate_pad", "gate_mode"})
+        if (findField(entry, key)) {
+          error = fieldPath(where, key) + ": only an FHMoE row has it";
+          return false;
+        }
+    }
+    const bool hasConfig = findField(entry, "config") != nullptr;
+    if (hasConfig && !readU32(entry, "config", where, true, row.config, error))
+      return false;
+    if (!readString(entry, "skipped", where, false, row.skipped, error))
+      return false;
+    if (hasConfig == !row.skipped.empty()) {
+      error = where + ": needs exactly one of config and skipped";
+      return false;
+    }
+    if (hasConfig && row.config >= m.configs.size()) {
+      error = fieldPath(where, "config") + ": configuration " +
+              std::to_string(row.config) + " but the bundle has " +
+              std::to_string(m.configs.size());
+      return false;
+    }
+    if (row.source >= m.sources.size()) {
+      error = fieldPath(where, "source") + ": source " +
+              std::to_string(row.source) + " but the bundle has " +
+              std::to_string(m.sources.size());
+      return false;
+    }
+    if (const Json *notes = findField(entry, "notes")) {
+      const std::string notesPath = fieldPath(where, "notes");
+      if (!expectArray(*notes, notesPath, error))
+        return false;
+      for (size_t n = 0; n < notes->size(); ++n) {
+        if (!(*notes)[n].is_string()) {
+          error = indexPath(notesPath, n) + ": expected a string";
+          return false;
+        }
+        row.notes.push_back((*notes)[n].get<std::string>());
+      }
+    } else {
+      error = fieldPath(where, "notes") + ": missing";
+      return false;
+    }
+    m.aiterRows.push_back(std::move(row));
+  }
+  return true;
+}
+
+Json serializeAiterRow(const AiterRowInfo &row) {
+  Json out = {{"gfx", row.gfx},
+              {"cu_num", row.cuNum},
+              {"token", row.token},
+              {"model_dim", row.modelDim},
+              {"inter_dim", row.interDim},
+              {"expert", row.expert},
+              {"topk", row.topk},
+              {"act_type", row.actType},
+              {"dtype", row.dtype},
+              {"q_dtype_a", row.qDtypeA},
+              {"q_dtype_w", row.qDtypeW},
+              {"q_type", row.qType},
+              {"use_g1u1", row.useG1u1},
+              {"doweight_stage1", row.doweightStage1},
+              {"fhmoe", row.fhmoe},
+              {"kernelName1", row.kernelName1},
+              {"kernelName2", row.kernelName2},
+              {"block_m", row.blockM},
+              {"ksplit", row.ksplit},
+              {"source", row.source},
+              {"line", row.line},
+              {"notes", row.notes}};
+  if (row.fhmoe) {
+    out["shared_expert_id"] = row.sharedExpertId;
+    out["hidden_pad"] = row.hiddenPad;
+    out["intermediate_pad"] = row.intermediatePad;
+    out["gate_mode"] = row.gateMode;
+  }
+  if (row.compiled())
+    out["config"] = row.config;
+  else
+    out["skipped"] = row.skipped;
+  return out;
+}
+
 } // namespace
 
 std::string serializeManifest(const Manifest &m) {
@@ -667,6 +808,12 @@ std::string serializeManifest(const Manifest &m) {
                          {"rows", rows}});
   }
   root["selection"] = selection;
+  if (!m.aiterRows.empty()) {
+    Json rows = Json::array();
+    for (const AiterRowInfo &row : m.aiterRows)
+      rows.push_back(serializeAiterRow(row));
+    root["aiter_rows"] = rows;
+  }
   return root.dump();
 }
 
@@ -679,7 +826,8 @@ bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
     if (!expectObject(root, "", error) ||
         !knownFieldsOnly(root, "",
                          {"bundle_format", "target", "compiler", "numerics",
-                          "sources", "kernels", "configs", "selection"},
+                          "sources", "kernels", "configs", "selection",
+                          "aiter_rows"},
                          error))
       return false;
     Manifest m;
@@ -693,7 +841,8 @@ bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
     if (!parseTarget(root, m, error) || !parseCompiler(root, m, error) ||
         !parseNumerics(root, m, error) || !parseSources(root, m, error) ||
         !parseKernels(root, codeObjectCount, m, error) ||
-        !parseConfigs(root, m, error) || !parseSelection(root, m, error))
+        !parseConfigs(root, m, error) || !parseSelection(root, m, error) ||
+        !parseAiterRows(root, m, error))
       return false;
     out = std::move(m);
     return true;

@@ -1,5 +1,6 @@
 //===- CompileCommand.cpp - moec compile TABLE -o BUNDLE ------------------===//
 
+#include "AiterCommands.h"
 #include "Commands.h"
 
 #include "moec/Compiler/CompileCache.h"
@@ -27,6 +28,9 @@ struct CompileArgs {
   unsigned jobs = 0;
   std::string cacheDir = moec::CompileCache::defaultDirectory();
   bool noCache = false;
+  /// Further AITER CSVs, and the AITER options (docs/aiter-tables.md).
+  std::vector<std::string> moreCsvs;
+  moec::AiterCompileOptions aiter;
   /// The chip to compile for (--target).
   std::string target = moec::target::defaultTarget().arch;
 };
@@ -82,6 +86,12 @@ int runCompile(const CompileArgs &args) {
       if (done == total)
         std::cerr << "\r\033[K" << std::flush;
     };
+  if (!args.moreCsvs.empty() || isAiterCsvFile(args.table)) {
+    std::vector<std::string> csvs = {args.table};
+    csvs.insert(csvs.end(), args.moreCsvs.begin(), args.moreCsvs.end());
+    return cli::runAiterCompile(csvs, args.output, options, args.aiter,
+                                args.quiet);
+  }
   CompileSummary summary;
   std::string error;
   CompileStatus status =
@@ -117,6 +127,19 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
       "compile", "Compile a tuning table into a bundle of gfx950 code objects");
   cmd->add_option("table", args->table, "tuning table (docs/table-format.md)")
       ->required();
+  cmd->add_option("csvs", args->moreCsvs,
+                  "further AITER tuned CSVs, merged in order "
+                  "(docs/aiter-tables.md)");
+  cmd->add_flag("--skip-unsupported", args->aiter.skipUnsupported,
+                "AITER CSVs: skip rows moec cannot compile, recording each "
+                "with its reason in the manifest");
+  cmd->add_flag("--approximate-schedule", args->aiter.approximateSchedule,
+                "AITER CSVs: compile names whose _w{n} residency cap or "
+                "_xcd{n} group order moec does not reproduce (noted per row)");
+  cmd->add_option("--swiglu-limit", args->aiter.swigluLimit,
+                  "AITER CSVs: the W13 clamp of ActivationType.Silu rows "
+                  "(0: plain SiLU)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "bundle to write (.moeb)")
       ->required();
   cmd->add_flag("--allow-spills", args->allowSpills,

@@ -1,5 +1,6 @@
 //===- SelectCommand.cpp - moec select BUNDLE --ep --workspace --m --------===//
 
+#include "AiterCommands.h"
 #include "CommandSupport.h"
 #include "Commands.h"
 
@@ -21,6 +22,8 @@ struct SelectArgs {
   uint32_t m = 0;
   bool ranges = false;
   bool json = false;
+  /// AITER key columns (COLUMN=VALUE), docs/aiter-tables.md.
+  std::vector<std::string> where;
 };
 
 const char *statusName(moec::rt::SelectStatus status) {
@@ -34,6 +37,13 @@ const char *statusName(moec::rt::SelectStatus status) {
 
 int runSelect(const SelectArgs &args, bool haveM) {
   using namespace moec::rt;
+  if (!args.where.empty() && !haveM) {
+    std::cerr << "moec: --where needs --m (AITER's token bucket comes from M)\n";
+    return moec::cli::kBadInput;
+  }
+  if (!args.where.empty())
+    return moec::cli::runAiterSelect(args.bundle, args.m, args.where,
+                                     args.json);
   std::string error;
   auto bundle = moec::cli::openBundleOrReport(args.bundle);
   if (!bundle)
@@ -141,7 +151,22 @@ void addSelectCommand(CLI::App &app, int &exitStatus) {
   cmd->add_flag("--ranges", args->ranges,
                 "list the M range every row of the table serves");
   cmd->add_flag("--json", args->json, "machine-readable output");
-  cmd->callback([args, m, &exitStatus] {
+  cmd->add_option("--where", args->where,
+                  "an AITER key column as COLUMN=VALUE in the CSV's spelling "
+                  "(repeat for every key column): AITER's lookup for --m");
+  // With --where the key is AITER's, so --ep and --workspace are needed
+  // only without it.
+  CLI::Option *ep = cmd->get_option("--ep");
+  CLI::Option *workspace = cmd->get_option("--workspace");
+  ep->required(false);
+  workspace->required(false);
+  cmd->callback([args, m, ep, workspace, &exitStatus] {
+    if (args->where.empty() && (!ep->count() || !workspace->count())) {
+      std::cerr << "moec: " << (ep->count() ? "--workspace" : "--ep")
+                << " is required (see moec --help)\n";
+      exitStatus = moec::cli::kBadInput;
+      return;
+    }
     exitStatus = runSelect(*args, m->count() > 0);
   });
 }

@@ -156,6 +156,40 @@ struct SourceFile {
   std::string hash;
 };
 
+/// One row of an AITER tuned fused-MoE CSV (docs/aiter-tables.md): its
+/// lookup key in the CSV's own spellings, what it names, and the moec
+/// configuration compiled for it, or why none was. Rows are kept in the
+/// merged files' order with AITER's duplicates and `_tag ==
+/// flydsl_fallback` rows already removed, so the first row matching a key
+/// is the one AITER uses.
+struct AiterRowInfo {
+  std::string gfx;
+  uint32_t cuNum = 0;
+  uint32_t token = 0;
+  uint32_t modelDim = 0, interDim = 0, expert = 0, topk = 0;
+  std::string actType, dtype, qDtypeA, qDtypeW, qType;
+  uint32_t useG1u1 = 0, doweightStage1 = 0;
+  /// The FHMoE variant (tuned_fhmoe.csv): the four columns below are part
+  /// of the key and there is no act_type or tier fallback.
+  bool fhmoe = false;
+  uint32_t sharedExpertId = 0, hiddenPad = 0, intermediatePad = 0;
+  std::string gateMode;
+  std::string kernelName1, kernelName2;
+  uint32_t blockM = 0, ksplit = 0;
+  /// Index into Manifest::sources (the CSV) and the row's line in it
+  /// (header = line 1).
+  uint32_t source = 0;
+  uint32_t line = 0;
+  /// The configuration compiled for the row, or kNoConfig with `skipped`
+  /// saying why (an unsupported backend, activation or name part).
+  uint32_t config = kNoConfig;
+  std::string skipped;
+  /// Parts of the row moec reproduces differently (docs/aiter-tables.md).
+  std::vector<std::string> notes;
+  static constexpr uint32_t kNoConfig = UINT32_MAX;
+  bool compiled() const { return config != kNoConfig; }
+};
+
 /// The parsed manifest.
 struct Manifest {
   uint32_t bundleFormatVersion = 0; ///< "bundle_format.version", added by the writer
@@ -167,6 +201,9 @@ struct Manifest {
   std::vector<KernelInfo> kernels;
   std::vector<ConfigInfo> configs;
   std::vector<SelectionTable> selection;
+  /// Rows of AITER tuned CSVs a bundle was compiled from ("aiter_rows",
+  /// written only when non-empty).
+  std::vector<AiterRowInfo> aiterRows;
 };
 
 /// Parses and validates manifest JSON text. `codeObjectCount` bounds the

@@ -1,0 +1,122 @@
+//===- AiterCsv.h - AITER's tuned fused-MoE CSV as a tuning table -*- C++ -*-===//
+///
+/// \file
+/// Reads AITER's tuned fused-MoE CSVs (tuned_fmoe.csv and the FHMoE variant
+/// tuned_fhmoe.csv), merges several as AITER merges them, parses both
+/// stages' FlyDSL kernel names into moe-dialect knobs and translates every
+/// supported row into a tuning table (problems, quant/sort/w13/w2/combine
+/// kernels, one configuration per row) that compileTable compiles; the rows
+/// and their keys go into the manifest (Manifest::aiterRows) for AITER's
+/// lookup. docs/aiter-tables.md gives the grammar and every rule.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_COMPILER_AITERCSV_H
+#define MOEC_COMPILER_AITERCSV_H
+
+#include "moec/Compiler/TableCompiler.h"
+#include "moec/Compiler/TuningTable.h"
+#include "moec/manifest.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moec {
+
+/// True when `text`'s first line is the header of an AITER tuned fused-MoE
+/// CSV (token, model_dim, inter_dim, expert, topk, kernelName1 and
+/// kernelName2 among its columns).
+bool isAiterCsvHeader(const std::string &text);
+/// isAiterCsvHeader of the file's first line; false when it cannot be read.
+bool isAiterCsvFile(const std::string &path);
+
+/// One data row as read, before the merge rules.
+struct AiterCsvRow {
+  std::string file;
+  int line = 0;
+  std::string tag;
+  /// run_1stage, xbf16, flat (0 when the column is absent).
+  uint32_t run1Stage = 0, xbf16 = 0, flat = 0;
+  /// Why the row cannot be compiled whatever its names say (a flag column
+  /// that is not 0 or 1); empty otherwise.
+  std::string problem;
+  rt::AiterRowInfo info;
+};
+
+/// What the merge did, for the compile's report.
+struct AiterMergeReport {
+  /// "FILE:LINE: ..." lines: rows dropped for `_tag == flydsl_fallback` and
+  /// duplicate keys (the first row is kept).
+  std::vector<std::string> dropped;
+  size_t duplicates = 0, fallbackTags = 0;
+};
+
+/// Parses one CSV (header line 1). An unknown spelling of a number, a
+/// missing column or a partial FHMoE column set is an error
+/// "FILE:LINE: column 'C': ...".
+bool parseAiterCsv(const std::string &path, const std::string &text,
+                   std::vector<AiterCsvRow> &rows, std::string &error);
+
+/// Reads the files in order and applies AITER's rules: gfx from cu_num
+/// where the column is absent or a placeholder, `_tag == flydsl_fallback`
+/// rows dropped, duplicate keys keep the first row (an FHMoE duplicate is an
+/// error, as AITER raises).
+bool readAiterCsvs(const std::vector<std::string> &paths,
+                   std::vector<AiterCsvRow> &rows, AiterMergeReport &report,
+                   std::string &error);
+
+/// One stage's FlyDSL kernel name parsed into moe-dialect knobs.
+struct AiterStageKnobs {
+  std::map<std::string, std::string> knobs;
+  /// AITER's tile m (for the sort block check).
+  int64_t tileM = 0;
+  /// _sbm{n}, 0 when absent.
+  int64_t sortBlockM = 0;
+  /// Parts reproduced differently (docs/aiter-tables.md).
+  std::vector<std::string> notes;
+};
+
+/// Parses a stage-1 (`stage` 1) or stage-2 name. A part moec cannot honour
+/// fails with `reason` naming it ("part '_kw4': ..."). Schedule-only parts
+/// moec does not reproduce (`_w{n}`, `_xcd{n}`) fail too unless
+/// `approximateSchedule`, which records them in `notes` instead.
+bool parseAiterKernelName(const std::string &name, int stage,
+                          bool approximateSchedule, AiterStageKnobs &out,
+                          std::string &reason);
+
+struct AiterCompileOptions {
+  /// Skip unsupported rows (recorded in the manifest with their reason)
+  /// instead of failing.
+  bool skipUnsupported = false;
+  bool approximateSchedule = false;
+  /// The W13 clamp (swiglu_limit knob) for ActivationType.Silu rows; 0:
+  /// plain SiLU. AITER passes it at run time; the CSV does not hold it.
+  int64_t swigluLimit = 0;
+};
+
+/// The tuning table for the merged rows plus the manifest rows. Every row
+/// moec cannot compile is listed in `unsupported` ("FILE:LINE: reason");
+/// it is an error unless options.skipUnsupported.
+bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
+                     const AiterCompileOptions &options, TuningTable &table,
+                     std::vector<rt::AiterRowInfo> &manifestRows,
+                     std::vector<std::string> &unsupported, std::string &error);
+
+/// The whole of `moec compile A.csv [B.csv ...] -o B.moeb`.
+struct AiterCompileSummary {
+  size_t rows = 0, compiledRows = 0, skippedRows = 0;
+  AiterMergeReport merge;
+  std::vector<std::string> unsupported;
+};
+CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
+                                       const std::string &bundlePath,
+                                       const CompileOptions &options,
+                                       const AiterCompileOptions &aiterOptions,
+                                       CompileSummary &summary,
+                                       AiterCompileSummary &aiterSummary,
+                                       std::string &error);
+
+} // namespace moec
+
+#endif // MOEC_COMPILER_AITERCSV_H
