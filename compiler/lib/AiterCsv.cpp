@@ -623,6 +623,7 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
   std::map<std::string, std::pair<std::string, std::map<int64_t, std::string>>>
       groups;
   std::vector<std::string> groupOrder;
+  std::map<std::string, std::string> tokenSideProblem;
   mlir::DialectRegistry registry;
   registerMoecDialects(registry);
   mlir::MLIRContext context(registry);
@@ -743,14 +744,28 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
         continue;
       }
     }
+    // quant, sort and combine do not read I, and their symbols leave it out:
+    // one kernel per (H, E, top-k), owned by the first problem with them.
+    const std::string tokenSide =
+        "h" + std::to_string(info.modelDim) + "_e" + std::to_string(info.expert) +
+        "_k" + std::to_string(info.topk) + (info.fhmoe ? "_fhmoe" : "");
+    const std::string sideProblem =
+        tokenSideProblem.emplace(tokenSide, problem).first->second;
+    // The sort reads neither H nor I: one per (E, top-k).
+    const std::string sortProblem =
+        tokenSideProblem
+            .emplace("sort_e" + std::to_string(info.expert) + "_k" +
+                         std::to_string(info.topk) + (info.fhmoe ? "_fhmoe" : ""),
+                     problem)
+            .first->second;
     std::vector<std::string> kernels = {
-        addKernel(problem, "quant", {{"waves", "4"}}, where),
-        addKernel(problem, "sort",
+        addKernel(sideProblem, "quant", {{"waves", "4"}}, where),
+        addKernel(sortProblem, "sort",
                   {{"m_tile", std::to_string(info.blockM)}, {"waves", "4"}},
                   where),
         addKernel(problem, "w13", w13, where),
         addKernel(problem, "w2", w2, where),
-        addKernel(problem, "combine", {{"waves", "4"}}, where)};
+        addKernel(sideProblem, "combine", {{"waves", "4"}}, where)};
     std::string joined;
     for (const std::string &k : kernels)
       joined += k + ",";
