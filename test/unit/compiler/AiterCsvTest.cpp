@@ -1,0 +1,136 @@
+// AITER's kernel-name grammar and CSV merge rules (docs/aiter-tables.md).
+// Expected knobs are AITER's definitions applied by hand to each name.
+#include "moec/Compiler/AiterCsv.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+using namespace moec;
+
+TEST_CASE("AITER stage-1 names: the interleaved N tile is 2x the columns",
+          "[aiter]") {
+  AiterStageKnobs k;
+  std::string reason;
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t64x256x256_w3_bnt0_gui_xcd4_fp8", 1, true,
+      k, reason));
+  CHECK(k.tileM == 64);
+  CHECK(k.knobs.at("m") == "64");
+  CHECK(k.knobs.at("n") == "128");
+  CHECK(k.knobs.at("k") == "256");
+  CHECK(k.knobs.at("waves") == "4");
+  CHECK(k.knobs.at("gate_up_interleave") == "16");
+  CHECK(k.knobs.at("b_cache") == "cached");
+  CHECK(k.knobs.at("xcd_swizzle") == "true");
+  // No _bnt part: AITER's stage-1 default b_nt 2, non-temporal.
+  REQUIRE(parseAiterKernelName("flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui",
+                               1, true, k, reason));
+  CHECK(k.knobs.at("b_cache") == "nt");
+  CHECK(k.knobs.at("n") == "64");
+  CHECK(k.notes.size() == 2); // BF16 intermediate, residency cap
+}
+
+TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
+          "[aiter]") {
+  AiterStageKnobs k;
+  std::string reason;
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1, true, k,
+      reason));
+  CHECK(reason.find("part '_kw4'") != std::string::npos);
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui_fp8", 1, false, k,
+      reason));
+  CHECK(reason.find("part '_w4'") != std::string::npos);
+  CHECK_FALSE(parseAiterKernelName("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
+                                   1, true, k, reason));
+  CHECK(reason.find("backend opus") != std::string::npos);
+  CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm64", 1, true, k, reason));
+  CHECK(reason.find("backend cktile") != std::string::npos);
+  // Out of the registry's order: _gui before _bnt0 is not an AITER name.
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_gui_bnt0_fp8", 1, true, k,
+      reason));
+  CHECK(reason.find("part '_bnt0'") != std::string::npos);
+}
+
+TEST_CASE("AITER stage-2 names", "[aiter]") {
+  AiterStageKnobs k;
+  std::string reason;
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe2_afp8_wfp4_bf16_t32x256x128_reduce_bnt2_persist", 2, false,
+      k, reason));
+  CHECK(k.knobs.at("m") == "32");
+  CHECK(k.knobs.at("n") == "256");
+  CHECK(k.knobs.at("k") == "128");
+  CHECK(k.knobs.at("waves") == "4");
+  CHECK(k.knobs.at("b_cache") == "nt");
+  CHECK(k.sortBlockM == 0);
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe2_afp8_wfp4_bf16_t64x128x256_atomic_persist_sbm128", 2, false,
+      k, reason));
+  CHECK(k.tileM == 64);
+  CHECK(k.sortBlockM == 128);
+  CHECK(k.knobs.at("b_cache") == "cached");
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe2_afp8_wfp4_bf16_t32x256x256_atomic_bnt2_xcd4", 2, false, k,
+      reason));
+  CHECK(reason.find("part '_xcd4'") != std::string::npos);
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe2_layout_afp8_wfp4_bf16_t32x256x256_atomic_nt_sbm32", 2, true,
+      k, reason));
+  CHECK(reason.find("flydsl_moe2_layout_") != std::string::npos);
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic_persist_async_w4_cumul3",
+      2, true, k, reason));
+  CHECK(reason.find("part '_afp4'") != std::string::npos);
+}
+
+TEST_CASE("AITER CSV merge: tags, duplicates, gfx from cu_num", "[aiter]") {
+  const std::string dir = "aiter_csv_test_tmp";
+  std::remove((dir + "_a.csv").c_str());
+  const std::string key =
+      "ActivationType.Silu,torch.bfloat16,torch.float8_e4m3fn,"
+      "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
+  const std::string names =
+      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8,"
+      "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic";
+  {
+    std::ofstream a(dir + "_a.csv");
+    a << "gfx,cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,"
+         "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,"
+         "kernelName1,kernelName2,_tag\n"
+      << "gfx950,256,8,7168,512,384,6," << key << ",32,0," << names
+      << ",flydsl_fallback\n"
+      << "gfx950,256,8,7168,512,384,6," << key << ",32,0," << names << ",\n";
+    std::ofstream b(dir + "_b.csv");
+    b << "cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,"
+         "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,"
+         "kernelName1,kernelName2\n"
+      << "256,8,7168,512,384,6," << key << ",32,0," << names << "\n"
+      << "304,8,7168,512,384,6," << key << ",32,0," << names << "\n";
+  }
+  std::vector<AiterCsvRow> rows;
+  AiterMergeReport report;
+  std::string error;
+  INFO(error);
+  REQUIRE(readAiterCsvs({dir + "_a.csv", dir + "_b.csv"}, rows, report, error));
+  // a:2 dropped by its tag, a:3 kept, b:2 (gfx950 from cu_num 256) a
+  // duplicate of a:3, b:3 gfx942 from cu_num 304.
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].file == dir + "_a.csv");
+  CHECK(rows[0].line == 3);
+  CHECK(rows[1].info.gfx == "gfx942");
+  CHECK(rows[1].line == 3);
+  CHECK(rows[1].info.source == 1);
+  CHECK(report.fallbackTags == 1);
+  CHECK(report.duplicates == 1);
+  REQUIRE(report.dropped.size() == 2);
+  CHECK(report.dropped[1].find("duplicate key of " + dir + "_a.csv:3") !=
+        std::string::npos);
+  CHECK(isAiterCsvFile(dir + "_b.csv"));
+  std::remove((dir + "_a.csv").c_str());
+  std::remove((dir + "_b.csv").c_str());
+}
