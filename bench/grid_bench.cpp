@@ -6,12 +6,14 @@
 // per call over M = 1..4096: computeLaunchGrid on the programs compiled at
 // open, moec_bundle_kernel_grid through the C API, and for comparison the
 // text path (evaluateGridRule per dimension, which parses every time). The
-// global operator new is replaced to count heap allocations per call.
+// global operator new is replaced (CountingAllocator.cpp) to count heap
+// allocations per call.
 // Usage:
 //   moec-grid-bench [calls]   (default 20000000)
 //
 //===----------------------------------------------------------------------===//
 #include "BenchBundle.h"
+#include "CountingAllocator.h"
 #include "moec/bundle.h"
 #include "moec/grid_rule.h"
 #include "moec/moec_runtime.h"
@@ -26,22 +28,6 @@
 #include <string>
 #include <unistd.h>
 #include <vector>
-
-namespace {
-std::atomic<uint64_t> heapAllocations{0};
-} // namespace
-
-void *operator new(size_t size) {
-  heapAllocations.fetch_add(1, std::memory_order_relaxed);
-  if (void *memory = std::malloc(size ? size : 1))
-    return memory;
-  throw std::bad_alloc();
-}
-void *operator new[](size_t size) { return ::operator new(size); }
-void operator delete(void *memory) noexcept { std::free(memory); }
-void operator delete[](void *memory) noexcept { std::free(memory); }
-void operator delete(void *memory, size_t) noexcept { std::free(memory); }
-void operator delete[](void *memory, size_t) noexcept { std::free(memory); }
 
 using namespace moec::rt;
 
@@ -100,13 +86,13 @@ struct Measure {
 template <typename Call> Measure measure(uint64_t calls, Call call) {
   for (uint64_t i = 0; i < calls / 20 + 1; ++i) // warm-up
     call(i);
-  const uint64_t allocationsBefore = heapAllocations.load();
+  const uint64_t allocationsBefore = heapAllocations();
   const auto start = std::chrono::steady_clock::now();
   for (uint64_t i = 0; i < calls; ++i)
     call(i);
   const auto elapsed = std::chrono::steady_clock::now() - start;
   return {std::chrono::duration<double, std::nano>(elapsed).count() / double(calls),
-          double(heapAllocations.load() - allocationsBefore) / double(calls)};
+          double(heapAllocations() - allocationsBefore) / double(calls)};
 }
 
 } // namespace

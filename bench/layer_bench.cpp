@@ -9,6 +9,7 @@
 //   moec-layer-bench BUNDLE NULL_HIP_LIBRARY [forwards]   (default 200000)
 //
 //===----------------------------------------------------------------------===//
+#include "CountingAllocator.h"
 #include "moec/bundle.h"
 #include "moec/hip_loader.h"
 #include "moec/layer.h"
@@ -22,22 +23,6 @@
 #include <new>
 #include <string>
 #include <vector>
-
-namespace {
-std::atomic<uint64_t> heapAllocations{0};
-} // namespace
-
-void *operator new(size_t size) {
-  heapAllocations.fetch_add(1, std::memory_order_relaxed);
-  if (void *memory = std::malloc(size ? size : 1))
-    return memory;
-  throw std::bad_alloc();
-}
-void *operator new[](size_t size) { return ::operator new(size); }
-void operator delete(void *memory) noexcept { std::free(memory); }
-void operator delete[](void *memory) noexcept { std::free(memory); }
-void operator delete(void *memory, size_t) noexcept { std::free(memory); }
-void operator delete[](void *memory, size_t) noexcept { std::free(memory); }
 
 using namespace moec::rt;
 
@@ -121,7 +106,7 @@ int main(int argc, char **argv) {
     inputs.hidden = inputs.topkIds = inputs.topkWeights = workspace;
     inputs.out = workspace;
     const uint32_t maxM = memory.maxTokens;
-    const uint64_t before = heapAllocations.load();
+    const uint64_t before = heapAllocations();
     uint64_t launches = 0;
     int failures = 0;
     auto start = std::chrono::steady_clock::now();
@@ -134,7 +119,7 @@ int main(int argc, char **argv) {
     const double seconds = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count();
-    const uint64_t allocations = heapAllocations.load() - before;
+    const uint64_t allocations = heapAllocations() - before;
     std::printf("%-28s %8.0f ns/forward  %4.1f launches/forward  "
                 "%llu heap allocations in %ld forwards%s\n",
                 describeTableKey(table.network, table.ep, table.workspace).c_str(),

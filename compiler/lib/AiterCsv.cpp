@@ -855,15 +855,8 @@ CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
   }
   if (options.rewriteTable)
     options.rewriteTable(table);
-  const std::string outputDir =
-      bundlePath.find('/') == std::string::npos
-          ? "."
-          : bundlePath.substr(0, bundlePath.find_last_of('/') + 1);
-  if (::access(outputDir.c_str(), W_OK | X_OK) != 0) {
-    error = bundlePath + ": cannot write into " + outputDir + " (" +
-            std::strerror(errno) + ")";
+  if (!checkBundleWritable(bundlePath, error))
     return CompileStatus::BadInput;
-  }
   CompiledTable compiled;
   CompileStatus status = compileTable(table, options, compiled, error);
   if (status != CompileStatus::Ok)

@@ -302,6 +302,18 @@ CompileStatus compileTable(const TuningTable &table,
   return CompileStatus::Ok;
 }
 
+bool checkBundleWritable(const std::string &bundlePath, std::string &error) {
+  const std::string outputDir =
+      bundlePath.find('/') == std::string::npos
+          ? "."
+          : bundlePath.substr(0, bundlePath.find_last_of('/') + 1);
+  if (::access(outputDir.c_str(), W_OK | X_OK) == 0)
+    return true;
+  error = bundlePath + ": cannot write into " + outputDir + " (" +
+          std::strerror(errno) + ")";
+  return false;
+}
+
 CompileStatus compileTableToBundle(const std::string &tablePath,
                                    const std::string &bundlePath,
                                    const CompileOptions &options,
@@ -312,15 +324,8 @@ CompileStatus compileTableToBundle(const std::string &tablePath,
   if (options.rewriteTable)
     options.rewriteTable(table);
   // A bundle that cannot be written is bad input, found before compiling.
-  const std::string outputDir =
-      bundlePath.find('/') == std::string::npos
-          ? "."
-          : bundlePath.substr(0, bundlePath.find_last_of('/') + 1);
-  if (::access(outputDir.c_str(), W_OK | X_OK) != 0) {
-    error = bundlePath + ": cannot write into " + outputDir + " (" +
-            std::strerror(errno) + ")";
+  if (!checkBundleWritable(bundlePath, error))
     return CompileStatus::BadInput;
-  }
   CompiledTable compiled;
   CompileStatus status = compileTable(table, options, compiled, error);
   if (status != CompileStatus::Ok)

@@ -122,6 +122,10 @@ BundleContents buildBundleContents(const TuningTable &table,
 TuningTable tableOfManifest(const rt::Manifest &manifest,
                             const std::string &path);
 
+/// Whether the directory of `bundlePath` can take the bundle; otherwise
+/// `error` names it and why (checked before anything is compiled).
+bool checkBundleWritable(const std::string &bundlePath, std::string &error);
+
 /// What compileTableToBundle did.
 struct CompileSummary {
   size_t tableKernels = 0;
