@@ -248,6 +248,8 @@ public:
   /// wave, and a note on workgroups never made resident.
   void describeStall(std::vector<std::string> &spinners,
                      std::vector<std::string> &notes) const;
+  /// Sets the launch's distinct-line counters from the line bitmaps.
+  void finishCounters();
 
 private:
   mlir::LogicalResult bindArguments(llvm::ArrayRef<KernelArgValue> args);
@@ -282,6 +284,14 @@ private:
   uint8_t *access(const POp &p, Workgroup &wg, const Wave &wave, int lane,
                   const MemRefDesc &mem, int64_t index, unsigned bytes,
                   bool isWrite, bool atomic = false);
+  /// Counts one access that moved `bytes` at byte `offset` of global
+  /// buffer `buffer` (its bytes and 64-byte lines).
+  void countGlobal(unsigned buffer, int64_t offset, unsigned bytes,
+                   bool read, bool written);
+  /// Adds the extra cycles of one wave's LDS access to ldsBankConflicts:
+  /// lanes of `mask` access `bytes` at LDS byte addresses `addresses`.
+  void countBankConflicts(const int64_t *addresses, uint64_t mask,
+                          unsigned bytes);
   int64_t linearIndex(const ValueInfo &memInfo, const Wave &wave,
                       const std::vector<unsigned> &indexSlots, size_t first,
                       int lane);
@@ -305,6 +315,8 @@ private:
   int wavesPerGroup = 1;
   std::vector<RtValue> argValues;
   std::deque<std::unique_ptr<Workgroup>> resident;
+  /// Bit per 64-byte line of each global buffer (by id): read, written.
+  std::vector<std::vector<uint64_t>> linesRead, linesWritten;
   /// Linear id of the next workgroup to start, and the grid's size.
   int64_t next = 0;
   int64_t total = 0;

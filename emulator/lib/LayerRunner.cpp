@@ -21,6 +21,14 @@ using namespace mlir;
 namespace moec::emu {
 namespace {
 
+/// One line per kernel: "counters KERNEL: name value ...", summed over
+/// ranks (and launches).
+void printCounters(const KernelStatsList &kernelStats, std::ostream &out) {
+  for (const auto &[name, stats] : kernelStats)
+    out << "counters " << name << ": " << formatCounters(stats) << "\n";
+}
+
+
 const char *verdict(bool pass) { return pass ? "PASS" : "FAIL"; }
 
 /// Builds every kernel of `kernels` into `built` (sized to match), or loads
@@ -123,6 +131,8 @@ LayerVerdict runFused(std::vector<LayerKernel> kernels,
       return LayerVerdict::Fail;
     }
   }
+  if (options.counters)
+    printCounters(outcome.kernelStats, out);
   out << verdict(outcome.pass) << ": " << outcome.stats.mfmas
       << " emulated MFMAs over " << ep << " ranks and " << peer.epochs
       << (peer.epochs == 1 ? " launch in " : " launches in ")
@@ -209,6 +219,7 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
   bool pass = true;
   uint64_t mfmas = 0;
   double emulatedSeconds = 0.0;
+  KernelStatsList kernelStats;
   const LaunchConfig launch;
   // Runs stage `i` on `rank` (per-rank stages) and reports it; false on a
   // hard error.
@@ -226,6 +237,8 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
     }
     mfmas += outcome.run.stats.mfmas;
     emulatedSeconds += outcome.run.stats.seconds;
+    if (outcome.launched)
+      addKernelStats(kernelStats, kernels[i].name, outcome.run.stats);
     out << tag << stage << " " << kernels[i].name << ": " << outcome.summary
         << " -> " << verdict(outcome.pass) << "\n";
     pass &= outcome.pass;
@@ -298,6 +311,8 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
       return LayerVerdict::Fail;
     }
   }
+  if (options.counters)
+    printCounters(kernelStats, out);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

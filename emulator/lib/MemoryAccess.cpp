@@ -12,6 +12,8 @@
 
 #include "Executor.h"
 
+#include <algorithm>
+
 namespace moec::emu::detail {
 
 void Executor::report(FindingKind kind, const POp &p, const Workgroup &wg,
@@ -129,6 +131,10 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
         s.reader = -2;
       }
     }
+    if (isWrite)
+      result.stats.ldsBytesWritten += bytes;
+    if (!isWrite || atomic)
+      result.stats.ldsBytesRead += bytes;
     return wg.lds.data() + at;
   }
 
@@ -170,6 +176,76 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
         break;
       }
   }
+  countGlobal(mem.buffer, offset, bytes, !isWrite || atomic, isWrite);
   return memory.data(mem.buffer) + offset;
+}
+
+void Executor::countGlobal(unsigned buffer, int64_t offset, unsigned bytes,
+                           bool read, bool written) {
+  auto mark = [&](std::vector<std::vector<uint64_t>> &lines) {
+    if (lines.size() <= buffer)
+      lines.resize(memory.bufferCount());
+    std::vector<uint64_t> &bits = lines[buffer];
+    if (bits.empty())
+      bits.assign((memory.size(buffer) / 64 + 64) / 64, 0);
+    for (int64_t line = offset / 64, last = (offset + bytes - 1) / 64;
+         line <= last; ++line)
+      bits[size_t(line) / 64] |= uint64_t(1) << (line % 64);
+  };
+  if (read) {
+    result.stats.globalBytesRead += bytes;
+    mark(linesRead);
+  }
+  if (written) {
+    result.stats.globalBytesWritten += bytes;
+    mark(linesWritten);
+  }
+}
+
+void Executor::finishCounters() {
+  auto count = [](const std::vector<std::vector<uint64_t>> &lines) {
+    uint64_t n = 0;
+    for (const auto &bits : lines)
+      for (uint64_t word : bits)
+        n += static_cast<uint64_t>(__builtin_popcountll(word));
+    return n;
+  };
+  result.stats.globalLinesRead = count(linesRead);
+  result.stats.globalLinesWritten = count(linesWritten);
+  result.stats.scaledMfmas = result.stats.mfmas;
+  result.stats.otherInstructions = result.stats.waveOps - result.stats.mfmas;
+}
+
+void Executor::countBankConflicts(const int64_t *addresses, uint64_t mask,
+                                  unsigned bytes) {
+  // gfx950 LDS model (docs/emulator.md): 64 banks of 4 bytes; a wave's
+  // access is served in phases of lanes whose dwords fill the 64 banks
+  // once (64 / dwords-per-lane lanes, dwords rounded up to 1, 2 or 4); in
+  // a phase a bank serves one distinct dword per cycle (lanes reading the
+  // same dword share it), so the phase takes as many cycles as its busiest
+  // bank has distinct dwords, and every cycle past the first is a conflict.
+  constexpr unsigned kBanks = 64;
+  const unsigned dwordsPerLane = bytes <= 4 ? 1 : bytes <= 8 ? 2 : 4;
+  const int lanesPerPhase = int(kBanks / dwordsPerLane);
+  for (int phase = 0; phase < kLanes; phase += lanesPerPhase) {
+    int64_t dwords[kBanks * 4];
+    unsigned n = 0;
+    for (int l = phase; l < phase + lanesPerPhase; ++l) {
+      if (!(mask >> l & 1))
+        continue;
+      for (int64_t d = addresses[l] / 4, last = (addresses[l] + bytes - 1) / 4;
+           d <= last && n < kBanks * 4; ++d)
+        dwords[n++] = d;
+    }
+    if (n == 0)
+      continue;
+    std::sort(dwords, dwords + n);
+    n = unsigned(std::unique(dwords, dwords + n) - dwords);
+    unsigned perBank[kBanks] = {};
+    unsigned busiest = 0;
+    for (unsigned i = 0; i < n; ++i)
+      busiest = std::max(busiest, ++perBank[size_t(dwords[i]) % kBanks]);
+    result.stats.ldsBankConflicts += busiest - 1;
+  }
 }
 } // namespace moec::emu::detail

@@ -382,9 +382,11 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const unsigned bytes = ri.laneBytes;
     if (!mask)
       return success();
+    int64_t ldsAddresses[kLanes];
     forLanes(uni, mask, [&](int l) {
       const int lane = uni ? firstLane(mask) : l;
       const int64_t index = linearIndex(mi, wave, p.in, 1, lane);
+      ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
       const uint8_t *src =
           access(p, wg, wave, lane, mem, index * mi.memElemBytes, bytes, false);
       uint8_t *dst = r.lane(l, bytes);
@@ -393,6 +395,9 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       else
         std::memset(dst, 0, bytes);
     });
+    // A uniform address is one broadcast dword set: no conflict.
+    if (mem.space == Space::Lds && !uni)
+      countBankConflicts(ldsAddresses, mask, bytes);
     return success();
   }
 
@@ -403,10 +408,12 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const unsigned bytes = vi.laneBytes;
     // Every active lane stores, in lane order: with one address for all
     // lanes the highest active lane's value remains.
+    int64_t ldsAddresses[kLanes];
     for (int l = 0; l < kLanes; ++l) {
       if (!(mask >> l & 1))
         continue;
       const int64_t index = linearIndex(mi, wave, p.in, 2, l);
+      ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
       uint8_t *dst =
           access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
       if (!dst)
@@ -417,6 +424,8 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
         ++writes;
       std::memcpy(dst, value.lane(l, bytes), bytes);
     }
+    if (mem.space == Space::Lds)
+      countBankConflicts(ldsAddresses, mask, bytes);
     return success();
   }
 

@@ -386,12 +386,10 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
         error = "epoch " + std::to_string(epoch) + ": " + error;
         return failure();
       }
-      outcome.stats.workgroups += run->stats.workgroups;
-      outcome.stats.waves += run->stats.waves;
-      outcome.stats.waveOps += run->stats.waveOps;
-      outcome.stats.mfmas += run->stats.mfmas;
-      outcome.stats.ldsDmaOps += run->stats.ldsDmaOps;
-      outcome.stats.seconds += run->stats.seconds;
+      accumulate(outcome.stats, run->stats);
+      for (size_t i = 0; i < phase->size(); ++i)
+        addKernelStats(outcome.kernelStats,
+                       (*phase)[i].func.getName().str(), run->launchStats[i]);
       outcome.findings += run->totalFindings();
       if (run->totalFindings() && !run->findings.empty())
         summary << "finding: " << run->findings.front().str() << "\n";

@@ -318,18 +318,11 @@ FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
   }
 
   RunResult total;
+  for (auto &executor : executors)
+    executor->finishCounters();
   for (RunResult &result : results) {
-    RunStats &sum = total.stats;
-    const RunStats &one = result.stats;
-    sum.workgroups += one.workgroups;
-    sum.waves += one.waves;
-    sum.waveOps += one.waveOps;
-    sum.mfmas += one.mfmas;
-    sum.barriers += one.barriers;
-    sum.yields += one.yields;
-    sum.rawLoadsOutOfRange += one.rawLoadsOutOfRange;
-    sum.rawStoresDropped += one.rawStoresDropped;
-    sum.ldsDmaOps += one.ldsDmaOps;
+    accumulate(total.stats, result.stats);
+    total.launchStats.push_back(result.stats);
     for (size_t k = 0; k < total.findingCounts.size(); ++k)
       total.findingCounts[k] += result.findingCounts[k];
     for (Finding &finding : result.findings)
@@ -341,3 +334,57 @@ FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
   return total;
 }
 } // namespace moec::emu::detail
+
+namespace moec::emu {
+
+void accumulate(RunStats &sum, const RunStats &one) {
+  sum.workgroups += one.workgroups;
+  sum.waves += one.waves;
+  sum.waveOps += one.waveOps;
+  sum.mfmas += one.mfmas;
+  sum.barriers += one.barriers;
+  sum.yields += one.yields;
+  sum.rawLoadsOutOfRange += one.rawLoadsOutOfRange;
+  sum.rawStoresDropped += one.rawStoresDropped;
+  sum.ldsDmaOps += one.ldsDmaOps;
+  sum.globalBytesRead += one.globalBytesRead;
+  sum.globalBytesWritten += one.globalBytesWritten;
+  sum.globalLinesRead += one.globalLinesRead;
+  sum.globalLinesWritten += one.globalLinesWritten;
+  sum.ldsBytesRead += one.ldsBytesRead;
+  sum.ldsBytesWritten += one.ldsBytesWritten;
+  sum.ldsBankConflicts += one.ldsBankConflicts;
+  sum.scaledMfmas += one.scaledMfmas;
+  sum.otherInstructions += one.otherInstructions;
+  sum.seconds += one.seconds;
+}
+
+void addKernelStats(KernelStatsList &list, const std::string &name,
+                    const RunStats &one) {
+  for (auto &entry : list)
+    if (entry.first == name) {
+      accumulate(entry.second, one);
+      return;
+    }
+  list.emplace_back(name, one);
+}
+
+std::string formatCounters(const RunStats &s) {
+  const std::pair<const char *, uint64_t> fields[] = {
+      {"globalBytesRead", s.globalBytesRead},
+      {"globalBytesWritten", s.globalBytesWritten},
+      {"globalLinesRead", s.globalLinesRead},
+      {"globalLinesWritten", s.globalLinesWritten},
+      {"ldsBytesRead", s.ldsBytesRead},
+      {"ldsBytesWritten", s.ldsBytesWritten},
+      {"ldsBankConflicts", s.ldsBankConflicts},
+      {"scaledMfmas", s.scaledMfmas},
+      {"otherInstructions", s.otherInstructions}};
+  std::string line;
+  for (const auto &[name, value] : fields)
+    line += (line.empty() ? "" : " ") + std::string(name) + " " +
+            std::to_string(value);
+  return line;
+}
+
+} // namespace moec::emu

@@ -33,7 +33,7 @@ struct RunArgs {
   uint32_t ep = 1, workspace = 0, m = 0;
   uint64_t seed = 1;
   double invalidFraction = 0.05;
-  bool emulate = false, small = false;
+  bool emulate = false, small = false, counters = false;
 };
 
 int runLayer(const RunArgs &args) {
@@ -119,6 +119,7 @@ int runLayer(const RunArgs &args) {
   options.small = args.small;
   options.ep = args.ep;
   options.saveDir = args.saveDir;
+  options.counters = args.counters;
   switch (emu::runLayer(kernels, options, std::cout, std::cerr)) {
   case emu::LayerVerdict::Pass:
     return cli::kSuccess;
@@ -143,6 +144,10 @@ void addRunCommand(CLI::App &app, int &exitStatus) {
   cmd->add_flag("--emulate", args->emulate,
                 "execute on the CPU emulator (the only mode today)");
   cmd->add_option("--seed", args->seed, "seed of the generated data");
+  cmd->add_flag("--counters", args->counters,
+                "print each kernel's counters (global and LDS bytes, distinct "
+                "64-byte lines, LDS bank conflicts, scaled MFMAs, other ops; "
+                "docs/emulator.md)");
   cmd->add_option("--save", args->saveDir,
                   "write the inputs per rank, the weights (checkpoint layout, "
                   "global expert ids), stage arrays and the final output per "

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moec::rt {
@@ -141,14 +142,52 @@ struct RunStats {
   uint64_t rawStoresDropped = 0;
   /// amdgpu.gather_to_lds ops executed, counted once per wave.
   uint64_t ldsDmaOps = 0;
+
+  // Counters for cost models (docs/emulator.md, "Counters"). Accesses are
+  // counted per active lane; a load whose address and result are uniform
+  // is one access (the hardware's scalar load). Suppressed accesses (a
+  // finding, a raw-buffer range miss) move nothing and are not counted.
+  // Atomics count as a read and a write.
+  /// Bytes moved by global and raw-buffer accesses (incl. the global side
+  /// of gather_to_lds).
+  uint64_t globalBytesRead = 0;
+  uint64_t globalBytesWritten = 0;
+  /// Distinct 64-byte lines (of each buffer, from its start) read / written
+  /// over a launch; summed over launches.
+  uint64_t globalLinesRead = 0;
+  uint64_t globalLinesWritten = 0;
+  /// Bytes moved by LDS accesses (incl. the LDS side of gather_to_lds).
+  uint64_t ldsBytesRead = 0;
+  uint64_t ldsBytesWritten = 0;
+  /// Extra LDS cycles from bank conflicts under gfx950's banking model
+  /// (64 banks of 4 bytes, phases of 64 dwords; docs/emulator.md).
+  uint64_t ldsBankConflicts = 0;
+  /// Scaled MFMAs issued (per wave; equals `mfmas`).
+  uint64_t scaledMfmas = 0;
+  /// Every other kernel-IR op executed, per wave (waveOps - scaledMfmas).
+  uint64_t otherInstructions = 0;
   double seconds = 0.0;
 };
+
+/// Adds every counter of `one` to `sum` (seconds too).
+void accumulate(RunStats &sum, const RunStats &one);
+
+/// Stats per kernel name, in the order the names were first added.
+using KernelStatsList = std::vector<std::pair<std::string, RunStats>>;
+/// Adds `one` to `name`'s entry of `list` (appending it when new).
+void addKernelStats(KernelStatsList &list, const std::string &name,
+                    const RunStats &one);
+/// The counters of `stats` as "name value" pairs on one line (the order
+/// of RunStats' counter fields), for `moec run --counters`.
+std::string formatCounters(const RunStats &stats);
 
 struct RunResult {
   RunStats stats;
   std::vector<Finding> findings;
   /// Count per FindingKind, including those not kept in `findings`.
   std::array<uint64_t, 3> findingCounts{{0, 0, 0}};
+  /// The stats of each launch, in launch order (`stats` is their sum).
+  std::vector<RunStats> launchStats;
   uint64_t totalFindings() const {
     return findingCounts[0] + findingCounts[1] + findingCounts[2];
   }

@@ -55,6 +55,8 @@ struct LayerOptions {
   int64_t ep = 0;
   /// Write the layer's inputs, weights and outputs there (docs/cli.md).
   std::string saveDir;
+  /// Print each kernel's counters (RunStats), summed over ranks.
+  bool counters = false;
 };
 
 enum class LayerVerdict {

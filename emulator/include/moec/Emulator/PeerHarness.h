@@ -50,6 +50,9 @@ struct PeerLayerOptions {
 
 struct PeerLayerOutcome {
   RunStats stats;
+  /// The stats per kernel (gpu.func name), summed over ranks and epochs,
+  /// in the order the kernels first ran (seconds are not split per kernel).
+  KernelStatsList kernelStats;
   uint64_t findings = 0;
   /// Worst over ranks and epochs.
   double intermediateRelL2 = 0.0, outputRelL2 = 0.0;
