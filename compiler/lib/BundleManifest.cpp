@@ -125,8 +125,11 @@ BundleContents buildBundleContents(const TuningTable &table,
     manifest.configs.push_back(std::move(info));
   }
 
-  for (const TableSelection &s : table.selections) {
+  for (size_t t = 0; t < table.selections.size(); ++t) {
+    const TableSelection &s = table.selections[t];
     rt::SelectionTable selection;
+    if (t < compiled.selectionMaxTokens.size())
+      selection.maxTokens = compiled.selectionMaxTokens[t];
     selection.network = s.network;
     selection.family = familyOf(s.family);
     selection.ep = static_cast<uint32_t>(s.ep);

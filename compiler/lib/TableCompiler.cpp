@@ -60,8 +60,11 @@ moe::PeerTransportAttr peerOf(Operation *op) {
 
 bool checkSelections(const TuningTable &table,
                      const std::map<std::string, Operation *> &ops,
+                     std::vector<uint32_t> &selectionMaxTokens,
                      std::string &error) {
-  for (const TableSelection &s : table.selections)
+  selectionMaxTokens.clear();
+  for (const TableSelection &s : table.selections) {
+    uint32_t capacity = 0;
     for (const TableRow &r : s.rows)
       for (const std::string &name : table.findConfig(r.config)->kernels) {
         moe::PeerTransportAttr peer = peerOf(ops.at(name));
@@ -83,7 +86,18 @@ bool checkSelections(const TuningTable &table,
                   std::to_string(s.workspace);
           return false;
         }
+        const uint32_t maxTokens = static_cast<uint32_t>(peer.getMaxTokens());
+        capacity = capacity == 0 ? maxTokens : std::min(capacity, maxTokens);
+        if (r.m > int64_t(maxTokens)) {
+          error = lineField(r.where, "m") + "row m=" + std::to_string(r.m) +
+                  " is above the capacity of config '" + r.config +
+                  "' (kernel '" + name + "' has max_tokens=" +
+                  std::to_string(maxTokens) + ")";
+          return false;
+        }
       }
+    selectionMaxTokens.push_back(capacity);
+  }
   return true;
 }
 
@@ -195,7 +209,8 @@ CompileStatus compileTable(const TuningTable &table,
     compiled.kernelIndex[kernel.name] = compiled.kernels.size();
     compiled.kernels.push_back(std::move(entry));
   }
-  if (!checkSelections(table, ops, error) || !checkSplitDispatch(table, ops, error))
+  if (!checkSelections(table, ops, compiled.selectionMaxTokens, error) ||
+      !checkSplitDispatch(table, ops, error))
     return CompileStatus::BadInput;
 
   if (failed(lowerToKernelIR(*module))) {

@@ -338,10 +338,7 @@ moec_status_t moec_bundle_select(const moec_bundle_t *bundle, moec_table_t table
   if (selection.status == SelectStatus::Miss) {
     const SelectionTable &t = selector.tables()[table.index];
     return guarded([&]() -> moec_status_t {
-      return fail(MOEC_STATUS_SELECTION_MISS,
-                  describeTableKey(t.network, t.ep, t.workspace) + ": m " +
-                      std::to_string(m) + " is above the largest row (m " +
-                      std::to_string(t.rows.back().m) + ") and above_max is 'error'");
+      return fail(MOEC_STATUS_SELECTION_MISS, describeSelectionMiss(t, m));
     });
   }
   const ConfigInfo &config = bundle->bundle->manifest().configs[selection.config];

@@ -737,8 +737,9 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
   const Bundle &bundle = plan.loader->bundle();
   const Selection selection = bundle.selector().select(plan.table, in.m);
   if (selection.status == SelectStatus::Miss) {
-    error = "layer forward: M " + std::to_string(in.m) +
-            " above the table's largest row (above_max = error)";
+    error = "layer forward: " +
+            describeSelectionMiss(bundle.selector().tables()[plan.table.index],
+                                  in.m);
     return S::SelectionMiss;
   }
   last_.config = selection.config;

@@ -551,7 +551,7 @@ bool parseSelection(const Json &root, Manifest &m, std::string &error) {
     const Json &entry = (*selection)[i];
     if (!knownFieldsOnly(entry, where,
                          {"network", "family", "ep", "workspace", "transport",
-                          "above_max", "rows"},
+                          "above_max", "max_tokens", "rows"},
                          error))
       return false;
     if (const Json *rows = findField(entry, "rows"); rows && rows->is_array())
@@ -561,7 +561,8 @@ bool parseSelection(const Json &root, Manifest &m, std::string &error) {
           return false;
     if (!detail::parseSelectionTableJson((*selection)[i], indexPath("selection", i),
                                          m.configs, /*partial=*/false, table,
-                                         present, error))
+                                         present, error) ||
+        !readU32(entry, "max_tokens", where, false, table.maxTokens, error))
       return false;
     m.selection.push_back(std::move(table));
   }
@@ -799,13 +800,16 @@ std::string serializeManifest(const Manifest &m) {
     Json rows = Json::array();
     for (const SelectionRow &row : table.rows)
       rows.push_back({{"m", row.m}, {"config", row.config}});
-    selection.push_back({{"network", table.network},
-                         {"family", kernelFamilyName(table.family)},
-                         {"ep", table.ep},
-                         {"workspace", table.workspace},
-                         {"transport", transportName(table.transport)},
-                         {"above_max", aboveMaxPolicyName(table.aboveMax)},
-                         {"rows", rows}});
+    Json entry = {{"network", table.network},
+                  {"family", kernelFamilyName(table.family)},
+                  {"ep", table.ep},
+                  {"workspace", table.workspace},
+                  {"transport", transportName(table.transport)},
+                  {"above_max", aboveMaxPolicyName(table.aboveMax)},
+                  {"rows", rows}};
+    if (table.maxTokens != 0)
+      entry["max_tokens"] = table.maxTokens;
+    selection.push_back(std::move(entry));
   }
   root["selection"] = selection;
   if (!m.aiterRows.empty()) {

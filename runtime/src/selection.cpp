@@ -16,6 +16,18 @@ std::string describeTableKey(std::string_view network, uint32_t ep,
   return key;
 }
 
+std::string describeSelectionMiss(const SelectionTable &table, uint32_t m) {
+  std::string text = describeTableKey(table.network, table.ep, table.workspace) +
+                     ": m " + std::to_string(m);
+  if (table.maxTokens != 0 && m > table.maxTokens)
+    return text + " is above the table's capacity of " +
+           std::to_string(table.maxTokens) +
+           " tokens per rank (its fused kernels' max_tokens)";
+  return text + " is above the largest row (m " +
+         std::to_string(table.rows.empty() ? 0 : table.rows.back().m) +
+         ") and above_max is 'error'";
+}
+
 namespace {
 
 std::string describeTable(const SelectionTable &table, size_t index) {
@@ -44,7 +56,8 @@ std::vector<RowRange> computeRowRanges(const SelectionTable &table) {
     range.mLow = static_cast<uint32_t>(std::min<uint64_t>(nextLow, UINT32_MAX));
     range.mHigh = nearestUpperBound(table.rows, i);
     range.servesAboveMax = i + 1 == table.rows.size() &&
-                           table.aboveMax == AboveMaxPolicy::Largest;
+                           table.aboveMax == AboveMaxPolicy::Largest &&
+                           (table.maxTokens == 0 || table.rows[i].m < table.maxTokens);
     nextLow = uint64_t(range.mHigh) + 1;
     ranges.push_back(range);
   }
@@ -91,6 +104,13 @@ bool validateSelectionTables(const std::vector<SelectionTable> &tables,
                 std::to_string(configCount) + " configurations";
         return false;
       }
+      if (table.maxTokens != 0 && row.m > table.maxTokens) {
+        error = rowName + " (m " + std::to_string(row.m) +
+                "): above the table's capacity of " +
+                std::to_string(table.maxTokens) +
+                " tokens per rank, so unreachable";
+        return false;
+      }
       if (r > 0) {
         const uint32_t previous = table.rows[r - 1].m;
         if (row.m == previous) {
@@ -128,6 +148,8 @@ bool Selector::build(std::vector<SelectionTable> tables, size_t configCount,
     span.rowCount = static_cast<uint32_t>(table.rows.size());
     span.maxM = table.rows.back().m;
     span.aboveMax = table.aboveMax;
+    if (table.maxTokens != 0)
+      span.capacity = table.maxTokens;
     for (size_t r = 0; r < table.rows.size(); ++r) {
       selector.rowUpperBound_.push_back(nearestUpperBound(table.rows, r));
       selector.rowM_.push_back(table.rows[r].m);

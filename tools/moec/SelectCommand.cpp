@@ -76,7 +76,12 @@ int runSelect(const SelectArgs &args, bool haveM) {
         continue;
       }
       std::cout << "m " << range.mLow << ".." << range.mHigh
-                << (range.servesAboveMax ? "+ (fallback above)" : "")
+                << (range.servesAboveMax
+                        ? table.maxTokens != 0
+                              ? " and up to " + std::to_string(table.maxTokens) +
+                                    " (fallback above the row)"
+                              : std::string("+ (fallback above)")
+                        : std::string())
                 << " -> row m=" << range.m << " config " << config.id << "\n";
     }
     if (args.json)
@@ -86,10 +91,8 @@ int runSelect(const SelectArgs &args, bool haveM) {
 
   Selection selection = bundle->selector().select(handle, args.m);
   if (selection.status == SelectStatus::Miss) {
-    std::cerr << "moec: " << args.bundle << ": m " << args.m
-              << " is above the largest row of "
-              << describeTableKey(table.network, table.ep, table.workspace)
-              << " and its policy is above_max=error\n";
+    std::cerr << "moec: " << args.bundle << ": "
+              << describeSelectionMiss(table, args.m) << "\n";
     return moec::cli::kCheckFailed;
   }
   const ConfigInfo &config = manifest.configs[selection.config];

@@ -135,6 +135,11 @@ struct SelectionTable {
   uint32_t workspace = 0;
   Transport transport = Transport::None;
   AboveMaxPolicy aboveMax = AboveMaxPolicy::Largest;
+  /// A fused table's capacity: the most source tokens per rank its peer
+  /// kernels are built for (their smallest max_tokens). An M above it is
+  /// refused whatever above_max says, since the kernels' buffers would
+  /// overflow. 0: no capacity (unfused, TP and FHMoE tables).
+  uint32_t maxTokens = 0;
   std::vector<SelectionRow> rows; ///< strictly increasing m
 };
 

@@ -6,7 +6,9 @@
 //  - rows strictly increasing in m; m picks the nearest row, ties choose the
 //    larger; m = 0 (an empty rank) picks the smallest row;
 //  - m above the largest row follows the table's above_max policy: "largest"
-//    is an explicit, flagged fallback, "error" a miss.
+//    is an explicit, flagged fallback, "error" a miss;
+//  - m above a fused table's capacity (max_tokens) is a miss whatever
+//    above_max says.
 // Two steps keep the hot path allocation-free: resolveTable() once per
 // (network, ep, workspace), then select() per batch (a binary search over a
 // flat array of row upper bounds).
@@ -33,7 +35,8 @@ struct TableHandle {
 enum class SelectStatus : uint8_t {
   Hit,      ///< a row within the table's m range (nearest, ties larger)
   Fallback, ///< m above the largest row, policy "largest": the largest row
-  Miss,     ///< m above the largest row, policy "error" (or a bad handle)
+  Miss,     ///< m above the largest row with policy "error", m above a fused
+            ///< table's capacity, or a bad handle
 };
 
 /// Result of select(); plain data, no allocation.
@@ -67,6 +70,12 @@ bool validateSelectionTables(const std::vector<SelectionTable> &tables,
 std::string describeTableKey(std::string_view network, uint32_t ep,
                              uint32_t workspace);
 
+/// Why `m` misses `table` (select() returned SelectStatus::Miss), one line
+/// naming the key: "flash-fused ep4 ws1024: m 5000 is above the table's
+/// capacity of 1024 tokens per rank (its fused kernels' max_tokens)" or
+/// "... is above the largest row (m 4096) and above_max is 'error'".
+std::string describeSelectionMiss(const SelectionTable &table, uint32_t m);
+
 /// Validated, indexed selection tables.
 class Selector {
 public:
@@ -91,7 +100,7 @@ public:
     Selection result;
     uint32_t row;
     if (m > span.maxM) {
-      if (span.aboveMax == AboveMaxPolicy::Error) {
+      if (span.aboveMax == AboveMaxPolicy::Error || m > span.capacity) {
         result.status = SelectStatus::Miss;
         return result;
       }
@@ -132,6 +141,8 @@ private:
     uint32_t firstRow = 0;
     uint32_t rowCount = 0;
     uint32_t maxM = 0;
+    /// The largest m served at all: maxTokens, or UINT32_MAX without one.
+    uint32_t capacity = UINT32_MAX;
     AboveMaxPolicy aboveMax = AboveMaxPolicy::Largest;
   };
   std::vector<SelectionTable> tables_;

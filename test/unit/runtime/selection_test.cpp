@@ -92,6 +92,47 @@ TEST_CASE("above the largest row: policy error is a miss", "[selection]") {
   CHECK(selector.select(TableHandle{}, 6).status == SelectStatus::Miss); // bad handle
 }
 
+TEST_CASE("a fused table refuses m above its capacity whatever above_max says",
+          "[selection]") {
+  SelectionTable fused = makeTable({6, 192, 768}, AboveMaxPolicy::Largest);
+  fused.network = "flash";
+  fused.maxTokens = 1024;
+  Selector selector = buildSelector({fused});
+  TableHandle table = resolve(selector, 4, 1024);
+  // Between the largest row and the capacity: the declared fallback.
+  CHECK(selector.select(table, 768).status == SelectStatus::Hit);
+  Selection atCapacity = selector.select(table, 1024);
+  CHECK(atCapacity.status == SelectStatus::Fallback);
+  CHECK(atCapacity.rowM == 768);
+  CHECK(selector.select(table, 1025).status == SelectStatus::Miss);
+  CHECK(selector.select(table, 5000).status == SelectStatus::Miss);
+  CHECK(describeSelectionMiss(fused, 5000) ==
+        "flash ep4 ws1024: m 5000 is above the table's capacity of 1024 "
+        "tokens per rank (its fused kernels' max_tokens)");
+  // The last row's range names no fallback beyond the capacity when the
+  // row sits at it.
+  fused.rows.back().m = 1024;
+  Selector atCap = buildSelector({fused});
+  CHECK_FALSE(atCap.rowRanges(resolve(atCap, 4, 1024)).back().servesAboveMax);
+  // An unfused table with the same rows still falls back above them.
+  Selector unfused = buildSelector({makeTable({6, 192, 768}, AboveMaxPolicy::Largest)});
+  CHECK(unfused.select(resolve(unfused, 4, 1024), 5000).status ==
+        SelectStatus::Fallback);
+  CHECK(describeSelectionMiss(makeTable({6, 64}, AboveMaxPolicy::Error), 65) ==
+        "flash ep4 ws1024: m 65 is above the largest row (m 64) and above_max "
+        "is 'error'");
+}
+
+TEST_CASE("a row above a fused table's capacity is refused", "[selection]") {
+  SelectionTable fused = makeTable({6, 2048}, AboveMaxPolicy::Largest);
+  fused.maxTokens = 1024;
+  std::string error;
+  Selector selector;
+  CHECK_FALSE(Selector::build({fused}, 16, selector, error));
+  CHECK(error == "selection[0] (flash ep4 ws1024) row 1 (m 2048): above the "
+                 "table's capacity of 1024 tokens per rank, so unreachable");
+}
+
 TEST_CASE("workspace picks the smallest class that is large enough", "[selection]") {
   Selector selector = buildSelector({makeTable({8}, AboveMaxPolicy::Largest, 16384),
                                      makeTable({8}, AboveMaxPolicy::Largest, 1024),
@@ -226,4 +267,27 @@ TEST_CASE("selection through an opened bundle", "[selection]") {
   CHECK(selector.select(fixedSlot, 1000).status == SelectStatus::Fallback);
   CHECK(selector.select(compact, 1000).rowM == 512);
   CHECK(selector.select(compact, 5000).status == SelectStatus::Miss);
+}
+
+TEST_CASE("a table's max_tokens round-trips through the manifest and is checked",
+          "[selection][manifest]") {
+  nlohmann::json json = manifestWithRows({6, 64}, "largest");
+  json["selection"][0]["max_tokens"] = 1024;
+  Manifest manifest;
+  std::string error;
+  INFO(error);
+  REQUIRE(parseManifest(json.dump(), 2, manifest, error));
+  CHECK(manifest.selection[0].maxTokens == 1024);
+  Manifest again;
+  REQUIRE(parseManifest(serializeManifest(manifest), 2, again, error));
+  CHECK(again.selection[0].maxTokens == 1024);
+  // Absent: no capacity.
+  REQUIRE(parseManifest(manifestWithRows({6, 64}, "largest").dump(), 2, manifest,
+                        error));
+  CHECK(manifest.selection[0].maxTokens == 0);
+  // A row above it is refused naming the row.
+  json["selection"][0]["max_tokens"] = 32;
+  CHECK_FALSE(parseManifest(json.dump(), 2, manifest, error));
+  CHECK(error.find("row 1 (m 64): above the table's capacity of 32") !=
+        std::string::npos);
 }

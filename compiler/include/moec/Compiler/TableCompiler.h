@@ -58,15 +58,20 @@ struct CompiledTable {
   /// entries found corrupted (and rebuilt).
   size_t kernelsFromCache = 0;
   uint64_t corruptCacheEntries = 0;
+  /// Per selection of the table, in order: the smallest max_tokens of the
+  /// fused kernels its rows reach (the table's capacity), 0 with none.
+  std::vector<uint32_t> selectionMaxTokens;
 };
 
 /// The checks across a table's kernels, on their built ops (table kernel
 /// name -> op): a fused stage moves rows the way its selection key says and
 /// holds the key's workspace; a split stage 1 pairs a dispatch=only kernel
 /// with a dispatch=none W13 kernel that waits for exactly its signals. On
-/// failure `error` names the table line.
+/// failure `error` names the table line. checkSelections also gives each
+/// selection's capacity (CompiledTable::selectionMaxTokens).
 bool checkSelections(const TuningTable &table,
                      const std::map<std::string, mlir::Operation *> &ops,
+                     std::vector<uint32_t> &selectionMaxTokens,
                      std::string &error);
 bool checkSplitDispatch(const TuningTable &table,
                         const std::map<std::string, mlir::Operation *> &ops,
