@@ -2,12 +2,16 @@
 # Sanitizer and fuzzing runs of the plain C++17 parts (runtime, reference),
 # built with clang-22 from fuzz/CMakeLists.txt, apart from build/:
 #   build-san/   ASan+UBSan: the runtime's unit tests, then each libFuzzer
-#                target (bundle reader, grid rules, .npy reader) for
-#                MOEC_FUZZ_SECONDS (default 25) from seeds made of real inputs;
-#   build-tsan/  TSan: the runtime's concurrency test.
+#                target (bundle reader, grid rules, .npy reader, table
+#                parser) for MOEC_FUZZ_SECONDS (default 25) from seeds made
+#                of real inputs;
+#   build-tsan/  TSan: the runtime's concurrency test at full size, 16
+#                million selections by 4 threads on one bundle (about 4 s;
+#                MOEC_CONCURRENCY_SELECTIONS sets another total).
 # Called by scripts/test.sh after the main suite (it uses build/bin/moec to
-# compile the seed bundle). A longer fuzz run, e.g. 5 minutes each:
-#   MOEC_FUZZ_SECONDS=300 ./scripts/sanitizers.sh
+# compile the seed bundle, and the main build's generated knob table for the
+# table parser's target). Longer runs (docs/fuzzing.md), e.g. 10 minutes each:
+#   MOEC_FUZZ_SECONDS=600 ./scripts/sanitizers.sh
 # A crash leaves build-san/crash-<target>-<hash>: replay it with
 #   build-san/moec-fuzz-<target> build-san/crash-<target>-<hash>
 set -euo pipefail
@@ -22,14 +26,19 @@ configure() { # dir sanitizers
     -DMOEC_FUZZ_SECONDS="$seconds" >/dev/null
 }
 
+# The dialect's knob table, generated from ODS in the main build.
+"${lock[@]}" cmake --build build --target MoeKnobsIncGen >/dev/null
 configure build-san "address,undefined"
 "${lock[@]}" cmake --build build-san -j2 --target moec-runtime-tests \
-  moec_fake_hip moec_fake_hip_incomplete moec-fuzz-bundle moec-fuzz-grid moec-fuzz-npy
+  moec_fake_hip moec_fake_hip_incomplete moec-fuzz-bundle moec-fuzz-grid \
+  moec-fuzz-npy moec-fuzz-table
 
 # Seed corpora from real inputs: a compiled bundle and its manifest, the
-# grid rules of the shipped tables, small .npy files of each dtype.
+# grid rules of the shipped tables, small .npy files of each dtype, the
+# shipped tuning tables.
 seeds=build-san/seeds
-rm -rf "$seeds" && mkdir -p "$seeds/bundle" "$seeds/grid" "$seeds/npy"
+rm -rf "$seeds" && mkdir -p "$seeds/bundle" "$seeds/grid" "$seeds/npy" "$seeds/table"
+cp tuning_tables/*.table "$seeds/table/"
 if [ -x build/bin/moec ]; then
   build/bin/moec compile tuning_tables/dsv4_pro_tp8_fhmoe.table \
     -o "$seeds/bundle/seed.moeb" -q
@@ -69,4 +78,5 @@ ctest --test-dir build-san -V -R '^fuzz-' 2>&1 |
 configure build-tsan "thread"
 "${lock[@]}" cmake --build build-tsan -j2 --target moec-runtime-tests \
   moec_fake_hip moec_fake_hip_incomplete
-ctest --test-dir build-tsan --output-on-failure
+MOEC_CONCURRENCY_SELECTIONS="${MOEC_CONCURRENCY_SELECTIONS:-16000000}" \
+  ctest --test-dir build-tsan --output-on-failure

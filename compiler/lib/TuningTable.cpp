@@ -1,7 +1,7 @@
 //===- TuningTable.cpp - the tuning-table text format ---------------------===//
 
 #include "moec/Compiler/TuningTable.h"
-#include "moec/Compiler/StageBuilder.h"
+#include "moec/Compiler/KnobSpelling.h"
 #include "moec/Dialect/Moe/MoeKnobs.h"
 #include "moec/target/target_info.h"
 
@@ -97,6 +97,58 @@ private:
       return fail(key, "must be in [" + std::to_string(min) + ", " +
                            std::to_string(max) + "], got " + text);
     return true;
+  }
+  /// A time in microseconds: a finite decimal number >= 0.
+  bool takeMicroseconds(std::vector<Field> &fields, const std::string &key,
+                        std::string &value) {
+    if (!takeRequired(fields, key, value))
+      return false;
+    errno = 0;
+    char *end = nullptr;
+    const double number = std::strtod(value.c_str(), &end);
+    if (errno != 0 || value.empty() || end != value.c_str() + value.size() ||
+        !(number >= 0) || number > 1e12 ||
+        value.find_first_not_of("0123456789.") != std::string::npos)
+      return fail(key, "expected a time in microseconds (a decimal number "
+                       ">= 0), got '" + value + "'");
+    return true;
+  }
+  /// The row's provenance fields: nothing, or model-ranked with its model
+  /// and predicted time, or measured with device, method, date and time
+  /// (and optionally the model's prediction beside it).
+  bool parseRowProvenance(std::vector<Field> &fields, RowProvenance &p) {
+    if (!take(fields, "provenance", p.kind)) {
+      for (const char *key : {"model", "predicted_us", "device", "method",
+                              "date", "measured_us"})
+        if (std::any_of(fields.begin(), fields.end(),
+                        [&](const Field &f) { return f.key == key; }))
+          return fail(key, "needs provenance=model-ranked or provenance=measured");
+      return true;
+    }
+    if (p.kind == "model-ranked") {
+      for (const char *key : {"device", "method", "date", "measured_us"})
+        if (std::any_of(fields.begin(), fields.end(),
+                        [&](const Field &f) { return f.key == key; }))
+          return fail(key, "only a measured row has it (nothing unmeasured "
+                           "is labelled measured)");
+      return takeRequired(fields, "model", p.model) &&
+             takeMicroseconds(fields, "predicted_us", p.predictedUs);
+    }
+    if (p.kind == "measured") {
+      if (!takeRequired(fields, "device", p.device) ||
+          !takeRequired(fields, "method", p.method) ||
+          !takeRequired(fields, "date", p.date) ||
+          !takeMicroseconds(fields, "measured_us", p.measuredUs))
+        return false;
+      if (p.date.size() != 10 || p.date[4] != '-' || p.date[7] != '-' ||
+          p.date.find_first_not_of("0123456789-") != std::string::npos)
+        return fail("date", "expected YYYY-MM-DD, got '" + p.date + "'");
+      if (take(fields, "model", p.model))
+        return takeMicroseconds(fields, "predicted_us", p.predictedUs);
+      return true;
+    }
+    return fail("provenance", "expected model-ranked or measured, got '" +
+                                  p.kind + "'");
   }
   bool noneLeft(const std::vector<Field> &fields) {
     if (fields.empty())
@@ -320,7 +372,8 @@ bool TableParser::parseRow(std::vector<Field> &fields) {
   TableRow r;
   r.where = here();
   if (!takeInt(fields, "m", r.m, true) ||
-      !takeRequired(fields, "config", r.config))
+      !takeRequired(fields, "config", r.config) ||
+      !parseRowProvenance(fields, r.provenance))
     return false;
   TableSelection &s = table.selections.back();
   if (auto [it, added] = rowLines.emplace(r.m, line); !added)

@@ -286,12 +286,20 @@ TEST_CASE("every code object is an AMDGPU ELF for the bundle's chip",
 #include "moec/grid_rule.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 TEST_CASE("threads select, verify code objects and compute grids on one bundle",
           "[bundle][concurrency]") {
   // Run under TSan in CI (scripts/sanitizers.sh): selection, the lazy
-  // per-object verification and launch grids share one Bundle.
+  // per-object verification and launch grids share one Bundle. CI runs
+  // 80,000 selections; MOEC_CONCURRENCY_SELECTIONS sets the total for a
+  // longer run (docs/fuzzing.md: 16,000,000 under TSan).
+  uint64_t total = 80000;
+  if (const char *text = std::getenv("MOEC_CONCURRENCY_SELECTIONS"))
+    total = std::strtoull(text, nullptr, 10);
+  REQUIRE(total >= 4);
+  const uint64_t perThread = total / 4;
   TempDir dir;
   std::string error;
   REQUIRE(writeBundle(dir.file("a.moeb"), sampleManifest().dump(),
@@ -308,12 +316,12 @@ TEST_CASE("threads select, verify code objects and compute grids on one bundle",
     threads.emplace_back([&, t] {
       uint64_t local = 0;
       const RuleVariable variables[] = {{"m", 64 + t}, {"n", 256}};
-      for (uint32_t i = 0; i < 20000; ++i) {
-        const Selection s = bundle->selector().select(table, i % 100);
+      for (uint64_t i = 0; i < perThread; ++i) {
+        const Selection s = bundle->selector().select(table, uint32_t(i % 100));
         local += s.config;
         CodeObjectView view;
         std::string why;
-        if (!bundle->codeObject(i % bundle->codeObjectCount(), view, why))
+        if (!bundle->codeObject(uint32_t(i % bundle->codeObjectCount()), view, why))
           ++failures;
         const KernelInfo &kernel =
             bundle->manifest().kernels[bundle->manifest().configs[s.config].kernels[0]];

@@ -16,6 +16,7 @@
 #define MOEC_COMPILER_STAGEBUILDER_H
 
 #include "moec/Codegen/KernelAbi.h"
+#include "moec/Compiler/KnobSpelling.h"
 #include "moec/Compiler/TuningTable.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -72,12 +73,6 @@ struct StageDescription {
 mlir::Operation *buildStageOp(mlir::OpBuilder &builder, const StageSpec &spec,
                               StageDescription &description,
                               std::string &error);
-
-/// The message for a knob value written in a spelling moe no longer reads
-/// (`mfma=16x16x128`, `b_prefetch=1`), naming the spelling to write instead;
-/// empty when the value is not an old spelling.
-std::string oldKnobSpelling(const std::string &stage, const std::string &knob,
-                            const std::string &value);
 
 } // namespace moec
 
