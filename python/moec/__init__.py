@@ -13,7 +13,8 @@ caller passes their objects. docs/python.md describes the whole API.
 from ._capi import MoecError, library_path
 from .fused import current_layers, fused_moe, use
 from .npy import HostArray
-from .runtime import Bundle, Device, DeviceBuffer, Layer, TableFacts, emulated_hip_library
+from .runtime import (AiterSelection, Bundle, Device, DeviceBuffer, Layer, TableFacts,
+                      emulated_hip_library, select_aiter)
 from .weights import (AITER, CHECKPOINT, PreparedWeights, WeightLayout,
                       has_weight_preparation, prepare_expert_weights, prepare_shared_expert,
                       weight_sizes)
@@ -21,7 +22,7 @@ from . import npy, weights
 
 __version__ = "0.1.0"
 
-__all__ = ["MoecError", "Bundle", "Device", "DeviceBuffer", "Layer", "TableFacts", "HostArray",
+__all__ = ["MoecError", "Bundle", "AiterSelection", "select_aiter", "Device", "DeviceBuffer", "Layer", "TableFacts", "HostArray",
            "fused_moe", "use", "current_layers", "emulated_hip_library", "library_path",
            "WeightLayout", "PreparedWeights", "weight_sizes", "prepare_expert_weights",
            "prepare_shared_expert", "has_weight_preparation", "CHECKPOINT", "AITER", "npy",

@@ -21,6 +21,7 @@ _STATUS_NAMES = {
     8: "MOEC_STATUS_HIP_ERROR",
     9: "MOEC_STATUS_RESOURCE_EXCEEDED",
     10: "MOEC_STATUS_INTERNAL",
+    11: "MOEC_STATUS_ROW_NOT_COMPILED",
 }
 
 
@@ -85,6 +86,18 @@ class Selection(ctypes.Structure):
     _fields_ = [("config", c_u32), ("row", c_u32), ("row_m", c_u32),
                 ("exact", c_u8), ("fallback", c_u8), ("kernel_count", c_u32),
                 ("kernels", ctypes.POINTER(c_u32))]
+
+
+class AiterColumn(ctypes.Structure):
+    _fields_ = [("column", ctypes.c_char_p), ("value", ctypes.c_char_p)]
+
+
+class AiterSelection(ctypes.Structure):
+    _fields_ = [("kernel_name1", ctypes.c_char_p), ("kernel_name2", ctypes.c_char_p),
+                ("block_m", c_u32), ("ksplit", c_u32), ("source_row", c_u32),
+                ("file", ctypes.c_char_p), ("rule", ctypes.c_char_p), ("token", c_u32),
+                ("row_token", c_u32), ("row", c_u32), ("config", c_u32),
+                ("kernel_count", c_u32), ("kernels", ctypes.POINTER(c_u32))]
 
 
 class LayerProblem(ctypes.Structure):
@@ -201,6 +214,7 @@ _PROTOTYPES = {
     "moec_bundle_config_info": (S, [vp, c_u32, P(ConfigInfo)]),
     "moec_bundle_resolve_table": (S, [vp, ctypes.c_char_p, c_u32, c_u32, P(Table)]),
     "moec_bundle_select": (S, [vp, Table, c_u32, P(Selection)]),
+    "moec_bundle_select_aiter": (S, [vp, c_u64, P(AiterColumn), c_u32, P(AiterSelection)]),
     "moec_device_create": (S, [ctypes.c_char_p, ctypes.c_int, P(vp)]),
     "moec_device_release": (None, [vp]),
     "moec_device_compute_units": (S, [vp, P(c_u32)]),

@@ -10,8 +10,8 @@ from . import _capi
 from ._capi import MoecError, call, invalid
 from .npy import HostArray
 
-__all__ = ["Bundle", "Device", "DeviceBuffer", "Layer", "TableFacts",
-           "emulated_hip_library", "pointer_of", "host_buffer"]
+__all__ = ["Bundle", "Device", "DeviceBuffer", "Layer", "TableFacts", "AiterSelection",
+           "select_aiter", "emulated_hip_library", "pointer_of", "host_buffer"]
 
 
 # ---- Argument conversion --------------------------------------------------
@@ -202,6 +202,23 @@ class Bundle:
              self.resolve_table(network, ep, workspace), m, ctypes.byref(selection))
         return self.config_id(selection.config), selection.row_m
 
+    def select_aiter(self, m, **key):
+        """AITER's lookup (docs/aiter-tables.md) for m tokens; key: every key
+        column of AITER's CSV by its name, with the CSV's value or anything
+        whose str() is that spelling (aiter.ActivationType.Silu,
+        torch.bfloat16, 256, ...). Nothing is defaulted or adjusted. A miss
+        raises MoecError MOEC_STATUS_SELECTION_MISS, a row the bundle did not
+        compile MOEC_STATUS_ROW_NOT_COMPILED, both naming the key or row."""
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise invalid("select_aiter", "m must be an integer >= 0, not %r" % (m,))
+        encoded = [(str(column).encode(), str(value).encode())
+                   for column, value in key.items()]
+        columns = (_capi.AiterColumn * max(1, len(encoded)))(*encoded)
+        out = _capi.AiterSelection()
+        call("moec_bundle_select_aiter", "select_aiter m=%d" % m, self.handle, m,
+             columns, len(encoded), ctypes.byref(out))
+        return AiterSelection(out, self.config_id(out.config))
+
     def manifest(self):
         """The manifest JSON (read from the file; the C API verified it at open)."""
         if self._manifest is None:
@@ -244,6 +261,42 @@ class Bundle:
 
 
 # ---- Devices ------------------------------------------------------------------
+
+class AiterSelection:
+    """The row AITER's lookup picks (moec_aiter_selection_t): kernelName1,
+    kernelName2, block_m, ksplit, source_row (its CSV line, header = 1),
+    file, rule ("exact", "act_type_fallback", "tier_fallback"), token (the
+    bucket of m), row_token, row (index into aiter_rows), config (the moec
+    configuration id) and config_index."""
+
+    def __init__(self, c, config_id):
+        self.kernelName1 = c.kernel_name1.decode()
+        self.kernelName2 = c.kernel_name2.decode()
+        self.block_m = c.block_m
+        self.ksplit = c.ksplit
+        self.source_row = c.source_row
+        self.file = c.file.decode()
+        self.rule = c.rule.decode()
+        self.token = c.token
+        self.row_token = c.row_token
+        self.row = c.row
+        self.config_index = c.config
+        self.config = config_id
+
+    def __repr__(self):
+        return "AiterSelection(%s:%d %s %s %s block_m=%d)" % (
+            self.file, self.source_row, self.rule, self.kernelName1, self.kernelName2,
+            self.block_m)
+
+
+def select_aiter(bundle, m, **key):
+    """moec.select_aiter(bundle, m, gfx=..., cu_num=..., ...): Bundle.select_aiter
+    on a Bundle or a bundle path."""
+    if isinstance(bundle, Bundle):
+        return bundle.select_aiter(m, **key)
+    with Bundle(bundle) as opened:
+        return opened.select_aiter(m, **key)
+
 
 def emulated_hip_library():
     """$MOEC_EMULATED_HIP_LIBRARY, or libmoec_emulated_hip.so next to the

@@ -2,6 +2,7 @@
 #include "moec/aiter_select.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace moec::rt {
 namespace {
@@ -56,6 +57,97 @@ uint32_t aiterPaddedToken(uint64_t m) noexcept {
     return p;
   }
   return m >= kSecondTier ? kSecondTier : kFirstTier;
+}
+
+const char *const AiterKeyColumns::kColumns[] = {
+    "gfx",       "cu_num",   "model_dim", "inter_dim",        "expert",
+    "topk",      "act_type", "dtype",     "q_dtype_a",        "q_dtype_w",
+    "q_type",    "use_g1u1", "doweight_stage1", "shared_expert_id",
+    "hidden_pad", "intermediate_pad", "gate_mode"};
+
+AiterKeyColumns::Error AiterKeyColumns::set(std::string_view column,
+                                            std::string_view value) noexcept {
+  size_t index = 0;
+  while (index < std::size(kColumns) && column != kColumns[index])
+    ++index;
+  if (index == std::size(kColumns))
+    return Error::UnknownColumn;
+  if (given_ & (1u << index))
+    return Error::Repeated;
+  // Integer columns: plain decimal digits that fit 32 bits.
+  uint32_t *number = nullptr;
+  std::string_view *text = nullptr;
+  switch (index) {
+  case 0: text = &key_.gfx; break;
+  case 1: number = &key_.cuNum; break;
+  case 2: number = &key_.modelDim; break;
+  case 3: number = &key_.interDim; break;
+  case 4: number = &key_.expert; break;
+  case 5: number = &key_.topk; break;
+  case 6: text = &key_.actType; break;
+  case 7: text = &key_.dtype; break;
+  case 8: text = &key_.qDtypeA; break;
+  case 9: text = &key_.qDtypeW; break;
+  case 10: text = &key_.qType; break;
+  case 11: number = &key_.useG1u1; break;
+  case 12: number = &key_.doweightStage1; break;
+  case 13: number = &key_.sharedExpertId; break;
+  case 14: number = &key_.hiddenPad; break;
+  case 15: number = &key_.intermediatePad; break;
+  default: text = &key_.gateMode; break;
+  }
+  if (number) {
+    if (value.empty() || value.size() > 10)
+      return Error::NotAnInteger;
+    uint64_t v = 0;
+    for (char c : value) {
+      if (c < '0' || c > '9')
+        return Error::NotAnInteger;
+      v = v * 10 + uint64_t(c - '0');
+    }
+    if (v > UINT32_MAX)
+      return Error::NotAnInteger;
+    *number = static_cast<uint32_t>(v);
+  } else {
+    *text = value;
+  }
+  given_ |= 1u << index;
+  if (index >= kKeyColumnCount)
+    key_.fhmoe = true;
+  return Error::None;
+}
+
+size_t AiterKeyColumns::firstMissing() const noexcept {
+  const size_t needed =
+      key_.fhmoe ? kKeyColumnCount + kFhmoeColumnCount : kKeyColumnCount;
+  for (size_t i = 0; i < needed; ++i)
+    if (!(given_ & (1u << i)))
+      return i;
+  return SIZE_MAX;
+}
+
+std::string AiterKeyColumns::missingColumns() const {
+  const size_t needed =
+      key_.fhmoe ? kKeyColumnCount + kFhmoeColumnCount : kKeyColumnCount;
+  std::string text;
+  for (size_t i = 0; i < needed; ++i)
+    if (!(given_ & (1u << i)))
+      text += (text.empty() ? "" : " ") + std::string(kColumns[i]);
+  return text;
+}
+
+const char *AiterKeyColumns::errorText(Error error) noexcept {
+  switch (error) {
+  case Error::None:
+    return "ok";
+  case Error::UnknownColumn:
+    return "not a key column of AITER's CSV (token comes from M)";
+  case Error::NotAnInteger:
+    return "expected an unsigned 32-bit integer";
+  case Error::Repeated:
+    return "given twice";
+  }
+  return "?";
 }
 
 const char *aiterRuleName(AiterRule rule) noexcept {
@@ -213,6 +305,26 @@ std::string describeAiterMiss(const std::vector<AiterRowInfo> &rows,
   for (size_t i = 0; i < nearest.size() && i < 5; ++i)
     text += (i ? "; " : " ") + nearest[i].second;
   return text;
+}
+
+std::string describeAiterRefusal(const Manifest &manifest, const AiterKey &key,
+                                 const AiterSelection &selection, uint64_t m) {
+  std::string text = "m " + std::to_string(m);
+  if (selection.status == AiterStatus::Miss || selection.row >= manifest.aiterRows.size())
+    return text + ": " + describeAiterMiss(manifest.aiterRows, key, selection.token);
+  const AiterRowInfo &row = manifest.aiterRows[selection.row];
+  const std::string at =
+      (row.source < manifest.sources.size() ? manifest.sources[row.source].path
+                                            : std::string("?")) +
+      ":" + std::to_string(row.line);
+  text += " (token " + std::to_string(selection.token) + ", " +
+          aiterRuleName(selection.rule) + ")";
+  if (selection.status == AiterStatus::Skipped)
+    return text + " selects AITER row " + at + ", which was not compiled: " +
+           row.skipped;
+  return text + ": AITER would borrow row " + at + " (act_type " + row.actType +
+         ") and JIT it for " + std::string(key.actType) +
+         "; this bundle holds no kernel compiled for " + std::string(key.actType);
 }
 
 } // namespace moec::rt

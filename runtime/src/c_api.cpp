@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 #include "moec/moec_runtime.h"
 
+#include "moec/aiter_select.h"
 #include "moec/bundle.h"
 #include "moec/grid_rule.h"
 #include "moec/hip_loader.h"
@@ -103,6 +104,8 @@ const char *moec_status_name(moec_status_t status) {
     return "MOEC_STATUS_RESOURCE_EXCEEDED";
   case MOEC_STATUS_INTERNAL:
     return "MOEC_STATUS_INTERNAL";
+  case MOEC_STATUS_ROW_NOT_COMPILED:
+    return "MOEC_STATUS_ROW_NOT_COMPILED";
   }
   return "MOEC_STATUS_UNKNOWN";
 }
@@ -347,6 +350,69 @@ moec_status_t moec_bundle_select(const moec_bundle_t *bundle, moec_table_t table
   out_selection->row_m = selection.rowM;
   out_selection->exact = selection.exact ? 1 : 0;
   out_selection->fallback = selection.status == SelectStatus::Fallback ? 1 : 0;
+  out_selection->kernel_count = static_cast<uint32_t>(config.kernels.size());
+  out_selection->kernels = config.kernels.data();
+  return MOEC_STATUS_OK;
+}
+
+moec_status_t moec_bundle_select_aiter(const moec_bundle_t *bundle, uint64_t m,
+                                       const moec_aiter_column_t *key,
+                                       uint32_t key_count,
+                                       moec_aiter_selection_t *out_selection) {
+  if (!bundle || !out_selection || (!key && key_count))
+    return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                "moec_bundle_select_aiter: null argument");
+  AiterKeyColumns columns;
+  for (uint32_t i = 0; i < key_count; ++i) {
+    if (!key[i].column || !key[i].value)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_bundle_select_aiter: key entry " + std::to_string(i) +
+                      " has a null column or value");
+    const auto error = columns.set(key[i].column, key[i].value);
+    if (error != AiterKeyColumns::Error::None)
+      return guarded([&]() -> moec_status_t {
+        return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                    std::string("moec_bundle_select_aiter: key column ") +
+                        key[i].column + "=" + key[i].value + ": " +
+                        AiterKeyColumns::errorText(error));
+      });
+  }
+  if (columns.firstMissing() != SIZE_MAX)
+    return guarded([&]() -> moec_status_t {
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_bundle_select_aiter: the key needs " +
+                      columns.missingColumns() +
+                      " (the key is explicit: nothing is defaulted)");
+    });
+  const Manifest &manifest = bundle->bundle->manifest();
+  if (manifest.aiterRows.empty())
+    return guarded([&]() -> moec_status_t {
+      return fail(MOEC_STATUS_NOT_FOUND,
+                  bundle->bundle->path() +
+                      ": holds no AITER rows (compiled from a moec tuning table)");
+    });
+  const AiterSelection selection = selectAiter(manifest.aiterRows, columns.key(), m);
+  if (selection.status != AiterStatus::Hit)
+    return guarded([&]() -> moec_status_t {
+      return fail(selection.status == AiterStatus::Miss
+                      ? MOEC_STATUS_SELECTION_MISS
+                      : MOEC_STATUS_ROW_NOT_COMPILED,
+                  bundle->bundle->path() + ": " +
+                      describeAiterRefusal(manifest, columns.key(), selection, m));
+    });
+  const AiterRowInfo &row = manifest.aiterRows[selection.row];
+  const ConfigInfo &config = manifest.configs[row.config];
+  out_selection->kernel_name1 = row.kernelName1.c_str();
+  out_selection->kernel_name2 = row.kernelName2.c_str();
+  out_selection->block_m = row.blockM;
+  out_selection->ksplit = row.ksplit;
+  out_selection->source_row = row.line;
+  out_selection->file = manifest.sources[row.source].path.c_str();
+  out_selection->rule = aiterRuleName(selection.rule);
+  out_selection->token = selection.token;
+  out_selection->row_token = row.token;
+  out_selection->row = selection.row;
+  out_selection->config = row.config;
   out_selection->kernel_count = static_cast<uint32_t>(config.kernels.size());
   out_selection->kernels = config.kernels.data();
   return MOEC_STATUS_OK;

@@ -11,8 +11,6 @@
 
 #include <chrono>
 #include <iostream>
-#include <map>
-#include <set>
 
 namespace moec::cli {
 
@@ -55,98 +53,38 @@ int runAiterCompile(const std::vector<std::string> &paths,
   return kSuccess;
 }
 
-namespace {
-
-const char *const kKeyColumns[] = {
-    "gfx",      "cu_num",    "model_dim", "inter_dim", "expert",
-    "topk",     "act_type",  "dtype",     "q_dtype_a", "q_dtype_w",
-    "q_type",   "use_g1u1",  "doweight_stage1"};
-const char *const kFhmoeColumns[] = {"shared_expert_id", "hidden_pad",
-                                     "intermediate_pad", "gate_mode"};
-
-bool toU32(const std::string &text, uint32_t &out) {
-  if (text.empty() || text.size() > 10 ||
-      text.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  uint64_t v = std::stoull(text);
-  if (v > UINT32_MAX)
-    return false;
-  out = static_cast<uint32_t>(v);
-  return true;
-}
-
-} // namespace
-
 int runAiterSelect(const std::string &bundlePath, uint64_t m,
                    const std::vector<std::string> &where, bool json) {
-  std::map<std::string, std::string> columns;
-  std::set<std::string> known(std::begin(kKeyColumns), std::end(kKeyColumns));
-  known.insert(std::begin(kFhmoeColumns), std::end(kFhmoeColumns));
+  rt::AiterKeyColumns columns;
   for (const std::string &pair : where) {
-    size_t eq = pair.find('=');
-    std::string column = pair.substr(0, eq);
-    if (eq == std::string::npos || !known.count(column)) {
+    const size_t eq = pair.find('=');
+    const std::string_view text(pair);
+    const auto error =
+        eq == std::string::npos
+            ? rt::AiterKeyColumns::Error::UnknownColumn
+            : columns.set(text.substr(0, eq), text.substr(eq + 1));
+    if (error == rt::AiterKeyColumns::Error::UnknownColumn) {
       std::cerr << "moec: --where " << pair
                 << ": expected COLUMN=VALUE with a key column of AITER's CSV "
                    "(token comes from --m)\n";
       return kBadInput;
     }
-    if (!columns.emplace(column, pair.substr(eq + 1)).second) {
-      std::cerr << "moec: --where " << column << ": given twice\n";
+    if (error == rt::AiterKeyColumns::Error::Repeated) {
+      std::cerr << "moec: --where " << pair.substr(0, eq) << ": given twice\n";
+      return kBadInput;
+    }
+    if (error != rt::AiterKeyColumns::Error::None) {
+      std::cerr << "moec: --where " << pair << ": "
+                << rt::AiterKeyColumns::errorText(error) << "\n";
       return kBadInput;
     }
   }
-  size_t fhmoeGiven = 0;
-  for (const char *c : kFhmoeColumns)
-    fhmoeGiven += columns.count(c);
-  std::vector<std::string> missing;
-  for (const char *c : kKeyColumns)
-    if (!columns.count(c))
-      missing.push_back(c);
-  if (fhmoeGiven != 0)
-    for (const char *c : kFhmoeColumns)
-      if (!columns.count(c))
-        missing.push_back(c);
-  if (!missing.empty()) {
-    std::cerr << "moec: the key needs --where for";
-    for (const std::string &c : missing)
-      std::cerr << " " << c;
-    std::cerr << " (the key is explicit: nothing is defaulted)\n";
+  if (columns.firstMissing() != SIZE_MAX) {
+    std::cerr << "moec: the key needs --where for " << columns.missingColumns()
+              << " (the key is explicit: nothing is defaulted)\n";
     return kBadInput;
   }
-  rt::AiterKey key;
-  key.gfx = columns["gfx"];
-  key.actType = columns["act_type"];
-  key.dtype = columns["dtype"];
-  key.qDtypeA = columns["q_dtype_a"];
-  key.qDtypeW = columns["q_dtype_w"];
-  key.qType = columns["q_type"];
-  key.fhmoe = fhmoeGiven != 0;
-  if (key.fhmoe)
-    key.gateMode = columns["gate_mode"];
-  struct Number {
-    const char *column;
-    uint32_t *out;
-  } numbers[] = {{"cu_num", &key.cuNum},
-                 {"model_dim", &key.modelDim},
-                 {"inter_dim", &key.interDim},
-                 {"expert", &key.expert},
-                 {"topk", &key.topk},
-                 {"use_g1u1", &key.useG1u1},
-                 {"doweight_stage1", &key.doweightStage1},
-                 {"shared_expert_id", &key.sharedExpertId},
-                 {"hidden_pad", &key.hiddenPad},
-                 {"intermediate_pad", &key.intermediatePad}};
-  for (const Number &n : numbers) {
-    auto it = columns.find(n.column);
-    if (it == columns.end())
-      continue;
-    if (!toU32(it->second, *n.out)) {
-      std::cerr << "moec: --where " << n.column << "=" << it->second
-                << ": expected an unsigned integer\n";
-      return kBadInput;
-    }
-  }
+  const rt::AiterKey &key = columns.key();
   auto bundle = openBundleOrReport(bundlePath);
   if (!bundle)
     return kBadInput;
@@ -158,31 +96,14 @@ int runAiterSelect(const std::string &bundlePath, uint64_t m,
     return kBadInput;
   }
   const rt::AiterSelection s = rt::selectAiter(manifest.aiterRows, key, m);
-  if (s.status == rt::AiterStatus::Miss) {
-    std::cerr << "moec: " << bundlePath << ": m " << m << ": "
-              << rt::describeAiterMiss(manifest.aiterRows, key, s.token)
-              << "\n";
+  if (s.status != rt::AiterStatus::Hit) {
+    std::cerr << "moec: " << bundlePath << ": "
+              << rt::describeAiterRefusal(manifest, key, s, m) << "\n";
     return kCheckFailed;
   }
   const rt::AiterRowInfo &row = manifest.aiterRows[s.row];
   const std::string file = manifest.sources[row.source].path;
   const std::string at = file + ":" + std::to_string(row.line);
-  if (s.status == rt::AiterStatus::Skipped) {
-    std::cerr << "moec: " << bundlePath << ": m " << m << " (token "
-              << s.token << ", " << rt::aiterRuleName(s.rule)
-              << ") selects AITER row " << at
-              << ", which was not compiled: " << row.skipped << "\n";
-    return kCheckFailed;
-  }
-  if (s.status == rt::AiterStatus::WrongActivation) {
-    std::cerr << "moec: " << bundlePath << ": m " << m << " (token "
-              << s.token << ", " << rt::aiterRuleName(s.rule)
-              << "): AITER would borrow row " << at << " (act_type "
-              << row.actType << ") and JIT it for " << key.actType
-              << "; this bundle holds no kernel compiled for "
-              << key.actType << "\n";
-    return kCheckFailed;
-  }
   const rt::ConfigInfo &config = manifest.configs[row.config];
   if (json) {
     nlohmann::json kernels = nlohmann::json::array();

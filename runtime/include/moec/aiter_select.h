@@ -16,6 +16,7 @@
 
 #include "moec/manifest.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,6 +36,34 @@ struct AiterKey {
   bool fhmoe = false;
   uint32_t sharedExpertId = 0, hiddenPad = 0, intermediatePad = 0;
   std::string_view gateMode;
+};
+
+/// Builds an AiterKey from the CSV's column names and value spellings
+/// (`moec select --where`, moec_bundle_select_aiter). set() is noexcept and
+/// allocation-free: the key's strings are views of `value`.
+class AiterKeyColumns {
+public:
+  enum class Error : uint8_t { None, UnknownColumn, NotAnInteger, Repeated };
+  /// The 13 key columns in the CSV's order (token comes from M).
+  static constexpr size_t kKeyColumnCount = 13;
+  /// The FHMoE table's 4 extra key columns.
+  static constexpr size_t kFhmoeColumnCount = 4;
+  static const char *const kColumns[kKeyColumnCount + kFhmoeColumnCount];
+
+  Error set(std::string_view column, std::string_view value) noexcept;
+  /// Whether any FHMoE column was given (then all four are needed).
+  bool fhmoe() const noexcept { return key_.fhmoe; }
+  /// Index into kColumns of the first column still needed, or SIZE_MAX.
+  size_t firstMissing() const noexcept;
+  /// Every column still needed, space separated. Allocates; error path.
+  std::string missingColumns() const;
+  /// The key; complete when firstMissing() == SIZE_MAX.
+  const AiterKey &key() const noexcept { return key_; }
+  static const char *errorText(Error error) noexcept;
+
+private:
+  AiterKey key_;
+  uint32_t given_ = 0; ///< bit i: kColumns[i] was set
 };
 
 enum class AiterRule : uint8_t { Exact, ActTypeFallback, TierFallback };
@@ -69,6 +98,13 @@ const char *aiterRuleName(AiterRule rule) noexcept;
 /// columns that differ (`topk=6 (key has 7)`). Allocates; error path only.
 std::string describeAiterMiss(const std::vector<AiterRowInfo> &rows,
                               const AiterKey &key, uint32_t token);
+
+/// Why `selection` (not a Hit) serves no kernel, in one line starting
+/// "m M: ": the miss text (describeAiterMiss), or the row's file:line with
+/// the reason it was skipped, or the activation the bundle lacks.
+/// Allocates; error path only.
+std::string describeAiterRefusal(const Manifest &manifest, const AiterKey &key,
+                                 const AiterSelection &selection, uint64_t m);
 
 /// The key as `column=value` pairs in the CSV's column order.
 std::string describeAiterKey(const AiterKey &key, uint32_t token);

@@ -40,6 +40,9 @@ typedef enum moec_status_e {
   MOEC_STATUS_HIP_ERROR = 8,        /**< a HIP call failed */
   MOEC_STATUS_RESOURCE_EXCEEDED = 9,/**< kernel needs more than the device has */
   MOEC_STATUS_INTERNAL = 10,        /**< unexpected failure (out of memory, ...) */
+  MOEC_STATUS_ROW_NOT_COMPILED = 11,/**< the AITER row a key selects has no
+                                         kernels in the bundle (skipped at
+                                         compile time, or another activation) */
 } moec_status_t;
 
 /** One-line message of the calling thread's last failure ("" if none). */
@@ -192,6 +195,52 @@ typedef struct moec_selection_t {
 MOEC_API moec_status_t moec_bundle_select(const moec_bundle_t *bundle,
                                           moec_table_t table, uint32_t m,
                                           moec_selection_t *out_selection);
+
+/* ---- AITER tuned-table lookup (docs/aiter-tables.md) ------------------ */
+
+/** One key column of AITER's tuned CSV by its own name and value spelling,
+ *  e.g. {"act_type", "ActivationType.Silu"}, {"topk", "6"}. */
+typedef struct moec_aiter_column_t {
+  const char *column;
+  const char *value;
+} moec_aiter_column_t;
+
+/** The row AITER's lookup picks and the moec configuration compiled for it.
+ *  Strings are borrowed from the bundle. */
+typedef struct moec_aiter_selection_t {
+  const char *kernel_name1;
+  const char *kernel_name2;
+  uint32_t block_m;
+  uint32_t ksplit;
+  uint32_t source_row;    /**< the row's line in its CSV (header = line 1) */
+  const char *file;       /**< the CSV as given to moec compile */
+  const char *rule;       /**< "exact", "act_type_fallback", "tier_fallback" */
+  uint32_t token;         /**< get_padded_M(m), the bucket looked up first */
+  uint32_t row_token;     /**< the row's token */
+  uint32_t row;           /**< index into the manifest's aiter_rows */
+  uint32_t config;        /**< configuration index */
+  uint32_t kernel_count;  /**< kernels of the configuration */
+  const uint32_t *kernels;/**< borrowed, kernel_count entries */
+} moec_aiter_selection_t;
+
+/** AITER's lookup (fused_moe.get_2stage_cfgs) for m tokens with the key
+ *  given explicitly: all 13 key columns (gfx, cu_num, model_dim, inter_dim,
+ *  expert, topk, act_type, dtype, q_dtype_a, q_dtype_w, q_type, use_g1u1,
+ *  doweight_stage1), plus shared_expert_id, hidden_pad, intermediate_pad
+ *  and gate_mode for FHMoE tables; token comes from m. Nothing is defaulted
+ *  or adjusted (topk and expert as the CSV has them).
+ *  MOEC_STATUS_SELECTION_MISS: no row (the message prints the key and the
+ *  token buckets it has, or the nearest keys that exist);
+ *  MOEC_STATUS_ROW_NOT_COMPILED: the row was skipped at compile time or is
+ *  for another activation (the message names its file:line and reason);
+ *  MOEC_STATUS_INVALID_ARGUMENT: an unknown, repeated or missing column, a
+ *  non-integer value; MOEC_STATUS_NOT_FOUND: the bundle has no AITER rows.
+ *  Allocation-free on success; does not touch the error message then. */
+MOEC_API moec_status_t moec_bundle_select_aiter(const moec_bundle_t *bundle,
+                                                uint64_t m,
+                                                const moec_aiter_column_t *key,
+                                                uint32_t key_count,
+                                                moec_aiter_selection_t *out_selection);
 
 /* ---- Devices and launches (HIP through dlopen) ------------------------- */
 

@@ -2,9 +2,14 @@
 // manifest's aiter_rows round trip. Expected values are AITER's rules
 // applied by hand to the rows below (docs/aiter-tables.md).
 #include "moec/aiter_select.h"
+#include "moec/bundle.h"
 #include "moec/manifest.h"
+#include "moec/moec_runtime.h"
+#include "test_support.h"
 
 #include <catch2/catch.hpp>
+
+#include <cstring>
 
 using namespace moec::rt;
 
@@ -218,4 +223,193 @@ TEST_CASE("manifest aiter_rows round-trip byte for byte", "[aiter]") {
   bad.aiterRows[0].skipped.clear();
   CHECK_FALSE(parseManifest(serializeManifest(bad), 0, back, error));
   CHECK(error.find("aiter_rows[0].config") != std::string::npos);
+}
+
+TEST_CASE("AITER key columns: CSV names and spellings, nothing defaulted",
+          "[aiter]") {
+  AiterKeyColumns columns;
+  using Error = AiterKeyColumns::Error;
+  CHECK(columns.set("token", "4") == Error::UnknownColumn);
+  CHECK(columns.set("topk", "6x") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "-6") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "4294967296") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "6") == Error::None);
+  CHECK(columns.set("topk", "6") == Error::Repeated);
+  CHECK(columns.key().topk == 6);
+  CHECK(columns.firstMissing() == 0);
+  CHECK(columns.missingColumns() ==
+        "gfx cu_num model_dim inter_dim expert act_type dtype q_dtype_a "
+        "q_dtype_w q_type use_g1u1 doweight_stage1");
+  const std::pair<const char *, const char *> rest[] = {
+      {"gfx", "gfx950"},
+      {"cu_num", "256"},
+      {"model_dim", "7168"},
+      {"inter_dim", "512"},
+      {"expert", "384"},
+      {"act_type", kSilu},
+      {"dtype", "torch.bfloat16"},
+      {"q_dtype_a", "torch.float8_e4m3fn"},
+      {"q_dtype_w", "torch.float4_e2m1fn_x2"},
+      {"q_type", "QuantType.per_1x32"},
+      {"use_g1u1", "1"},
+      {"doweight_stage1", "0"}};
+  for (const auto &[column, value] : rest)
+    REQUIRE(columns.set(column, value) == Error::None);
+  CHECK(columns.firstMissing() == SIZE_MAX);
+  CHECK_FALSE(columns.fhmoe());
+  const AiterKey expected = keyOf(kSilu, 6);
+  CHECK(describeAiterKey(columns.key(), 4) == describeAiterKey(expected, 4));
+  // One FHMoE column makes the key FHMoE: the other three are then needed.
+  REQUIRE(columns.set("gate_mode", "GateMode.INTERLEAVE") == Error::None);
+  CHECK(columns.fhmoe());
+  CHECK(columns.missingColumns() ==
+        "shared_expert_id hidden_pad intermediate_pad");
+}
+
+namespace {
+
+/// A bundle (sampleManifest's kernels and configs) with AITER rows: token 4
+/// Silu topk 6 -> config 1 (line 2), token 8 skipped (line 3), token 16 Silu
+/// topk 6 -> config 2 (line 4).
+std::string aiterBundle(const moec::test::TempDir &dir) {
+  Manifest m;
+  std::string error;
+  REQUIRE(parseManifest(moec::test::sampleManifest().dump(), 2, m, error));
+  m.sources = {{"dsv4_tuned_fmoe.csv", "0123456789abcdef"}};
+  AiterRowInfo skipped = makeRow(8, kSilu, 6, 3, AiterRowInfo::kNoConfig);
+  skipped.skipped = "kernelName2 'opus_moe2_x': backend opus";
+  m.aiterRows = {makeRow(4, kSilu, 6, 2, 1), skipped, makeRow(16, kSilu, 6, 4, 2)};
+  const std::string path = dir.file("aiter.moeb");
+  REQUIRE(writeBundle(path, serializeManifest(m), moec::test::sampleCodeObjects(),
+                      error));
+  return path;
+}
+
+std::vector<moec_aiter_column_t> cKey(const char *act, const char *topk) {
+  return {{"gfx", "gfx950"},
+          {"cu_num", "256"},
+          {"model_dim", "7168"},
+          {"inter_dim", "512"},
+          {"expert", "384"},
+          {"topk", topk},
+          {"act_type", act},
+          {"dtype", "torch.bfloat16"},
+          {"q_dtype_a", "torch.float8_e4m3fn"},
+          {"q_dtype_w", "torch.float4_e2m1fn_x2"},
+          {"q_type", "QuantType.per_1x32"},
+          {"use_g1u1", "1"},
+          {"doweight_stage1", "0"}};
+}
+
+} // namespace
+
+TEST_CASE("C API moec_bundle_select_aiter: hit, miss, skipped row, bad keys",
+          "[aiter][c-api]") {
+  moec::test::TempDir dir;
+  const std::string path = aiterBundle(dir);
+  moec_bundle_t *bundle = nullptr;
+  REQUIRE(moec_bundle_open(path.c_str(), &bundle) == MOEC_STATUS_OK);
+  auto key = cKey(kSilu, "6");
+  moec_aiter_selection_t s;
+  std::memset(&s, 0xab, sizeof s);
+
+  // m 3 -> token 4 -> line 2, config 1.
+  REQUIRE(moec_bundle_select_aiter(bundle, 3, key.data(), uint32_t(key.size()), &s) ==
+          MOEC_STATUS_OK);
+  CHECK(std::string(s.kernel_name1) ==
+        "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8");
+  CHECK(std::string(s.kernel_name2) == "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic");
+  CHECK(s.block_m == 32);
+  CHECK(s.ksplit == 0);
+  CHECK(s.source_row == 2);
+  CHECK(std::string(s.file) == "dsv4_tuned_fmoe.csv");
+  CHECK(std::string(s.rule) == "exact");
+  CHECK(s.token == 4);
+  CHECK(s.row_token == 4);
+  CHECK(s.row == 0);
+  CHECK(s.config == 1);
+  moec_config_info_t config;
+  REQUIRE(moec_bundle_config_info(bundle, 1, &config) == MOEC_STATUS_OK);
+  REQUIRE(s.kernel_count == config.kernel_count);
+  CHECK(std::equal(s.kernels, s.kernels + s.kernel_count, config.kernels));
+  // Every M of token 16's bucket selects line 4.
+  for (uint64_t m = 9; m <= 16; ++m) {
+    REQUIRE(moec_bundle_select_aiter(bundle, m, key.data(), uint32_t(key.size()), &s) ==
+            MOEC_STATUS_OK);
+    CHECK(s.source_row == 4);
+    CHECK(s.config == 2);
+  }
+
+  // The skipped row (token 8) is refused naming it; it never falls through.
+  CHECK(moec_bundle_select_aiter(bundle, 5, key.data(), uint32_t(key.size()), &s) ==
+        MOEC_STATUS_ROW_NOT_COMPILED);
+  std::string message = moec_last_error_message();
+  CHECK(message.find("dsv4_tuned_fmoe.csv:3") != std::string::npos);
+  CHECK(message.find("backend opus") != std::string::npos);
+  CHECK(std::string(moec_status_name(MOEC_STATUS_ROW_NOT_COMPILED)) ==
+        "MOEC_STATUS_ROW_NOT_COMPILED");
+
+  // Another activation: AITER would borrow the Silu row; refused.
+  auto swiglu = cKey(kSwiglu, "6");
+  CHECK(moec_bundle_select_aiter(bundle, 4, swiglu.data(), uint32_t(swiglu.size()), &s) ==
+        MOEC_STATUS_ROW_NOT_COMPILED);
+  message = moec_last_error_message();
+  CHECK(message.find("act_type_fallback") != std::string::npos);
+  CHECK(message.find("no kernel compiled for ActivationType.Swiglu") != std::string::npos);
+
+  // A miss: a bucket with no row names the buckets the key has.
+  CHECK(moec_bundle_select_aiter(bundle, 100, key.data(), uint32_t(key.size()), &s) ==
+        MOEC_STATUS_SELECTION_MISS);
+  message = moec_last_error_message();
+  CHECK(message.find("token=128") != std::string::npos);
+  CHECK(message.find("the key has rows for token 4,8,16") != std::string::npos);
+
+  // topk off by one (an EP engine's fake-expert slot): the nearest keys.
+  auto topk7 = cKey(kSilu, "7");
+  CHECK(moec_bundle_select_aiter(bundle, 4, topk7.data(), uint32_t(topk7.size()), &s) ==
+        MOEC_STATUS_SELECTION_MISS);
+  message = moec_last_error_message();
+  CHECK(message.find("nearest keys that exist: topk=6 (key has 7)") != std::string::npos);
+  auto expert = cKey(kSilu, "6");
+  expert[4].value = "385";
+  CHECK(moec_bundle_select_aiter(bundle, 4, expert.data(), uint32_t(expert.size()), &s) ==
+        MOEC_STATUS_SELECTION_MISS);
+  CHECK(std::string(moec_last_error_message()).find("expert=384 (key has 385)") !=
+        std::string::npos);
+
+  // Bad keys: missing, unknown, repeated columns, a non-integer value.
+  auto shortKey = cKey(kSilu, "6");
+  shortKey.pop_back();
+  CHECK(moec_bundle_select_aiter(bundle, 4, shortKey.data(), uint32_t(shortKey.size()),
+                                 &s) == MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(moec_last_error_message()).find("needs doweight_stage1") !=
+        std::string::npos);
+  auto unknown = cKey(kSilu, "6");
+  unknown.push_back({"token", "4"});
+  CHECK(moec_bundle_select_aiter(bundle, 4, unknown.data(), uint32_t(unknown.size()), &s) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(moec_last_error_message()).find("key column token=4") !=
+        std::string::npos);
+  auto repeated = cKey(kSilu, "6");
+  repeated.push_back({"topk", "6"});
+  CHECK(moec_bundle_select_aiter(bundle, 4, repeated.data(), uint32_t(repeated.size()),
+                                 &s) == MOEC_STATUS_INVALID_ARGUMENT);
+  auto notNumber = cKey(kSilu, "six");
+  CHECK(moec_bundle_select_aiter(bundle, 4, notNumber.data(), uint32_t(notNumber.size()),
+                                 &s) == MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(moec_last_error_message()).find("topk=six") != std::string::npos);
+  CHECK(moec_bundle_select_aiter(bundle, 4, nullptr, 3, &s) == MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK(moec_bundle_select_aiter(nullptr, 4, key.data(), uint32_t(key.size()), &s) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  moec_bundle_close(bundle);
+
+  // A bundle compiled from a moec tuning table has no AITER rows.
+  std::string error;
+  REQUIRE(writeBundle(dir.file("plain.moeb"), moec::test::sampleManifest().dump(),
+                      moec::test::sampleCodeObjects(), error));
+  REQUIRE(moec_bundle_open(dir.file("plain.moeb").c_str(), &bundle) == MOEC_STATUS_OK);
+  CHECK(moec_bundle_select_aiter(bundle, 4, key.data(), uint32_t(key.size()), &s) ==
+        MOEC_STATUS_NOT_FOUND);
+  moec_bundle_close(bundle);
 }
