@@ -16,6 +16,7 @@
 #include "llvm/Config/llvm-config.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace moec {
 namespace {
@@ -80,6 +81,26 @@ rt::KernelFamily familyOf(const std::string &text) {
   return rt::KernelFamily::MegaMoe;
 }
 
+/// A row's provenance as the manifest records it (the table reader has
+/// checked the fields and numbers).
+rt::RowProvenance manifestProvenance(const RowProvenance &row) {
+  rt::RowProvenance out;
+  if (row.kind.empty())
+    return out;
+  out.present = true;
+  out.kind = row.kind == "measured" ? rt::Provenance::Measured
+                                    : rt::Provenance::ModelRanked;
+  out.model = row.model;
+  if (!row.predictedUs.empty())
+    out.predictedUs = std::strtod(row.predictedUs.c_str(), nullptr);
+  out.device = row.device;
+  out.method = row.method;
+  out.date = row.date;
+  if (!row.measuredUs.empty())
+    out.measuredUs = std::strtod(row.measuredUs.c_str(), nullptr);
+  return out;
+}
+
 } // namespace
 
 BundleContents buildBundleContents(const TuningTable &table,
@@ -141,8 +162,9 @@ BundleContents buildBundleContents(const TuningTable &table,
     std::sort(sorted.begin(), sorted.end(),
               [](const TableRow &a, const TableRow &b) { return a.m < b.m; });
     for (const TableRow &row : sorted)
-      selection.rows.push_back(
-          {static_cast<uint32_t>(row.m), configIndex.at(row.config)});
+      selection.rows.push_back({static_cast<uint32_t>(row.m),
+                                configIndex.at(row.config),
+                                manifestProvenance(row.provenance)});
     manifest.selection.push_back(std::move(selection));
   }
   return bundle;

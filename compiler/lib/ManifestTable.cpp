@@ -10,6 +10,8 @@
 
 #include "moec/Compiler/StageBuilder.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 namespace moec {
@@ -22,6 +24,18 @@ std::string tableTransport(rt::Transport transport) {
     if (c == '-')
       c = '_';
   return name;
+}
+
+/// A time as the table writes it: the fewest decimals that read back the
+/// same value (at most 6).
+std::string microseconds(double value) {
+  char text[64];
+  for (int decimals = 0; decimals <= 6; ++decimals) {
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    if (std::strtod(text, nullptr) == value)
+      break;
+  }
+  return text;
 }
 
 } // namespace
@@ -89,9 +103,22 @@ TuningTable tableOfManifest(const rt::Manifest &manifest,
     selection.aboveMax = rt::aboveMaxPolicyName(info.aboveMax);
     selection.ep = info.ep;
     selection.workspace = info.workspace;
-    for (const rt::SelectionRow &row : info.rows)
-      selection.rows.push_back(
-          TableRow{int64_t(row.m), manifest.configs[row.config].id, {}});
+    for (const rt::SelectionRow &row : info.rows) {
+      TableRow tableRow{int64_t(row.m), manifest.configs[row.config].id, {}, {}};
+      const rt::RowProvenance &p = row.provenance;
+      if (p.present) {
+        tableRow.provenance.kind = rt::provenanceName(p.kind);
+        tableRow.provenance.model = p.model;
+        if (p.predictedUs >= 0)
+          tableRow.provenance.predictedUs = microseconds(p.predictedUs);
+        tableRow.provenance.device = p.device;
+        tableRow.provenance.method = p.method;
+        tableRow.provenance.date = p.date;
+        if (p.measuredUs >= 0)
+          tableRow.provenance.measuredUs = microseconds(p.measuredUs);
+      }
+      selection.rows.push_back(std::move(tableRow));
+    }
     table.selections.push_back(std::move(selection));
   }
   table.text = rt::serializeManifest(manifest);

@@ -536,6 +536,70 @@ bool parseConfigs(const Json &root, Manifest &m, std::string &error) {
   return true;
 }
 
+/// A time in microseconds: a finite number >= 0.
+bool readMicroseconds(const Json &object, const char *key,
+                      const std::string &where, double &out,
+                      std::string &error) {
+  const Json *value = findField(object, key);
+  if (!value || !value->is_number() || !(value->get<double>() >= 0) ||
+      value->get<double>() > 1e12) {
+    error = fieldPath(where, key) + ": expected a time in microseconds >= 0";
+    return false;
+  }
+  out = value->get<double>();
+  return true;
+}
+
+/// A row's provenance fields: none, or "model-ranked" with model and
+/// predicted_us, or "measured" with device, method, date and measured_us
+/// (and optionally the model's prediction). Nothing unmeasured is labelled
+/// measured: measured_us and its fields only come with "measured".
+bool parseRowProvenance(const Json &row, const std::string &where,
+                        RowProvenance &out, std::string &error) {
+  std::string kind;
+  if (!readString(row, "provenance", where, false, kind, error))
+    return false;
+  auto has = [&](const char *key) { return findField(row, key) != nullptr; };
+  if (kind.empty()) {
+    for (const char *key : {"model", "predicted_us", "device", "method", "date",
+                            "measured_us"})
+      if (has(key)) {
+        error = fieldPath(where, key) + ": needs a provenance";
+        return false;
+      }
+    return true;
+  }
+  out.present = true;
+  if (kind == "model-ranked") {
+    out.kind = Provenance::ModelRanked;
+    for (const char *key : {"device", "method", "date", "measured_us"})
+      if (has(key)) {
+        error = fieldPath(where, key) + ": only a measured row has it";
+        return false;
+      }
+    return readString(row, "model", where, true, out.model, error) &&
+           readMicroseconds(row, "predicted_us", where, out.predictedUs, error);
+  }
+  if (kind != "measured") {
+    error = fieldPath(where, "provenance") + ": unknown provenance '" + kind +
+            "' (expected measured or model-ranked)";
+    return false;
+  }
+  out.kind = Provenance::Measured;
+  if (!readString(row, "device", where, true, out.device, error) ||
+      !readString(row, "method", where, true, out.method, error) ||
+      !readString(row, "date", where, true, out.date, error) ||
+      !readMicroseconds(row, "measured_us", where, out.measuredUs, error))
+    return false;
+  if (has("model") != has("predicted_us")) {
+    error = where + ": model and predicted_us come together";
+    return false;
+  }
+  return !has("model") ||
+         (readString(row, "model", where, true, out.model, error) &&
+          readMicroseconds(row, "predicted_us", where, out.predictedUs, error));
+}
+
 bool parseSelection(const Json &root, Manifest &m, std::string &error) {
   const Json *selection = findField(root, "selection");
   if (!selection) {
@@ -557,13 +621,22 @@ bool parseSelection(const Json &root, Manifest &m, std::string &error) {
     if (const Json *rows = findField(entry, "rows"); rows && rows->is_array())
       for (size_t r = 0; r < rows->size(); ++r)
         if (!knownFieldsOnly((*rows)[r], indexPath(fieldPath(where, "rows"), r),
-                             {"m", "config"}, error))
+                             {"m", "config", "provenance", "model",
+                              "predicted_us", "device", "method", "date",
+                              "measured_us"},
+                             error))
           return false;
     if (!detail::parseSelectionTableJson((*selection)[i], indexPath("selection", i),
                                          m.configs, /*partial=*/false, table,
                                          present, error) ||
         !readU32(entry, "max_tokens", where, false, table.maxTokens, error))
       return false;
+    const Json &rows = *findField(entry, "rows");
+    for (size_t r = 0; r < table.rows.size(); ++r)
+      if (!parseRowProvenance(rows[r],
+                              indexPath(fieldPath(where, "rows"), r),
+                              table.rows[r].provenance, error))
+        return false;
     m.selection.push_back(std::move(table));
   }
   return validateSelectionTables(m.selection, m.configs.size(), error);
@@ -798,8 +871,24 @@ std::string serializeManifest(const Manifest &m) {
   Json selection = Json::array();
   for (const SelectionTable &table : m.selection) {
     Json rows = Json::array();
-    for (const SelectionRow &row : table.rows)
-      rows.push_back({{"m", row.m}, {"config", row.config}});
+    for (const SelectionRow &row : table.rows) {
+      Json entry = {{"m", row.m}, {"config", row.config}};
+      const RowProvenance &p = row.provenance;
+      if (p.present) {
+        entry["provenance"] = provenanceName(p.kind);
+        if (!p.model.empty()) {
+          entry["model"] = p.model;
+          entry["predicted_us"] = p.predictedUs;
+        }
+        if (p.kind == Provenance::Measured) {
+          entry["device"] = p.device;
+          entry["method"] = p.method;
+          entry["date"] = p.date;
+          entry["measured_us"] = p.measuredUs;
+        }
+      }
+      rows.push_back(std::move(entry));
+    }
     Json entry = {{"network", table.network},
                   {"family", kernelFamilyName(table.family)},
                   {"ep", table.ep},

@@ -121,10 +121,30 @@ enum class AboveMaxPolicy {
   Error,   ///< a miss
 };
 
+/// Why a row selects its configuration (docs/bundle-format.md): ranked by
+/// a cost model (its name and version and predicted time) or measured on a
+/// device (device, method, date and measured time). Times are microseconds;
+/// a negative time is absent.
+struct RowProvenance {
+  bool present = false;
+  Provenance kind = Provenance::ModelRanked;
+  std::string model;
+  double predictedUs = -1;
+  std::string device, method, date;
+  double measuredUs = -1;
+  bool operator==(const RowProvenance &other) const {
+    return present == other.present && kind == other.kind &&
+           model == other.model && predictedUs == other.predictedUs &&
+           device == other.device && method == other.method &&
+           date == other.date && measuredUs == other.measuredUs;
+  }
+};
+
 /// One row: M bucket -> configuration index.
 struct SelectionRow {
   uint32_t m = 0;
   uint32_t config = 0;
+  RowProvenance provenance;
 };
 
 /// One selection table, keyed by (network, ep, workspace class).

@@ -174,3 +174,61 @@ TEST_CASE("a stage's description rebuilds the same op", "[stage]") {
   CHECK_FALSE(moec::buildStageOp(builder, bad, description, error));
   CHECK(error == "t.table:7: knob 'dispatch_cus': not a knob of a combine kernel");
 }
+
+TEST_CASE("row provenance: model-ranked or measured, each with its fields",
+          "[table][provenance]") {
+  auto withRows = [](const std::string &rows) {
+    std::string text = kGoodTable;
+    text = text.substr(0, text.find("row m=4"));
+    return text + rows;
+  };
+  moec::TuningTable table;
+  std::string error;
+  REQUIRE(moec::parseTuningTable(
+      "t.table",
+      withRows("row m=1 config=c provenance=model-ranked model=moec-cost-1 "
+               "predicted_us=12.3\n"
+               "row m=4 config=c provenance=measured device=MI355X "
+               "method=hip-graph-median date=2026-11-30 measured_us=201.5 "
+               "model=moec-cost-1 predicted_us=180\n"
+               "row m=8 config=c\n"),
+      table, error));
+  INFO(error);
+  const auto &rows = table.selections[0].rows;
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].provenance.kind == "model-ranked");
+  CHECK(rows[0].provenance.model == "moec-cost-1");
+  CHECK(rows[0].provenance.predictedUs == "12.3");
+  CHECK(rows[0].provenance.measuredUs.empty());
+  CHECK(rows[1].provenance.kind == "measured");
+  CHECK(rows[1].provenance.device == "MI355X");
+  CHECK(rows[1].provenance.date == "2026-11-30");
+  CHECK(rows[1].provenance.measuredUs == "201.5");
+  CHECK(rows[1].provenance.predictedUs == "180");
+  CHECK(rows[2].provenance.kind.empty());
+
+  // Nothing unmeasured is labelled measured, and each kind has its fields.
+  CHECK(parseError(withRows("row m=1 config=c provenance=model-ranked "
+                            "model=moec-cost-1 predicted_us=3 measured_us=3\n")) ==
+        "t.table:8: field 'measured_us': only a measured row has it (nothing "
+        "unmeasured is labelled measured)");
+  CHECK(parseError(withRows("row m=1 config=c provenance=measured device=d "
+                            "method=m date=2026-11-30\n")) ==
+        "t.table:8: field 'measured_us': missing");
+  CHECK(parseError(withRows("row m=1 config=c provenance=model-ranked "
+                            "predicted_us=3\n")) ==
+        "t.table:8: field 'model': missing");
+  CHECK(parseError(withRows("row m=1 config=c predicted_us=3\n")) ==
+        "t.table:8: field 'predicted_us': needs provenance=model-ranked or "
+        "provenance=measured");
+  CHECK(parseError(withRows("row m=1 config=c provenance=model-ranked "
+                            "model=x predicted_us=-1\n")) ==
+        "t.table:8: field 'predicted_us': expected a time in microseconds (a "
+        "decimal number >= 0), got '-1'");
+  CHECK(parseError(withRows("row m=1 config=c provenance=measured device=d "
+                            "method=m date=yesterday measured_us=1\n")) ==
+        "t.table:8: field 'date': expected YYYY-MM-DD, got 'yesterday'");
+  CHECK(parseError(withRows("row m=1 config=c provenance=guessed\n")) ==
+        "t.table:8: field 'provenance': expected model-ranked or measured, got "
+        "'guessed'");
+}

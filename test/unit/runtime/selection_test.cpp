@@ -291,3 +291,50 @@ TEST_CASE("a table's max_tokens round-trips through the manifest and is checked"
   CHECK(error.find("row 1 (m 64): above the table's capacity of 32") !=
         std::string::npos);
 }
+
+TEST_CASE("a row's provenance round-trips through the manifest and is checked",
+          "[selection][manifest]") {
+  nlohmann::json json = manifestWithRows({6, 64}, "largest");
+  json["selection"][0]["rows"][0].update(
+      {{"provenance", "model-ranked"}, {"model", "moec-cost-1"},
+       {"predicted_us", 12.5}});
+  json["selection"][0]["rows"][1].update(
+      {{"provenance", "measured"}, {"device", "MI355X"},
+       {"method", "hip-graph-median"}, {"date", "2026-11-30"},
+       {"measured_us", 201.25}});
+  Manifest manifest;
+  std::string error;
+  INFO(error);
+  REQUIRE(parseManifest(json.dump(), 2, manifest, error));
+  const RowProvenance &ranked = manifest.selection[0].rows[0].provenance;
+  CHECK(ranked.present);
+  CHECK(ranked.kind == Provenance::ModelRanked);
+  CHECK(ranked.model == "moec-cost-1");
+  CHECK(ranked.predictedUs == 12.5);
+  CHECK(ranked.measuredUs < 0);
+  const RowProvenance &measured = manifest.selection[0].rows[1].provenance;
+  CHECK(measured.kind == Provenance::Measured);
+  CHECK(measured.device == "MI355X");
+  CHECK(measured.measuredUs == 201.25);
+  CHECK(measured.predictedUs < 0);
+  const std::string text = serializeManifest(manifest);
+  Manifest again;
+  REQUIRE(parseCanonicalManifest(text, 2, again, error));
+  CHECK(again.selection[0].rows[0].provenance == ranked);
+  CHECK(again.selection[0].rows[1].provenance == measured);
+
+  // A model-ranked row cannot carry a measurement, a measured row needs one.
+  nlohmann::json bad = json;
+  bad["selection"][0]["rows"][0]["measured_us"] = 3;
+  CHECK_FALSE(parseManifest(bad.dump(), 2, manifest, error));
+  CHECK(error == "selection[0].rows[0].measured_us: only a measured row has it");
+  bad = json;
+  bad["selection"][0]["rows"][1].erase("measured_us");
+  CHECK_FALSE(parseManifest(bad.dump(), 2, manifest, error));
+  CHECK(error == "selection[0].rows[1].measured_us: expected a time in "
+                 "microseconds >= 0");
+  bad = json;
+  bad["selection"][0]["rows"][0].erase("provenance");
+  CHECK_FALSE(parseManifest(bad.dump(), 2, manifest, error));
+  CHECK(error == "selection[0].rows[0].model: needs a provenance");
+}

@@ -51,10 +51,24 @@ struct TableConfig {
   SourceLine where;
 };
 
+/// Why a row selects its configuration (docs/table-format.md, "Row
+/// provenance"): `model-ranked` by a cost model (its name and version and
+/// its predicted time) or `measured` on a device (device, method, date and
+/// the time). Empty `kind`: the row says nothing.
+struct RowProvenance {
+  std::string kind;   ///< "", "model-ranked" or "measured"
+  std::string model;  ///< the model and its version ("moec-cost-1")
+  std::string predictedUs; ///< the model's predicted time, microseconds (text)
+  std::string device, method, date;
+  std::string measuredUs; ///< the measured time, microseconds (text)
+};
+
+/// `row m=.. config=.. [provenance=...]`
 struct TableRow {
   int64_t m = 0;
   std::string config;
   SourceLine where;
+  RowProvenance provenance;
 };
 
 /// `select network=.. family=.. ep=.. workspace=.. transport=fixed_slot|compact|none
