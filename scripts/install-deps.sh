@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything moec needs to build and test on Debian 12 (bookworm).
 # Idempotent: when every package is already present it only checks and exits.
+#   --optional  also the packages of optional checks: chromium, for looking
+#               at `moec report` pages (scripts/report-screenshot.sh). CI
+#               does not pass it and no test needs it.
 set -euo pipefail
 
 packages=(
@@ -11,6 +14,9 @@ packages=(
   python3-pytest python3-numpy
   clang-22 libclang-rt-22-dev
 )
+if [ "${1:-}" = "--optional" ]; then
+  packages+=(chromium)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

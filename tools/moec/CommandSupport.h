@@ -11,12 +11,44 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <set>
 #include <string>
+#include <unistd.h>
 
 namespace moec::cli {
+
+/// Writes `size` bytes to `path` through a temporary file beside it and a
+/// rename, so a reader never sees a half-written file. On failure nothing
+/// is left behind and `error` names the file.
+inline bool writeFileAtomically(const std::filesystem::path &path,
+                                const void *data, size_t size,
+                                std::string &error) {
+  std::filesystem::path temporary =
+      path.string() + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char *>(data), static_cast<std::streamsize>(size));
+    out.flush();
+    if (!out) {
+      error = temporary.string() + ": cannot write";
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    error = path.string() + ": " + ec.message();
+    std::filesystem::remove(temporary, ec);
+    return false;
+  }
+  return true;
+}
 
 /// The network a command works on: `requested` when given, else the only
 /// network the bundle's selection tables serve. False (with `error`) when

@@ -26,6 +26,7 @@ void addInspectCommand(CLI::App &app, int &exitStatus);
 void addSelectCommand(CLI::App &app, int &exitStatus);
 void addExtractCommand(CLI::App &app, int &exitStatus);
 void addVerifyCommand(CLI::App &app, int &exitStatus);
+void addReportCommand(CLI::App &app, int &exitStatus);
 void addReferenceCommand(CLI::App &app, int &exitStatus);
 void addRunCommand(CLI::App &app, int &exitStatus);
 void addSelftestCommand(CLI::App &app, int &exitStatus);

@@ -33,31 +33,6 @@ struct ExtractArgs {
   std::string directory;
 };
 
-/// Writes `size` bytes to `path` through a temporary file and a rename.
-bool writeAtomically(const std::filesystem::path &path, const void *data,
-                     size_t size, std::string &error) {
-  std::filesystem::path temporary =
-      path.string() + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(static_cast<const char *>(data), static_cast<std::streamsize>(size));
-    if (!out) {
-      error = temporary.string() + ": write failed";
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      return false;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    error = path.string() + ": " + ec.message();
-    std::filesystem::remove(temporary, ec);
-    return false;
-  }
-  return true;
-}
-
 int runExtract(const ExtractArgs &args) {
   std::string error;
   auto bundle = moec::cli::openBundleOrReport(args.bundle);
@@ -87,7 +62,7 @@ int runExtract(const ExtractArgs &args) {
                 << " is not an ELF image\n";
       return moec::cli::kBadInput;
     }
-    if (!writeAtomically(dir / (kernel.name + ".hsaco"), view.data, view.size,
+    if (!moec::cli::writeFileAtomically(dir / (kernel.name + ".hsaco"), view.data, view.size,
                          error)) {
       std::cerr << "moec: " << error << "\n";
       return moec::cli::kCheckFailed;
@@ -108,7 +83,7 @@ int runExtract(const ExtractArgs &args) {
       return moec::cli::kBadInput;
     }
     const std::string text = moec::printKernelIr(*module);
-    if (!writeAtomically(dir / (kernel.name + ".mlir"), text.data(),
+    if (!moec::cli::writeFileAtomically(dir / (kernel.name + ".mlir"), text.data(),
                          text.size(), error)) {
       std::cerr << "moec: " << error << "\n";
       return moec::cli::kCheckFailed;
@@ -116,7 +91,7 @@ int runExtract(const ExtractArgs &args) {
     std::cout << (dir / (kernel.name + ".mlir")).string() << "\n";
   }
   std::string_view manifest = bundle->manifestText();
-  if (!writeAtomically(dir / "manifest.json", manifest.data(), manifest.size(),
+  if (!moec::cli::writeFileAtomically(dir / "manifest.json", manifest.data(), manifest.size(),
                        error)) {
     std::cerr << "moec: " << error << "\n";
     return moec::cli::kCheckFailed;

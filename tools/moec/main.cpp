@@ -62,6 +62,7 @@ int main(int argc, char **argv) {
   addSelectCommand(app, exitStatus);
   addExtractCommand(app, exitStatus);
   addVerifyCommand(app, exitStatus);
+  addReportCommand(app, exitStatus);
   addReferenceCommand(app, exitStatus);
   addRunCommand(app, exitStatus);
   addSelftestCommand(app, exitStatus);
