@@ -457,6 +457,15 @@ private:
     };
     series(false);
     series(true);
+    // The chart's own key, top right.
+    const double keyX = axis.left + axis.width - 250;
+    out << "<circle cx=\"" << keyX << "\" cy=\"" << plotTop << "\" r=\"4\" "
+        << "fill=\"#fff\" stroke=\"#2f6fb0\" stroke-width=\"2\"/><text x=\""
+        << keyX + 9 << "\" y=\"" << plotTop + 4
+        << "\" class=\"tick\">predicted (cost model)</text><circle cx=\""
+        << keyX + 150 << "\" cy=\"" << plotTop << "\" r=\"4\" fill=\"#c2423f\"/>"
+        << "<text x=\"" << keyX + 159 << "\" y=\"" << plotTop + 4
+        << "\" class=\"tick\">measured</text>";
     out << "</svg>\n";
   }
 
@@ -559,7 +568,9 @@ private:
       out << "<div class=\"config\" id=\"" << configAnchor(uint32_t(c))
           << "\"><h3><span class=\"swatch\" style=\"background:"
           << configColor(uint32_t(c)) << "\"></span>" << escape(config.id)
-          << " <small>" << config.kernels.size() << " kernels · used by "
+          << " <small>" << config.kernels.size()
+          << (config.kernels.size() == 1 ? " kernel" : " kernels")
+          << " · used by "
           << (usedBy[c].empty() ? std::string("no table") : [&] {
                std::string joined;
                for (const std::string &t : usedBy[c])
