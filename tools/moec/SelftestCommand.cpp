@@ -22,14 +22,20 @@
 #include "moec/reference/Families.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
+#include "moec/reference/Npy.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -54,6 +60,11 @@ struct SelftestArgs {
   int repeat = 0;
   uint64_t seed = 1;
   uint32_t maxM = 0;
+  /// --devices: the device of each rank, in rank order (empty: --device N
+  /// and the devices after it).
+  std::string devices;
+  /// --network: only the tables of this network (empty: every table).
+  std::string network;
   std::string saveDir;
 };
 
@@ -196,16 +207,131 @@ double relativeL2(const std::vector<double> &got, const std::vector<float> &want
   return ref > 0 ? std::sqrt(err / ref) : std::sqrt(err);
 }
 
+/// --save DIR: every case's inputs, outputs and the oracle's output as .npy
+/// files and manifest.json listing every case with its result. Everything
+/// is written into DIR.partial-PID beside DIR, which is renamed to DIR
+/// (never replacing anything) once the manifest is in it: DIR appears
+/// complete or not at all (docs/cli.md, "Saved cases").
+class CaseSaver {
+public:
+  /// Refuses (false with `error`) when DIR exists or its parent is not a
+  /// writable directory.
+  static std::unique_ptr<CaseSaver> create(const std::string &dir,
+                                           std::string &error) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::symlink_status(dir, ec).type() != fs::file_type::not_found) {
+      error = "--save " + dir + ": exists (selftest writes a new directory)";
+      return nullptr;
+    }
+    fs::path parent = fs::path(dir).parent_path();
+    if (parent.empty())
+      parent = ".";
+    if (!fs::is_directory(parent, ec)) {
+      error = "--save " + dir + ": " + parent.string() + " is not a directory";
+      return nullptr;
+    }
+    std::unique_ptr<CaseSaver> saver(new CaseSaver);
+    saver->final_ = dir;
+    saver->partial_ = dir + ".partial-" + std::to_string(::getpid());
+    if (!fs::create_directory(saver->partial_, ec) || ec) {
+      error = "--save " + dir + ": cannot create " + saver->partial_ + ": " +
+              (ec ? ec.message() : "exists");
+      return nullptr;
+    }
+    return saver;
+  }
+  ~CaseSaver() {
+    if (!committed_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(partial_, ignored);
+    }
+  }
+
+  /// A new case; returns its directory's name ("case-0003").
+  std::string beginCase() {
+    char name[32];
+    std::snprintf(name, sizeof(name), "case-%04d", cases_++);
+    std::error_code ec;
+    std::filesystem::create_directory(partial_ + "/" + name, ec);
+    if (ec && error_.empty())
+      error_ = partial_ + "/" + name + ": " + ec.message();
+    return name;
+  }
+  /// Writes `file`.npy into the case's directory and lists it in `entry`.
+  void save(const std::string &caseName, const std::string &file,
+            const ref::NpyArray &array, nlohmann::json &entry) {
+    const std::string path = partial_ + "/" + caseName + "/" + file + ".npy";
+    ref::Status status = ref::writeNpy(path, array);
+    if (!status.ok() && error_.empty())
+      error_ = status.message();
+    entry["files"].push_back(file + ".npy");
+  }
+  void addCase(nlohmann::json entry) { cases.push_back(std::move(entry)); }
+  void addLine(const std::string &line) { lines.push_back(line); }
+  void skipped(const std::string &table, const std::string &reason) {
+    skips.push_back({{"table", table}, {"reason", reason}});
+  }
+  const std::string &error() const { return error_; }
+
+  /// Writes manifest.json (`header` plus the cases) and renames the
+  /// directory into place.
+  bool commit(nlohmann::json header, std::string &error) {
+    if (!error_.empty()) {
+      error = "--save: " + error_;
+      return false;
+    }
+    header["cases"] = cases;
+    header["skipped"] = skips;
+    header["lines"] = lines;
+    const std::string text = header.dump(1) + "\n";
+    if (!cli::writeFileAtomically(partial_ + "/manifest.json", text.data(),
+                                  text.size(), error))
+      return false;
+    if (::renameat2(AT_FDCWD, partial_.c_str(), AT_FDCWD, final_.c_str(),
+                    RENAME_NOREPLACE) != 0) {
+      error = "--save " + final_ + ": " + std::strerror(errno);
+      return false;
+    }
+    committed_ = true;
+    return true;
+  }
+  const std::string &directory() const { return final_; }
+
+private:
+  CaseSaver() = default;
+  std::string final_, partial_, error_;
+  int cases_ = 0;
+  bool committed_ = false;
+  nlohmann::json cases = nlohmann::json::array(),
+                 skips = nlohmann::json::array(),
+                 lines = nlohmann::json::array();
+};
+
+/// Typed .npy arrays of the saved tensors.
+template <typename T>
+ref::NpyArray npyOf(ref::NpyDtype dtype, int64_t rows, int64_t columns,
+                    const std::vector<T> &values) {
+  return ref::NpyArray::fromVector(dtype, {rows, columns}, values);
+}
+
 class Selftest {
 public:
   Selftest(const SelftestArgs &args, const rt::Bundle &bundle,
-           std::string libraryPath)
-      : args_(args), bundle_(bundle), libraryPath_(std::move(libraryPath)) {}
+           std::string libraryPath, std::vector<int> devices, int firstOrdinal,
+           CaseSaver *saver)
+      : args_(args), bundle_(bundle), libraryPath_(std::move(libraryPath)),
+        devices_(std::move(devices)), firstOrdinal_(firstOrdinal),
+        saver_(saver) {}
 
   /// Runs every table; returns the exit status.
   int run() {
+    if (int status = probeDevices(); status != cli::kSuccess)
+      return status;
     const rt::Manifest &manifest = bundle_.manifest();
     for (size_t t = 0; t < manifest.selection.size(); ++t) {
+      if (!args_.network.empty() && manifest.selection[t].network != args_.network)
+        continue;
       int status = runTable(uint32_t(t));
       if (status == kNoDevice || status == cli::kBadInput)
         return status;
@@ -213,8 +339,20 @@ public:
     std::printf("%d passed, %d failed, %d skipped\n", passed_, failed_, skipped_);
     return failed_ ? cli::kCheckFailed : cli::kSuccess;
   }
+  int passed() const { return passed_; }
+  int failed() const { return failed_; }
+  int skipped() const { return skipped_; }
 
 private:
+  /// Opens the first device and reads how many devices the HIP library
+  /// reports; exit 3 when it cannot.
+  int probeDevices();
+  /// The device of each of `ep` ranks: one device per rank when the HIP
+  /// library has them (--devices, or --device N and the devices after it);
+  /// otherwise every rank on the first device, which only unfused ranks
+  /// allow. False with `skip` when a fused table cannot be placed.
+  bool placeRanks(uint32_t ep, bool fused, std::vector<int> &ordinals,
+                  std::string &skip) const;
   int runTable(uint32_t tableIndex);
   /// The largest M needed to reach every configuration of a table that
   /// M <= --max-m does not select (0: none).
@@ -227,16 +365,75 @@ private:
     (pass ? passed_ : failed_)++;
     std::printf("%s %s\n", pass ? "PASS" : "FAIL", line.c_str());
     std::fflush(stdout);
+    if (saver_)
+      saver_->addLine(std::string(pass ? "PASS " : "FAIL ") + line);
   }
 
   const SelftestArgs &args_;
   const rt::Bundle &bundle_;
   std::string libraryPath_;
+  std::vector<int> devices_;
+  int firstOrdinal_ = 0;
+  int deviceCount_ = 0;
+  CaseSaver *saver_ = nullptr;
   int passed_ = 0, failed_ = 0, skipped_ = 0;
   // The weights of the current table (host, checkpoint numbering).
   std::unique_ptr<ref::GeneratedMxfp4Weights> w13Source_, w2Source_;
   std::vector<uint8_t> sharedW13_, sharedW13Scales_, sharedW2_, sharedW2Scales_;
 };
+
+int Selftest::probeDevices() {
+  std::string error;
+  std::unique_ptr<rt::HipLibrary> library =
+      rt::HipLibrary::load({libraryPath_}, error);
+  std::unique_ptr<rt::HipDevice> device;
+  if (library)
+    device = rt::HipDevice::create(std::move(library), firstOrdinal_, error);
+  if (device) {
+    rt::hip::Error status = device->hipApi().hipGetDeviceCount(&deviceCount_);
+    if (status != rt::hip::kSuccess) {
+      error = "hipGetDeviceCount failed: " + device->library().describe(status);
+      device.reset();
+    }
+  }
+  if (!device) {
+    std::fprintf(stderr, "moec: %s\n", error.c_str());
+    return kNoDevice;
+  }
+  return cli::kSuccess;
+}
+
+bool Selftest::placeRanks(uint32_t ep, bool fused, std::vector<int> &ordinals,
+                          std::string &skip) const {
+  ordinals.clear();
+  bool ownDevices = true;
+  for (uint32_t r = 0; r < ep; ++r) {
+    const int ordinal = devices_.empty() ? firstOrdinal_ + int(r)
+                        : r < devices_.size() ? devices_[r]
+                                              : -1;
+    ownDevices &= ordinal >= 0 && ordinal < deviceCount_;
+    ordinals.push_back(ordinal);
+  }
+  if (ownDevices)
+    return true;
+  // Unfused ranks are independent layers: one device serves them in turn.
+  // Fused ranks wait on each other's kernels, so they cannot share one
+  // device's queue.
+  if (!fused) {
+    ordinals.assign(ep, firstOrdinal_);
+    return true;
+  }
+  const std::string wanted =
+      devices_.empty()
+          ? "devices " + std::to_string(firstOrdinal_) + " to " +
+                std::to_string(firstOrdinal_ + int(ep) - 1)
+          : "--devices lists " + std::to_string(devices_.size());
+  skip = "fused ranks need a device each: " + std::to_string(ep) +
+         " devices (" + wanted + "), the HIP library reports " +
+         std::to_string(deviceCount_) +
+         " (--device N takes N and the devices after it, --devices a list)";
+  return false;
+}
 
 uint32_t Selftest::coverageM(uint32_t tableIndex) const {
   std::set<uint32_t> covered;
@@ -264,15 +461,21 @@ int Selftest::runTable(uint32_t tableIndex) {
     std::fprintf(stderr, "moec: %s\n", error.c_str());
     return cli::kBadInput;
   }
-  const bool emulated = args_.device == "emulated";
-  if (facts.fused && !emulated && table.ep > 1 && args_.real) {
+  std::vector<int> ordinals;
+  std::string skip;
+  if (!placeRanks(table.ep, facts.fused, ordinals, skip)) {
     ++skipped_;
-    std::printf("SKIP %s: fused tables at --real need one GPU per rank, which "
-                "selftest does not drive yet\n",
-                name.c_str());
+    std::printf("SKIP %s: %s\n", name.c_str(), skip.c_str());
+    if (saver_)
+      saver_->skipped(name, skip);
     return cli::kSuccess;
   }
-  const int firstOrdinal = emulated ? 0 : std::atoi(args_.device.c_str());
+  if (table.ep > 1) {
+    std::string list;
+    for (int ordinal : ordinals)
+      list += (list.empty() ? "" : ",") + std::to_string(ordinal);
+    std::printf("%s: ranks on devices %s\n", name.c_str(), list.c_str());
+  }
   std::vector<Rank> ranks(table.ep);
   std::vector<std::unique_ptr<DeviceMemory>> memory;
   for (uint32_t r = 0; r < table.ep; ++r) {
@@ -282,9 +485,8 @@ int Selftest::runTable(uint32_t tableIndex) {
       std::fprintf(stderr, "moec: %s\n", error.c_str());
       return kNoDevice;
     }
-    // Emulated: one device per rank. A GPU: every rank on the one device.
-    ranks[r].device = rt::HipDevice::create(
-        std::move(library), emulated ? int(r) : firstOrdinal, error);
+    ranks[r].device =
+        rt::HipDevice::create(std::move(library), ordinals[r], error);
     if (!ranks[r].device) {
       std::fprintf(stderr, "moec: %s\n", error.c_str());
       return kNoDevice;
@@ -416,8 +618,11 @@ int Selftest::runTable(uint32_t tableIndex) {
     runCase(table, facts, ranks, cases[i], args_.seed * 1000 + i, nullptr, true);
 
   // A fused fixed-slot table: routes beyond an expert's receive rows must
-  // be reported, never dropped silently.
-  if (facts.fused && !facts.compact)
+  // be reported, never dropped silently (when the layer's M can overflow
+  // them: every route of every rank goes to one expert).
+  if (facts.fused && !facts.compact &&
+      uint64_t(layerMemory.maxTokens) * facts.problem.topK * table.ep >
+          uint64_t(facts.fixedSlotCapacity))
     runCase(table, facts, ranks, {layerMemory.maxTokens, "overflow"},
             args_.seed * 1000 + 999, nullptr, true);
 
@@ -562,6 +767,40 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   const uint32_t config = ranks[0].layer->lastForward().config;
   const std::string &configId = bundle_.manifest().configs[config].id;
 
+  // --save: this case's inputs (each rank's when ranks have their own
+  // batches) and every rank's output; the oracle's below. Writing them is
+  // left out of the case's time.
+  nlohmann::json entry;
+  std::string caseDir;
+  double savingSeconds = 0.0;
+  auto save = [&](const std::string &file, const ref::NpyArray &array) {
+    auto begin = std::chrono::steady_clock::now();
+    saver_->save(caseDir, file, array, entry);
+    savingSeconds += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - begin)
+                         .count();
+  };
+  const bool saving = saver_ && print;
+  if (saving) {
+    caseDir = saver_->beginCase();
+    entry = {{"case", caseDir},     {"table", name},
+             {"network", table.network}, {"ep", ep},
+             {"workspace", table.workspace}, {"m", M},
+             {"scenario", c.scenario}, {"config", configId},
+             {"files", nlohmann::json::array()}};
+    for (uint32_t r = 0; r < (ownBatches ? ep : 1); ++r) {
+      const std::string prefix =
+          ownBatches ? "rank" + std::to_string(r) + "_" : "";
+      save(prefix + "hidden", npyOf(ref::NpyDtype::UInt16, M, H, batches[r].hiddenBf16));
+      save(prefix + "topk_ids", npyOf(ref::NpyDtype::Int32, M, K, batches[r].topkIds));
+      save(prefix + "topk_weights",
+           npyOf(ref::NpyDtype::Float32, M, K, batches[r].topkWeights));
+    }
+    for (uint32_t r = 0; r < ep; ++r)
+      save("rank" + std::to_string(r) + "_out",
+           npyOf(ref::NpyDtype::UInt16, M, H, got[r]));
+  }
+
   if (c.scenario == "overflow") {
     // Every route of every rank names local expert 0 of rank 0.
     int64_t routes = 0;
@@ -580,6 +819,18 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
     for (Rank &rank : ranks)
       if (!rank.layer->clearStatus(error))
         return false;
+    if (saving) {
+      entry["result"] = pass ? "PASS" : "FAIL";
+      entry["routes"] = routes;
+      entry["receive_rows"] = facts.fixedSlotCapacity;
+      entry["overflow"] = overflow;
+      entry["expected_overflow"] = expected;
+      entry["time_s"] = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - start)
+                            .count() -
+                        savingSeconds;
+      saver_->addCase(std::move(entry));
+    }
     report(pass, line);
     return pass;
   }
@@ -612,6 +863,9 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
       report(false, name + ": oracle: " + status.message());
       return false;
     }
+    if (saving)
+      save(ownBatches ? "rank" + std::to_string(r) + "_oracle" : "oracle",
+           npyOf(ref::NpyDtype::Float32, M, H, results.output));
     // The kernels' output: this rank's, or the sum of every rank's partial.
     std::vector<double> out(size_t(M * H), 0.0);
     const uint32_t parts = ownBatches ? 1 : ep;
@@ -639,7 +893,18 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   if (print) {
     const double seconds = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
-                               .count();
+                               .count() -
+                           savingSeconds;
+    if (saving) {
+      entry["result"] = pass ? "PASS" : "FAIL";
+      entry["rel_l2"] = worst;
+      entry["bound"] = kLayerRelL2Bound;
+      entry["zero_rows_wrong"] = zeroRowsWrong;
+      entry["unwritten"] = unwritten;
+      entry["overflow"] = overflow;
+      entry["time_s"] = seconds;
+      saver_->addCase(std::move(entry));
+    }
     char line[384];
     std::snprintf(line, sizeof(line),
                   "%s m=%u %s config=%s rel_l2=%.2e (bound %.4f) "
@@ -652,17 +917,55 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   return pass;
 }
 
+/// A device ordinal: decimal digits, below 2^16.
+bool parseOrdinal(const std::string &text, int &ordinal) {
+  if (text.empty() || text.size() > 5 ||
+      text.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  ordinal = std::atoi(text.c_str());
+  return ordinal < 65536;
+}
+
 int runSelftest(const SelftestArgs &args) {
   if (args.small && args.real) {
     std::cerr << "moec: --small and --real exclude each other\n";
     return cli::kBadInput;
   }
   const bool emulated = args.device == "emulated";
-  if (!emulated && (args.device.empty() ||
-                    args.device.find_first_not_of("0123456789") != std::string::npos)) {
+  int firstOrdinal = 0;
+  if (!emulated && !parseOrdinal(args.device, firstOrdinal)) {
     std::cerr << "moec: --device " << args.device
               << ": a device ordinal or 'emulated'\n";
     return cli::kBadInput;
+  }
+  // --devices 2,3,0,1: rank r on the r-th device listed.
+  std::vector<int> devices;
+  if (!args.devices.empty()) {
+    std::set<int> seen;
+    size_t begin = 0;
+    while (begin <= args.devices.size()) {
+      size_t comma = args.devices.find(',', begin);
+      if (comma == std::string::npos)
+        comma = args.devices.size();
+      int ordinal = 0;
+      if (!parseOrdinal(args.devices.substr(begin, comma - begin), ordinal) ||
+          !seen.insert(ordinal).second) {
+        std::cerr << "moec: --devices " << args.devices
+                  << ": a list of distinct device ordinals, e.g. 0,1,2,3\n";
+        return cli::kBadInput;
+      }
+      devices.push_back(ordinal);
+      begin = comma + 1;
+    }
+    firstOrdinal = devices.front();
+  }
+  std::unique_ptr<CaseSaver> saver;
+  if (!args.saveDir.empty()) {
+    std::string error;
+    if (!(saver = CaseSaver::create(args.saveDir, error))) {
+      std::cerr << "moec: " << error << "\n";
+      return cli::kBadInput;
+    }
   }
   std::unique_ptr<rt::Bundle> original = cli::openBundleOrReport(args.bundle);
   if (!original)
@@ -705,6 +1008,19 @@ int runSelftest(const SelftestArgs &args) {
     bundle = std::move(original);
     std::printf("moec selftest: %s as compiled\n", args.bundle.c_str());
   }
+  if (!args.network.empty()) {
+    std::set<std::string> networks;
+    for (const rt::SelectionTable &table : bundle->manifest().selection)
+      networks.insert(table.network);
+    if (!networks.count(args.network)) {
+      std::string list;
+      for (const std::string &network : networks)
+        list += (list.empty() ? "" : ", ") + network;
+      std::cerr << "moec: --network " << args.network << ": " << args.bundle
+                << " has no table of that network (" << list << ")\n";
+      return cli::kBadInput;
+    }
+  }
   std::string library;
   if (emulated) {
     library = emulatedLibraryPath();
@@ -726,8 +1042,31 @@ int runSelftest(const SelftestArgs &args) {
         break;
       }
   }
-  Selftest selftest(args, *bundle, library);
-  return selftest.run();
+  Selftest selftest(args, *bundle, library, devices, firstOrdinal, saver.get());
+  const int status = selftest.run();
+  if (!saver || status == kNoDevice || status == cli::kBadInput)
+    return status;
+  nlohmann::json header = {
+      {"format", "moec-selftest-save 1"},
+      {"bundle", args.bundle},
+      {"shape", args.real ? "real" : "small"},
+      {"device", args.device},
+      {"devices", devices},
+      {"seed", args.seed},
+      {"max_m", args.maxM},
+      {"tolerance",
+       "rel_l2 <= bound against the quantisation-faithful oracle; tokens "
+       "without a valid route exactly zero; no output left unwritten"},
+      {"passed", selftest.passed()},
+      {"failed", selftest.failed()},
+      {"skipped", selftest.skipped()}};
+  std::string error;
+  if (!saver->commit(std::move(header), error)) {
+    std::cerr << "moec: " << error << "\n";
+    return cli::kCheckFailed;
+  }
+  std::printf("saved %s\n", saver->directory().c_str());
+  return status;
 }
 
 } // namespace
@@ -739,9 +1078,19 @@ void addSelftestCommand(CLI::App &app, int &exitStatus) {
       "Run every table of a bundle through the layer API on a device and "
       "check it against the oracle");
   cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
-  cmd->add_option("--device", args->device,
-                  "GPU ordinal, or 'emulated' for the emulated HIP device")
-      ->capture_default_str();
+  CLI::Option *device =
+      cmd->add_option("--device", args->device,
+                      "GPU ordinal (EP ranks on it and the devices after "
+                      "it), or 'emulated' for the emulated HIP device")
+          ->capture_default_str();
+  cmd->add_option("--devices", args->devices,
+                  "the device of each EP rank, in rank order (0,1,2,3)")
+      ->excludes(device);
+  cmd->add_option("--network", args->network,
+                  "only the tables of this network (default: every table)");
+  cmd->add_option("--save", args->saveDir,
+                  "write every case's inputs, outputs and the oracle's output "
+                  "(.npy) and manifest.json into this new directory");
   cmd->add_flag("--small", args->small,
                 "compile the bundle's table at a small shape with the same "
                 "knobs and run that (the default)");
