@@ -8,6 +8,9 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <map>
+#include <tuple>
+
 using namespace mlir;
 
 namespace moec {
@@ -49,9 +52,22 @@ Value GemmEmitter::loadFp8Fragment(Value lds, Value rowDword, int64_t kOffset,
       b, loc, VectorType::get({32}, b.getType<Float8E4M3FNType>()), joined);
 }
 
-Value GemmEmitter::loadScale(Value memref, Value byteIndex) {
-  Value byte = memref::LoadOp::create(b, loc, memref, ValueRange{byteIndex});
-  return arith::BitcastOp::create(b, loc, b.getType<Float8E8M0FNUType>(), byte);
+Value GemmEmitter::loadScaleWords(Value memref, Value byteIndex,
+                                  int64_t words) {
+  Value bytes = vector::LoadOp::create(
+      b, loc, VectorType::get({4 * words}, b.getI8Type()), memref,
+      ValueRange{byteIndex}, /*nontemporal=*/false, llvm::MaybeAlign(4));
+  return vector::BitCastOp::create(
+      b, loc, VectorType::get({words}, b.getI32Type()), bytes);
+}
+
+Value GemmEmitter::scaleOperand(Value words, int64_t word, Value shiftI32) {
+  Value picked = vector::ExtractOp::create(b, loc, words, ArrayRef<int64_t>{word});
+  Value shifted = arith::ShRUIOp::create(b, loc, picked, shiftI32);
+  return vector::BitCastOp::create(
+      b, loc, VectorType::get({4}, b.getType<Float8E8M0FNUType>()),
+      vector::BroadcastOp::create(b, loc, VectorType::get({1}, b.getI32Type()),
+                                  shifted));
 }
 
 void GemmEmitter::emitLaneIds() {
@@ -172,6 +188,12 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
       loopInit.push_back(load16(ops.bBuffer,
                                 add(slot.globalDword, divC(kFirst, bDwordsPerK)),
                                 ops.bNontemporal));
+  // Scales are loaded by the word (see scaleWord below); lane group g
+  // shifts its words right by 8 g bits.
+  assert(tileK % 128 == 0 && ops.depth % 128 == 0 &&
+         "scale rows and K steps must be whole words (the tile verifier)");
+  Value scaleShift = arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                                mul(laneGroup, 8));
   auto kLoop = scf::ForOp::create(b, loc, kFirst,
                                   ops.kEnd ? ops.kEnd : idx(ops.depth),
                                   idx(tileK), loopInit);
@@ -248,17 +270,43 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
                                         /*tensor=*/IntegerAttr());
   }
   // Each lane's E8M0 scales of K sub-step kk: one byte per A and per B
-  // fragment. They come from global memory, not LDS, so with
-  // tile.scale_prefetch they are requested before the barrier and their
-  // latency overlaps the wait.
+  // fragment, for lane group g the one of K block k0 / 32 + g + kk * S of
+  // its row (S = layout.k / 32 blocks per MFMA, g < S). As S divides 4,
+  // that is byte (g + kk * S) % 4 of the row's word kk * S / 4 of this K
+  // step, and tile.k and the depth being multiples of 128 make the K
+  // step's blocks whole, aligned words. Shifted right by 8 g bits, the
+  // word holds the byte at (kk * S) % 4 in every lane: the MFMA's op_sel
+  // picks it. So one load per row and K step serves all its MFMAs, where
+  // a byte load served one MFMA. Scales come from global memory,
+  // not LDS, so with tile.scale_prefetch they are requested before the
+  // barrier and their latency overlaps the wait.
   const int64_t subSteps = tileK / layout.k;
+  const int64_t blocksPerMfma = layout.k / 32;
+  // Per A or B fragment, the row's scale words of this K step, in one
+  // load of tile.k / 32 bytes (a dwordx2 for k = 256); and per word the
+  // lane's shifted copy. Both are created where they are first needed.
+  const int64_t wordsPerStep = tileK / 128;
+  std::map<std::pair<bool, size_t>, Value> scaleRows;
+  std::map<std::tuple<bool, size_t, int64_t>, Value> scaleWords;
+  auto scaleWord = [&](bool isA, size_t frag, int64_t kk) {
+    Value &row = scaleRows[{isA, frag}];
+    if (!row)
+      row = loadScaleWords(isA ? ops.aScaleBuffer : ops.bScaleBuffer,
+                           add(isA ? ops.aScaleRow[frag] : ops.bScaleRow[frag],
+                               divC(k0, 32)),
+                           wordsPerStep);
+    const int64_t word = kk * blocksPerMfma / 4;
+    Value &shifted = scaleWords[{isA, frag, word}];
+    if (!shifted)
+      shifted = scaleOperand(row, word, scaleShift);
+    return shifted;
+  };
   auto loadScales = [&](int64_t kk, SmallVector<Value> &aScale,
                         SmallVector<Value> &bScale) {
-    Value block = add(divC(k0, 32), add(laneGroup, idx(kk * layout.k / 32)));
     for (size_t mi = 0; mi < ops.aScaleRow.size(); ++mi)
-      aScale.push_back(loadScale(ops.aScaleBuffer, add(ops.aScaleRow[mi], block)));
+      aScale.push_back(scaleWord(/*isA=*/true, mi, kk));
     for (size_t bi = 0; bi < ops.bScaleRow.size(); ++bi)
-      bScale.push_back(loadScale(ops.bScaleBuffer, add(ops.bScaleRow[bi], block)));
+      bScale.push_back(scaleWord(/*isA=*/false, bi, kk));
   };
   SmallVector<SmallVector<Value>> earlyA(subSteps), earlyB(subSteps);
   if (tile.getScalePrefetch())
@@ -284,6 +332,7 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
   for (int64_t kk = 0; kk < subSteps; ++kk) {
     SmallVector<Value> aFrag, bFrag, aScale = earlyA[kk], bScale = earlyB[kk];
+    const int64_t scaleByte = kk * blocksPerMfma % 4;
     if (!tile.getScalePrefetch())
       loadScales(kk, aScale, bScale);
     // Fragments follow the run table: each run is 16 bytes of one row.
@@ -316,11 +365,13 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
         if (bMajor)
           acc = amdgpu::ScaledMFMAOp::create(
               b, loc, accType, dim, dim, mfmaK, bFrag[bi], aFrag[mi], acc,
-              bScale[bi], aScale[mi], /*scalesIdxA=*/0, /*scalesIdxB=*/0);
+              bScale[bi], aScale[mi], /*scalesIdxA=*/scaleByte,
+              /*scalesIdxB=*/scaleByte);
         else
           acc = amdgpu::ScaledMFMAOp::create(
               b, loc, accType, dim, dim, mfmaK, aFrag[mi], bFrag[bi], acc,
-              aScale[mi], bScale[bi], /*scalesIdxA=*/0, /*scalesIdxB=*/0);
+              aScale[mi], bScale[bi], /*scalesIdxA=*/scaleByte,
+              /*scalesIdxB=*/scaleByte);
       }
     }
   }

@@ -215,8 +215,15 @@ protected:
                               int64_t kOffset, mlir::Value swizzleRow);
   /// Chunk index `chunk` of tile row `row` after the A swizzle.
   mlir::Value swizzleChunk(mlir::Value chunk, mlir::Value row);
-  /// Loads one E8M0 scale byte as f8E8M0FNU.
-  mlir::Value loadScale(mlir::Value memref, mlir::Value byteIndex);
+  /// Loads `words` aligned words of E8M0 scales (four a word) from
+  /// `byteIndex` of an i8 buffer as vector<words x i32>.
+  mlir::Value loadScaleWords(mlir::Value memref, mlir::Value byteIndex,
+                             int64_t words);
+  /// Word `word` of `words` shifted right by `shiftI32` bits as
+  /// vector<4xf8E8M0FNU>: the scale operand of a scaled MFMA whose op_sel
+  /// picks one of its bytes.
+  mlir::Value scaleOperand(mlir::Value words, int64_t word,
+                           mlir::Value shiftI32);
   /// Emits the lane/wave decomposition of the thread id (sets tid, wave,
   /// lane, laneRow, laneGroup).
   void emitLaneIds();

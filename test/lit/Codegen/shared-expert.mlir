@@ -14,17 +14,17 @@
 // CHECK: %[[SHARED:.*]] = arith.cmpi eq, %{{.*}}, %c8_i32
 // CHECK: scf.if %[[SHARED]] -> (vector<4xf32>, vector<4xf32>)
 // CHECK: scf.for
-// CHECK: amdgpu.scaled_mfma 16x16x128 {{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf8E4M3FN>, vector<4xf32>
+// CHECK: amdgpu.scaled_mfma 16x16x128 {{.*}} : vector<4xf8E8M0FNU>, vector<32xf8E4M3FN>, vector<4xf8E8M0FNU>, vector<32xf8E4M3FN>, vector<4xf32>
 // CHECK: } else {
 // CHECK: scf.for
-// CHECK: amdgpu.scaled_mfma 16x16x128 {{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<4xf32>
+// CHECK: amdgpu.scaled_mfma 16x16x128 {{.*}} : vector<4xf8E8M0FNU>, vector<32xf8E4M3FN>, vector<4xf8E8M0FNU>, vector<32xf4E2M1FN>, vector<4xf32>
 moe.w2 @w2_shared problem(#p) tile(#moe.tile<m = 16, n = 128>) {shared_fp8_expert}
 
 // CHECK-LABEL: gpu.func @w13_shared(
 // CHECK: scf.if %{{.*}} -> (vector<4xf32>, vector<4xf32>) {
-// CHECK: vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf8E4M3FN>
+// CHECK: vector<32xf8E4M3FN>, vector<4xf8E8M0FNU>, vector<32xf8E4M3FN>
 // CHECK: } else {
-// CHECK: vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>
+// CHECK: vector<32xf8E4M3FN>, vector<4xf8E8M0FNU>, vector<32xf4E2M1FN>
 // CHECK: math.exp2
 moe.w13 @w13_shared problem(#moe.problem<hidden = 512, intermediate = 256,
     experts = 9, top_k = 3, activation = f8E4M3FN, weight = f4E2M1FN,

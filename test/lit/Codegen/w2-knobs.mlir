@@ -19,8 +19,14 @@
 // CHECK-NOT: nontemporal = true
 // CHECK-NOT: amdgpu.gather_to_lds
 // CHECK: gpu.barrier
-// CHECK: memref.load {{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>
-// CHECK: amdgpu.scaled_mfma 16x16x128 ({{.*}}[0] * %{{.*}}) * ({{.*}}[0] * %{{.*}}) + %{{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<4xf32>
+// The E8M0 scales: one load of the row's K step (k / 32 bytes) per
+// fragment, shifted right by 8 x the lane group; op_sel picks the byte.
+// CHECK: vector.load {{.*}} : memref<{{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>, vector<8xi8>
+// CHECK: arith.shrui
+// CHECK: amdgpu.scaled_mfma 16x16x128 ({{.*}}[0] * %{{.*}}) * ({{.*}}[0] * %{{.*}}) + %{{.*}} : vector<4xf8E8M0FNU>, vector<32xf8E4M3FN>, vector<4xf8E8M0FNU>, vector<32xf4E2M1FN>, vector<4xf32>
+// The second MFMA of the K step reads the same words at byte 0 + 4 blocks:
+// the next word, so again op_sel 0.
+// CHECK: amdgpu.scaled_mfma 16x16x128 ({{.*}}[0] * %{{.*}}) * ({{.*}}[0] * %{{.*}}) + %{{.*}} : vector<4xf8E8M0FNU>
 // CHECK: gpu.return
 moe.w2 @w2_base problem(#p) tile(#moe.tile<m = 32, n = 128>)
 
@@ -46,12 +52,15 @@ moe.w2 @w2_nt problem(#p) tile(#moe.tile<m = 32, n = 128, b_cache = nt>)
 
 // tile.orientation = b_major: the weights feed source A.
 // CHECK-LABEL: gpu.func @w2_bmajor(
-// CHECK: amdgpu.scaled_mfma 16x16x128 {{.*}} : f8E8M0FNU, vector<32xf4E2M1FN>, f8E8M0FNU, vector<32xf8E4M3FN>, vector<4xf32>
+// CHECK: amdgpu.scaled_mfma 16x16x128 {{.*}} : vector<4xf8E8M0FNU>, vector<32xf4E2M1FN>, vector<4xf8E8M0FNU>, vector<32xf8E4M3FN>, vector<4xf32>
 moe.w2 @w2_bmajor problem(#p) tile(#moe.tile<m = 32, n = 128, orientation = b_major>)
 
 // tile.mfma = 32x32x64: 16 accumulators per lane.
 // CHECK-LABEL: gpu.func @w2_mfma32(
-// CHECK: amdgpu.scaled_mfma 32x32x64 {{.*}} : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf4E2M1FN>, vector<16xf32>
+// Two K blocks per MFMA: sub-steps 0 and 1 read bytes 0 and 2 of the
+// first word (op_sel 0, 2), sub-steps 2 and 3 the second word.
+// CHECK: amdgpu.scaled_mfma 32x32x64 ({{.*}}[0] * %{{.*}}) * ({{.*}}[0] * %{{.*}}) + %{{.*}} : vector<4xf8E8M0FNU>, vector<32xf8E4M3FN>, vector<4xf8E8M0FNU>, vector<32xf4E2M1FN>, vector<16xf32>
+// CHECK: amdgpu.scaled_mfma 32x32x64 ({{.*}}[2] * %{{.*}}) * ({{.*}}[2] * %{{.*}}) + %{{.*}} : vector<4xf8E8M0FNU>
 moe.w2 @w2_mfma32 problem(#p) tile(#moe.tile<m = 32, n = 128, mfma = m32n32k64>)
 
 // tile.waves_per_eu: an occupancy hint on the kernel.
@@ -150,9 +159,9 @@ moe.w2 @w2_bprefetch problem(#p) tile(#moe.tile<m = 32, n = 128, b_prefetch = tr
 // barrier (in the baseline they follow it).
 // CHECK-LABEL: gpu.func @w2_scale_prefetch(
 // CHECK: scf.for
-// CHECK: memref.load {{.*}} : memref<{{[0-9]+}}xi8, #amdgpu.address_space<fat_raw_buffer>>
+// CHECK: vector.load {{.*}} : memref<{{[0-9]+}}xi8, #amdgpu.address_space<fat_raw_buffer>>, vector<8xi8>
 // CHECK: gpu.barrier
-// CHECK-NOT: memref.load {{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>
+// CHECK-NOT: vector.load {{.*}}xi8, #amdgpu.address_space<fat_raw_buffer>>
 // CHECK: amdgpu.scaled_mfma
 moe.w2 @w2_scale_prefetch problem(#p) tile(#moe.tile<m = 32, n = 128, scale_prefetch = true>)
 
