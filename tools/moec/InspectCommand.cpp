@@ -1,7 +1,8 @@
-//===- InspectCommand.cpp - moec inspect BUNDLE [--json] ------------------===//
+//===- InspectCommand.cpp - moec inspect BUNDLE [--json] [--isa] ----------===//
 
 #include "CommandSupport.h"
 #include "Commands.h"
+#include "IsaSummary.h"
 
 #include "moec/bundle.h"
 #include "moec/kernel_occupancy.h"
@@ -19,6 +20,7 @@ namespace {
 struct InspectArgs {
   std::string bundle;
   bool json = false;
+  bool isa = false;
 };
 
 /// The occupancy of `kernel` on the bundle's chip; Invalid when moec has no
@@ -31,6 +33,121 @@ moec::target::OccupancyEstimate occupancyOf(const moec::target::TargetInfo *chip
     return unknown;
   }
   return moec::rt::estimateKernelOccupancy(*chip, kernel);
+}
+
+/// The --isa summary of `kernel`, or an error naming the kernel.
+llvm::Expected<moec::cli::IsaSummary>
+isaOf(const moec::rt::Bundle &bundle, const moec::rt::KernelInfo &kernel) {
+  moec::rt::CodeObjectView view;
+  std::string error;
+  if (bundle.codeObjectEncoding(kernel.codeObject) ==
+      moec::rt::bundle_format::kEncodingMlirBytecode)
+    return llvm::createStringError("kernel '" + kernel.name +
+                                   "': its code object is kernel IR");
+  if (!bundle.codeObject(kernel.codeObject, view, error))
+    return llvm::createStringError("kernel '" + kernel.name + "': " + error);
+  auto summary = moec::cli::summarizeKernelIsa(
+      llvm::ArrayRef<uint8_t>(view.data, view.size), kernel.symbol,
+      bundle.manifest().target.arch);
+  if (!summary)
+    return llvm::createStringError("kernel '" + kernel.name + "': " +
+                                   llvm::toString(summary.takeError()));
+  return summary;
+}
+
+/// Per scaled MFMA of one wave: `bytes` loaded by the wave per iteration.
+double perMfma(uint64_t bytes, unsigned mfmas) {
+  return mfmas ? static_cast<double>(bytes) / mfmas : 0.0;
+}
+
+nlohmann::json isaJson(const moec::cli::IsaSummary &s, unsigned waveSize) {
+  auto widths = [](const std::map<unsigned, unsigned> &byWidth) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto &[width, count] : byWidth)
+      out[std::to_string(width)] = count;
+    return out;
+  };
+  nlohmann::json out = {{"instructions", s.instructions},
+                        {"undecoded", s.undecoded},
+                        {"scaled_mfma", s.scaledMfma},
+                        {"loops", s.loops}};
+  if (!s.hasLoop) {
+    out["main_loop"] = nullptr;
+    return out;
+  }
+  const moec::cli::LoopCounts &l = s.loop;
+  nlohmann::json byResource = nlohmann::json::object();
+  for (const auto &[resource, byWidth] : l.globalLoadsByResource)
+    byResource[resource] = widths(byWidth);
+  out["main_loop"] = {
+      {"begin", s.loopBegin},
+      {"end", s.loopEnd},
+      {"instructions", l.instructions},
+      {"scaled_mfma", l.scaledMfma},
+      {"k_steps", l.kSteps},
+      {"mfma", l.mfmaMnemonic},
+      {"other_mfma", l.otherMfma},
+      {"global_loads", widths(l.globalLoads)},
+      {"global_loads_by_resource", byResource},
+      {"lds_dma_loads", widths(l.ldsDmaLoads)},
+      {"lds_reads", widths(l.ldsReads)},
+      {"lds_writes", widths(l.ldsWrites)},
+      {"global_stores", widths(l.globalStores)},
+      {"scalar_loads", l.scalarLoads},
+      {"waits", l.waits},
+      {"barriers", l.barriers},
+      {"valu", l.valu},
+      {"salu", l.salu},
+      {"tile_bytes_per_mfma",
+       perMfma(l.tileBytesPerWave(waveSize), l.scaledMfma)},
+      {"narrow_bytes_per_mfma",
+       perMfma(l.narrowBytesPerWave(waveSize), l.scaledMfma)}};
+  return out;
+}
+
+void printIsa(const moec::rt::KernelInfo &k, const moec::cli::IsaSummary &s,
+              unsigned waveSize) {
+  std::printf("%s: %u instructions, %u scaled MFMA, %u loops", k.name.c_str(),
+              s.instructions, s.scaledMfma, s.loops);
+  if (s.undecoded)
+    std::printf(", %u words not decoded", s.undecoded);
+  if (!s.hasLoop) {
+    std::printf("; no loop\n");
+    return;
+  }
+  const moec::cli::LoopCounts &l = s.loop;
+  // A GEMM's main loop is its K loop: one iteration per K step of the tile.
+  std::printf("\n  main loop 0x%llx-0x%llx, per iteration: %u instructions, "
+              "%u scaled MFMA%s%s",
+              static_cast<unsigned long long>(s.loopBegin),
+              static_cast<unsigned long long>(s.loopEnd), l.instructions,
+              l.scaledMfma, l.mfmaMnemonic.empty() ? "" : " ",
+              l.mfmaMnemonic.c_str());
+  if (l.scaledMfma)
+    std::printf("; %u K step%s, %u scaled MFMA per K step", l.kSteps,
+                l.kSteps == 1 ? "" : "s (unrolled)", l.scaledMfma / l.kSteps);
+  std::printf("\n");
+  std::printf("  global loads %s; LDS DMA %s; LDS reads %s; LDS writes %s; "
+              "global stores %s\n",
+              moec::cli::formatWidths(l.globalLoads).c_str(),
+              moec::cli::formatWidths(l.ldsDmaLoads).c_str(),
+              moec::cli::formatWidths(l.ldsReads).c_str(),
+              moec::cli::formatWidths(l.ldsWrites).c_str(),
+              moec::cli::formatWidths(l.globalStores).c_str());
+  if (!l.globalLoadsByResource.empty()) {
+    std::printf("  global loads by buffer resource:");
+    for (const auto &[resource, byWidth] : l.globalLoadsByResource)
+      std::printf(" %s %s;", resource.c_str(),
+                  moec::cli::formatWidths(byWidth).c_str());
+    std::printf("\n");
+  }
+  std::printf("  s_waitcnt %u, s_barrier %u, VALU %u, SALU %u, scalar loads %u\n",
+              l.waits, l.barriers, l.valu, l.salu, l.scalarLoads);
+  if (l.scaledMfma)
+    std::printf("  bytes per scaled MFMA (one wave): %.1f in 16-byte loads, "
+                "%.1f in narrower loads (scales)\n",
+                perMfma(l.tileBytesPerWave(waveSize), l.scaledMfma),
+                perMfma(l.narrowBytesPerWave(waveSize), l.scaledMfma));
 }
 
 int runInspect(const InspectArgs &args) {
@@ -61,6 +178,15 @@ int runInspect(const InspectArgs &args) {
                     {"occupancy_limiter",
                      moec::target::occupancyLimiterName(occ.limiter)},
                     {"resource_ceiling_percent", occ.resourceCeilingPercent}});
+      if (args.isa) {
+        auto summary = isaOf(*bundle, k);
+        if (!summary) {
+          std::fprintf(stderr, "moec: %s: %s\n", args.bundle.c_str(),
+                       llvm::toString(summary.takeError()).c_str());
+          return moec::cli::kCheckFailed;
+        }
+        entry["isa"] = isaJson(*summary, k.resources.wavefrontSize);
+      }
       out.push_back(entry);
     }
     std::cout << out.dump(2) << "\n";
@@ -98,6 +224,20 @@ int runInspect(const InspectArgs &args) {
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);
   }
+  if (!args.isa)
+    return moec::cli::kSuccess;
+  std::printf("\nmain loops (from each kernel's disassembly; counts are "
+              "per wave)\n");
+  for (const moec::rt::KernelInfo &k : manifest.kernels) {
+    auto summary = isaOf(*bundle, k);
+    if (!summary) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "moec: %s: %s\n", args.bundle.c_str(),
+                   llvm::toString(summary.takeError()).c_str());
+      return moec::cli::kCheckFailed;
+    }
+    printIsa(k, *summary, k.resources.wavefrontSize);
+  }
   return moec::cli::kSuccess;
 }
 
@@ -109,5 +249,8 @@ void addInspectCommand(CLI::App &app, int &exitStatus) {
       "inspect", "Registers, LDS, scratch, spills and occupancy of every kernel");
   cmd->add_option("bundle", args->bundle, "bundle (.moeb)")->required();
   cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->add_flag("--isa", args->isa,
+                "summarise each kernel's main loop from its disassembly "
+                "(MFMAs, loads by width, waits, barriers per iteration)");
   cmd->callback([args, &exitStatus] { exitStatus = runInspect(*args); });
 }
