@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
+#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,13 +69,61 @@ uint64_t CompileCache::defaultMaxBytes() {
   return uint64_t(2) << 30;
 }
 
+/// The GNU build ID of the running executable (a hash the linker computed
+/// over its contents), as hex; empty when it has none.
+std::string executableBuildId() {
+  std::string id;
+  dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *out) -> int {
+        // The first object is the executable itself.
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr) &phdr = info->dlpi_phdr[i];
+          if (phdr.p_type != PT_NOTE)
+            continue;
+          const char *note =
+              reinterpret_cast<const char *>(info->dlpi_addr + phdr.p_vaddr);
+          const char *end = note + phdr.p_memsz;
+          while (note + sizeof(ElfW(Nhdr)) <= end) {
+            ElfW(Nhdr) header;
+            std::memcpy(&header, note, sizeof(header));
+            const char *name = note + sizeof(header);
+            const char *desc = name + ((header.n_namesz + 3) & ~3u);
+            if (desc + header.n_descsz > end)
+              break;
+            if (header.n_type == NT_GNU_BUILD_ID && header.n_namesz == 4 &&
+                std::memcmp(name, "GNU", 4) == 0) {
+              auto *text = static_cast<std::string *>(out);
+              for (uint32_t b = 0; b < header.n_descsz; ++b) {
+                char hex[3];
+                std::snprintf(hex, sizeof(hex), "%02x",
+                              static_cast<unsigned char>(desc[b]));
+                *text += hex;
+              }
+              return 1;
+            }
+            note = desc + ((header.n_descsz + 3) & ~3u);
+          }
+        }
+        return 1;
+      },
+      &id);
+  return id;
+}
+
 const std::string &CompileCache::compilerFingerprint() {
   static const std::string fingerprint = [] {
     std::string identity = std::string("moec;llvm ") + LLVM_VERSION_STRING;
-    std::ifstream self("/proc/self/exe", std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(self)),
-                      std::istreambuf_iterator<char>());
-    identity += ";exe " + hex64(rt::xxh64(bytes.data(), bytes.size()));
+    // The linker's build ID stands for the executable's bytes; hashing the
+    // file itself costs about a second for the 150 MB static moec, so it
+    // is only the fallback for a binary linked without one.
+    if (std::string buildId = executableBuildId(); !buildId.empty()) {
+      identity += ";build-id " + buildId;
+    } else {
+      std::ifstream self("/proc/self/exe", std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(self)),
+                        std::istreambuf_iterator<char>());
+      identity += ";exe " + hex64(rt::xxh64(bytes.data(), bytes.size()));
+    }
     return hex64(rt::xxh64(identity.data(), identity.size()));
   }();
   return fingerprint;
