@@ -81,7 +81,9 @@ private:
   /// Physical W13 row of logical intermediate column `column` (an index),
   /// for the gate row or the up row.
   Value physicalRow(Value column, bool up);
-  /// silu(min(g, L)) * clamp(u, -L, L) elementwise on FP32 vectors.
+  /// silu(min(g, L)) * clamp(u, -L, L) elementwise on FP32 vectors, or
+  /// with gpt_oss_swiglu g' * sigmoid(1.702 g') * (u' + 1) of the clamped
+  /// g', u'.
   Value gatedActivation(Value gate, Value up);
 
   moe::W13Op op;
@@ -183,11 +185,17 @@ Value W13Emitter::gatedActivation(Value gate, Value up) {
         b, loc, arith::MinimumFOp::create(b, loc, up, splat(limit)),
         splat(-limit));
   }
-  // silu(g) = g / (1 + exp(-g)), with exp(-g) = exp2(-g * log2(e)).
-  Value scaled = arith::MulFOp::create(b, loc, gate, splat(-1.4426950408889634f));
+  // g * sigmoid(alpha * g) = g / (1 + exp(-alpha * g)), with the exp as
+  // exp2(-alpha * g * log2(e)); alpha = 1 for SiLU, 1.702 for GPT-OSS.
+  const bool gptOss = op.getGptOssSwiglu();
+  const float alpha = gptOss ? 1.702f : 1.0f;
+  Value scaled =
+      arith::MulFOp::create(b, loc, gate, splat(-1.4426950408889634f * alpha));
   Value denominator =
       arith::AddFOp::create(b, loc, splat(1.0f), math::Exp2Op::create(b, loc, scaled));
   Value silu = arith::DivFOp::create(b, loc, gate, denominator);
+  if (gptOss)
+    up = arith::AddFOp::create(b, loc, up, splat(1.0f));
   return arith::MulFOp::create(b, loc, silu, up);
 }
 

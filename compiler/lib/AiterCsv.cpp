@@ -66,6 +66,15 @@ const char *const kRequiredColumns[] = {
 const char *const kFhmoeColumns[] = {"shared_expert_id", "hidden_pad",
                                      "intermediate_pad", "gate_mode"};
 
+constexpr const char *kSilu = "ActivationType.Silu";
+constexpr const char *kSwiglu = "ActivationType.Swiglu";
+
+/// W13's clamp for ActivationType.Swiglu rows: --swiglu-limit when given,
+/// else 7, the limit AITER's runtime_swiglu_limit passes for swiglu.
+int64_t swigluLimitOf(const AiterCompileOptions &options) {
+  return options.swigluLimit > 0 ? options.swigluLimit : 7;
+}
+
 bool fhmoeColumnName(const char *name) {
   for (const char *c : kFhmoeColumns)
     if (std::strcmp(c, name) == 0)
@@ -556,9 +565,10 @@ std::string rowSupport(const AiterCsvRow &row) {
            "that loads the table; give a gfx column";
   if (r.gfx != "gfx950")
     return "gfx " + r.gfx + ": moec compiles for gfx950 only";
-  if (r.actType != "ActivationType.Silu")
+  if (r.actType != kSilu && r.actType != kSwiglu)
     return "act_type " + r.actType + ": moec's W13 implements "
-                                     "ActivationType.Silu only";
+                                     "ActivationType.Silu and "
+                                     "ActivationType.Swiglu only";
   if (r.dtype != "torch.bfloat16")
     return "dtype " + r.dtype + ": moec's layers take torch.bfloat16 tokens";
   if (r.qDtypeA != "torch.float8_e4m3fn")
@@ -702,7 +712,11 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
       table.problems.push_back(p);
     }
     std::map<std::string, std::string> w13 = s1.knobs, w2 = s2.knobs;
-    w13["swiglu_limit"] = std::to_string(options.swigluLimit);
+    const bool swiglu = info.actType == kSwiglu;
+    w13["swiglu_limit"] = std::to_string(
+        swiglu ? swigluLimitOf(options) : options.swigluLimit);
+    if (swiglu)
+      w13["gpt_oss_swiglu"] = "true";
     if (info.fhmoe)
       w13["shared_fp8_expert"] = w2["shared_fp8_expert"] = "true";
     // The dialect is the one judge of legality: a tile it refuses makes the
@@ -779,6 +793,11 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
       table.configs.push_back(config);
       cfg = configByKernels.emplace(joined, config.name).first;
     }
+    if (swiglu)
+      info.notes.push_back(
+          "act_type ActivationType.Swiglu: GPT-OSS's g * sigmoid(1.702 g) * "
+          "(u + 1) with the clamp at " + std::to_string(swigluLimitOf(options)) +
+          " (AITER's default 7 unless --swiglu-limit); no gate/up bias");
     for (const std::string &note : s1.notes)
       info.notes.push_back("kernelName1: " + note);
     for (const std::string &note : s2.notes)

@@ -100,6 +100,8 @@ std::string w13Symbol(W13Op op) {
     if (static_cast<float>(whole) != limit)
       s += "p" + std::to_string(static_cast<int64_t>((limit - whole) * 1e6));
   }
+  if (op.getGptOssSwiglu())
+    s += "_gptoss";
   if (op.getSharedFp8Expert())
     s += "_shfp8";
   return s + peerPart(op.getPeerAttr(), /*stageOne=*/true);

@@ -371,6 +371,9 @@ LogicalResult W13Op::verify() {
            << problem.getIntermediate() << ")";
   if (getSwigluLimit().convertToFloat() < 0.0f)
     return emitOpError("swiglu_limit must be >= 0 (0 disables the clamp)");
+  if (getGptOssSwiglu() && !(getSwigluLimit().convertToFloat() > 0.0f))
+    return emitOpError("gpt_oss_swiglu needs swiglu_limit > 0 (GPT-OSS and "
+                       "AITER clamp at 7)");
   if (PeerTransportAttr peer = getPeerAttr()) {
     if (failed(verifyPeerStage(*this, peer, problem, tile)))
       return failure();

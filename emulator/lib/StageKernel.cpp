@@ -317,6 +317,7 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
   shape.interleave = integer("gate_up_interleave", 0);
   if (auto limit = attrs.getAs<FloatAttr>("swiglu_limit"))
     shape.swigluLimit = limit.getValueAsDouble();
+  shape.gptOssSwiglu = static_cast<bool>(attrs.get("gpt_oss_swiglu"));
   shape.sharedFp8 = static_cast<bool>(attrs.get("shared_fp8_expert"));
   shape.peerRows = static_cast<bool>(attrs.get("peer_rows"));
   if (auto peer = attrs.getAs<moe::PeerTransportAttr>("peer")) {

@@ -94,6 +94,7 @@ public:
       ref::GluConfig glu;
       glu.interleave = s.interleave;
       glu.clampLimit = s.swigluLimit;
+      glu.gptOssSwiglu = s.gptOssSwiglu;
       ref::W13Outputs outputs;
       outputs.activation = outcome.oracle.data();
       outputs.intermediateCodes = outcome.oracleCodes.data();

@@ -108,11 +108,14 @@ int64_t upRowOf(const GluConfig &glu, int64_t intermediate, int64_t j) {
   return gateRowOf(glu, intermediate, j) + glu.interleave;
 }
 
-double gatedActivation(double gate, double up, double clampLimit) {
+double gatedActivation(double gate, double up, double clampLimit,
+                       bool gptOssSwiglu) {
   if (clampLimit > 0.0) {
     gate = std::min(gate, clampLimit);
     up = std::clamp(up, -clampLimit, clampLimit);
   }
+  if (gptOssSwiglu) // GPT-OSS: alpha 1.702 and the up projection plus one.
+    return gate / (1.0 + std::exp(-1.702 * gate)) * (up + 1.0);
   return gate / (1.0 + std::exp(-gate)) * up;
 }
 
@@ -488,7 +491,7 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
                 for (int64_t j = 0; j < intermediate; ++j)
                   act[j] = gatedActivation(h[gateRowOf(glu, intermediate, j)],
                                            h[upRowOf(glu, intermediate, j)],
-                                           glu.clampLimit);
+                                           glu.clampLimit, glu.gptOssSwiglu);
                 if (outputs.activation)
                   std::copy(act.begin(), act.end(),
                             outputs.activation + route * intermediate);

@@ -100,6 +100,10 @@ moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 38
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>) {swiglu_limit = -1.0 : f32}
 
 // -----
+// expected-error @+1 {{gpt_oss_swiglu needs swiglu_limit > 0 (GPT-OSS and AITER clamp at 7)}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>) {gpt_oss_swiglu}
+
+// -----
 // expected-error @+1 {{needs 512 gate and up accumulator registers per lane; at most 448 fit}}
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 128, n = 256, waves = 2>)
 

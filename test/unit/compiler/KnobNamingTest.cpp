@@ -58,6 +58,7 @@ const std::map<std::string, std::map<std::string, std::string>> kVariants = {
     {"workgroups", {{"workgroups", "128"}}},
     {"work_shards", {{"work_shards", "2"}}},
     {"swiglu_limit", {{"swiglu_limit", "10"}}},
+    {"gpt_oss_swiglu", {{"gpt_oss_swiglu", "true"}, {"swiglu_limit", "7"}}},
     {"dispatch_cus", {{"dispatch_cus", "8"}}},
     {"plan_cus", {{"plan_cus", "2"}, {"transport", "compact"}}},
     {"chunk_routes", {{"chunk_routes", "2"}}},

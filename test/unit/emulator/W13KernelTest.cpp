@@ -29,6 +29,8 @@ struct W13Knobs {
   int swigluLimit;
   /// tile.async_a and tile.b_prefetch.
   bool asyncA = false, bPrefetch = false;
+  /// gpt_oss_swiglu: GPT-OSS's SwiGLU instead of SiLU.
+  bool gptOss = false;
 };
 
 StageSpec w13Spec(const W13Knobs &k, int64_t size) {
@@ -50,6 +52,8 @@ StageSpec w13Spec(const W13Knobs &k, int64_t size) {
                  {"swiglu_limit", std::to_string(k.swigluLimit)},
                  {"async_a", k.asyncA ? "true" : "false"},
                  {"b_prefetch", k.bPrefetch ? "true" : "false"}};
+  if (k.gptOss)
+    spec.fields["gpt_oss_swiglu"] = "true";
   return spec;
 }
 
@@ -99,6 +103,10 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
       {32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10, true, true},
       {32, 128, 4, "m32n32k64", "a_major", "cached", 32, 0, true},
       {128, 256, 8, "m32n32k64", "b_major", "cached", 0, 10, true},
+      // GPT-OSS's SwiGLU (AITER's ActivationType.Swiglu, limit 7), plain
+      // and interleaved gate/up as AITER's _gui stage 1 reads it.
+      {32, 128, 4, "m16n16k128", "b_major", "nt", 0, 7, false, false, true},
+      {32, 128, 4, "m16n16k128", "b_major", "nt", 16, 7, false, false, true},
   };
   for (const W13Knobs &k : knobs) {
     DataOptions options;
@@ -109,7 +117,8 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
     INFO("m=" << k.m << " n=" << k.n << " waves=" << k.waves << " " << k.mfma
               << " " << k.orientation << " interleave=" << k.interleave
               << " limit=" << k.swigluLimit << (k.asyncA ? " async_a" : "")
-              << (k.bPrefetch ? " b_prefetch" : "") << ": "
+              << (k.bPrefetch ? " b_prefetch" : "")
+              << (k.gptOss ? " gpt_oss_swiglu" : "") << ": "
               << outcome.summary);
     CHECK(outcome.pass);
     CHECK(outcome.elementsChecked > 0);

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -162,6 +163,17 @@ TEST_CASE("gated activation: clamp and SiLU formulas", "[stages]") {
   CHECK(gatedActivation(25.0, 30.0, 0.0) == silu(25.0) * 30.0);
   CHECK(gatedActivation(0.0, 5.0, 10.0) == 0.0);
   CHECK(gatedActivation(-1000.0, 1.0, 0.0) == 0.0);
+  // GPT-OSS's SwiGLU (AITER's ActivationType.Swiglu): alpha 1.702, up + 1,
+  // gate clamped above and up on both sides at the limit.
+  auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  CHECK(gatedActivation(2.0, 3.0, 7.0, true) ==
+        Approx(2.0 * sigmoid(1.702 * 2.0) * 4.0).epsilon(1e-15));
+  CHECK(gatedActivation(25.0, 30.0, 7.0, true) ==
+        Approx(7.0 * sigmoid(1.702 * 7.0) * 8.0).epsilon(1e-15));
+  CHECK(gatedActivation(-3.0, -30.0, 7.0, true) ==
+        Approx(-3.0 * sigmoid(-1.702 * 3.0) * -6.0).epsilon(1e-15));
+  CHECK(gatedActivation(1.0, -1.0, 7.0, true) == 0.0); // u + 1 = 0
+  CHECK(gatedActivation(1.0, 0.0, 7.0, true) != gatedActivation(1.0, 0.0, 7.0));
   GluConfig g16{16, 0};
   CHECK(gateRowOf(g16, 64, 0) == 0);
   CHECK(upRowOf(g16, 64, 0) == 16);

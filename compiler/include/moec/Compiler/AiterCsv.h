@@ -90,8 +90,9 @@ struct AiterCompileOptions {
   /// instead of failing.
   bool skipUnsupported = false;
   bool approximateSchedule = false;
-  /// The W13 clamp (swiglu_limit knob) for ActivationType.Silu rows; 0:
-  /// plain SiLU. AITER passes it at run time; the CSV does not hold it.
+  /// The W13 clamp (swiglu_limit knob): for ActivationType.Silu rows 0 is
+  /// plain SiLU; ActivationType.Swiglu rows take 7 (AITER's default) when
+  /// it is 0. AITER passes it at run time; the CSV does not hold it.
   int64_t swigluLimit = 0;
 };
 

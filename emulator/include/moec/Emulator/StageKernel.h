@@ -134,6 +134,8 @@ struct StageShape {
   /// SwiGLU clamp (0: plain SiLU).
   int64_t interleave = 0;
   double swigluLimit = 0.0;
+  /// W13: GPT-OSS's SwiGLU (gpt_oss_swiglu) instead of SiLU.
+  bool gptOssSwiglu = false;
   /// FHMoE: the last local expert is a shared expert with FP8 E4M3 weights
   /// (arguments b_shared, b_shared_scale); b holds the other experts.
   bool sharedFp8 = false;

@@ -164,6 +164,8 @@ struct GluConfig {
   int64_t interleave = 0;
   /// Clamp limit L of the clamped SwiGLU; 0 disables the clamp (plain SiLU).
   double clampLimit = 0.0;
+  /// GPT-OSS's SwiGLU (AITER's ActivationType.Swiglu) instead of SiLU.
+  bool gptOssSwiglu = false;
 };
 
 /// Physical W13 row of logical gate row j (up row: gateRow + interleave, or
@@ -173,8 +175,11 @@ int64_t gateRowOf(const GluConfig &glu, int64_t intermediate, int64_t j);
 int64_t upRowOf(const GluConfig &glu, int64_t intermediate, int64_t j);
 
 /// silu(g') * u' with g' = min(g, L), u' = clamp(u, -L, L) when L > 0 and
-/// silu(x) = x / (1 + exp(-x)), all in double.
-double gatedActivation(double gate, double up, double clampLimit);
+/// silu(x) = x / (1 + exp(-x)), all in double. With `gptOssSwiglu`
+/// (GPT-OSS, AITER's ActivationType.Swiglu): g' * sigmoid(1.702 g') *
+/// (u' + 1), the same clamp.
+double gatedActivation(double gate, double up, double clampLimit,
+                       bool gptOssSwiglu = false);
 
 //===----------------------------------------------------------------------===//
 // Stage functions

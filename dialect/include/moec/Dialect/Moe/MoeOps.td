@@ -105,6 +105,10 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     stores blocks of G gate rows then G up rows (the TP tables' interleaved
     layout). The activation is `silu(min(g, L)) * clamp(u, -L, L)` with
     L = `swiglu_limit` (DeepSeek V4: 10); L = 0 is plain `silu(g) * u`.
+    With `gpt_oss_swiglu` it is GPT-OSS's SwiGLU (AITER's
+    `ActivationType.Swiglu`): `g' * sigmoid(1.702 * g') * (u' + 1)` with
+    g' = min(g, L), u' = clamp(u, -L, L) and L = `swiglu_limit`, which must
+    then be > 0 (AITER's default is 7). No gate/up bias is added.
     Each 1x32 block of the intermediate gets the scale
     2^ceil(log2(max(amax, 1e-4) / 448)) with its biased exponent clamped to
     [1, 254], the same rule as the input activations, so it never saturates.
@@ -146,6 +150,7 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     Moe_TileAttr:$tile,
     DefaultValuedAttr<I64Attr, "0">:$gate_up_interleave,
     DefaultValuedAttr<F32Attr, "0.0f">:$swiglu_limit,
+    UnitAttr:$gpt_oss_swiglu,
     UnitAttr:$shared_fp8_expert,
     OptionalAttr<Moe_PeerTransportAttr>:$peer
   );
