@@ -225,48 +225,6 @@ TEST_CASE("manifest aiter_rows round-trip byte for byte", "[aiter]") {
   CHECK(error.find("aiter_rows[0].config") != std::string::npos);
 }
 
-TEST_CASE("AITER key columns: CSV names and spellings, nothing defaulted",
-          "[aiter]") {
-  AiterKeyColumns columns;
-  using Error = AiterKeyColumns::Error;
-  CHECK(columns.set("token", "4") == Error::UnknownColumn);
-  CHECK(columns.set("topk", "6x") == Error::NotAnInteger);
-  CHECK(columns.set("topk", "-6") == Error::NotAnInteger);
-  CHECK(columns.set("topk", "4294967296") == Error::NotAnInteger);
-  CHECK(columns.set("topk", "") == Error::NotAnInteger);
-  CHECK(columns.set("topk", "6") == Error::None);
-  CHECK(columns.set("topk", "6") == Error::Repeated);
-  CHECK(columns.key().topk == 6);
-  CHECK(columns.firstMissing() == 0);
-  CHECK(columns.missingColumns() ==
-        "gfx cu_num model_dim inter_dim expert act_type dtype q_dtype_a "
-        "q_dtype_w q_type use_g1u1 doweight_stage1");
-  const std::pair<const char *, const char *> rest[] = {
-      {"gfx", "gfx950"},
-      {"cu_num", "256"},
-      {"model_dim", "7168"},
-      {"inter_dim", "512"},
-      {"expert", "384"},
-      {"act_type", kSilu},
-      {"dtype", "torch.bfloat16"},
-      {"q_dtype_a", "torch.float8_e4m3fn"},
-      {"q_dtype_w", "torch.float4_e2m1fn_x2"},
-      {"q_type", "QuantType.per_1x32"},
-      {"use_g1u1", "1"},
-      {"doweight_stage1", "0"}};
-  for (const auto &[column, value] : rest)
-    REQUIRE(columns.set(column, value) == Error::None);
-  CHECK(columns.firstMissing() == SIZE_MAX);
-  CHECK_FALSE(columns.fhmoe());
-  const AiterKey expected = keyOf(kSilu, 6);
-  CHECK(describeAiterKey(columns.key(), 4) == describeAiterKey(expected, 4));
-  // One FHMoE column makes the key FHMoE: the other three are then needed.
-  REQUIRE(columns.set("gate_mode", "GateMode.INTERLEAVE") == Error::None);
-  CHECK(columns.fhmoe());
-  CHECK(columns.missingColumns() ==
-        "shared_expert_id hidden_pad intermediate_pad");
-}
-
 namespace {
 
 /// A bundle (sampleManifest's kernels and configs) with AITER rows: token 4
@@ -303,6 +261,36 @@ std::vector<moec_aiter_column_t> cKey(const char *act, const char *topk) {
 }
 
 } // namespace
+
+TEST_CASE("AITER key columns: CSV names and spellings, nothing defaulted",
+          "[aiter]") {
+  AiterKeyColumns columns;
+  using Error = AiterKeyColumns::Error;
+  CHECK(columns.set("token", "4") == Error::UnknownColumn);
+  CHECK(columns.set("topk", "6x") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "-6") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "4294967296") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "") == Error::NotAnInteger);
+  CHECK(columns.set("topk", "6") == Error::None);
+  CHECK(columns.set("topk", "6") == Error::Repeated);
+  CHECK(columns.key().topk == 6);
+  CHECK(columns.firstMissing() == 0);
+  CHECK(columns.missingColumns() ==
+        "gfx cu_num model_dim inter_dim expert act_type dtype q_dtype_a "
+        "q_dtype_w q_type use_g1u1 doweight_stage1");
+  for (const moec_aiter_column_t &c : cKey(kSilu, "6"))
+    if (std::string_view(c.column) != "topk")
+      REQUIRE(columns.set(c.column, c.value) == Error::None);
+  CHECK(columns.firstMissing() == SIZE_MAX);
+  CHECK_FALSE(columns.fhmoe());
+  const AiterKey expected = keyOf(kSilu, 6);
+  CHECK(describeAiterKey(columns.key(), 4) == describeAiterKey(expected, 4));
+  // One FHMoE column makes the key FHMoE: the other three are then needed.
+  REQUIRE(columns.set("gate_mode", "GateMode.INTERLEAVE") == Error::None);
+  CHECK(columns.fhmoe());
+  CHECK(columns.missingColumns() ==
+        "shared_expert_id hidden_pad intermediate_pad");
+}
 
 TEST_CASE("C API moec_bundle_select_aiter: hit, miss, skipped row, bad keys",
           "[aiter][c-api]") {
