@@ -305,6 +305,7 @@ CompileStatus compileTable(const TuningTable &table,
   worker();
   for (std::thread &thread : threads)
     thread.join();
+  compiled.kernelErrors = errors;
   compiled.kernelsFromCache = fromCache;
   compiled.corruptCacheEntries = cache.corruptEntries();
   cache.trim();

@@ -66,6 +66,7 @@ int main(int argc, char **argv) {
   addReferenceCommand(app, exitStatus);
   addRunCommand(app, exitStatus);
   addSelftestCommand(app, exitStatus);
+  addTuneCommand(app, exitStatus);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &help) {

@@ -61,6 +61,10 @@ struct CompiledTable {
   /// Per selection of the table, in order: the smallest max_tokens of the
   /// fused kernels its rows reach (the table's capacity), 0 with none.
   std::vector<uint32_t> selectionMaxTokens;
+  /// Per kernel, why it failed (empty: compiled and passed the gate); the
+  /// resources of a kernel that compiled are filled in even when the gate
+  /// refused it, so `moec tune` can record every candidate's.
+  std::vector<std::string> kernelErrors;
 };
 
 /// The checks across a table's kernels, on their built ops (table kernel

@@ -1,0 +1,96 @@
+//===- CostModel.h - predicted time of a stage kernel on MI355X -*- C++ -*-===//
+///
+/// \file
+/// The cost model `moec tune` ranks candidates with (docs/cost-model.md):
+/// a GEMM stage's time at a key is the largest of its HBM, LDS and
+/// scaled-MFMA times over the resident workgroups, plus a launch overhead.
+/// The model's inputs per workgroup tile (bytes, LDS traffic, MFMAs, other
+/// instructions) come from one function, countTile(); the tile count comes
+/// from the key's routed rows per expert under balanced routing, with each
+/// expert's rows padded to the tile.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_COMPILER_COSTMODEL_H
+#define MOEC_COMPILER_COSTMODEL_H
+
+#include "moec/manifest.h"
+#include "moec/target/occupancy.h"
+
+#include <cstdint>
+#include <string>
+
+namespace moec {
+
+/// Name and version recorded with every row the model ranks.
+inline constexpr const char *kCostModelName = "moec-cost-1";
+
+/// Model parameters (docs/cost-model.md gives each one's source).
+struct CostModelParameters {
+  double hbmBytesPerSecond = 8.0e12;   ///< MI355X HBM3E, FACTS.md
+  double clockHz = 2.4e9;              ///< MI355X, FACTS.md
+  uint32_t computeUnits = 256;         ///< FACTS.md
+  uint32_t simdsPerCu = 4;             ///< FACTS.md
+  double ldsBytesPerCuCycle = 128;     ///< LDS bandwidth per CU and clock
+  /// Cycles of one scaled MFMA with an FP8 operand (FACTS.md).
+  double cycles16x16x128Fp8 = 32, cycles32x32x64Fp8 = 64;
+  /// Non-MFMA instructions issued per cycle per SIMD.
+  double otherIssuePerSimdCycle = 1;
+  double launchOverheadUs = 3.0;       ///< per kernel launch (assumption)
+};
+
+/// The occupancy model's view of a compiled kernel.
+inline target::KernelResourceUse resourceUse(const rt::KernelResources &r,
+                                             uint32_t workgroupSize) {
+  return target::KernelResourceUse{r.vgpr, r.agpr, r.sgpr, r.ldsBytes,
+                                   workgroupSize};
+}
+
+/// One GEMM stage (W13 or W2) kernel as the model sees it.
+struct GemmStageShape {
+  std::string stage;       ///< "w13" or "w2"
+  int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
+  int64_t tileM = 16, tileN = 64, waves = 4;
+  bool mfma32 = false;     ///< m32n32k64 rather than m16n16k128
+};
+
+/// What one workgroup tile of a stage does: the counts the model reads.
+struct TileCounts {
+  double globalBytesRead = 0, globalBytesWritten = 0;
+  double ldsBytesRead = 0, ldsBytesWritten = 0, ldsBankConflicts = 0;
+  double scaledMfmas = 0, otherInstructions = 0;
+  /// Where the counts came from ("analytic" until the emulator counts them).
+  std::string source;
+};
+
+/// The counts of one full tile of `shape` (tileM rows x tileN output
+/// columns over the whole K). The single source of the model's inputs.
+TileCounts countTile(const GemmStageShape &shape);
+
+/// How the key's rows fall into tiles under balanced routing.
+struct TileGrid {
+  double rowsPerRank = 0;     ///< received routed rows per rank
+  double activeExperts = 0;   ///< local experts expected to get a row
+  double rowsPerExpert = 0;   ///< rows per active expert
+  double mTiles = 0;          ///< sum over active experts of ceil(rows / tileM)
+  double paddedRows = 0;      ///< mTiles * tileM
+  double nTiles = 0;          ///< output columns / tileN
+  double tiles() const { return mTiles * nTiles; }
+};
+TileGrid tileGrid(const GemmStageShape &shape, int64_t m);
+
+/// The model's prediction for one stage at key m (source tokens per rank).
+struct StagePrediction {
+  TileGrid grid;
+  double hbmUs = 0, ldsUs = 0, mfmaUs = 0, issueUs = 0, launchUs = 0;
+  double totalUs = 0;
+  uint32_t workgroupsPerCu = 0;
+};
+StagePrediction predictStage(const GemmStageShape &shape,
+                             const rt::KernelResources &resources,
+                             uint32_t workgroupSize, int64_t m,
+                             const CostModelParameters &parameters = {});
+
+} // namespace moec
+
+#endif // MOEC_COMPILER_COSTMODEL_H

@@ -1,0 +1,71 @@
+//===- Tuner.h - candidates, resource gate, model ranking -------*- C++ -*-===//
+///
+/// \file
+/// `moec tune` (docs/tuning.md): from a tuning spec (a table in the
+/// tuning-table format whose selections each name a template
+/// configuration), generate candidate tilings of every template's GEMM
+/// stages, compile them, reject those the chip cannot run (spills,
+/// scratch, LDS overflow, persistent grids beyond the resident-workgroup
+/// budget), rank the survivors at every key with the cost model and write
+/// the table with one row per key, plus a CSV of every candidate.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_COMPILER_TUNER_H
+#define MOEC_COMPILER_TUNER_H
+
+#include "moec/Compiler/TableCompiler.h"
+#include "moec/Compiler/TuningTable.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace moec {
+
+/// The search space (docs/tuning.md, "Search space").
+struct SearchSpace {
+  std::vector<int64_t> tileM = {16, 32, 64, 128};
+  std::vector<int64_t> w13N = {64, 128, 256};
+  std::vector<int64_t> w2N = {128, 256};
+  std::vector<int64_t> waves = {4, 8};
+};
+
+/// The keys (M values) of one selection of a spec: for a MegaMoE selection
+/// with a transport, the seed's rule (docs/tuning.md, "Keys"); otherwise
+/// the spec's own rows.
+std::vector<int64_t> selectionKeys(const TuningTable &spec,
+                                   const TableSelection &selection);
+
+struct TuneOptions {
+  SearchSpace space;
+  unsigned jobs = 0;
+  std::string cacheDirectory;
+  uint64_t cacheMaxBytes = uint64_t(2) << 30;
+  std::function<void(size_t, size_t, const std::string &)> progress;
+};
+
+/// Candidate figures of one selection (docs/tuning.md, "Figures").
+struct TuneClassSummary {
+  std::string key; ///< "flash-fused ep4 ws1024"
+  size_t keys = 0, candidates = 0, rejected = 0, distinctConfigs = 0;
+  std::map<std::string, size_t> rejections; ///< reason class -> candidates
+};
+
+struct TuneResult {
+  std::string table; ///< the tuning table text
+  std::string csv;   ///< every candidate of every selection
+  std::vector<TuneClassSummary> classes;
+  size_t compiledKernels = 0, distinctConfigs = 0, rows = 0;
+};
+
+/// Tunes `spec` (read from `specPath`, named in the output's header). On
+/// failure `error` is one line naming the spec line.
+CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
+                       const TuneOptions &options, TuneResult &result,
+                       std::string &error);
+
+} // namespace moec
+
+#endif // MOEC_COMPILER_TUNER_H

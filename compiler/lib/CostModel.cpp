@@ -1,0 +1,109 @@
+//===- CostModel.cpp - predicted time of a stage kernel on MI355X ---------===//
+///
+/// \file
+/// docs/cost-model.md has the formulas, constants and sources.
+///
+//===----------------------------------------------------------------------===//
+
+#include "moec/Compiler/CostModel.h"
+
+#include "moec/target/occupancy.h"
+#include "moec/target/target_info.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moec {
+
+TileCounts countTile(const GemmStageShape &s) {
+  // W13 reads both the gate and the up rows of its tileN intermediate
+  // columns; W2's N tiles the hidden size. K is the other dimension.
+  const bool w13 = s.stage == "w13";
+  const double k = double(w13 ? s.hidden : s.intermediate);
+  const double bRows = double(w13 ? 2 * s.tileN : s.tileN);
+  const double m = double(s.tileM);
+  TileCounts c;
+  c.source = "analytic";
+  // A: FP8 rows + one E8M0 scale per 32; B: E2M1 pairs + one scale per 32.
+  const double aBytes = m * k + m * k / 32;
+  const double bBytes = bRows * k / 2 + bRows * k / 32;
+  c.globalBytesRead = aBytes + bBytes;
+  // W13 writes FP8 + scales of its tileN SwiGLU outputs, W2 BF16 rows.
+  c.globalBytesWritten =
+      w13 ? m * double(s.tileN) * (1.0 + 1.0 / 32) : m * double(s.tileN) * 2;
+  // Both operands are staged through LDS once; the waves split N, so every
+  // wave reads the whole A slice and its own share of B.
+  c.ldsBytesWritten = aBytes + bBytes;
+  c.ldsBytesRead = double(s.waves) * aBytes + bBytes;
+  c.ldsBankConflicts = 0;
+  const double mm = s.mfma32 ? 32 : 16, mn = mm, mk = s.mfma32 ? 64 : 128;
+  c.scaledMfmas = std::ceil(m / mm) * std::ceil(bRows / mn) * (k / mk);
+  // Per K step of 256 and wave: address arithmetic, loads, LDS reads,
+  // waits and the loop: about 24 instructions, plus the epilogue.
+  c.otherInstructions = double(s.waves) * (k / 256) * 24 + m * s.tileN / 64;
+  return c;
+}
+
+TileGrid tileGrid(const GemmStageShape &s, int64_t m) {
+  TileGrid g;
+  const double ep = double(std::max<int64_t>(1, s.ep));
+  const double experts = double(std::max<int64_t>(1, s.experts));
+  const double local = experts / ep;
+  const double routes = double(m) * ep * double(s.topK); // all ranks
+  g.rowsPerRank = routes / ep;
+  // Balanced routing: each route lands on one of E experts uniformly.
+  g.activeExperts =
+      local * (1.0 - std::pow(1.0 - 1.0 / experts, routes));
+  g.rowsPerExpert = g.activeExperts > 0 ? g.rowsPerRank / g.activeExperts : 0;
+  const double tilesPerExpert =
+      std::max(1.0, std::ceil(g.rowsPerExpert / double(s.tileM) - 1e-9));
+  g.mTiles = m == 0 ? 0 : std::ceil(g.activeExperts) * tilesPerExpert;
+  g.paddedRows = g.mTiles * double(s.tileM);
+  const double columns = double(s.stage == "w13" ? s.intermediate : s.hidden);
+  g.nTiles = std::ceil(columns / double(s.tileN));
+  return g;
+}
+
+StagePrediction predictStage(const GemmStageShape &shape,
+                             const rt::KernelResources &resources,
+                             uint32_t workgroupSize, int64_t m,
+                             const CostModelParameters &p) {
+  StagePrediction out;
+  out.grid = tileGrid(shape, m);
+  const TileCounts tile = countTile(shape);
+  const target::OccupancyEstimate occupancy = target::estimateOccupancy(
+      target::defaultTarget(), resourceUse(resources, workgroupSize));
+  out.workgroupsPerCu = std::max<uint32_t>(1, occupancy.workgroupsPerCu);
+  const double tiles = out.grid.tiles();
+  const double us = 1e6;
+  out.launchUs = p.launchOverheadUs;
+  if (tiles <= 0) {
+    out.totalUs = out.launchUs;
+    return out;
+  }
+  // HBM: every tile's bytes (no L2 reuse assumed across tiles).
+  out.hbmUs = tiles * (tile.globalBytesRead + tile.globalBytesWritten) /
+              p.hbmBytesPerSecond * us;
+  // Tiles go round-robin over the CUs; a CU runs up to workgroupsPerCu at
+  // once, and its MFMAs issue on the SIMDs its resident waves occupy.
+  const double tilesPerCu = std::ceil(tiles / p.computeUnits);
+  const double residentTiles =
+      std::min(tilesPerCu, double(out.workgroupsPerCu));
+  const double busySimds =
+      std::min<double>(p.simdsPerCu, residentTiles * double(shape.waves));
+  const double mfmaCycles = shape.mfma32 ? p.cycles32x32x64Fp8
+                                         : p.cycles16x16x128Fp8;
+  out.mfmaUs = tilesPerCu * tile.scaledMfmas * mfmaCycles / busySimds /
+               p.clockHz * us;
+  out.issueUs = tilesPerCu * tile.otherInstructions /
+                (busySimds * p.otherIssuePerSimdCycle) / p.clockHz * us;
+  out.ldsUs = tilesPerCu *
+              (tile.ldsBytesRead + tile.ldsBytesWritten +
+               tile.ldsBankConflicts * 4 * 64) /
+              p.ldsBytesPerCuCycle / p.clockHz * us;
+  out.totalUs = std::max({out.hbmUs, out.ldsUs, out.mfmaUs + out.issueUs}) +
+                out.launchUs;
+  return out;
+}
+
+} // namespace moec
