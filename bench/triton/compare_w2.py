@@ -17,7 +17,7 @@ SGPR, LDS bytes and spills.
 The Triton kernel is a plain MX GEMM: FP8 E4M3 rows with E8M0 scales times
 packed E2M1 weight rows with E8M0 scales (tl.dot_scaled), BF16 out. moec's
 W2 kernel also gathers each tile's routed rows through the sorted route
-list and scales them by the routing weights, so it does more per tile.
+list, so it does more per tile.
 
 Run where Triton 3.6 is installed (see bench/triton/README.md):
   python3 bench/triton/compare_w2.py --moec PATH/moec --out DIR [--cpu 2]
