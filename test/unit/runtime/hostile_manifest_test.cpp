@@ -73,7 +73,10 @@ TEST_CASE("resource numbers beyond the chip are refused", "[bundle][hostile]") {
 // writes, not what the writer produces.
 
 #include "hostile_support.h"
+#include "moec/grid_rule.h"
 #include "moec/moec_runtime.h"
+
+#include <array>
 
 #include <nlohmann/json.hpp>
 
@@ -176,6 +179,63 @@ TEST_CASE("the reader accepts only the manifest text the writer stores",
   std::string nulInside = canonical;
   nulInside[10] = '\0';
   CHECK(contains(openText(nulInside), "manifest: NUL byte at offset 10"));
+}
+
+TEST_CASE("names, resources and grid rules an attacker stores are refused at open",
+          "[bundle][hostile]") {
+  // The same values as the writer tests above, but stored in a bundle whose
+  // checksums are recomputed: Bundle::open, the lazy mode and
+  // moec_bundle_open refuse them, so extract never writes such a name and
+  // no occupancy arithmetic sees such a number.
+  const std::string canonical = canonicalSampleText();
+  auto stored = [&](auto edit) {
+    nlohmann::json manifest = nlohmann::json::parse(canonical);
+    edit(manifest);
+    return openText(manifest.dump());
+  };
+  const std::string nulEnd("x\0", 2);
+  for (const std::string &name : {std::string("../../x"), std::string("/tmp/x"),
+                                  std::string("../../../../../../etc/x"), nulEnd}) {
+    INFO(name);
+    CHECK(contains(stored([&](nlohmann::json &m) { m["kernels"][0]["name"] = name; }),
+                   "kernels[0].name: expected 1 to 255 of [A-Za-z0-9_]"));
+  }
+  const std::pair<const char *, uint64_t> resources[] = {
+      {"vgpr", 4294967295u}, {"agpr", 4294967295u}, {"lds_bytes", 4294967296u},
+      {"wavefront_size", 0}, {"max_flat_workgroup_size", 4096}};
+  for (const auto &[field, value] : resources) {
+    INFO(field);
+    CHECK(contains(stored([&](nlohmann::json &m) {
+                     m["kernels"][0]["resources"][field] = value;
+                   }),
+                   std::string("kernels[0].resources.") + field + ": "));
+  }
+  CHECK(contains(stored([&](nlohmann::json &m) {
+                   m["kernels"][0]["launch"]["workgroup_size"] = {0, 1, 1};
+                 }),
+                 "kernels[0].launch.workgroup_size[0]: expected an integer in [1, "));
+  CHECK(contains(stored([&](nlohmann::json &m) {
+                   m["kernels"][0]["launch"]["grid"]["x"] = "I / 0";
+                 }),
+                 "kernels[0].launch.grid.x: division by zero"));
+  CHECK(contains(stored([&](nlohmann::json &m) {
+                   m["kernels"][0]["launch"]["grid"]["x"] = "ceil(";
+                 }),
+                 "kernels[0].launch.grid.x: unexpected end of rule"));
+  // A constant negative rule is syntactically a rule: it opens, and no
+  // launch grid is ever computed from it.
+  nlohmann::json negative = nlohmann::json::parse(canonical);
+  negative["kernels"][0]["launch"]["grid"]["x"] = "-5";
+  CHECK(openText(negative.dump()) == "");
+  TempDir dir;
+  std::string error;
+  writeFile(dir.file("n.moeb"), craftBundle(negative.dump(), sampleCodeObjects()));
+  auto bundle = Bundle::open(dir.file("n.moeb"), error);
+  REQUIRE(bundle);
+  const RuleVariable variables[] = {{"m", 64}, {"n", 256}};
+  std::array<uint32_t, 3> grid{};
+  CHECK_FALSE(computeLaunchGrid(bundle->manifest().kernels[0], variables, 2, grid, error));
+  CHECK(contains(error, "grid.x = -5 (rule '-5'), expected 1 .. 4294967295"));
 }
 
 TEST_CASE("deep nesting is refused before a JSON tree exists",
