@@ -95,6 +95,11 @@ std::string mText(uint64_t m) {
   return std::to_string(m);
 }
 
+/// Tables with more rows than this get no per-row marker on the band chart.
+constexpr size_t kMaxRowMarkers = 64;
+/// Tables with more rows than this show their rows folded.
+constexpr size_t kMaxOpenRows = 40;
+
 class ReportWriter {
 public:
   ReportWriter(const rt::Bundle &bundle, const target::TargetInfo &chip,
@@ -322,12 +327,19 @@ private:
     }
     // Row boundaries and each row's own M.
     for (size_t r = 0; r < table.rows.size(); ++r) {
-      if (r > 0) {
+      // Dense tables mark only where the configuration changes, so the
+      // bands keep their colour.
+      const bool dense = table.rows.size() > kMaxRowMarkers;
+      if (r > 0 && (!dense || table.rows[r].config != table.rows[r - 1].config)) {
         const double x = axis.x(ranges[r].mLow - 0.5);
         out << "<line x1=\"" << fixed(x, 1) << "\" y1=\"" << bandTop
             << "\" x2=\"" << fixed(x, 1) << "\" y2=\"" << bandTop + bandHeight
             << "\" stroke=\"#fff\" stroke-width=\"1.5\"/>";
       }
+      // A marker per row while they stay apart; dense tables (hundreds of
+      // rows) keep only the boundaries.
+      if (table.rows.size() > kMaxRowMarkers)
+        continue;
       const double x = axis.x(table.rows[r].m);
       out << "<polygon points=\"" << fixed(x, 1) << "," << bandTop - 2 << " "
           << fixed(x - 4, 1) << "," << bandTop - 9 << " " << fixed(x + 4, 1)
@@ -447,7 +459,8 @@ private:
         if (value < 0)
           continue;
         out << "<circle cx=\"" << fixed(axis.x(row.m), 1)
-            << "\" cy=\"" << fixed(y(value), 1) << "\" r=\"4\" "
+            << "\" cy=\"" << fixed(y(value), 1) << "\" r=\""
+            << (table.rows.size() > kMaxRowMarkers ? "2.5" : "4") << "\" "
             << (measured ? "fill=\"#c2423f\""
                          : "fill=\"#fff\" stroke=\"#2f6fb0\" stroke-width=\"2\"")
             << "><title>m " << row.m << ": "
@@ -489,6 +502,11 @@ private:
         << " · " << table.rows.size() << " rows</p>\n";
     bandChart(out, t, ranges);
     timeChart(out, t);
+    // Long tables fold their rows away (a <details>, no script).
+    const bool fold = table.rows.size() > kMaxOpenRows;
+    if (fold)
+      out << "<details><summary>" << table.rows.size()
+          << " rows (select to show)</summary>";
     out << "<table class=\"rows\"><thead><tr><th>row</th><th>m</th><th>serves "
            "M</th><th>configuration</th><th>provenance</th><th>predicted "
            "µs</th><th>measured µs</th></tr></thead><tbody>";
@@ -528,7 +546,7 @@ private:
                   : std::string("<span class=\"none\">—</span>"))
           << "</td></tr>";
     }
-    out << "</tbody></table>\n</section>\n";
+    out << "</tbody></table>" << (fold ? "</details>" : "") << "\n</section>\n";
   }
 
   /// One bar of a resource chart: `value` of `limit`, with its label.
@@ -719,6 +737,7 @@ td.num { font-variant-numeric: tabular-nums; }
   margin-right: 6px; vertical-align: -1px; }
 .config { border-top: 1px solid var(--line); padding-top: 10px; margin-top: 10px; }
 footer { color: var(--muted); font-size: 12px; margin-top: 18px; }
+details summary { cursor: pointer; color: #2456a4; margin-top: 8px; font-size: 13px; }
 )css";
 
   const rt::Bundle &bundle_;
