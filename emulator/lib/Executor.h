@@ -250,6 +250,11 @@ public:
                      std::vector<std::string> &notes) const;
   /// Sets the launch's distinct-line counters from the line bitmaps.
   void finishCounters();
+  /// Runs workgroup `linearId` alone to its end (the parallel path: the
+  /// kernel cannot wait on another workgroup); false on a hard error.
+  bool runWorkgroupAlone(int64_t linearId);
+  /// ORs `other`'s line bitmaps into this executor's.
+  void mergeLines(const Executor &other);
 
 private:
   mlir::LogicalResult bindArguments(llvm::ArrayRef<KernelArgValue> args);

@@ -661,14 +661,12 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
                       "does not model MFMA under a partial EXEC mask)");
     const auto shape = static_cast<mfma::Shape>(p.ints[0]);
     const mfma::ShapeInfo si = mfma::shapeInfo(shape);
-    // Each lane's source register bytes (FP4 uses the low 16 of 32).
-    auto gatherSource = [&](unsigned operand, std::vector<uint8_t> &regsOut) {
+    // The operands are read in place: lane l's register bytes at
+    // l * laneBytes (0 for a uniform value; FP4 uses the low 16 bytes).
+    auto source = [&](unsigned operand) {
       const ValueInfo &vi = info(p.in[operand]);
       const RtValue &v = regs[p.in[operand]];
-      regsOut.assign(size_t(kLanes) * 32, 0);
-      for (int l = 0; l < kLanes; ++l)
-        std::memcpy(&regsOut[size_t(l) * 32], v.lane(l, vi.laneBytes),
-                    std::min(32u, vi.laneBytes));
+      return std::make_pair(v.bytes.data(), v.uniform ? 0u : vi.laneBytes);
     };
     auto gatherScale = [&](unsigned operand, int64_t select,
                            std::array<uint8_t, kLanes> &out) {
@@ -679,10 +677,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       for (int l = 0; l < kLanes; ++l)
         out[l] = v.lane(l, vi.laneBytes)[byte];
     };
-    std::vector<uint8_t> aRegs, bRegs;
     std::array<uint8_t, kLanes> aScales, bScales;
-    gatherSource(0, aRegs);
-    gatherSource(1, bRegs);
     // amdgpu.mfma (ints[5] set) has no scale operands: every scale is 1.0.
     if (p.ints[5]) {
       aScales.fill(127);
@@ -691,22 +686,33 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       gatherScale(3, p.ints[1], aScales);
       gatherScale(4, p.ints[2], bScales);
     }
-    MfmaOperand a{static_cast<mfma::OperandFormat>(p.ints[3]), aRegs.data(), 32,
+    const auto [aBytes, aStride] = source(0);
+    const auto [bBytes, bStride] = source(1);
+    MfmaOperand a{static_cast<mfma::OperandFormat>(p.ints[3]), aBytes, aStride,
                   aScales.data()};
-    MfmaOperand b{static_cast<mfma::OperandFormat>(p.ints[4]), bRegs.data(), 32,
+    MfmaOperand b{static_cast<mfma::OperandFormat>(p.ints[4]), bBytes, bStride,
                   bScales.data()};
     const ValueInfo &ci = info(p.in[2]);
     const RtValue &c = regs[p.in[2]];
-    std::vector<float> acc(size_t(kLanes) * si.accPerLane);
-    for (int l = 0; l < kLanes; ++l)
-      std::memcpy(&acc[size_t(l) * si.accPerLane], c.lane(l, ci.laneBytes),
-                  size_t(si.accPerLane) * 4);
-    scaledMfma(shape, a, b, acc.data(), acc.data());
+    // C per lane, lane-major; a uniform C (a zero splat) is spread first.
+    float accIn[kLanes * 16];
+    const float *cLanes = reinterpret_cast<const float *>(c.bytes.data());
+    if (c.uniform) {
+      for (int l = 0; l < kLanes; ++l)
+        std::memcpy(&accIn[size_t(l) * si.accPerLane], c.bytes.data(),
+                    size_t(si.accPerLane) * 4);
+      cLanes = accIn;
+    } else if (reinterpret_cast<uintptr_t>(cLanes) % alignof(float) != 0) {
+      std::memcpy(accIn, c.bytes.data(), size_t(kLanes) * si.accPerLane * 4);
+      cLanes = accIn;
+    }
     RtValue &r = regs[p.out[0]];
+    if (&r == &c) {
+      std::memcpy(accIn, c.bytes.data(), size_t(kLanes) * si.accPerLane * 4);
+      cLanes = accIn;
+    }
     r.shape(false, ci.laneBytes);
-    for (int l = 0; l < kLanes; ++l)
-      std::memcpy(r.lane(l, ci.laneBytes), &acc[size_t(l) * si.accPerLane],
-                  size_t(si.accPerLane) * 4);
+    scaledMfma(shape, a, b, cLanes, reinterpret_cast<float *>(r.bytes.data()));
     ++result.stats.mfmas;
     return success();
   }

@@ -5,6 +5,7 @@
 #include "moec/reference/Formats.h"
 
 #include <cmath>
+#include <cstring>
 #include <cstddef>
 #include <limits>
 #include <vector>
@@ -18,19 +19,19 @@ namespace {
 /// multiple of 2^-9 (its smallest subnormal), every E2M1 value of 2^-1. The
 /// tables come from the reference decoders, once.
 struct Tables {
-  int32_t fp8[256];
+  double fp8[256];
   bool fp8Nan[256];
-  int32_t fp4[16];
+  double fp4[16];
   double e8m0[256];
   Tables() {
     for (int c = 0; c < 256; ++c) {
       const double v = ref::decodeFp8E4M3(static_cast<uint8_t>(c));
       fp8Nan[c] = std::isnan(v);
-      fp8[c] = fp8Nan[c] ? 0 : static_cast<int32_t>(std::ldexp(v, 9));
+      fp8[c] = fp8Nan[c] ? 0.0 : std::ldexp(v, 9);
       e8m0[c] = ref::decodeE8M0(static_cast<uint8_t>(c));
     }
     for (int c = 0; c < 16; ++c)
-      fp4[c] = static_cast<int32_t>(ref::decodeE2M1(static_cast<uint8_t>(c)) * 2.0);
+      fp4[c] = ref::decodeE2M1(static_cast<uint8_t>(c)) * 2.0;
   }
 };
 
@@ -39,14 +40,49 @@ const Tables &tables() {
   return t;
 }
 
-/// One operand rebuilt as a dim x K tile of integer elements (value =
-/// integer * 2^-shift), a NaN flag per (row, K block), and the scale value
-/// per (row, K block); each entry written by the one lane the layout table
-/// names as its owner.
+/// Where each lane's element e lands in the dim x K tile (row * K + k), and
+/// the (row, block) its scale covers, for one shape and format: computed
+/// once from the layout table.
+struct OperandPlacement {
+  int16_t slot[64][32];
+  int16_t scaleSlot[64];
+};
+
+const OperandPlacement &placement(mfma::Shape shape, mfma::OperandFormat format) {
+  static const auto table = [] {
+    std::vector<OperandPlacement> all(4);
+    for (int s = 0; s < 2; ++s)
+      for (int f = 0; f < 2; ++f) {
+        const auto shape = s ? mfma::Shape::M32N32K64 : mfma::Shape::M16N16K128;
+        const auto format =
+            f ? mfma::OperandFormat::Fp4 : mfma::OperandFormat::Fp8;
+        const mfma::ShapeInfo info = mfma::shapeInfo(shape);
+        OperandPlacement &p = all[size_t(s * 2 + f)];
+        for (int lane = 0; lane < 64; ++lane) {
+          const int row = mfma::operandRow(shape, lane);
+          for (int e = 0; e < 32; ++e)
+            p.slot[lane][e] = static_cast<int16_t>(
+                row * info.k + mfma::operandK(shape, format, lane, e));
+          p.scaleSlot[lane] = static_cast<int16_t>(
+              row * (info.k / 32) + mfma::scaleBlock(shape, lane));
+        }
+      }
+    return all;
+  }();
+  return table[size_t((shape == mfma::Shape::M32N32K64 ? 2 : 0) +
+                      (format == mfma::OperandFormat::Fp4 ? 1 : 0))];
+}
+
+/// One operand rebuilt as a dim x K tile of integer elements held in
+/// doubles (value = integer * 2^-shift; every block sum of products stays
+/// below 2^53, so it is exact in any order), a NaN flag per (row, K block),
+/// and the scale value per (row, K block); each entry written by the one
+/// lane the layout table names as its owner.
 struct IntegerTile {
-  std::vector<int32_t> values;
-  std::vector<uint8_t> nanBlock;
-  std::vector<double> scales;
+  double values[32 * 128];
+  uint8_t nanBlock[32 * 4];
+  double scales[32 * 4];
+  bool anyNan = false;
   int shift = 0;
 };
 
@@ -55,28 +91,39 @@ void gatherOperand(mfma::Shape shape, const MfmaOperand &op, IntegerTile &tile) 
   const int blocks = info.k / 32;
   const Tables &t = tables();
   const bool fp8 = op.format == mfma::OperandFormat::Fp8;
+  const OperandPlacement &place = placement(shape, op.format);
   tile.shift = fp8 ? 9 : 1;
-  tile.values.assign(size_t(info.dim) * info.k, 0);
-  tile.nanBlock.assign(size_t(info.dim) * blocks, 0);
-  tile.scales.assign(size_t(info.dim) * blocks, 0.0);
+  tile.anyNan = false;
+  std::memset(tile.nanBlock, 0, size_t(info.dim) * blocks);
   for (int lane = 0; lane < 64; ++lane) {
-    const int row = mfma::operandRow(shape, lane);
     const uint8_t *regs = op.bytes + size_t(lane) * op.laneStride;
-    for (int e = 0; e < 32; ++e) {
-      const int k = mfma::operandK(shape, op.format, lane, e);
-      int32_t value;
-      if (fp8) {
-        value = t.fp8[regs[e]];
-        if (t.fp8Nan[regs[e]])
-          tile.nanBlock[size_t(row) * blocks + k / 32] = 1;
-      } else {
-        value = t.fp4[ref::unpackE2M1(regs, e)];
+    const int16_t *slot = place.slot[lane];
+    if (fp8) {
+      for (int e = 0; e < 32; ++e) {
+        tile.values[slot[e]] = t.fp8[regs[e]];
+        if (t.fp8Nan[regs[e]]) {
+          tile.nanBlock[(slot[e] / info.k) * blocks + (slot[e] % info.k) / 32] = 1;
+          tile.anyNan = true;
+        }
       }
-      tile.values[size_t(row) * info.k + k] = value;
+    } else {
+      for (int e = 0; e < 32; ++e)
+        tile.values[slot[e]] = t.fp4[(regs[e / 2] >> ((e & 1) * 4)) & 0xF];
     }
-    tile.scales[size_t(row) * blocks + mfma::scaleBlock(shape, lane)] =
-        t.e8m0[op.scales[lane]];
+    tile.scales[place.scaleSlot[lane]] = t.e8m0[op.scales[lane]];
   }
+}
+
+/// The exact sum of 32 products of integer-valued doubles.
+inline double blockDot(const double *a, const double *b) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (int i = 0; i < 32; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  return (s0 + s1) + (s2 + s3);
 }
 
 } // namespace
@@ -89,43 +136,32 @@ void scaledMfma(mfma::Shape shape, const MfmaOperand &a, const MfmaOperand &b,
   gatherOperand(shape, a, at);
   gatherOperand(shape, b, bt);
   const double unit = std::ldexp(1.0, -(at.shift + bt.shift));
-  // FP8 x FP8 products reach 2^35: accumulate those in 64 bits.
-  const bool wide = at.shift == 9 && bt.shift == 9;
-  thread_local std::vector<double> product;
-  product.assign(size_t(info.dim) * info.dim, 0.0);
+  const bool anyNan = at.anyNan || bt.anyNan;
+  double product[32 * 32];
   for (int m = 0; m < info.dim; ++m)
     for (int n = 0; n < info.dim; ++n) {
       double total = 0.0;
       for (int blk = 0; blk < blocks; ++blk) {
-        const int32_t *av = &at.values[size_t(m) * info.k + blk * 32];
-        const int32_t *bv = &bt.values[size_t(n) * info.k + blk * 32];
         // The block's 32 products summed exactly (integers), in any order.
         double blockSum;
-        if (at.nanBlock[size_t(m) * blocks + blk] ||
-            bt.nanBlock[size_t(n) * blocks + blk]) {
+        if (anyNan && (at.nanBlock[m * blocks + blk] ||
+                       bt.nanBlock[n * blocks + blk]))
           blockSum = std::numeric_limits<double>::quiet_NaN();
-        } else if (wide) {
-          int64_t sum = 0;
-          for (int i = 0; i < 32; ++i)
-            sum += int64_t(av[i]) * bv[i];
-          blockSum = double(sum) * unit;
-        } else {
-          int32_t sum = 0;
-          for (int i = 0; i < 32; ++i)
-            sum += av[i] * bv[i];
-          blockSum = double(sum) * unit;
-        }
-        total += blockSum * at.scales[size_t(m) * blocks + blk] *
-                 bt.scales[size_t(n) * blocks + blk];
+        else
+          blockSum = blockDot(&at.values[m * info.k + blk * 32],
+                              &bt.values[n * info.k + blk * 32]) *
+                     unit;
+        total += blockSum * at.scales[m * blocks + blk] *
+                 bt.scales[n * blocks + blk];
       }
-      product[size_t(m) * info.dim + n] = total;
+      product[m * info.dim + n] = total;
     }
   for (int lane = 0; lane < 64; ++lane)
     for (int acc = 0; acc < info.accPerLane; ++acc) {
       const int m = mfma::accRow(shape, lane, acc);
       const int n = mfma::accCol(shape, lane);
       const size_t slot = size_t(lane) * info.accPerLane + acc;
-      d[slot] = static_cast<float>(product[size_t(m) * info.dim + n] +
+      d[slot] = static_cast<float>(product[m * info.dim + n] +
                                    static_cast<double>(c[slot]));
     }
 }

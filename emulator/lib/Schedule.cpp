@@ -12,7 +12,10 @@
 
 #include "Executor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 namespace moec::emu::detail {
 
@@ -268,9 +271,173 @@ Stop Executor::runWave(Workgroup &wg, Wave &wave) {
   return Stop::Done;
 }
 
+bool Executor::runWorkgroupAlone(int64_t linearId) {
+  next = linearId;
+  total = linearId + 1;
+  while (!finished()) {
+    bool progress = false;
+    if (failed(runRound(progress)))
+      return false;
+    if (!progress) {
+      // Without scf.while or s.sleep a wave always gets further; keep the
+      // guarantee of never hanging anyway.
+      error = "emulator: " + prefix() + program.kernelName +
+              ": a workgroup stopped making progress";
+      return false;
+    }
+  }
+  return true;
+}
+
+void Executor::mergeLines(const Executor &other) {
+  auto merge = [](std::vector<std::vector<uint64_t>> &into,
+                  const std::vector<std::vector<uint64_t>> &from) {
+    if (into.size() < from.size())
+      into.resize(from.size());
+    for (size_t b = 0; b < from.size(); ++b) {
+      if (from[b].empty())
+        continue;
+      if (into[b].empty())
+        into[b].assign(from[b].size(), 0);
+      for (size_t w = 0; w < from[b].size(); ++w)
+        into[b][w] |= from[b][w];
+    }
+  };
+  merge(linesRead, other.linesRead);
+  merge(linesWritten, other.linesWritten);
+}
+
+namespace {
+
+/// A kernel none of whose workgroups can wait on another: no scf.while, no
+/// s.sleep (the only ways to spin) and no atomics (whose order between
+/// workgroups is visible in results). Its workgroups may run in any order
+/// and at once.
+bool independentWorkgroups(const Program &program) {
+  for (const POp &p : program.ops)
+    if (p.kind == Kind::While || p.kind == Kind::Sleep ||
+        p.kind == Kind::AtomicRmw)
+      return false;
+  return true;
+}
+
+unsigned threadCount(const LaunchConfig &launch) {
+  if (launch.threads)
+    return launch.threads;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// The parallel path of one launch: workgroups taken in id order by
+/// `threads` workers, each running one workgroup alone at a time. Results
+/// do not depend on the thread count: memory (no workgroup reads what
+/// another writes without a race), stats (sums), the line bitmaps (ORed),
+/// and the findings, kept per workgroup and merged in workgroup order (the
+/// first `maxFindings` of that order). A hard error reports the lowest
+/// failing workgroup's.
+LogicalResult runIndependent(const LaunchInput &in, GlobalMemory &memory,
+                             RunResult &result, std::string &error) {
+  uint64_t unusedWrites = 0;
+  Executor main(*in.program, memory, *in.launch, in.label, unusedWrites,
+                result, error);
+  if (failed(main.prepare(in.args)))
+    return failure();
+  const LaunchConfig &launch = *in.launch;
+  const int64_t total = launch.grid[0] * launch.grid[1] * launch.grid[2];
+  const unsigned workers =
+      unsigned(std::min<int64_t>(threadCount(launch), total));
+  struct Worker {
+    uint64_t writes = 0;
+    RunResult result;
+    std::string error;
+    std::unique_ptr<Executor> executor;
+  };
+  std::vector<Worker> pool(workers);
+  for (Worker &w : pool) {
+    w.executor = std::make_unique<Executor>(*in.program, memory, launch,
+                                            in.label, w.writes, w.result,
+                                            w.error);
+    if (failed(w.executor->prepare(in.args))) {
+      error = w.error;
+      return failure();
+    }
+  }
+  std::vector<std::vector<Finding>> findings(static_cast<size_t>(total));
+  std::vector<std::string> errors(static_cast<size_t>(total));
+  std::atomic<int64_t> nextGroup{0};
+  std::atomic<int64_t> firstFailure{total};
+  auto work = [&](Worker &w) {
+    for (;;) {
+      const int64_t id = nextGroup.fetch_add(1);
+      if (id >= total || id > firstFailure.load())
+        return;
+      if (!w.executor->runWorkgroupAlone(id)) {
+        errors[size_t(id)] = w.error;
+        int64_t seen = firstFailure.load();
+        while (id < seen && !firstFailure.compare_exchange_weak(seen, id)) {
+        }
+        return;
+      }
+      findings[size_t(id)] = std::move(w.result.findings);
+      w.result.findings.clear();
+    }
+  };
+  if (workers <= 1) {
+    work(pool[0]);
+  } else {
+    std::vector<std::thread> threads;
+    for (unsigned t = 1; t < workers; ++t)
+      threads.emplace_back(work, std::ref(pool[t]));
+    work(pool[0]);
+    for (std::thread &t : threads)
+      t.join();
+  }
+  if (firstFailure.load() < total) {
+    error = errors[size_t(firstFailure.load())];
+    return failure();
+  }
+  for (Worker &w : pool) {
+    accumulate(result.stats, w.result.stats);
+    for (size_t k = 0; k < result.findingCounts.size(); ++k)
+      result.findingCounts[k] += w.result.findingCounts[k];
+    main.mergeLines(*w.executor);
+  }
+  for (auto &group : findings)
+    for (Finding &finding : group)
+      if (result.findings.size() < launch.maxFindings)
+        result.findings.push_back(std::move(finding));
+  main.finishCounters();
+  return success();
+}
+
+} // namespace
+
 FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
                              GlobalMemory &memory, std::string &error) {
   const auto start = std::chrono::steady_clock::now();
+  // Kernels whose workgroups cannot wait on each other run launch after
+  // launch, workgroups spread over threads; anything that may spin keeps
+  // the cooperative scheduler below.
+  if (std::all_of(launches.begin(), launches.end(),
+                  [](const LaunchInput &in) {
+                    return independentWorkgroups(*in.program);
+                  })) {
+    RunResult total;
+    for (const LaunchInput &in : launches) {
+      RunResult one;
+      if (failed(runIndependent(in, memory, one, error)))
+        return failure();
+      accumulate(total.stats, one.stats);
+      total.launchStats.push_back(one.stats);
+      for (size_t k = 0; k < total.findingCounts.size(); ++k)
+        total.findingCounts[k] += one.findingCounts[k];
+      for (Finding &finding : one.findings)
+        total.findings.push_back(std::move(finding));
+    }
+    total.stats.seconds = std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+    return total;
+  }
   uint64_t writes = 0;
   std::vector<RunResult> results(launches.size());
   std::vector<std::unique_ptr<Executor>> executors;

@@ -203,3 +203,112 @@ TEST_CASE("counters: two launches sum, lines are distinct per launch",
   CHECK(result->stats.globalBytesRead == 2 * 260);
   CHECK(result->stats.ldsBankConflicts == 2 * 73);
 }
+
+namespace {
+
+// Every lane of every workgroup reads one byte past `in` (an out-of-bounds
+// finding each) and one never-written byte of `gap`, so each of the 8
+// workgroups reports findings.
+const char *kFindingsKernel = R"mlir(
+gpu.module @m {
+  gpu.func @findings(%in: memref<64xi32, #gpu.address_space<global>>,
+                     %gap: memref<512xi32, #gpu.address_space<global>>,
+                     %out: memref<512xi32, #gpu.address_space<global>>) kernel
+      attributes {known_block_size = array<i32: 64, 1, 1>} {
+    %tid = gpu.thread_id x
+    %bid = gpu.block_id x
+    %c64 = arith.constant 64 : index
+    %base = arith.muli %bid, %c64 : index
+    %i = arith.addi %base, %tid : index
+    %x = memref.load %in[%i] : memref<64xi32, #gpu.address_space<global>>
+    %y = memref.load %gap[%i] : memref<512xi32, #gpu.address_space<global>>
+    %s = arith.addi %x, %y : i32
+    memref.store %s, %out[%i] : memref<512xi32, #gpu.address_space<global>>
+    gpu.return
+  }
+}
+)mlir";
+
+RunResult runFindings(ParsedKernel &kernel, unsigned threads,
+                      GlobalMemory &memory, unsigned &outId) {
+  std::vector<int32_t> in(64, 5);
+  unsigned inId = addInput(memory, "in", in);
+  unsigned gapId = memory.addBuffer("gap", 512 * 4);
+  outId = memory.addBuffer("out", 512 * 4);
+  LaunchConfig launch;
+  launch.grid = {8, 1, 1};
+  launch.threads = threads;
+  launch.maxFindings = 100;
+  return runOrFail(kernel, memory,
+                   {KernelArgValue::makeBuffer(inId),
+                    KernelArgValue::makeBuffer(gapId),
+                    KernelArgValue::makeBuffer(outId)},
+                   launch);
+}
+
+} // namespace
+
+TEST_CASE("threads: a run on 3 threads equals the run on one, findings "
+          "included", "[threads]") {
+  ParsedKernel kernel = parseKernel(kFindingsKernel);
+  GlobalMemory one, three;
+  unsigned outOne = 0, outThree = 0;
+  RunResult a = runFindings(kernel, 1, one, outOne);
+  RunResult b = runFindings(kernel, 3, three, outThree);
+  // Workgroup 0 reads `in` in bounds; workgroups 1..7 read past it (64
+  // lanes each); every lane of every workgroup reads never-written `gap`.
+  CHECK(countOf(a, FindingKind::OutOfBounds) == 7 * 64);
+  CHECK(countOf(a, FindingKind::UninitializedRead) == 8 * 64);
+  CHECK(a.findingCounts == b.findingCounts);
+  REQUIRE(a.findings.size() == 100);
+  REQUIRE(b.findings.size() == a.findings.size());
+  for (size_t i = 0; i < a.findings.size(); ++i)
+    CHECK(a.findings[i].str() == b.findings[i].str());
+  // In workgroup order: the first kept findings are workgroup 0's.
+  CHECK(a.findings.front().workgroup[0] == 0);
+  CHECK(std::memcmp(one.data(outOne), three.data(outThree), 512 * 4) == 0);
+  CHECK(std::memcmp(one.written(outOne), three.written(outThree), 512 * 4) ==
+        0);
+  CHECK(a.stats.waveOps == b.stats.waveOps);
+  CHECK(a.stats.globalLinesRead == b.stats.globalLinesRead);
+  CHECK(a.stats.globalBytesWritten == b.stats.globalBytesWritten);
+}
+
+TEST_CASE("threads: a W2 stage on 3 threads is bit-identical to one thread",
+          "[threads]") {
+  moec::StageSpec spec;
+  spec.stage = "w2";
+  spec.fields = {{"hidden", "512"},      {"intermediate", "512"},
+                 {"experts", "8"},       {"top_k", "2"},
+                 {"ep", "1"},            {"m", "16"},
+                 {"n", "128"},           {"k", "256"},
+                 {"waves", "4"},         {"mfma", "m16n16k128"},
+                 {"orientation", "b_major"}, {"b_cache", "nt"}};
+  BuiltStage built = buildStageOrFail(spec);
+  DataOptions options;
+  options.tokens = 40;
+  std::vector<StageOutcome> outcomes(2);
+  for (int t = 0; t < 2; ++t) {
+    LayerData data;
+    LaunchConfig launch;
+    launch.threads = t ? 3 : 1;
+    std::string error;
+    REQUIRE(succeeded(
+        built.harness->check(data, 0, options, launch, outcomes[size_t(t)],
+                             error)));
+    CHECK(outcomes[size_t(t)].pass);
+  }
+  const RunStats &s1 = outcomes[0].run.stats, &s3 = outcomes[1].run.stats;
+  CHECK(s1.mfmas > 0);
+  CHECK(s1.mfmas == s3.mfmas);
+  CHECK(s1.waveOps == s3.waveOps);
+  CHECK(s1.ldsBankConflicts == s3.ldsBankConflicts);
+  CHECK(s1.globalLinesRead == s3.globalLinesRead);
+  REQUIRE(outcomes[0].outputs.size() == outcomes[1].outputs.size());
+  for (const auto &[name, snapshot] : outcomes[0].outputs) {
+    INFO(name);
+    const auto &other = outcomes[1].outputs.at(name);
+    CHECK(snapshot.bytes == other.bytes);
+    CHECK(snapshot.written == other.written);
+  }
+}

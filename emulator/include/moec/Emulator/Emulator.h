@@ -101,6 +101,10 @@ struct LaunchConfig {
   uint64_t maxStepsPerWave = uint64_t(1) << 32;
   /// Findings kept in detail (all are counted).
   unsigned maxFindings = 32;
+  /// Host threads that run workgroups at once (0: every core). Only a run
+  /// whose kernels cannot wait on other workgroups runs in parallel, with
+  /// results, stats and findings identical for any count (docs/emulator.md).
+  unsigned threads = 0;
 };
 
 enum class FindingKind { LdsRace, UninitializedRead, OutOfBounds };
