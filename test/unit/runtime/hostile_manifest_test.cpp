@@ -203,7 +203,9 @@ TEST_CASE("names, resources and grid rules an attacker stores are refused at ope
   const std::pair<const char *, uint64_t> resources[] = {
       {"vgpr", 4294967295u}, {"agpr", 4294967295u}, {"lds_bytes", 4294967296u},
       {"wavefront_size", 0}, {"max_flat_workgroup_size", 4096}};
-  for (const auto &[field, value] : resources) {
+  for (const auto &resource : resources) {
+    const char *field = resource.first;
+    const uint64_t value = resource.second;
     INFO(field);
     CHECK(contains(stored([&](nlohmann::json &m) {
                      m["kernels"][0]["resources"][field] = value;
