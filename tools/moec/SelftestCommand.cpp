@@ -4,8 +4,9 @@
 // device (a GPU, or the emulated device), against the oracle: seeded random
 // weights with random per-block scales, tokens, routing with invalid ids,
 // tokens with no valid route, hot-rank routing, unequal and empty ranks, at
-// M around each row boundary. One line per case; exit 0 all passed, 1 a
-// case failed, 2 bad input, 3 no device (docs/cli.md).
+// M around each boundary where the configuration changes. One line per
+// case; exit 0 all passed, 1 a case failed, 2 bad input, 3 no device
+// (docs/cli.md).
 //
 // --small compiles the bundle's own table (rebuilt from its manifest) at a
 // small shape with the same knobs; --real runs the bundle as it is.
@@ -585,13 +586,22 @@ int Selftest::runTable(uint32_t tableIndex) {
         return cli::kSuccess;
       }
 
-  // Cases: M around every row boundary and the fixed list, within what
-  // the layer accepts.
+  // Cases: the fixed list and M on both sides of every boundary where the
+  // selected configuration changes, within what the layer accepts. Rows
+  // that keep the configuration launch the same kernels, so a tuned table
+  // with a row at every M costs no more cases than its configurations do.
   std::set<uint32_t> ms = {1, 31, 32, 33, 255, 256, 257};
-  for (const rt::RowRange &range : bundle_.selector().rowRanges({tableIndex})) {
-    ms.insert(range.m);
-    ms.insert(range.mHigh);
-    ms.insert(range.mHigh + 1);
+  const std::vector<rt::RowRange> ranges =
+      bundle_.selector().rowRanges({tableIndex});
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const bool changesConfig =
+        i + 1 == ranges.size() || ranges[i + 1].config != ranges[i].config;
+    if (i == 0 || ranges[i - 1].config != ranges[i].config)
+      ms.insert(std::max(1u, ranges[i].mLow));
+    if (changesConfig) {
+      ms.insert(ranges[i].mHigh);
+      ms.insert(ranges[i].mHigh + 1);
+    }
   }
   std::vector<Case> cases;
   const char *scenarios[] = {"random", "hot-rank", "unequal", "empty-rank"};
