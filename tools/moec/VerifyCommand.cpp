@@ -429,14 +429,17 @@ int runVerify(const VerifyArgs &args) {
     std::cerr << "moec: " << args.bundle << ": " << error << "\n";
     return kBadInput;
   }
+  auto counted = [](size_t count, const char *noun) {
+    return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+  };
   const int problems = verifier.problems();
-  std::cout << args.bundle << ": " << manifest.kernels.size() << " kernels, "
-            << manifest.configs.size() << " configurations, "
-            << manifest.selection.size() << " tables, "
-            << verifier.rowCount() << " rows, "
-            << verifier.residencyChecks() << " resident-grid checks on "
-            << chip->arch << ": " << problems << " problem"
-            << (problems == 1 ? "" : "s") << "\n";
+  std::cout << args.bundle << ": " << counted(manifest.kernels.size(), "kernel")
+            << ", " << counted(manifest.configs.size(), "configuration")
+            << ", " << counted(manifest.selection.size(), "table") << ", "
+            << counted(verifier.rowCount(), "row") << ", "
+            << counted(verifier.residencyChecks(), "resident-grid check")
+            << " on " << chip->arch << ": " << counted(problems, "problem")
+            << "\n";
   return problems == 0 ? kSuccess : kCheckFailed;
 }
 

@@ -202,11 +202,14 @@ TEST_CASE("W2 tiles that use AGPRs: counted once, as LLVM does",
   }
 }
 
-TEST_CASE("W2 128x256x256 over 4 waves (no AGPRs) matches LLVM's occupancy",
+TEST_CASE("W2 64x256x256 over 4 waves (no AGPRs) matches LLVM's occupancy",
           "[occupancy][agpr]") {
-  // LLVM: .vgpr_count 250, no AGPRs, Occupancy 2 (registers and LDS).
+  // A tile whose accumulators fit the architectural VGPRs, so the model's
+  // no-AGPR path is checked against LLVM. (128x256 was such a tile until
+  // the word-wide scale loads added a few live registers: LLVM 22 now gives
+  // it 8 AGPRs.)
   Measured m =
-      compileAndMeasure("w2_noagpr", "m = 128, n = 256, k = 256, waves = 4");
+      compileAndMeasure("w2_noagpr", "m = 64, n = 256, k = 256, waves = 4");
   CHECK(m.agprCount == 0);
   checkAgainstLlvm(m, 256);
 }
