@@ -67,12 +67,13 @@ TileGrid tileGrid(const GemmStageShape &s, int64_t m) {
 StagePrediction predictStage(const GemmStageShape &shape,
                              const rt::KernelResources &resources,
                              uint32_t workgroupSize, int64_t m,
-                             const CostModelParameters &p) {
+                             const CostModelParameters &p,
+                             const target::TargetInfo &chip) {
   StagePrediction out;
   out.grid = tileGrid(shape, m);
   const TileCounts tile = countTile(shape);
-  const target::OccupancyEstimate occupancy = target::estimateOccupancy(
-      target::defaultTarget(), resourceUse(resources, workgroupSize));
+  const target::OccupancyEstimate occupancy =
+      target::estimateOccupancy(chip, resourceUse(resources, workgroupSize));
   out.workgroupsPerCu = std::max<uint32_t>(1, occupancy.workgroupsPerCu);
   const double tiles = out.grid.tiles();
   const double us = 1e6;
@@ -83,24 +84,24 @@ StagePrediction predictStage(const GemmStageShape &shape,
   }
   // HBM: every tile's bytes (no L2 reuse assumed across tiles).
   out.hbmUs = tiles * (tile.globalBytesRead + tile.globalBytesWritten) /
-              p.hbmBytesPerSecond * us;
+              chip.hbmBytesPerSecond * us;
   // Tiles go round-robin over the CUs; a CU runs up to workgroupsPerCu at
   // once, and its MFMAs issue on the SIMDs its resident waves occupy.
-  const double tilesPerCu = std::ceil(tiles / p.computeUnits);
+  const double tilesPerCu = std::ceil(tiles / chip.computeUnits);
   const double residentTiles =
       std::min(tilesPerCu, double(out.workgroupsPerCu));
   const double busySimds =
-      std::min<double>(p.simdsPerCu, residentTiles * double(shape.waves));
-  const double mfmaCycles = shape.mfma32 ? p.cycles32x32x64Fp8
-                                         : p.cycles16x16x128Fp8;
+      std::min<double>(chip.simdsPerCu, residentTiles * double(shape.waves));
+  const double mfmaCycles = shape.mfma32 ? chip.scaledMfma32x32x64Fp8Cycles
+                                         : chip.scaledMfma16x16x128Fp8Cycles;
   out.mfmaUs = tilesPerCu * tile.scaledMfmas * mfmaCycles / busySimds /
-               p.clockHz * us;
+               chip.peakClockHz * us;
   out.issueUs = tilesPerCu * tile.otherInstructions /
-                (busySimds * p.otherIssuePerSimdCycle) / p.clockHz * us;
+                (busySimds * p.otherIssuePerSimdCycle) / chip.peakClockHz * us;
   out.ldsUs = tilesPerCu *
               (tile.ldsBytesRead + tile.ldsBytesWritten +
                tile.ldsBankConflicts * 4 * 64) /
-              p.ldsBytesPerCuCycle / p.clockHz * us;
+              chip.ldsBytesPerCuCycle / chip.peakClockHz * us;
   out.totalUs = std::max({out.hbmUs, out.ldsUs, out.mfmaUs + out.issueUs}) +
                 out.launchUs;
   return out;

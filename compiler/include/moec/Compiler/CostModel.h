@@ -25,15 +25,10 @@ namespace moec {
 /// Name and version recorded with every row the model ranks.
 inline constexpr const char *kCostModelName = "moec-cost-1";
 
-/// Model parameters (docs/cost-model.md gives each one's source).
+/// The model's own assumptions (docs/cost-model.md gives each one's
+/// source); the chip's facts (CUs, SIMDs, clock, HBM and LDS bandwidth,
+/// scaled-MFMA cycles) come from its target::TargetInfo.
 struct CostModelParameters {
-  double hbmBytesPerSecond = 8.0e12;   ///< MI355X HBM3E, FACTS.md
-  double clockHz = 2.4e9;              ///< MI355X, FACTS.md
-  uint32_t computeUnits = 256;         ///< FACTS.md
-  uint32_t simdsPerCu = 4;             ///< FACTS.md
-  double ldsBytesPerCuCycle = 128;     ///< LDS bandwidth per CU and clock
-  /// Cycles of one scaled MFMA with an FP8 operand (FACTS.md).
-  double cycles16x16x128Fp8 = 32, cycles32x32x64Fp8 = 64;
   /// Non-MFMA instructions issued per cycle per SIMD.
   double otherIssuePerSimdCycle = 1;
   double launchOverheadUs = 3.0;       ///< per kernel launch (assumption)
@@ -89,7 +84,9 @@ struct StagePrediction {
 StagePrediction predictStage(const GemmStageShape &shape,
                              const rt::KernelResources &resources,
                              uint32_t workgroupSize, int64_t m,
-                             const CostModelParameters &parameters = {});
+                             const CostModelParameters &parameters = {},
+                             const target::TargetInfo &chip =
+                                 target::defaultTarget());
 
 } // namespace moec
 

@@ -79,6 +79,16 @@ struct TargetInfo {
   /// 0-7; llvm/BinaryFormat/ELF.h): the reader refuses a code object built
   /// for another chip.
   uint32_t elfMach;
+  /// Peak HBM bandwidth in bytes per second (the cost model's memory bound).
+  double hbmBytesPerSecond;
+  /// Peak engine clock in Hz.
+  double peakClockHz;
+  /// LDS bytes one CU serves per clock.
+  uint32_t ldsBytesPerCuCycle;
+  /// Issue cycles of one scaled MFMA with an FP8 operand, 16x16x128 and
+  /// 32x32x64 (0 on a chip without scaled MFMA).
+  uint32_t scaledMfma16x16x128Fp8Cycles;
+  uint32_t scaledMfma32x32x64Fp8Cycles;
 
   /// Wave slots per CU (simdsPerCu * maxWavesPerSimd).
   constexpr uint32_t maxWavesPerCu() const {
@@ -116,6 +126,11 @@ inline constexpr TargetInfo kGfx950 = {
     /*hasOcpFp8=*/true,
     /*ldsDmaBytesPerLane=*/16,
     /*elfMach=*/0x04f, // EF_AMDGPU_MACH_AMDGCN_GFX950
+    /*hbmBytesPerSecond=*/8.0e12,
+    /*peakClockHz=*/2.4e9,
+    /*ldsBytesPerCuCycle=*/128,
+    /*scaledMfma16x16x128Fp8Cycles=*/32,
+    /*scaledMfma32x32x64Fp8Cycles=*/64,
 };
 
 /// gfx942: Instinct MI300X / MI325X (CDNA3). Same register files, wave
@@ -146,6 +161,11 @@ inline constexpr TargetInfo kGfx942 = {
     /*hasOcpFp8=*/false,
     /*ldsDmaBytesPerLane=*/4,
     /*elfMach=*/0x04c, // EF_AMDGPU_MACH_AMDGCN_GFX942
+    /*hbmBytesPerSecond=*/5.3e12,
+    /*peakClockHz=*/2.1e9,
+    /*ldsBytesPerCuCycle=*/128,
+    /*scaledMfma16x16x128Fp8Cycles=*/0,
+    /*scaledMfma32x32x64Fp8Cycles=*/0,
 };
 
 /// ELF facts shared by every AMDGPU code object (llvm/BinaryFormat/ELF.h):
