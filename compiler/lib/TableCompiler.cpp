@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -154,6 +155,11 @@ CompileStatus compileTable(const TuningTable &table,
   // table line, so it reads "table:LINE:1: error: ...".
   std::string firstDiagnostic;
   std::mutex diagnosticMutex;
+  using Clock = std::chrono::steady_clock;
+  auto secondsSince = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  const Clock::time_point frontEndStart = Clock::now();
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
     std::lock_guard<std::mutex> lock(diagnosticMutex);
     if (!firstDiagnostic.empty())
@@ -217,6 +223,7 @@ CompileStatus compileTable(const TuningTable &table,
     error = table.path + ": kernel generation failed: " + firstDiagnostic;
     return CompileStatus::CheckFailed;
   }
+  compiled.frontEndSeconds = secondsSince(frontEndStart);
 
   // Each kernel compiles alone (its own clone, LLVM context and target
   // machine; lld is serialised inside linkHsaco), so kernels are spread
@@ -227,16 +234,23 @@ CompileStatus compileTable(const TuningTable &table,
   std::vector<std::string> errors(compiled.kernels.size());
   std::atomic<size_t> next{0}, done{0}, fromCache{0};
   std::mutex progressMutex;
-  auto compileOne = [&](CompiledKernel &kernel, std::string &kernelError) {
+  compiled.kernelTimes.resize(compiled.kernels.size());
+  auto compileOne = [&](CompiledKernel &kernel, std::string &kernelError,
+                        KernelCompileTime &time) {
     std::string where = kernel.where.file + ":" +
                         std::to_string(kernel.where.line) + ": kernel " +
                         kernel.symbol + ": ";
+    time.symbol = kernel.symbol;
+    time.stage = kernel.stage;
+    Clock::time_point phase = Clock::now();
     auto kernelIr = serializeKernelIr(*module, kernel.symbol);
     if (failed(kernelIr)) {
       kernelError = where + "cannot serialise its kernel IR";
       return;
     }
     kernel.kernelIr = std::move(*kernelIr);
+    time.irSeconds = secondsSince(phase);
+    phase = Clock::now();
     std::string description = kernel.stage + ";" + kernel.symbol;
     for (const auto &[name, value] : kernel.attributes)
       description += ";" + name + "=" + value;
@@ -244,7 +258,11 @@ CompileStatus compileTable(const TuningTable &table,
     if (std::optional<std::vector<uint8_t>> cached = cache.load(key)) {
       kernel.hsaco = std::move(*cached);
       ++fromCache;
+      time.fromCache = true;
+      time.cacheSeconds = secondsSince(phase);
     } else {
+      time.cacheSeconds = secondsSince(phase);
+      phase = Clock::now();
       auto hsaco = compileKernel(*module, kernel.symbol, target);
       if (!hsaco) {
         std::lock_guard<std::mutex> lock(diagnosticMutex);
@@ -253,8 +271,12 @@ CompileStatus compileTable(const TuningTable &table,
         return;
       }
       kernel.hsaco = std::move(*hsaco);
+      time.codegenSeconds = secondsSince(phase);
+      phase = Clock::now();
       cache.store(key, kernel.hsaco);
+      time.cacheSeconds += secondsSince(phase);
     }
+    phase = Clock::now();
     auto described = readKernelResources(kernel.hsaco);
     if (!described) {
       kernelError = where + llvm::toString(described.takeError());
@@ -285,10 +307,13 @@ CompileStatus compileTable(const TuningTable &table,
     }
     kernel.contentHash = hashHex(kernel.hsaco.data(), kernel.hsaco.size());
     kernel.name = kernel.symbol + "_" + kernel.contentHash.substr(0, 8);
+    time.resourceSeconds = secondsSince(phase);
   };
   auto worker = [&] {
     for (size_t i; (i = next++) < compiled.kernels.size();) {
-      compileOne(compiled.kernels[i], errors[i]);
+      const Clock::time_point start = Clock::now();
+      compileOne(compiled.kernels[i], errors[i], compiled.kernelTimes[i]);
+      compiled.kernelTimes[i].totalSeconds = secondsSince(start);
       const size_t finished = ++done;
       if (options.progress) {
         std::lock_guard<std::mutex> lock(progressMutex);
@@ -299,6 +324,7 @@ CompileStatus compileTable(const TuningTable &table,
   };
   unsigned jobs = options.jobs ? options.jobs : std::thread::hardware_concurrency();
   jobs = std::max(1u, std::min<unsigned>(jobs, unsigned(compiled.kernels.size())));
+  compiled.jobs = jobs;
   std::vector<std::thread> threads;
   for (unsigned j = 1; j < jobs; ++j)
     threads.emplace_back(worker);
@@ -354,6 +380,9 @@ CompileStatus compileTableToBundle(const std::string &tablePath,
   summary.uniqueKernels = compiled.kernels.size();
   summary.kernelsFromCache = compiled.kernelsFromCache;
   summary.corruptCacheEntries = compiled.corruptCacheEntries;
+  summary.kernelTimes = std::move(compiled.kernelTimes);
+  summary.frontEndSeconds = compiled.frontEndSeconds;
+  summary.jobs = compiled.jobs;
   std::ifstream written(bundlePath, std::ios::binary | std::ios::ate);
   summary.bundleBytes = written ? static_cast<uint64_t>(written.tellg()) : 0;
   return CompileStatus::Ok;

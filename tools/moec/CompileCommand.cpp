@@ -1,6 +1,7 @@
 //===- CompileCommand.cpp - moec compile TABLE -o BUNDLE ------------------===//
 
 #include "AiterCommands.h"
+#include "CommandSupport.h"
 #include "Commands.h"
 
 #include "moec/Compiler/CompileCache.h"
@@ -10,9 +11,14 @@
 #include "moec/target/target_info.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -33,7 +39,122 @@ struct CompileArgs {
   moec::AiterCompileOptions aiter;
   /// The chip to compile for (--target).
   std::string target = moec::target::defaultTarget().arch;
+  /// Print per-kernel compile time statistics; write every kernel's times
+  /// as JSON.
+  bool timings = false;
+  std::string timingsJson;
 };
+
+/// Order statistics of one set of per-kernel seconds (nearest rank).
+struct TimeStats {
+  size_t n = 0;
+  double median = 0, p90 = 0, max = 0, total = 0;
+};
+
+TimeStats timeStats(std::vector<double> seconds) {
+  TimeStats stats;
+  stats.n = seconds.size();
+  if (seconds.empty())
+    return stats;
+  std::sort(seconds.begin(), seconds.end());
+  auto rank = [&](double p) {
+    size_t r = static_cast<size_t>(std::ceil(p * double(seconds.size())));
+    return seconds[std::max<size_t>(r, 1) - 1];
+  };
+  stats.median = rank(0.5);
+  stats.p90 = rank(0.9);
+  stats.max = seconds.back();
+  for (double s : seconds)
+    stats.total += s;
+  return stats;
+}
+
+/// The rows of the timing report: every kernel, each phase, each stage.
+std::vector<std::pair<std::string, TimeStats>>
+timingRows(const std::vector<moec::KernelCompileTime> &times) {
+  using moec::KernelCompileTime;
+  auto column = [&](double KernelCompileTime::*field, bool compiledOnly) {
+    std::vector<double> seconds;
+    for (const KernelCompileTime &t : times)
+      if (!compiledOnly || !t.fromCache)
+        seconds.push_back(t.*field);
+    return timeStats(std::move(seconds));
+  };
+  std::vector<std::pair<std::string, TimeStats>> rows = {
+      {"kernel", column(&KernelCompileTime::totalSeconds, false)},
+      {"  kernel IR", column(&KernelCompileTime::irSeconds, false)},
+      {"  cache", column(&KernelCompileTime::cacheSeconds, false)},
+      // Only the kernels that were compiled: a cached one has none.
+      {"  code generation", column(&KernelCompileTime::codegenSeconds, true)},
+      {"  resources", column(&KernelCompileTime::resourceSeconds, false)}};
+  std::map<std::string, std::vector<double>> byStage;
+  for (const KernelCompileTime &t : times)
+    byStage[t.stage].push_back(t.totalSeconds);
+  for (auto &[stage, seconds] : byStage)
+    rows.push_back({"stage " + stage, timeStats(std::move(seconds))});
+  return rows;
+}
+
+void printTimings(const moec::CompileSummary &summary) {
+  std::cout << "compile timings: " << summary.kernelTimes.size()
+            << " kernels (" << summary.kernelsFromCache
+            << " from the cache), " << summary.jobs
+            << (summary.jobs == 1 ? " job" : " jobs")
+            << "; front end (stage ops, verification, kernel IR) ";
+  char line[160];
+  std::snprintf(line, sizeof line, "%.3f s\n", summary.frontEndSeconds);
+  std::cout << line;
+  std::snprintf(line, sizeof line, "%-22s %5s %9s %9s %9s %9s\n",
+                "seconds per kernel", "n", "median", "p90", "max", "total");
+  std::cout << line;
+  for (const auto &[name, stats] : timingRows(summary.kernelTimes)) {
+    if (stats.n == 0) {
+      std::snprintf(line, sizeof line, "%-22s %5zu %9s %9s %9s %9s\n",
+                    name.c_str(), stats.n, "-", "-", "-", "-");
+    } else {
+      std::snprintf(line, sizeof line, "%-22s %5zu %9.4f %9.4f %9.4f %9.3f\n",
+                    name.c_str(), stats.n, stats.median, stats.p90, stats.max,
+                    stats.total);
+    }
+    std::cout << line;
+  }
+}
+
+bool writeTimingsJson(const std::string &path, const CompileArgs &args,
+                      const moec::CompileSummary &summary, double wallSeconds,
+                      std::string &error) {
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const moec::KernelCompileTime &t : summary.kernelTimes)
+    kernels.push_back({{"symbol", t.symbol},
+                       {"stage", t.stage},
+                       {"from_cache", t.fromCache},
+                       {"ir_s", t.irSeconds},
+                       {"cache_s", t.cacheSeconds},
+                       {"codegen_s", t.codegenSeconds},
+                       {"resources_s", t.resourceSeconds},
+                       {"total_s", t.totalSeconds}});
+  nlohmann::json stats = nlohmann::json::object();
+  for (const auto &[name, s] : timingRows(summary.kernelTimes)) {
+    std::string key = name.substr(name.find_first_not_of(' '));
+    stats[key] = {{"n", s.n},
+                  {"median_s", s.median},
+                  {"p90_s", s.p90},
+                  {"max_s", s.max},
+                  {"total_s", s.total}};
+  }
+  nlohmann::json out = {{"table", args.table},
+                        {"bundle", args.output},
+                        {"jobs", summary.jobs},
+                        {"table_kernels", summary.tableKernels},
+                        {"unique_kernels", summary.uniqueKernels},
+                        {"kernels_from_cache", summary.kernelsFromCache},
+                        {"wall_s", wallSeconds},
+                        {"front_end_s", summary.frontEndSeconds},
+                        {"stats", stats},
+                        {"kernels", kernels}};
+  const std::string text = out.dump(2) + "\n";
+  return moec::cli::writeFileAtomically(path, text.data(), text.size(), error);
+}
 
 /// --target naming another chip than the default: every kernel the chip
 /// cannot run is refused, one line per missing feature or exceeded limit,
@@ -87,6 +208,11 @@ int runCompile(const CompileArgs &args) {
         std::cerr << "\r\033[K" << std::flush;
     };
   if (!args.moreCsvs.empty() || isAiterCsvFile(args.table)) {
+    if (args.timings || !args.timingsJson.empty()) {
+      std::cerr << "moec: --timings and --timings-json apply to moec tuning "
+                   "tables, not to AITER CSVs\n";
+      return cli::kBadInput;
+    }
     std::vector<std::string> csvs = {args.table};
     csvs.insert(csvs.end(), args.moreCsvs.begin(), args.moreCsvs.end());
     return cli::runAiterCompile(csvs, args.output, options, args.aiter,
@@ -116,6 +242,13 @@ int runCompile(const CompileArgs &args) {
   if (summary.corruptCacheEntries)
     std::cerr << "moec: " << summary.corruptCacheEntries
               << " corrupted compile-cache entries were rebuilt\n";
+  if (args.timings)
+    printTimings(summary);
+  if (!args.timingsJson.empty() &&
+      !writeTimingsJson(args.timingsJson, args, summary, seconds, error)) {
+    std::cerr << "moec: " << error << "\n";
+    return cli::kCheckFailed;
+  }
   return cli::kSuccess;
 }
 
@@ -154,6 +287,13 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
                   "or ~/.cache/moec; limit $MOEC_CACHE_MAX_BYTES, default 2 GiB)")
       ->capture_default_str();
   cmd->add_flag("--no-cache", args->noCache, "neither read nor write the cache");
+  cmd->add_flag("--timings", args->timings,
+                "print where the compile time went: median, p90, max and "
+                "total seconds per kernel, per phase and per stage (also "
+                "with -q)");
+  cmd->add_option("--timings-json", args->timingsJson,
+                  "write every kernel's compile times and their statistics "
+                  "as JSON to this file");
   cmd->add_flag("--small", args->small,
                 "shrink every problem to a small shape with the same knobs "
                 "(H = I = 2 x the largest tile, 4 experts per rank, top-k <= "

@@ -50,6 +50,24 @@ struct CompiledKernel {
   SourceLine where;
 };
 
+/// Where one kernel's compile time went: wall seconds on the thread that
+/// compiled it (with several jobs the kernels share the cores, so a
+/// kernel's time includes waiting for them).
+struct KernelCompileTime {
+  std::string symbol;
+  std::string stage;
+  bool fromCache = false;
+  /// Serialising its kernel IR (which the cache key hashes).
+  double irSeconds = 0;
+  /// The cache key, lookup and, after code generation, store.
+  double cacheSeconds = 0;
+  /// LLVM AMDGPU code generation and the lld link; 0 from the cache.
+  double codegenSeconds = 0;
+  /// Reading the code object's resources back and the resource gate.
+  double resourceSeconds = 0;
+  double totalSeconds = 0;
+};
+
 struct CompiledTable {
   std::vector<CompiledKernel> kernels;
   /// Table kernel name -> index into kernels.
@@ -65,6 +83,13 @@ struct CompiledTable {
   /// resources of a kernel that compiled are filled in even when the gate
   /// refused it, so `moec tune` can record every candidate's.
   std::vector<std::string> kernelErrors;
+  /// Per kernel, in kernel order: where its compile time went.
+  std::vector<KernelCompileTime> kernelTimes;
+  /// Building and verifying the stage ops and lowering them to kernel IR,
+  /// done once for the whole table before the kernels compile.
+  double frontEndSeconds = 0;
+  /// Threads that compiled kernels.
+  unsigned jobs = 0;
 };
 
 /// The checks across a table's kernels, on their built ops (table kernel
@@ -142,6 +167,10 @@ struct CompileSummary {
   size_t kernelsFromCache = 0;
   uint64_t corruptCacheEntries = 0;
   uint64_t bundleBytes = 0;
+  /// CompiledTable::kernelTimes, frontEndSeconds and jobs of the compile.
+  std::vector<KernelCompileTime> kernelTimes;
+  double frontEndSeconds = 0;
+  unsigned jobs = 0;
 };
 
 /// Reads the tuning table at `tablePath`, compiles it and writes the bundle
