@@ -11,6 +11,7 @@
 
 #include <iostream>
 #include <set>
+#include <sstream>
 
 namespace {
 
@@ -33,6 +34,46 @@ const char *statusName(moec::rt::SelectStatus status) {
   case moec::rt::SelectStatus::Miss: return "miss";
   }
   return "miss";
+}
+
+/// What a row records about why it selects its configuration: the cost
+/// model's prediction and, for a measured row, the measurement. Null when
+/// the row records nothing.
+nlohmann::json rowProvenanceJson(const moec::rt::RowProvenance &p) {
+  using namespace moec::rt;
+  if (!p.present)
+    return nullptr;
+  nlohmann::json out = {{"provenance", provenanceName(p.kind)}};
+  if (!p.model.empty()) {
+    out["model"] = p.model;
+    out["predicted_us"] = p.predictedUs;
+  }
+  if (p.kind == Provenance::Measured) {
+    out["device"] = p.device;
+    out["method"] = p.method;
+    out["date"] = p.date;
+    out["measured_us"] = p.measuredUs;
+  }
+  return out;
+}
+
+/// The same in one line: "model-ranked by moec-cost-1, predicted 30.8 us
+/// at m=1"; empty when the row records nothing.
+std::string describeRowProvenance(const moec::rt::RowProvenance &p,
+                                  uint32_t rowM) {
+  using namespace moec::rt;
+  if (!p.present)
+    return std::string();
+  std::ostringstream text;
+  text << provenanceName(p.kind);
+  if (p.kind == Provenance::Measured)
+    text << " on " << p.device << " (" << p.method << ", " << p.date << "), "
+         << p.measuredUs << " us at m=" << rowM;
+  if (!p.model.empty())
+    text << (p.kind == Provenance::Measured ? "; " : " by ") << p.model
+         << (p.kind == Provenance::Measured ? " predicted " : ", predicted ")
+         << p.predictedUs << " us at m=" << rowM;
+  return text.str();
 }
 
 int runSelect(const SelectArgs &args, bool haveM) {
@@ -67,14 +108,18 @@ int runSelect(const SelectArgs &args, bool haveM) {
     nlohmann::json rows = nlohmann::json::array();
     for (const RowRange &range : bundle->selector().rowRanges(handle)) {
       const ConfigInfo &config = manifest.configs[range.config];
+      const RowProvenance &provenance = table.rows[range.row].provenance;
       if (args.json) {
         rows.push_back({{"m", range.m},
                         {"m_low", range.mLow},
                         {"m_high", range.mHigh},
                         {"above_max_fallback", range.servesAboveMax},
                         {"config", config.id}});
+        if (provenance.present)
+          rows.back()["row_provenance"] = rowProvenanceJson(provenance);
         continue;
       }
+      const std::string why = describeRowProvenance(provenance, range.m);
       std::cout << "m " << range.mLow << ".." << range.mHigh
                 << (range.servesAboveMax
                         ? table.maxTokens != 0
@@ -82,7 +127,8 @@ int runSelect(const SelectArgs &args, bool haveM) {
                                     " (fallback above the row)"
                               : std::string("+ (fallback above)")
                         : std::string())
-                << " -> row m=" << range.m << " config " << config.id << "\n";
+                << " -> row m=" << range.m << " config " << config.id
+                << (why.empty() ? std::string() : " (" + why + ")") << "\n";
     }
     if (args.json)
       std::cout << rows.dump(2) << "\n";
@@ -96,6 +142,7 @@ int runSelect(const SelectArgs &args, bool haveM) {
     return moec::cli::kCheckFailed;
   }
   const ConfigInfo &config = manifest.configs[selection.config];
+  const RowProvenance &provenance = table.rows[selection.row].provenance;
   if (args.json) {
     nlohmann::json kernels = nlohmann::json::array();
     for (uint32_t k : config.kernels) {
@@ -119,6 +166,8 @@ int runSelect(const SelectArgs &args, bool haveM) {
         {"config", config.id},
         {"provenance", provenanceName(config.provenance)},
         {"kernels", kernels}};
+    if (provenance.present)
+      out["row_provenance"] = rowProvenanceJson(provenance);
     std::cout << out.dump(2) << "\n";
     return moec::cli::kSuccess;
   }
@@ -131,6 +180,9 @@ int runSelect(const SelectArgs &args, bool haveM) {
             << (selection.exact ? ", exact" : ", nearest") << ")\n"
             << "config " << config.id << " ("
             << provenanceName(config.provenance) << ")\n";
+  if (provenance.present)
+    std::cout << "row " << describeRowProvenance(provenance, selection.rowM)
+              << "\n";
   for (uint32_t k : config.kernels) {
     const KernelInfo &kernel = manifest.kernels[k];
     std::cout << "  " << kernel.stage << ": " << kernel.name << "  grid ("
