@@ -51,6 +51,27 @@ Status validateWeights(const WeightSource &w13, const WeightSource &w2,
   return Status();
 }
 
+/// The biases hold nothing or one row per expert of the weights.
+Status validateBias(const ExpertBias &bias, int64_t experts,
+                    const MoeShape &shape, const std::string &what) {
+  auto check = [&](const std::vector<float> &values, int64_t columns,
+                   const char *name) {
+    if (values.empty() ||
+        static_cast<int64_t>(values.size()) == experts * columns)
+      return Status();
+    return Status::error(what + ": " + name + " bias holds " +
+                         str(values.size()) + " values, expected " +
+                         str(experts) + " x " + str(columns));
+  };
+  if (Status status = check(bias.w13, 2 * shape.intermediate, "W13"); !status)
+    return status;
+  return check(bias.w2, shape.hidden, "W2");
+}
+
+const float *biasData(const std::vector<float> &values) {
+  return values.empty() ? nullptr : values.data();
+}
+
 /// Quantises BF16 rows to FP8 1x32 (activation recipe).
 void quantizeBf16Rows(const std::vector<uint16_t> &bits, int64_t rows,
                       int64_t depth, std::vector<uint8_t> &codes,
@@ -99,7 +120,8 @@ void allocateStageArrays(int64_t rows, int64_t intermediate, int64_t hidden,
 Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
                      int64_t rows, const WeightSource &w13,
                      const WeightSource &w2, const GluConfig &glu,
-                     OracleMode mode, int numThreads, StageResults &results) {
+                     const float *w2Bias, OracleMode mode, int numThreads,
+                     StageResults &results) {
   const int64_t intermediate = w2.depth();
   const int64_t hidden = w2.rows();
   allocateStageArrays(rows, intermediate, hidden, mode, results);
@@ -121,7 +143,7 @@ Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
           : ActivationRows::float64(results.activation.data(), rows,
                                     intermediate);
   return runW2Stage(down, w2, results.routes, results.downRows.data(),
-                    numThreads);
+                    numThreads, w2Bias);
 }
 
 /// Families 2 and 3 after the routing is final: `experts` counts every
@@ -146,10 +168,11 @@ Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
     input = ActivationRows::bfloat16(batch.hiddenBf16.data(), batch.tokens,
                                      shape.hidden);
   }
-  GluConfig glu{config.gateUpInterleave, config.swigluLimit};
-  if (Status status =
-          runGemmStages(input, shape.topk, batch.tokens * shape.topk, w13, w2,
-                        glu, config.mode, config.numThreads, results);
+  GluConfig glu{config.gateUpInterleave, config.swigluLimit,
+                config.gptOssSwiglu, biasData(config.bias.w13)};
+  if (Status status = runGemmStages(
+          input, shape.topk, batch.tokens * shape.topk, w13, w2, glu,
+          biasData(config.bias.w2), config.mode, config.numThreads, results);
       !status)
     return status;
   std::vector<double> sum(batch.tokens * shape.hidden, 0.0);
@@ -192,6 +215,10 @@ Status runTpMoe(const TpMoeConfig &config, const WeightSource &w13,
                                       config.shape.experts, "TP MoE");
       !status)
     return status;
+  if (Status status = validateBias(config.bias, config.shape.experts,
+                                   config.shape, "TP MoE");
+      !status)
+    return status;
   results = StageResults();
   return runRoutedLayer(config, config.shape.experts, w13, w2, batch, results);
 }
@@ -206,6 +233,11 @@ Status runFhMoe(const FhMoeConfig &config, const WeightSource &routedW13,
     return status;
   if (Status status =
           validateWeights(routedW13, routedW2, shape, shape.experts, "FHMoE");
+      !status)
+    return status;
+  if (Status status = validateBias(
+          config.tp.bias, shape.experts + (config.includeSharedExpert ? 1 : 0),
+          shape, "FHMoE");
       !status)
     return status;
   results = StageResults();
@@ -360,6 +392,9 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
           validateWeights(w13, w2, shape, shape.experts, "MegaMoE");
       !status)
     return status;
+  if (Status status = validateBias(config.bias, shape.experts, shape, "MegaMoE");
+      !status)
+    return status;
   std::vector<ReceivePlan> plans;
   if (Status status = planDispatch(config, ranks, plans); !status)
     return status;
@@ -378,7 +413,8 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
 
   // Destination side: gather the payload into the receive buffer, then the
   // two GEMM stages over receive rows.
-  GluConfig glu{/*interleave=*/0, config.swigluLimit};
+  GluConfig glu{/*interleave=*/0, config.swigluLimit, config.gptOssSwiglu,
+                biasData(config.bias.w13)};
   std::vector<std::vector<uint8_t>> recvCodes(ep), recvScales(ep);
   std::vector<std::vector<uint16_t>> recvBf16(ep);
   parallelFor(ep, std::min<int64_t>(ep, resolveThreadCount(config.numThreads)),
@@ -420,7 +456,8 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
                                             hidden);
     stages.routes = plan.rows;
     if (Status status = runGemmStages(input, 1, plan.numRows, w13, w2, glu,
-                                      config.mode, config.numThreads, stages);
+                                      biasData(config.bias.w2), config.mode,
+                                      config.numThreads, stages);
         !status)
       return status;
     recvCodes[dest] = {};

@@ -177,6 +177,15 @@ std::vector<int32_t> listedRoutes(const SortedRoutes &sorted) {
   return listed;
 }
 
+/// The expert of each listed route, in listedRoutes order.
+std::vector<int32_t> listedExperts(const SortedRoutes &sorted) {
+  std::vector<int32_t> experts;
+  for (size_t i = 0; i < sorted.routeIds.size(); ++i)
+    if (!sorted.isPadding(sorted.routeIds[i]))
+      experts.push_back(sorted.tileExperts[i / sorted.mTile]);
+  return experts;
+}
+
 /// Weight rows handled by one work item.
 constexpr int64_t kRowsPerItem = 64;
 /// Weight rows whose dot products run side by side.
@@ -480,10 +489,26 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
     return status;
 
   std::vector<int32_t> listed = listedRoutes(sorted);
+  std::vector<int32_t> experts;
+  if (glu.bias)
+    experts = listedExperts(sorted);
   parallelFor(static_cast<int64_t>(listed.size()), numThreads,
               [&](int, int64_t item) {
                 int64_t route = listed[item];
                 const double *h = preActivation.data() + item * twoI;
+                // AITER adds bias1 to the FP32 accumulators before the clamp;
+                // without a bias h is used as is (adding +0 would turn a -0
+                // into +0).
+                std::vector<double> biased;
+                if (glu.bias) {
+                  const float *bias = glu.bias + experts[item] * twoI;
+                  biased.assign(h, h + twoI);
+                  for (int64_t j = 0; j < intermediate; ++j) {
+                    biased[gateRowOf(glu, intermediate, j)] += bias[j];
+                    biased[upRowOf(glu, intermediate, j)] += bias[intermediate + j];
+                  }
+                  h = biased.data();
+                }
                 if (outputs.preActivation)
                   for (int64_t n = 0; n < twoI; ++n)
                     outputs.preActivation[route * twoI + n] = roundToFloat(h[n]);
@@ -525,16 +550,26 @@ Status runW13Stage(const uint8_t *aCodes, const uint8_t *aScales,
 }
 
 Status runW2Stage(const ActivationRows &a, const WeightSource &w2,
-                  const SortedRoutes &sorted, double *out, int numThreads) {
+                  const SortedRoutes &sorted, double *out, int numThreads,
+                  const float *bias) {
   std::vector<double> compact;
   if (Status status = groupedGemm(a, 1, w2, sorted, compact, numThreads, "W2 stage");
       !status)
     return status;
   const int64_t hidden = w2.rows();
   std::vector<int32_t> listed = listedRoutes(sorted);
-  for (size_t i = 0; i < listed.size(); ++i)
-    std::copy_n(compact.data() + i * hidden, hidden,
-                out + static_cast<int64_t>(listed[i]) * hidden);
+  std::vector<int32_t> experts;
+  if (bias)
+    experts = listedExperts(sorted);
+  for (size_t i = 0; i < listed.size(); ++i) {
+    double *row = out + static_cast<int64_t>(listed[i]) * hidden;
+    std::copy_n(compact.data() + i * hidden, hidden, row);
+    if (bias) {
+      const float *expertBias = bias + experts[i] * hidden;
+      for (int64_t n = 0; n < hidden; ++n)
+        row[n] += expertBias[n];
+    }
+  }
   return Status();
 }
 

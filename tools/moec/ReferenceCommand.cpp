@@ -44,6 +44,7 @@ struct ReferenceArgs {
   int64_t mTile = 32;
   int64_t interleave = 16;
   std::optional<double> swigluLimit;
+  std::string activation = "silu";
   bool noShared = false;
   int64_t slotCapacity = 0;
   int64_t compactCapacity = 0;
@@ -100,6 +101,8 @@ struct LayerInputs {
   std::vector<uint8_t> w13Packed, w13Scales, w2Packed, w2Scales;
   std::unique_ptr<WeightSource> w13, w2;
   std::vector<uint8_t> sharedW13, sharedW13Scale, sharedW2, sharedW2Scale;
+  /// Optional per-expert biases (w13_bias.npy, w2_bias.npy of --inputs).
+  ExpertBias bias;
 };
 
 Failure readArray(const std::string &dir, const std::string &name,
@@ -196,6 +199,22 @@ Failure readInputs(const ReferenceArgs &args, int64_t ranks, LayerInputs &in) {
     in.sharedW13Scale = std::move(b.bytes);
     in.sharedW2 = std::move(c.bytes);
     in.sharedW2Scale = std::move(d.bytes);
+  }
+  // Optional per-expert FP32 biases, one row per expert the layer holds
+  // (FHMoE's shared expert last), as AITER's bias1 and bias2.
+  const int64_t biasRows =
+      shape.experts + (args.family == "fhmoe" && !args.noShared ? 1 : 0);
+  for (auto [name, columns, values] :
+       {std::make_tuple("w13_bias.npy", 2 * shape.intermediate, &in.bias.w13),
+        std::make_tuple("w2_bias.npy", shape.hidden, &in.bias.w2)}) {
+    if (!std::filesystem::exists(joinPath(dir, name)))
+      continue;
+    NpyArray bias;
+    if (Failure f = readArray(dir, name, NpyDtype::Float32, {biasRows, columns},
+                              bias);
+        f.failed())
+      return f;
+    *values = bias.toVector<float>();
   }
   in.batches.resize(ranks);
   for (int64_t rank = 0; rank < ranks; ++rank) {
@@ -491,9 +510,15 @@ Failure runReference(const ReferenceArgs &args) {
 
   const OracleMode mode =
       args.mode == "exact" ? OracleMode::Exact : OracleMode::QuantFaithful;
-  const double limit = args.swigluLimit ? *args.swigluLimit : (mega ? 10.0 : 0.0);
+  const bool gptOss = args.activation == "gpt-oss-swiglu";
+  // Default clamps: DeepSeek V4's 10 for MegaMoE, AITER's 7 for GPT-OSS's
+  // SwiGLU, none for SiLU in the TP families.
+  const double limit = args.swigluLimit ? *args.swigluLimit
+                       : mega           ? 10.0
+                       : gptOss         ? 7.0
+                                        : 0.0;
   // MegaMoE's W13 is gate rows then up rows; the TP families interleave.
-  const GluConfig glu{mega ? 0 : args.interleave, limit};
+  const GluConfig glu{mega ? 0 : args.interleave, limit, gptOss};
 
   LayerInputs in;
   Failure failure = args.inputs.empty() ? generateInputs(args, tokens, glu, in)
@@ -526,6 +551,8 @@ Failure runReference(const ReferenceArgs &args) {
     config.slotCapacity = args.slotCapacity;
     config.compactCapacity = args.compactCapacity;
     config.swigluLimit = limit;
+    config.gptOssSwiglu = gptOss;
+    config.bias = in.bias;
     config.mode = mode;
     config.numThreads = args.threads;
     std::vector<MegaMoeRankResult> megaResults;
@@ -558,6 +585,8 @@ Failure runReference(const ReferenceArgs &args) {
     tp.mTile = args.mTile;
     tp.gateUpInterleave = args.interleave;
     tp.swigluLimit = limit;
+    tp.gptOssSwiglu = gptOss;
+    tp.bias = in.bias;
     tp.mode = mode;
     tp.numThreads = args.threads;
     results.resize(1);
@@ -644,8 +673,13 @@ void addReferenceCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--m-tile", args->mTile, "M tile of the sorted route list");
   cmd->add_option("--interleave", args->interleave,
                   "tp/fhmoe: gate/up interleave granularity of W13 rows (0: gate then up)");
+  cmd->add_option("--activation", args->activation,
+                  "W13 activation: silu, or gpt-oss-swiglu (GPT-OSS, AITER's "
+                  "ActivationType.Swiglu: g * sigmoid(1.702 g) * (u + 1))")
+      ->check(CLI::IsMember({"silu", "gpt-oss-swiglu"}));
   cmd->add_option("--swiglu-limit", args->swigluLimit,
-                  "SwiGLU clamp (default 10 for megamoe, 0 = none otherwise)");
+                  "SwiGLU clamp (default 10 for megamoe, 7 for gpt-oss-swiglu, "
+                  "0 = none otherwise)");
   cmd->add_flag("--no-shared", args->noShared, "fhmoe: omit the shared expert");
   cmd->add_option("--slot-capacity", args->slotCapacity,
                   "megamoe fixed-slot: receive slots per local expert (0: default)");
@@ -656,7 +690,8 @@ void addReferenceCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--invalid-fraction", args->invalidFraction,
                   "generated routing: fraction of slots made invalid");
   cmd->add_option("--inputs", args->inputs,
-                  "read inputs and weights from this directory of .npy files");
+                  "read inputs and weights from this directory of .npy files "
+                  "(with w13_bias.npy / w2_bias.npy when there)");
   cmd->add_flag("--write-inputs", args->writeInputs,
                 "also write the generated inputs and weights to the output directory");
   cmd->add_flag("--stages", args->stages, "also write stage outputs");

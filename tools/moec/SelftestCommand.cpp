@@ -66,6 +66,9 @@ struct SelftestArgs {
   std::string devices;
   /// --network: only the tables of this network (empty: every table).
   std::string network;
+  /// --activation: the oracle's W13 activation, "silu" or "gpt-oss-swiglu"
+  /// (empty: the one the table's W13 kernels were compiled with).
+  std::string activation;
   std::string saveDir;
 };
 
@@ -91,20 +94,42 @@ struct TableFacts {
   bool fused = false, shared = false, compact = false;
   int64_t interleave = 0;
   double swigluLimit = 0.0;
+  /// W13's activation: GPT-OSS's SwiGLU (gpt_oss_swiglu, AITER's
+  /// ActivationType.Swiglu) or SiLU.
+  bool gptOssSwiglu = false;
   int64_t fixedSlotCapacity = 0; ///< per local expert (fused fixed slot)
 };
+
+const char *activationName(bool gptOssSwiglu) {
+  return gptOssSwiglu ? "gpt-oss-swiglu" : "silu";
+}
 
 bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
                 TableFacts &facts, std::string &error) {
   facts = TableFacts();
   facts.problem.epSize = table.ep;
   bool found = false;
+  std::string firstActivationKernel;
   for (const rt::SelectionRow &row : table.rows)
     for (uint32_t k : manifest.configs[row.config].kernels) {
       const rt::KernelInfo &kernel = manifest.kernels[k];
       StageSpec spec = stageSpecOfAttributes(kernel.stage, kernel.attributes);
       if (kernel.stage != "w13")
         continue;
+      // One oracle serves the whole table, so its W13 kernels must agree on
+      // the activation.
+      const bool gptOss = emu::specFlag(spec, "gpt_oss_swiglu");
+      if (found && gptOss != facts.gptOssSwiglu) {
+        error = "table " +
+                rt::describeTableKey(table.network, table.ep, table.workspace) +
+                ": W13 kernels " + firstActivationKernel + " (" +
+                activationName(facts.gptOssSwiglu) + ") and " + kernel.name +
+                " (" + activationName(gptOss) + ") differ in the activation";
+        return false;
+      }
+      if (!found)
+        firstActivationKernel = kernel.name;
+      facts.gptOssSwiglu = gptOss;
       found = true;
       facts.problem.hidden = uint32_t(emu::specInteger(spec, "hidden", 0));
       facts.problem.intermediate =
@@ -362,6 +387,12 @@ private:
                std::vector<Rank> &ranks, const Case &c, uint64_t caseSeed,
                std::vector<std::vector<uint16_t>> *outputs, bool print);
 
+  /// The oracle's activation: --activation, or the kernels' own.
+  bool oracleGptOss(const TableFacts &facts) const {
+    return args_.activation.empty() ? facts.gptOssSwiglu
+                                    : args_.activation == "gpt-oss-swiglu";
+  }
+
   void report(bool pass, const std::string &line) {
     (pass ? passed_ : failed_)++;
     std::printf("%s %s\n", pass ? "PASS" : "FAIL", line.c_str());
@@ -476,6 +507,14 @@ int Selftest::runTable(uint32_t tableIndex) {
     for (int ordinal : ordinals)
       list += (list.empty() ? "" : ",") + std::to_string(ordinal);
     std::printf("%s: ranks on devices %s\n", name.c_str(), list.c_str());
+  }
+  // SiLU is every shipped table's activation; anything else is said.
+  if (facts.gptOssSwiglu || !args_.activation.empty()) {
+    const bool oracle = oracleGptOss(facts);
+    std::printf("%s: W13 kernels %s (clamp %g), oracle %s%s\n", name.c_str(),
+                activationName(facts.gptOssSwiglu), facts.swigluLimit,
+                activationName(oracle),
+                oracle == facts.gptOssSwiglu ? "" : " (--activation)");
   }
   std::vector<Rank> ranks(table.ep);
   std::vector<std::unique_ptr<DeviceMemory>> memory;
@@ -797,6 +836,7 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
              {"network", table.network}, {"ep", ep},
              {"workspace", table.workspace}, {"m", M},
              {"scenario", c.scenario}, {"config", configId},
+             {"activation", activationName(oracleGptOss(facts))},
              {"files", nlohmann::json::array()}};
     for (uint32_t r = 0; r < (ownBatches ? ep : 1); ++r) {
       const std::string prefix =
@@ -851,6 +891,7 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   tp.mTile = 16;
   tp.gateUpInterleave = facts.interleave;
   tp.swigluLimit = facts.swigluLimit;
+  tp.gptOssSwiglu = oracleGptOss(facts);
   tp.mode = ref::OracleMode::QuantFaithful;
   bool pass = overflow == 0;
   double worst = 0.0;
@@ -1098,6 +1139,11 @@ void addSelftestCommand(CLI::App &app, int &exitStatus) {
       ->excludes(device);
   cmd->add_option("--network", args->network,
                   "only the tables of this network (default: every table)");
+  cmd->add_option("--activation", args->activation,
+                  "the oracle's W13 activation, silu or gpt-oss-swiglu "
+                  "(default: the one the W13 kernels were compiled with; "
+                  "another must fail)")
+      ->check(CLI::IsMember({"silu", "gpt-oss-swiglu"}));
   cmd->add_option("--save", args->saveDir,
                   "write every case's inputs, outputs and the oracle's output "
                   "(.npy) and manifest.json into this new directory");

@@ -151,3 +151,56 @@ TEST_CASE("moec reference: bad usage and bad inputs exit 2 with one line", "[cli
   run = runCli("reference --family tp --inputs " + dir + " -o " + dir);
   CHECK(run.status == 2);
 }
+
+TEST_CASE("moec reference: --activation gpt-oss-swiglu and the bias inputs",
+          "[cli][gptoss]") {
+  std::string silu = freshDir("act-silu"), gptOss = freshDir("act-gptoss"),
+              clamped = freshDir("act-clamp7"), other = freshDir("act-other");
+  REQUIRE(runCli("reference --family tp --shape small --m 9 --write-inputs -o " +
+                 silu)
+              .status == 0);
+  REQUIRE(runCli("reference --family tp --inputs " + silu +
+                 " --activation gpt-oss-swiglu -o " + gptOss)
+              .status == 0);
+  // AITER's clamp of 7 is the default for GPT-OSS's SwiGLU.
+  REQUIRE(runCli("reference --family tp --inputs " + silu +
+                 " --activation gpt-oss-swiglu --swiglu-limit 7 -o " + clamped)
+              .status == 0);
+  CHECK(fileBytes(gptOss + "/output.npy") == fileBytes(clamped + "/output.npy"));
+  CHECK(fileBytes(gptOss + "/output.npy") != fileBytes(silu + "/output.npy"));
+  // SiLU checked against the GPT-OSS output fails.
+  CliRun run = runCli("reference --family tp --inputs " + silu + " -o " + other +
+                      " --compare " + gptOss);
+  CHECK(run.status == 1);
+  run = runCli("reference --family tp --shape small --activation gelu -o " + other);
+  CHECK(run.status == 2);
+
+  // Biases from the inputs directory: all-zero ones change no bit, a W2
+  // bias changes the output, a wrong shape is refused naming the file.
+  NpyArray w13, w2;
+  REQUIRE(readNpy(silu + "/w13.npy", w13).ok());
+  REQUIRE(readNpy(silu + "/w2.npy", w2).ok());
+  const int64_t experts = w13.shape[0], twoI = w13.shape[1], hidden = w2.shape[1];
+  auto writeBias = [&](const std::string &name, std::vector<int64_t> shape,
+                       float value) {
+    std::vector<float> values(shape[0] * shape[1], value);
+    REQUIRE(writeNpy(silu + "/" + name,
+                     NpyArray::fromVector(NpyDtype::Float32, shape, values))
+                .ok());
+  };
+  writeBias("w13_bias.npy", {experts, twoI}, 0.0f);
+  writeBias("w2_bias.npy", {experts, hidden}, 0.0f);
+  REQUIRE(runCli("reference --family tp --inputs " + silu +
+                 " --activation gpt-oss-swiglu -o " + other)
+              .status == 0);
+  CHECK(fileBytes(other + "/output.npy") == fileBytes(gptOss + "/output.npy"));
+  writeBias("w2_bias.npy", {experts, hidden}, 0.5f);
+  REQUIRE(runCli("reference --family tp --inputs " + silu +
+                 " --activation gpt-oss-swiglu -o " + other)
+              .status == 0);
+  CHECK(fileBytes(other + "/output.npy") != fileBytes(gptOss + "/output.npy"));
+  writeBias("w2_bias.npy", {experts + 1, hidden}, 0.5f);
+  run = runCli("reference --family tp --inputs " + silu + " -o " + other);
+  CHECK(run.status == 2);
+  CHECK(run.errors.find(silu + "/w2_bias.npy") != std::string::npos);
+}

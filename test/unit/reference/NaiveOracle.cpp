@@ -84,11 +84,18 @@ std::vector<double> expertOutput(const Layer &layer, const std::vector<double> &
       gate = h[base + j % g];
       up = h[base + g + j % g];
     }
+    if (!layer.w13Bias.empty()) {
+      gate += layer.w13Bias[expert][j];
+      up += layer.w13Bias[expert][I + j];
+    }
     if (layer.clampLimit > 0) {
       gate = std::min(gate, layer.clampLimit);
       up = std::max(-layer.clampLimit, std::min(up, layer.clampLimit));
     }
-    act[j] = gate / (1.0 + std::exp(-gate)) * up;
+    if (layer.gptOssSwiglu)
+      act[j] = gate * (1.0 / (1.0 + std::exp(-1.702 * gate))) * (up + 1.0);
+    else
+      act[j] = gate / (1.0 + std::exp(-gate)) * up;
   }
   if (layer.quantize)
     act = fakeQuantFp8(act);
@@ -97,7 +104,7 @@ std::vector<double> expertOutput(const Layer &layer, const std::vector<double> &
     double sum = 0;
     for (int64_t j = 0; j < I; ++j)
       sum += act[j] * w2.at(n, j);
-    y[n] = sum;
+    y[n] = layer.w2Bias.empty() ? sum : sum + layer.w2Bias[expert][n];
   }
   return y;
 }

@@ -38,8 +38,14 @@ struct Layer {
   double clampLimit = 0.0;
   /// Whether input and intermediate are FP8-quantised (quantisation-faithful).
   bool quantize = false;
+  /// GPT-OSS's gate * sigmoid(1.702 gate) * (up + 1) instead of SiLU.
+  bool gptOssSwiglu = false;
   /// One entry per expert id (FHMoE: the shared expert last).
   std::vector<Matrix> w13, w2;
+  /// Optional per-expert biases (empty: none): w13Bias[e] holds I gate then
+  /// I up values, added before the clamp; w2Bias[e] holds H values, added to
+  /// the expert's output before the routing weight.
+  std::vector<std::vector<double>> w13Bias, w2Bias;
 };
 
 /// out[t] = sum over slots with a valid expert of weight * W2(act(W13 x)),

@@ -3,7 +3,8 @@
 // Whole-layer oracles built from the stage functions of Stages.h:
 //   1. MegaMoE, expert-parallel: dispatch -> W13 + clamped SwiGLU + FP8
 //      quantisation -> W2 -> weighted combine on the source rank.
-//   2. Two-stage tensor-parallel fused MoE: sort -> W13 + SiLU -> W2 -> combine.
+//   2. Two-stage tensor-parallel fused MoE: sort -> W13 + SiLU (or GPT-OSS's
+//      SwiGLU) -> W2 -> combine.
 //   3. FHMoE: family 2 with one extra FP8 shared expert as logical expert E.
 // docs/reference.md states the semantics of every step.
 //
@@ -71,6 +72,20 @@ struct StageResults {
   std::vector<uint16_t> outputBf16;
 };
 
+/// Optional per-expert FP32 biases, as AITER's FlyDSL two-stage kernels take
+/// them (bias1 / bias2, docs/aiter-tables.md). Rows are indexed by expert id
+/// over every expert the layer's weights hold (FHMoE with the shared expert:
+/// E + 1 rows, the shared expert last). An empty vector is no bias.
+struct ExpertBias {
+  /// [experts, 2I]: gate column j at [e, j], up column j at [e, I + j]
+  /// whatever W13's gate/up interleave; added to W13's result before the
+  /// clamp and the activation (GluConfig::bias).
+  std::vector<float> w13;
+  /// [experts, H]: added to each route's W2 row before the routing weight
+  /// multiplies it in the combine.
+  std::vector<float> w2;
+};
+
 //===----------------------------------------------------------------------===//
 // Family 2: two-stage tensor-parallel fused MoE
 //===----------------------------------------------------------------------===//
@@ -84,6 +99,10 @@ struct TpMoeConfig {
   int64_t gateUpInterleave = 16;
   /// SwiGLU clamp; 0 = plain SiLU (the family's default).
   double swigluLimit = 0.0;
+  /// GPT-OSS's SwiGLU (AITER's ActivationType.Swiglu, clamp swigluLimit,
+  /// AITER's default 7) instead of SiLU (GluConfig::gptOssSwiglu).
+  bool gptOssSwiglu = false;
+  ExpertBias bias;
   OracleMode mode = OracleMode::QuantFaithful;
   int numThreads = 0;
 };
@@ -154,6 +173,10 @@ struct MegaMoeConfig {
   int64_t compactCapacity = 0;
   /// Clamped SwiGLU limit (DeepSeek V4: 10); W13 is gate rows then up rows.
   double swigluLimit = 10.0;
+  /// GPT-OSS's SwiGLU instead of SiLU, as for family 2.
+  bool gptOssSwiglu = false;
+  /// Indexed by global expert id, as the weights.
+  ExpertBias bias;
   OracleMode mode = OracleMode::QuantFaithful;
   int numThreads = 0;
 };

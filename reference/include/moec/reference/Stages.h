@@ -4,9 +4,11 @@
 // kernels read and write (see docs/reference.md, "Stages"):
 //
 //   W13: for each entry r of the sorted route list, h = A[r / routesPerARow]
-//        x W13[expert]^T ([2I]), then the gated activation -> [I], then (in
-//        quantisation-faithful use) FP8 1x32 quantisation of that row.
-//   W2:  for each entry r, y = A[r] x W2[expert]^T ([H]).
+//        x W13[expert]^T ([2I]) (+ the expert's optional gate/up bias), then
+//        the gated activation -> [I], then (in quantisation-faithful use) FP8
+//        1x32 quantisation of that row.
+//   W2:  for each entry r, y = A[r] x W2[expert]^T ([H]) (+ the expert's
+//        optional bias).
 //
 // Accumulation (both stages): A is dequantised exactly to double, B's element
 // values are decoded exactly; for each 32-element K block the products are
@@ -166,6 +168,11 @@ struct GluConfig {
   double clampLimit = 0.0;
   /// GPT-OSS's SwiGLU (AITER's ActivationType.Swiglu) instead of SiLU.
   bool gptOssSwiglu = false;
+  /// Optional per-expert FP32 gate/up bias [E, 2I] (AITER's bias1), in
+  /// logical order whatever the interleave: gate column j at [e, j], up
+  /// column j at [e, I + j]. Added to the GEMM result before the clamp and
+  /// the activation. Null: no bias.
+  const float *bias = nullptr;
 };
 
 /// Physical W13 row of logical gate row j (up row: gateRow + interleave, or
@@ -189,7 +196,8 @@ double gatedActivation(double gate, double up, double clampLimit,
 /// are indexed by route id; rows of routes absent from the list (invalid
 /// routes, padding) are left untouched.
 struct W13Outputs {
-  /// [numRoutes, 2I] FP32: the GEMM result in W13's physical row order.
+  /// [numRoutes, 2I] FP32: the GEMM result plus the bias (GluConfig::bias),
+  /// the values the activation reads, in W13's physical row order.
   float *preActivation = nullptr;
   /// [numRoutes, I] double: after the gated activation, before quantisation.
   double *activation = nullptr;
@@ -219,9 +227,12 @@ Status runW13Stage(const uint8_t *aCodes, const uint8_t *aScales,
                    int numThreads = 0);
 
 /// W2 stage on general operands: out [numRoutes, H] double, row r = A[r] x
-/// W2[expert]^T for every listed route; other rows untouched.
+/// W2[expert]^T for every listed route; other rows untouched. `bias`, when
+/// given, is a per-expert FP32 [E, H] bias (AITER's bias2) added to each
+/// route's row, before the routing weight.
 Status runW2Stage(const ActivationRows &a, const WeightSource &w2,
-                  const SortedRoutes &sorted, double *out, int numThreads = 0);
+                  const SortedRoutes &sorted, double *out, int numThreads = 0,
+                  const float *bias = nullptr);
 
 /// W2 stage on device-layout buffers: A FP8 codes [numRoutes, I] + E8M0
 /// scales [numRoutes, I / 32], B MXFP4 packed [E, H, I / 2] + scales
