@@ -94,12 +94,16 @@ public:
 
   /// The (N tile, M tile) this workgroup computes. With tile.xcd_swizzle
   /// the linear block id is renumbered so that the hardware's round-robin
-  /// over XCDs gives each XCD a contiguous run of tiles; `nTiles` is the
+  /// over XCDs gives each XCD a contiguous run of tiles, then tile.group_m
+  /// orders it in groups of M tiles; `nTiles` is the
   /// constant grid width, `mTilesI32` the runtime number of M tiles. With
   /// tile.persist_cu the builder is left inside a loop over this
   /// workgroup's M tiles, and the function's gpu.return follows the loop.
   std::pair<mlir::Value, mlir::Value> emitTileIds(int64_t nTiles,
                                                   mlir::Value mTilesI32);
+  /// tile.xcd_swizzle's renumbering of the linear block id among `total`
+  /// workgroups (the plain id when `total` is not a multiple of the XCDs).
+  mlir::Value emitXcdRenumbering(mlir::Value linear, mlir::Value total);
   /// The persistent tile loop with tile.persist_skew: workgroup row `y`
   /// visits its own tiles starting at (y * skew) mod their count.
   std::pair<mlir::Value, mlir::Value> emitSkewedTileLoop(mlir::Value nTile,

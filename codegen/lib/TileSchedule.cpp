@@ -3,7 +3,8 @@
 /// \file
 /// The tile schedule of the scaled-MFMA stages (W13 and W2 alike): the
 /// plain grid (one workgroup per N tile x M tile), the XCD swizzle
-/// (tile.xcd_swizzle), grouped M tiles (tile.group_m) and persistent
+/// (tile.xcd_swizzle), grouped M tiles (tile.group_m, after the XCD
+/// swizzle when both are set) and persistent
 /// workgroups (tile.persist_cu, persist_strided, persist_skew), with the
 /// grid rule and the end-of-tile barrier that go with them.
 ///
@@ -45,34 +46,39 @@ std::pair<Value, Value> GemmEmitter::emitTileIds(int64_t nTiles,
     inTileLoop = true;
     return {nTile, loop.getInductionVar()};
   }
+  if (!tile.getXcdSwizzle() && tile.getGroupM() == 0)
+    return {nTile, mTile};
+  Value linear = add(mul(mTile, nTiles), nTile);
+  Value id = linear;
+  if (tile.getXcdSwizzle())
+    id = emitXcdRenumbering(linear, mul(toIndex(mTilesI32), nTiles));
   if (int64_t group = tile.getGroupM()) {
-    // Linear id -> group of `group` M tiles (the last one may be shorter);
-    // inside it, M is fastest, then N.
-    Value linear = add(mul(mTile, nTiles), nTile);
+    // Id -> group of `group` M tiles (the last one may be shorter); inside
+    // it, M is fastest, then N.
     Value tiles = toIndex(mTilesI32);
-    Value first = mul(divC(linear, group * nTiles), group);
+    Value first = mul(divC(id, group * nTiles), group);
     Value rows = arith::MinUIOp::create(
         b, loc, arith::SubIOp::create(b, loc, tiles, first), idx(group));
-    Value within = remC(linear, group * nTiles);
+    Value within = remC(id, group * nTiles);
     Value m = add(first, arith::RemUIOp::create(b, loc, within, rows));
     Value n = arith::DivUIOp::create(b, loc, within, rows);
     return {n, m};
   }
-  if (!tile.getXcdSwizzle())
-    return {nTile, mTile};
+  return {remC(id, nTiles), divC(id, nTiles)};
+}
+
+Value GemmEmitter::emitXcdRenumbering(Value linear, Value total) {
   // Workgroups go to the X XCDs round-robin by linear id. Renumber so XCD x
   // receives the contiguous run [x * total / X, (x + 1) * total / X) of
   // tiles, which in M-major order share activation rows. Only when the grid
-  // divides evenly; otherwise the plain numbering stays.
+  // divides evenly (otherwise the same formula would send two workgroups
+  // to one tile and none to others); then the plain numbering stays.
   const int64_t xcds = chip.xcds;
-  Value linear = add(mul(mTile, nTiles), nTile);
-  Value total = mul(toIndex(mTilesI32), nTiles);
   Value perXcd = divC(total, xcds);
   Value swizzled = add(mul(remC(linear, xcds), perXcd), divC(linear, xcds));
   Value even = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                      remC(total, xcds), idx(0));
-  Value id = arith::SelectOp::create(b, loc, even, swizzled, linear);
-  return {remC(id, nTiles), divC(id, nTiles)};
+  return arith::SelectOp::create(b, loc, even, swizzled, linear);
 }
 
 std::pair<Value, Value> GemmEmitter::emitSkewedTileLoop(Value nTile, Value y,

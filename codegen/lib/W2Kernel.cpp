@@ -164,7 +164,15 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   Value aBuf = asBuffer(arg(kA), bytesOf(numRoutes, inter));
   Value aScaleBuf = asBuffer(arg(kAScale), bytesOf(numRoutes, inter / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
-  Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
+  // The sort labels blocks of sort_block_m rows (tile.m when 0); M tile i
+  // lies in block i / (sort_block_m / tile.m).
+  const int64_t sortBlock = op.getSortBlockM() ? op.getSortBlockM() : tileM;
+  const int64_t tilesPerBlock = sortBlock / tileM;
+  Value numBlocks =
+      tilesPerBlock == 1
+          ? numTiles
+          : Value(arith::DivUIOp::create(b, loc, numSorted, i32(sortBlock)));
+  Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numBlocks, 4));
   const int64_t splitK = op.getSplitK();
   const int64_t outRowBytes = splitK > 1 ? splitK * hidden * 4 : hidden * 2;
   Value outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, outRowBytes));
@@ -174,8 +182,9 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   auto [nTile, mTile] = emitTileIds(hidden / tileN, numTiles);
   // A tile whose expert id is negative (or past this rank's experts) holds
   // no routes: the whole workgroup leaves.
+  Value block = tilesPerBlock == 1 ? mTile : divC(mTile, tilesPerBlock);
   Value expertI32 =
-      memref::LoadOp::create(b, loc, tileExpertBuf, ValueRange{mTile});
+      memref::LoadOp::create(b, loc, tileExpertBuf, ValueRange{block});
   emitExpertGuard(expertI32, problem.getLocalExperts());
 
   Value expert = toIndex(expertI32);
@@ -536,11 +545,17 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
       {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, H, I/2]"},
       {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
       {"sorted_routes", K::Buffer, "i32", A::Read, "[num_sorted]"},
-      {"tile_experts", K::Buffer, "i32", A::Read, "[num_sorted/tile_m]"},
+      {"tile_experts", K::Buffer, "i32", A::Read,
+       op.getSortBlockM() > 0
+           ? "[num_sorted/" + std::to_string(op.getSortBlockM()) + "]"
+           : std::string("[num_sorted/tile_m]")},
       {"out", K::Buffer, op.getSplitK() > 1 ? "f32" : "bf16", A::Write,
        op.getSplitK() > 1 ? "[num_routes, split_k, H]" : "[num_routes, H]"},
       {"num_routes", K::I32, "i32", A::Read, "scalar"},
-      {"num_sorted", K::I32, "i32", A::Read, "scalar (multiple of tile_m)"},
+      {"num_sorted", K::I32, "i32", A::Read,
+       op.getSortBlockM() > 0
+           ? "scalar (multiple of " + std::to_string(op.getSortBlockM()) + ")"
+           : std::string("scalar (multiple of tile_m)")},
   };
   if (op.getSharedFp8Expert()) {
     abi.args.push_back({"b_shared", K::Buffer, "f8E4M3FN", A::Read, "[H, I]"});

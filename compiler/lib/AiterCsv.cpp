@@ -354,9 +354,23 @@ bool readAiterCsvs(const std::vector<std::string> &paths,
   return true;
 }
 
+/// `_xcd{n}`: FlyDSL renumbers workgroups over the 8 XCDs, then orders
+/// the renumbered ids in groups of n M tiles: moec's xcd_swizzle followed
+/// by group_m = n.
+template <typename Fail>
+static bool xcdSchedule(int64_t groups, std::map<std::string, std::string> &knobs,
+                        Fail &fail) {
+  if (groups != 2 && groups != 4 && groups != 8 && groups != 16)
+    return fail("_xcd" + std::to_string(groups),
+                "a group-M order of " + std::to_string(groups) +
+                    " M tiles (moec's group_m is 2, 4, 8 or 16)");
+  knobs["xcd_swizzle"] = "true";
+  knobs["group_m"] = std::to_string(groups);
+  return true;
+}
+
 bool parseAiterKernelName(const std::string &name, int stage,
-                          bool approximateSchedule, AiterStageKnobs &out,
-                          std::string &reason) {
+                          AiterStageKnobs &out, std::string &reason) {
   out = AiterStageKnobs();
   const std::string prefix = stage == 1 ? "flydsl_moe1_" : "flydsl_moe2_";
   for (const char *other : {"cktile_", "ck_", "opus_", "asm"})
@@ -479,22 +493,13 @@ bool parseAiterKernelName(const std::string &name, int stage,
                           "intermediate and quantises it to FP8 1x32 for "
                           "stage 2; moec's W13 quantises in its epilogue");
     // _w{n}: FlyDSL pads the kernel's LDS to more than 160 KiB / (n + 1),
-    // capping residency at n workgroups per CU (no _w: 1).
-    const std::string wPart = "_w" + std::to_string(wpe);
-    if (!approximateSchedule)
-      return fail(wpe == 1 ? std::string("(no _w, waves_per_eu 1)") : wPart,
-                  "FlyDSL caps residency at " + std::to_string(wpe) +
-                      " workgroup(s) per CU by padding LDS; moec has no such "
-                      "knob (--approximate-schedule compiles without it)");
-    out.notes.push_back(wPart + ": FlyDSL's residency cap of " +
-                        std::to_string(wpe) +
-                        " workgroup(s) per CU (LDS padding) not reproduced");
-    if (xcd > 0) {
-      knobs["xcd_swizzle"] = "true";
-      out.notes.push_back("_xcd" + std::to_string(xcd) +
-                          ": XCD renumbering kept; FlyDSL's group-M order of " +
-                          std::to_string(xcd) + " after it not reproduced");
-    }
+    // capping residency at n workgroups per CU (no _w: 1); its FHMoE
+    // kernel also passes n to the register allocator (set by the caller,
+    // which knows the row's kind).
+    knobs["residency_cap"] = std::to_string(wpe);
+    out.wavesPerEu = wpe;
+    if (xcd > 0 && !xcdSchedule(xcd, knobs, fail))
+      return false;
     return true;
   }
   // Stage 2 (get_flydsl_stage2_kernels): _{atomic|reduce} _bnt{n} _xcd{n}
@@ -538,17 +543,10 @@ bool parseAiterKernelName(const std::string &name, int stage,
     out.notes.push_back("_persist: AITER ignores it for FP8 activations "
                         "(persist_m from the grid limit); moec launches one "
                         "workgroup per tile as AITER does");
-  if (xcd > 0) {
-    if (!approximateSchedule)
-      return fail("_xcd" + std::to_string(xcd),
-                  "FlyDSL's XCD renumbering with a group-M order of " +
-                      std::to_string(xcd) +
-                      " has no exact moec knob (--approximate-schedule "
-                      "compiles it as xcd_swizzle)");
-    knobs["xcd_swizzle"] = "true";
-    out.notes.push_back("_xcd" + std::to_string(xcd) +
-                        ": XCD renumbering kept; group-M order not reproduced");
-  }
+  if (xcd > 0 && !xcdSchedule(xcd, knobs, fail))
+    return false;
+  if (sbm > 0 && sbm != tm)
+    knobs["sort_block_m"] = std::to_string(sbm);
   return true;
 }
 
@@ -665,11 +663,9 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
     std::string reason = rowSupport(row);
     AiterStageKnobs s1, s2;
     std::string reason1, reason2;
-    if (!parseAiterKernelName(info.kernelName1, 1, options.approximateSchedule,
-                              s1, reason1))
+    if (!parseAiterKernelName(info.kernelName1, 1, s1, reason1))
       reason += (reason.empty() ? "" : "; ") + std::string("kernelName1 ") + reason1;
-    if (!parseAiterKernelName(info.kernelName2, 2, options.approximateSchedule,
-                              s2, reason2))
+    if (!parseAiterKernelName(info.kernelName2, 2, s2, reason2))
       reason += (reason.empty() ? "" : "; ") + std::string("kernelName2 ") + reason2;
     if (reason1.empty() && s1.tileM != info.blockM)
       reason += (reason.empty() ? "" : "; ") +
@@ -677,19 +673,14 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
                 " differs from block_m " + std::to_string(info.blockM) +
                 " (AITER sorts in blocks of block_m; a tile is never changed)";
     if (reason2.empty()) {
+      // A stage-2 tile m inside larger sort blocks (_sbm) compiles as W2's
+      // sort_block_m; the dialect checks that the block is a multiple.
       const int64_t sortBlock = s2.sortBlockM ? s2.sortBlockM : s2.tileM;
       if (sortBlock != info.blockM)
         reason += (reason.empty() ? "" : "; ") +
                   std::string("kernelName2 sorts in blocks of ") +
                   std::to_string(sortBlock) + ", block_m is " +
                   std::to_string(info.blockM);
-      else if (s2.tileM != info.blockM)
-        reason += (reason.empty() ? "" : "; ") +
-                  std::string("kernelName2 part '_sbm") +
-                  std::to_string(s2.sortBlockM) + "': a stage-2 tile m " +
-                  std::to_string(s2.tileM) + " inside sort blocks of " +
-                  std::to_string(s2.sortBlockM) +
-                  "; moec's W2 reads sort tiles of its own m";
     }
     if (!reason.empty()) {
       info.skipped = reason;
@@ -717,8 +708,12 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
         swiglu ? swigluLimitOf(options) : options.swigluLimit);
     if (swiglu)
       w13["gpt_oss_swiglu"] = "true";
-    if (info.fhmoe)
+    if (info.fhmoe) {
       w13["shared_fp8_expert"] = w2["shared_fp8_expert"] = "true";
+      // FlyDSL's heterogeneous-B (FHMoE) stage 1 also hands _w{n} to the
+      // register allocator (rocdl.waves_per_eu).
+      w13["waves_per_eu"] = std::to_string(s1.wavesPerEu);
+    }
     // The dialect is the one judge of legality: a tile it refuses makes the
     // row unsupported (never another tile).
     {

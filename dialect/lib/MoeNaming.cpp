@@ -58,6 +58,8 @@ std::string tilePart(TileAttr tile) {
     s += "_gm" + std::to_string(tile.getGroupM());
   if (tile.getAsyncA())
     s += "_async";
+  if (tile.getResidencyCap() > 0)
+    s += "_rc" + std::to_string(tile.getResidencyCap());
   return s;
 }
 
@@ -116,6 +118,8 @@ std::string w2Symbol(W2Op op) {
     s += "_sk" + std::to_string(op.getSplitK());
   if (op.getBf16Lds())
     s += "_ldsout";
+  if (op.getSortBlockM() > 0)
+    s += "_sbm" + std::to_string(op.getSortBlockM());
   return s + peerPart(op.getPeerAttr(), /*stageOne=*/false);
 }
 

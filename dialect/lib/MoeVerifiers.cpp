@@ -90,11 +90,12 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t persistCu, bool persistStrided,
                                bool bPrefetch, bool scalePrefetch,
                                int64_t groupM, bool asyncA,
-                               int64_t persistSkew) {
+                               int64_t persistSkew, int64_t residencyCap) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
-  if (!llvm::is_contained({64, 128, 256, 512}, n))
-    return emitError() << "tile.n must be one of 64, 128, 256, 512, got " << n;
+  if (!llvm::is_contained({32, 64, 128, 256, 512}, n))
+    return emitError() << "tile.n must be one of 32, 64, 128, 256, 512, got "
+                       << n;
   if (k < 128 || k % 128 != 0)
     return emitError() << "tile.k must be a positive multiple of 128, got "
                        << k;
@@ -130,9 +131,13 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (!llvm::is_contained({0, 2, 4, 8, 16}, groupM))
     return emitError() << "tile.group_m must be one of 0, 2, 4, 8, 16, got "
                        << groupM;
-  if (groupM > 0 && (xcdSwizzle || persistCu > 0))
+  if (groupM > 0 && persistCu > 0)
     return emitError() << "tile.group_m cannot be combined with "
-                          "tile.xcd_swizzle or tile.persist_cu";
+                          "tile.persist_cu";
+  if (residencyCap < 0)
+    return emitError() << "tile.residency_cap must be 0 (no cap) or "
+                          "positive, got "
+                       << residencyCap;
   // The LDS DMA writes a wave's 64 chunks contiguously in lane order from
   // one base address: the XOR swizzle's permutation of chunks within a row
   // cannot be expressed. (The other condition of the direct copy, that
@@ -236,6 +241,23 @@ static LogicalResult verifySharedExpert(Operation *op, ProblemAttr problem) {
   return success();
 }
 
+int64_t TileAttr::padLdsForResidency(int64_t ldsBytes,
+                                     int64_t ldsBytesPerCu) const {
+  if (getResidencyCap() <= 0)
+    return ldsBytes;
+  // One byte more than 1 / (C + 1) of the CU's LDS leaves room for C.
+  const int64_t floor = llvm::alignTo(ldsBytesPerCu / (getResidencyCap() + 1) + 1, 4);
+  return std::max(ldsBytes, floor);
+}
+
+/// The LDS per CU of the chip around `op` (the default chip when the op is
+/// not inside a `moe.target` yet).
+static int64_t ldsBytesPerCuAround(Operation *op) {
+  const TargetInfo *chip = lookupTarget(op);
+  return int64_t(chip ? chip->ldsBytesPerCu
+                      : moec::target::defaultTarget().ldsBytesPerCu);
+}
+
 int64_t W2Op::getLdsBytes() {
   TileAttr tile = getTile();
   // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes
@@ -243,9 +265,10 @@ int64_t W2Op::getLdsBytes() {
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
   int64_t gemm = tile.getM() * tile.getK() + tile.getN() * bRowBytes;
   // bf16_lds stages the m x n BF16 output tile afterwards.
-  return (getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2)
-                       : gemm) +
-         getPeerLdsBytes();
+  int64_t own = getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2)
+                             : gemm;
+  return tile.padLdsForResidency(own + getPeerLdsBytes(),
+                                 ldsBytesPerCuAround(*this));
 }
 
 /// Bytes of the peer stages' LDS words: count, first row and tile prefix
@@ -314,6 +337,15 @@ LogicalResult W2Op::verify() {
       return emitOpError("peer.dispatch_cus, plan_cus and chunk_routes apply "
                          "to stage 1 (moe.w13) only");
   }
+  if (int64_t block = getSortBlockM()) {
+    if (block < tile.getM() || block % tile.getM() != 0)
+      return emitOpError("sort_block_m (")
+             << block << ") must be 0 or a multiple of tile.m ("
+             << tile.getM() << ")";
+    if (getPeerAttr())
+      return emitOpError("sort_block_m applies to sorted routes; the fused "
+                         "stage 2 reads receive rows");
+  }
   // Split-K slices take ceil(steps / split_k) K steps each (the last may
   // be shorter); every slice must get at least one.
   int64_t steps = problem.getIntermediate() / tile.getK();
@@ -335,7 +367,9 @@ int64_t W13Op::getLdsBytes() {
   // shared FP8 expert); afterwards the m x n FP32 activation tile.
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
   int64_t gemm = tile.getM() * tile.getK() + 2 * tile.getN() * bRowBytes;
-  return std::max(gemm, tile.getM() * tile.getN() * 4) + getPeerLdsBytes();
+  return tile.padLdsForResidency(
+      std::max(gemm, tile.getM() * tile.getN() * 4) + getPeerLdsBytes(),
+      ldsBytesPerCuAround(*this));
 }
 
 LogicalResult W13Op::verify() {

@@ -168,11 +168,22 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
     return LayerVerdict::Fail;
 
   // One problem for every stage; one route list serves every tiled stage.
+  // Quant, sort and combine do not read I (a bundle shares them between
+  // problems that differ only in I): the GEMM stages give it.
+  auto readsIntermediate = [](const StageShape &s) {
+    return s.stage == "w13" || s.stage == "w2";
+  };
   StageShape problem = harnesses.front()->shape();
+  for (const auto &harness : harnesses)
+    if (readsIntermediate(harness->shape())) {
+      problem.intermediate = harness->shape().intermediate;
+      break;
+    }
   for (const auto &harness : harnesses) {
     problem.sharedFp8 |= harness->shape().sharedFp8;
     const StageShape &s = harness->shape();
-    if (s.hidden != problem.hidden || s.intermediate != problem.intermediate ||
+    if (s.hidden != problem.hidden ||
+        (readsIntermediate(s) && s.intermediate != problem.intermediate) ||
         s.experts != problem.experts || s.topK != problem.topK ||
         s.ep != problem.ep) {
       out << s.stage << " has another problem than " << problem.stage

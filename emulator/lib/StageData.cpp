@@ -443,7 +443,9 @@ KernelMemory::runTiles(const BuiltKernel &kernel, const StageShape &shape,
   if (sorted.numTiles() > 0) {
     LaunchConfig launch = launchIn;
     launch.grid = {gridX,
-                   shape.persistCu > 0 ? shape.persistCu : sorted.numTiles(),
+                   shape.persistCu > 0
+                       ? shape.persistCu
+                       : sorted.numTiles() * shape.tilesPerSortBlock,
                    gridZ};
     if (failed(run(kernel, launch, outcome, error)))
       return failure();

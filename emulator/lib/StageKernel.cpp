@@ -313,6 +313,10 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
     shape.tileM = integer("m_tile", 0);
     shape.waves = integer("waves", 4);
   }
+  if (int64_t block = integer("sort_block_m", 0); block > 0 && shape.tileM > 0) {
+    shape.tilesPerSortBlock = block / shape.tileM;
+    shape.tileM = block;
+  }
   shape.splitK = std::max<int64_t>(1, integer("split_k", 1));
   shape.interleave = integer("gate_up_interleave", 0);
   if (auto limit = attrs.getAs<FloatAttr>("swiglu_limit"))

@@ -29,12 +29,16 @@ using namespace moec;
 namespace {
 
 struct RunArgs {
-  std::string bundle, network, saveDir;
+  std::string bundle, network, saveDir, config;
   uint32_t ep = 1, workspace = 0, m = 0;
   uint64_t seed = 1;
   double invalidFraction = 0.05;
   bool emulate = false, small = false, counters = false;
 };
+
+int runConfig(const RunArgs &args, const rt::Bundle &bundle);
+int emulateConfig(const RunArgs &args, const rt::Bundle &bundle,
+                  const rt::ConfigInfo &config);
 
 int runLayer(const RunArgs &args) {
   using namespace moec::rt;
@@ -48,6 +52,8 @@ int runLayer(const RunArgs &args) {
     return cli::kBadInput;
   }
   const Manifest &manifest = bundle->manifest();
+  if (!args.config.empty())
+    return runConfig(args, *bundle);
   std::string network;
   if (!moec::cli::resolveNetwork(manifest, args.bundle, args.network, network,
                                  error)) {
@@ -71,6 +77,33 @@ int runLayer(const RunArgs &args) {
             << (selection.status == SelectStatus::Fallback ? ", fallback" : "")
             << ") for " << network << " ep " << args.ep << " workspace "
             << args.workspace << " m " << args.m << "\n";
+  return emulateConfig(args, *bundle, config);
+}
+
+/// --config ID: that configuration at --m tokens, whatever the selection
+/// tables pick (AITER rows whose token bucket is far larger than a shape
+/// the emulator runs in seconds, or a configuration no row selects).
+int runConfig(const RunArgs &args, const rt::Bundle &bundle) {
+  const rt::Manifest &manifest = bundle.manifest();
+  for (const rt::ConfigInfo &config : manifest.configs)
+    if (config.id == args.config) {
+      std::cout << "config " << config.id << " (--config) at m " << args.m
+                << " tokens\n";
+      return emulateConfig(args, bundle, config);
+    }
+  std::string known;
+  for (const rt::ConfigInfo &config : manifest.configs)
+    known += (known.empty() ? "" : ", ") + config.id;
+  std::cerr << "moec: " << args.bundle << ": no config '" << args.config
+            << "' (the bundle has " << known << ")\n";
+  return cli::kBadInput;
+}
+
+int emulateConfig(const RunArgs &args, const rt::Bundle &bundleRef,
+                  const rt::ConfigInfo &config) {
+  using namespace moec::rt;
+  const Manifest &manifest = bundleRef.manifest();
+  const Bundle *bundle = &bundleRef;
   if (config.kernels.empty()) {
     std::cerr << "moec: config " << config.id << " has no kernels\n";
     return cli::kBadInput;
@@ -99,9 +132,9 @@ int runLayer(const RunArgs &args) {
                      "this moec to emulate it)\n";
         return cli::kBadInput;
       }
-      kernels[i].load = [&bundle, k](mlir::MLIRContext &context,
-                                     emu::BuiltKernel &kernel,
-                                     std::string &error) {
+      kernels[i].load = [bundle, k](mlir::MLIRContext &context,
+                                    emu::BuiltKernel &kernel,
+                                    std::string &error) {
         return emu::loadBundleKernel(context, *bundle, k, kernel, error);
       };
     }
@@ -140,6 +173,11 @@ void addRunCommand(CLI::App &app, int &exitStatus) {
              "stage against the reference oracle");
   moec::cli::addSelectionKeyOptions(cmd, args->bundle, args->network, args->ep,
                                     args->workspace);
+  // --config names the configuration itself: the key is then optional.
+  CLI::Option *epOption = cmd->get_option("--ep");
+  CLI::Option *workspaceOption = cmd->get_option("--workspace");
+  epOption->required(false);
+  workspaceOption->required(false);
   cmd->add_option("--m", args->m, "source tokens per rank")->required();
   cmd->add_flag("--emulate", args->emulate,
                 "execute on the CPU emulator (the only mode today)");
@@ -152,11 +190,23 @@ void addRunCommand(CLI::App &app, int &exitStatus) {
                   "write the inputs per rank, the weights (checkpoint layout, "
                   "global expert ids), stage arrays and the final output per "
                   "rank as .npy into this directory (docs/cli.md)");
+  cmd->add_option("--config", args->config,
+                  "run this configuration (its id, as `moec inspect` and "
+                  "`moec select` name it) instead of the one the key selects");
   cmd->add_flag("--small", args->small,
                 "same knobs at a small problem (H = I = 2 max(n, k), 4 experts "
                 "per rank, top_k <= 4)");
   cmd->add_option("--invalid-fraction", args->invalidFraction,
                   "fraction of routing slots made invalid")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->callback([args, &exitStatus] { exitStatus = runLayer(*args); });
+  cmd->callback([args, epOption, workspaceOption, &exitStatus] {
+    if (args->config.empty() &&
+        (epOption->count() == 0 || workspaceOption->count() == 0)) {
+      std::cerr << "moec: run: --ep and --workspace are required (or name "
+                   "the configuration with --config)\n";
+      exitStatus = cli::kBadInput;
+      return;
+    }
+    exitStatus = runLayer(*args);
+  });
 }

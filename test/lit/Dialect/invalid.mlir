@@ -24,7 +24,7 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 8, 
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 48, n = 128>)
 
 // -----
-// expected-error @+1 {{tile.n must be one of 64, 128, 256, 512, got 96}}
+// expected-error @+1 {{tile.n must be one of 32, 64, 128, 256, 512, got 96}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 96>)
 
 // -----
@@ -217,8 +217,16 @@ moe.combine @c problem(#moe.problem<hidden = 512, intermediate = 256, experts = 
 moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, group_m = 3>)
 
 // -----
-// expected-error @+1 {{tile.group_m cannot be combined with tile.xcd_swizzle or tile.persist_cu}}
-moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, group_m = 4, xcd_swizzle = true>)
+// expected-error @+1 {{tile.group_m cannot be combined with tile.persist_cu}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, group_m = 4, persist_cu = 8>)
+
+// -----
+// expected-error @+1 {{tile.residency_cap must be 0 (no cap) or positive, got -1}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, residency_cap = -1>)
+
+// -----
+// expected-error @+1 {{sort_block_m (48) must be 0 or a multiple of tile.m (32)}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>) {sort_block_m = 48 : i64}
 
 // -----
 // expected-error @+1 {{tile.persist_skew must be 0, or positive with tile.persist_cu > 0, got 2}}

@@ -14,7 +14,7 @@ TEST_CASE("AITER stage-1 names: the interleaved N tile is 2x the columns",
   AiterStageKnobs k;
   std::string reason;
   REQUIRE(parseAiterKernelName(
-      "flydsl_moe1_afp8_wfp4_bf16_t64x256x256_w3_bnt0_gui_xcd4_fp8", 1, true,
+      "flydsl_moe1_afp8_wfp4_bf16_t64x256x256_w3_bnt0_gui_xcd4_fp8", 1,
       k, reason));
   CHECK(k.tileM == 64);
   CHECK(k.knobs.at("m") == "64");
@@ -24,12 +24,28 @@ TEST_CASE("AITER stage-1 names: the interleaved N tile is 2x the columns",
   CHECK(k.knobs.at("gate_up_interleave") == "16");
   CHECK(k.knobs.at("b_cache") == "cached");
   CHECK(k.knobs.at("xcd_swizzle") == "true");
+  // _xcd4: the XCD renumbering, then groups of 4 M tiles.
+  CHECK(k.knobs.at("group_m") == "4");
+  // _w3: at most 3 workgroups per CU (FlyDSL's LDS padding).
+  CHECK(k.knobs.at("residency_cap") == "3");
+  CHECK(k.wavesPerEu == 3);
   // No _bnt part: AITER's stage-1 default b_nt 2, non-temporal.
   REQUIRE(parseAiterKernelName("flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui",
-                               1, true, k, reason));
+                               1, k, reason));
   CHECK(k.knobs.at("b_cache") == "nt");
   CHECK(k.knobs.at("n") == "64");
-  CHECK(k.notes.size() == 2); // BF16 intermediate, residency cap
+  CHECK(k.knobs.at("residency_cap") == "4");
+  CHECK(k.notes.size() == 1); // the BF16 intermediate
+  // No _w part: AITER's waves_per_eu 1, one workgroup per CU.
+  REQUIRE(parseAiterKernelName("flydsl_moe1_afp8_wfp4_bf16_t32x128x256_gui_fp8",
+                               1, k, reason));
+  CHECK(k.knobs.at("residency_cap") == "1");
+  CHECK(k.notes.empty());
+  // _gui with N 64: 32 intermediate columns over 2 waves.
+  REQUIRE(parseAiterKernelName("flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_fp8",
+                               1, k, reason));
+  CHECK(k.knobs.at("n") == "32");
+  CHECK(k.knobs.at("waves") == "2");
 }
 
 TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
@@ -37,21 +53,21 @@ TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
   AiterStageKnobs k;
   std::string reason;
   CHECK_FALSE(parseAiterKernelName(
-      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1, true, k,
+      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1, k,
       reason));
   CHECK(reason.find("part '_kw4'") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName(
-      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui_fp8", 1, false, k,
+      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui_xcd3_fp8", 1, k,
       reason));
-  CHECK(reason.find("part '_w4'") != std::string::npos);
+  CHECK(reason.find("part '_xcd3'") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
-                                   1, true, k, reason));
+                                   1, k, reason));
   CHECK(reason.find("backend opus") != std::string::npos);
-  CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm64", 1, true, k, reason));
+  CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm64", 1, k, reason));
   CHECK(reason.find("backend cktile") != std::string::npos);
   // Out of the registry's order: _gui before _bnt0 is not an AITER name.
   CHECK_FALSE(parseAiterKernelName(
-      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_gui_bnt0_fp8", 1, true, k,
+      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_gui_bnt0_fp8", 1, k,
       reason));
   CHECK(reason.find("part '_bnt0'") != std::string::npos);
 }
@@ -60,7 +76,7 @@ TEST_CASE("AITER stage-2 names", "[aiter]") {
   AiterStageKnobs k;
   std::string reason;
   REQUIRE(parseAiterKernelName(
-      "flydsl_moe2_afp8_wfp4_bf16_t32x256x128_reduce_bnt2_persist", 2, false,
+      "flydsl_moe2_afp8_wfp4_bf16_t32x256x128_reduce_bnt2_persist", 2,
       k, reason));
   CHECK(k.knobs.at("m") == "32");
   CHECK(k.knobs.at("n") == "256");
@@ -69,22 +85,25 @@ TEST_CASE("AITER stage-2 names", "[aiter]") {
   CHECK(k.knobs.at("b_cache") == "nt");
   CHECK(k.sortBlockM == 0);
   REQUIRE(parseAiterKernelName(
-      "flydsl_moe2_afp8_wfp4_bf16_t64x128x256_atomic_persist_sbm128", 2, false,
+      "flydsl_moe2_afp8_wfp4_bf16_t64x128x256_atomic_persist_sbm128", 2,
       k, reason));
   CHECK(k.tileM == 64);
   CHECK(k.sortBlockM == 128);
+  CHECK(k.knobs.at("sort_block_m") == "128");
   CHECK(k.knobs.at("b_cache") == "cached");
-  CHECK_FALSE(parseAiterKernelName(
-      "flydsl_moe2_afp8_wfp4_bf16_t32x256x256_atomic_bnt2_xcd4", 2, false, k,
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe2_afp8_wfp4_bf16_t32x256x256_atomic_bnt2_xcd4", 2, k,
       reason));
-  CHECK(reason.find("part '_xcd4'") != std::string::npos);
+  CHECK(k.knobs.at("xcd_swizzle") == "true");
+  CHECK(k.knobs.at("group_m") == "4");
+  CHECK(k.knobs.count("residency_cap") == 0); // stage 2 has no _w
   CHECK_FALSE(parseAiterKernelName(
-      "flydsl_moe2_layout_afp8_wfp4_bf16_t32x256x256_atomic_nt_sbm32", 2, true,
+      "flydsl_moe2_layout_afp8_wfp4_bf16_t32x256x256_atomic_nt_sbm32", 2,
       k, reason));
   CHECK(reason.find("flydsl_moe2_layout_") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic_persist_async_w4_cumul3",
-      2, true, k, reason));
+      2, k, reason));
   CHECK(reason.find("part '_afp4'") != std::string::npos);
 }
 

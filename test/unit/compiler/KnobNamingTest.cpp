@@ -63,6 +63,7 @@ const std::map<std::string, std::map<std::string, std::string>> kVariants = {
     {"plan_cus", {{"plan_cus", "2"}, {"transport", "compact"}}},
     {"chunk_routes", {{"chunk_routes", "2"}}},
     {"dispatch", {{"dispatch", "none"}}},
+    {"residency_cap", {{"residency_cap", "2"}}},
 };
 
 /// Knobs whose variants need a stage without a peer transport.
@@ -72,6 +73,7 @@ const std::map<std::string, std::map<std::string, std::string>> kUnfusedVariants
     {"persist_strided", {{"persist_cu", "64"}, {"persist_strided", "true"}}},
     {"persist_skew", {{"persist_cu", "64"}, {"persist_skew", "1"}}},
     {"group_m", {{"group_m", "4"}}},
+    {"sort_block_m", {{"sort_block_m", "64"}}},
     {"split_k", {{"split_k", "2"}}},
     {"bf16_lds", {{"bf16_lds", "true"}, {"orientation", "b_major"}}},
     {"gate_up_interleave", {{"gate_up_interleave", "64"}}},

@@ -107,6 +107,11 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
       // and interleaved gate/up as AITER's _gui stage 1 reads it.
       {32, 128, 4, "m16n16k128", "b_major", "nt", 0, 7, false, false, true},
       {32, 128, 4, "m16n16k128", "b_major", "nt", 16, 7, false, false, true},
+      // AITER's _gui stage-1 N of 64: 32 intermediate columns over 2 waves
+      // (one 1x32 scale block per row, written by lanes of both waves'
+      // columns).
+      {32, 32, 2, "m16n16k128", "b_major", "nt", 16, 10},
+      {16, 32, 2, "m16n16k128", "b_major", "cached", 16, 7, false, false, true},
   };
   for (const W13Knobs &k : knobs) {
     DataOptions options;

@@ -396,3 +396,57 @@ TEST_CASE("W2 with tile.persist_skew computes every tile exactly once",
     CHECK(outcome.run.totalFindings() == 0);
   }
 }
+
+TEST_CASE("W2 with tile.xcd_swizzle then tile.group_m computes every tile "
+          "exactly once",
+          "[w2]") {
+  // AITER's _xcd4 schedule: the XCD renumbering, then groups of 4 M tiles.
+  // 4 N tiles x about 6 M tiles: over several token counts the workgroup
+  // count is sometimes a multiple of the 8 XCDs (renumbered) and sometimes
+  // not (plain order kept).
+  StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
+                          512, 512, 8, 2, 2);
+  spec.fields["xcd_swizzle"] = "true";
+  spec.fields["group_m"] = "4";
+  Built built = build(spec);
+  for (int64_t tokens : {36, 40, 44, 49}) {
+    DataOptions options;
+    options.seed = 31;
+    options.tokens = tokens;
+    options.invalidFraction = 0.1;
+    const StageOutcome outcome = runCase(built, options).outcome;
+    INFO("tokens " << tokens << ": " << outcome.summary);
+    CHECK(outcome.pass);
+    CHECK(outcome.elementsChecked > 0);
+    CHECK(outcome.listedRowsUnwritten == 0);
+    CHECK(outcome.unlistedRowsWritten == 0);
+    CHECK(outcome.run.totalFindings() == 0);
+  }
+}
+
+TEST_CASE("W2 with sort_block_m reads M tiles inside larger sort blocks",
+          "[w2]") {
+  // AITER's _sbm: a sort in blocks of 32 or 64 rows, W2 tiles of 16. Each
+  // M tile must take its block's expert; a tile taking the expert of block
+  // i instead of i * 16 / block would multiply by the wrong weights.
+  for (int64_t block : {32, 64}) {
+    StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
+                            512, 512, 8, 2, 2);
+    spec.fields["sort_block_m"] = std::to_string(block);
+    Built built = build(spec);
+    CHECK(built.harness->shape().tileM == block);
+    CHECK(built.harness->shape().tilesPerSortBlock == block / 16);
+    DataOptions options;
+    options.seed = 37;
+    options.tokens = 40;
+    options.invalidFraction = 0.1;
+    options.emptyTiles = 1;
+    const StageOutcome outcome = runCase(built, options).outcome;
+    INFO("sort block " << block << ": " << outcome.summary);
+    CHECK(outcome.pass);
+    CHECK(outcome.elementsChecked > 0);
+    CHECK(outcome.listedRowsUnwritten == 0);
+    CHECK(outcome.unlistedRowsWritten == 0);
+    CHECK(outcome.run.totalFindings() == 0);
+  }
+}

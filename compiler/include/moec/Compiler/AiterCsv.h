@@ -73,22 +73,24 @@ struct AiterStageKnobs {
   int64_t tileM = 0;
   /// _sbm{n}, 0 when absent.
   int64_t sortBlockM = 0;
+  /// Stage 1's `_w{n}` (1 without it): the residency cap, and for an FHMoE
+  /// row also the register allocator's waves-per-EU hint.
+  int64_t wavesPerEu = 0;
   /// Parts reproduced differently (docs/aiter-tables.md).
   std::vector<std::string> notes;
 };
 
-/// Parses a stage-1 (`stage` 1) or stage-2 name. A part moec cannot honour
-/// fails with `reason` naming it ("part '_kw4': ..."). Schedule-only parts
-/// moec does not reproduce (`_w{n}`, `_xcd{n}`) fail too unless
-/// `approximateSchedule`, which records them in `notes` instead.
+/// Parses a stage-1 (`stage` 1) or stage-2 name into moec's knobs. A part
+/// moec cannot honour fails with `reason` naming it ("part '_kw4': ...").
 bool parseAiterKernelName(const std::string &name, int stage,
-                          bool approximateSchedule, AiterStageKnobs &out,
-                          std::string &reason);
+                          AiterStageKnobs &out, std::string &reason);
 
 struct AiterCompileOptions {
   /// Skip unsupported rows (recorded in the manifest with their reason)
   /// instead of failing.
   bool skipUnsupported = false;
+  /// No effect: every `_w{n}` and `_xcd{n}` part now compiles exactly.
+  /// Accepted so that existing build scripts keep working.
   bool approximateSchedule = false;
   /// The W13 clamp (swiglu_limit knob): for ActivationType.Silu rows 0 is
   /// plain SiLU; ActivationType.Swiglu rows take 7 (AITER's default) when

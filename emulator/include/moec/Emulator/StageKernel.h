@@ -125,6 +125,10 @@ struct StageShape {
   /// Tile: M rows (the sorted list's tile), N columns, K of one MFMA
   /// instruction (64 or 128), waves per workgroup.
   int64_t tileM = 0, tileN = 0, mfmaK = 128, waves = 4;
+  /// W2 with sort_block_m: the kernel's M tiles per block of the sorted
+  /// list (tileM is then the block, sort_block_m; the grid has this many
+  /// M tiles per block).
+  int64_t tilesPerSortBlock = 1;
   /// W2: split-K slices; > 1 writes FP32 partials [routes, split_k, H].
   int64_t splitK = 1;
   /// tile.persist_cu: > 0 launches that many workgroup rows, each looping

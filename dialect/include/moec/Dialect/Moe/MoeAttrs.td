@@ -117,8 +117,15 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     `group_m` G > 0 (spatial partitioning) orders the tiles in groups of G
     M tiles: consecutive workgroups walk down the G M tiles of a group
     before moving to the next N tile, so a group's activation rows and the
-    weight columns in use stay in L2 together. Not with `xcd_swizzle` or
-    `persist_cu` (both renumber tiles their own way).
+    weight columns in use stay in L2 together. With `xcd_swizzle` the group
+    order applies to the XCD-renumbered id (first the renumbering, then the
+    groups: AITER's `_xcd{G}` schedule). Not with `persist_cu`.
+
+    `residency_cap` C > 0 pads the kernel's LDS to at least
+    ldsBytesPerCu / (C + 1) + 1 bytes (rounded up to a dword), so that at
+    most C workgroups fit on a CU at once whatever the registers allow; a
+    kernel that already needs more LDS is unchanged. This is how AITER's
+    FlyDSL FP8 x MXFP4 kernels spend their `_w{C}` name part.
 
     `persist_cu` P > 0 makes the kernel persistent: the grid has P rows of
     workgroups (instead of one per M tile) and each loops over M tiles,
@@ -175,7 +182,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"bool", "false">:$scale_prefetch,
     DefaultValuedParameter<"int64_t", "0">:$group_m,
     DefaultValuedParameter<"bool", "false">:$async_a,
-    DefaultValuedParameter<"int64_t", "0">:$persist_skew
+    DefaultValuedParameter<"int64_t", "0">:$persist_skew,
+    DefaultValuedParameter<"int64_t", "0">:$residency_cap
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -187,6 +195,9 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     int64_t getMfmaK() const;
     /// Output columns each wave owns.
     int64_t getWaveN() const { return getN() / getWaves(); }
+    /// `ldsBytes` grown to the floor that residency_cap asks for on a chip
+    /// with `ldsBytesPerCu` bytes of LDS per CU (unchanged without a cap).
+    int64_t padLdsForResidency(int64_t ldsBytes, int64_t ldsBytesPerCu) const;
   }];
 }
 

@@ -40,6 +40,12 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     the S partials of a route in increasing order before weighting, so the
     result does not depend on scheduling (no atomics).
 
+    With `sort_block_m` S > 0 (a multiple of tile.m) the route list is
+    padded and labelled in blocks of S rows, as a sort with m_tile S writes
+    it: `tile_experts` has num_sorted / S entries and M tile i takes the
+    expert of block i * tile.m / S. Several M tiles then share one sort
+    block (AITER's `_sbm{S}`). 0: blocks of tile.m.
+
     With `bf16_lds` the BF16 output tile is staged in LDS (over the GEMM
     tiles) and written back as whole 16-byte row chunks, one
     `buffer_store_dwordx4` per 8 columns, instead of each lane storing the
@@ -73,6 +79,7 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     UnitAttr:$shared_fp8_expert,
     DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k,
     UnitAttr:$bf16_lds,
+    DefaultValuedAttr<I64Attr, "0">:$sort_block_m,
     OptionalAttr<Moe_PeerTransportAttr>:$peer
   );
   let assemblyFormat = [{
