@@ -21,12 +21,7 @@ void mergeLanes(RtValue &dst, const RtValue &src, uint64_t mask,
                 unsigned laneBytes) {
   if (laneBytes == 0)
     return; // memrefs: uniform by construction
-  if (dst.uniform) {
-    std::vector<uint8_t> copy = dst.bytes;
-    dst.shape(false, laneBytes);
-    for (int l = 0; l < kLanes; ++l)
-      std::memcpy(dst.lane(l, laneBytes), copy.data(), laneBytes);
-  }
+  dst.spread(laneBytes);
   for (int l = 0; l < kLanes; ++l)
     if (mask >> l & 1)
       std::memcpy(dst.lane(l, laneBytes), src.lane(l, laneBytes), laneBytes);

@@ -69,6 +69,28 @@ struct RtValue {
     uniform = isUniform;
     bytes.assign(size_t(laneBytes) * (isUniform ? 1 : kLanes), 0);
   }
+  /// shape() for a result whose every lane of `mask` (lane 0 when uniform)
+  /// the caller then writes in full: only the other lanes are zeroed, and
+  /// the storage is reused (no allocation once it has grown).
+  void shapeFor(bool isUniform, unsigned laneBytes, uint64_t mask) {
+    uniform = isUniform;
+    bytes.resize(size_t(laneBytes) * (isUniform ? 1 : kLanes));
+    if (isUniform || mask == kAllLanes)
+      return;
+    for (int l = 0; l < kLanes; ++l)
+      if (!(mask >> l & 1))
+        std::memset(bytes.data() + size_t(l) * laneBytes, 0, laneBytes);
+  }
+  /// Makes a uniform value per-lane in place (every lane a copy of lane 0).
+  void spread(unsigned laneBytes) {
+    if (!uniform)
+      return;
+    uniform = false;
+    bytes.resize(size_t(laneBytes) * kLanes);
+    for (int l = 1; l < kLanes; ++l)
+      std::memcpy(bytes.data() + size_t(l) * laneBytes, bytes.data(),
+                  laneBytes);
+  }
 };
 
 /// Element `index` of one lane's bytes, `elemBits` wide (4-bit elements
@@ -320,6 +342,9 @@ private:
   int wavesPerGroup = 1;
   std::vector<RtValue> argValues;
   std::deque<std::unique_ptr<Workgroup>> resident;
+  /// Finished workgroups whose storage (registers, frames, LDS) the next
+  /// ones reuse.
+  std::vector<std::unique_ptr<Workgroup>> spare;
   /// Bit per 64-byte line of each global buffer (by id): read, written.
   std::vector<std::vector<uint64_t>> linesRead, linesWritten;
   /// Linear id of the next workgroup to start, and the grid's size.

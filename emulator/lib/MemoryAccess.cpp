@@ -69,9 +69,20 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     const int64_t at = mem.baseBytes + offset;
     const uint32_t epoch = wg.epoch;
     const int16_t self = static_cast<int16_t>(wave.id);
-    for (unsigned b = 0; b < bytes; ++b) {
-      LdsShadow &s = wg.shadow[size_t(at + b)];
-      // Built only when reporting: this loop runs for every LDS byte.
+    LdsShadow *shadow = wg.shadow.data() + at;
+    // Whether any byte has a finding: a branch-free pass for the common
+    // case; the loop after it finds and reports the access's first one.
+    bool suspect = atomic;
+    for (unsigned b = 0; b < bytes && !atomic; ++b) {
+      const LdsShadow &s = shadow[b];
+      const bool writtenByOther = s.writeEpoch == epoch && s.writer != self;
+      suspect |= isWrite ? writtenByOther |
+                               (s.readEpoch == epoch && s.reader != self)
+                         : !s.written | writtenByOther;
+    }
+    for (unsigned b = 0; b < bytes && suspect; ++b) {
+      LdsShadow &s = shadow[b];
+      // Built only when reporting.
       auto byteText = [&] {
         return "LDS buffer " + std::to_string(mem.buffer) + " byte " +
                std::to_string(offset + b);
@@ -116,7 +127,7 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
       }
     }
     for (unsigned b = 0; b < bytes && !atomic; ++b) {
-      LdsShadow &s = wg.shadow[size_t(at + b)];
+      LdsShadow &s = shadow[b];
       if (isWrite) {
         // A byte becoming written changes what a load of it reports.
         if (!s.written)
@@ -139,7 +150,7 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
   }
 
   const size_t bufferSize = memory.size(mem.buffer);
-  const std::string &name = memory.name(mem.buffer);
+  auto name = [&]() -> const std::string & { return memory.name(mem.buffer); };
   if (mem.space == Space::RawBuffer) {
     // The descriptor's range check (num_records = validBytes, or the memref
     // size): the whole access is in or out; out reads 0, a store is dropped.
@@ -152,13 +163,13 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     }
   } else if (offset < 0 || offset + int64_t(bytes) > mem.extentBytes) {
     report(FindingKind::OutOfBounds, p, wg, wave, lane,
-           range("global memref over buffer '" + name + "' (" +
+           range("global memref over buffer '" + name() + "' (" +
                  std::to_string(mem.extentBytes) + " bytes)"));
     return nullptr;
   }
   if (offset + int64_t(bytes) > int64_t(bufferSize)) {
     report(FindingKind::OutOfBounds, p, wg, wave, lane,
-           range("buffer '" + name + "' (" + std::to_string(bufferSize) +
+           range("buffer '" + name() + "' (" + std::to_string(bufferSize) +
                  " bytes registered)"));
     return nullptr;
   }
@@ -167,12 +178,12 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     if (std::memchr(shadow, 0, bytes))
       ++writes;
     std::memset(shadow, 1, bytes);
-  } else {
+  } else if (std::memchr(shadow, 0, bytes)) {
     for (unsigned b = 0; b < bytes; ++b)
       if (!shadow[b]) {
         report(FindingKind::UninitializedRead, p, wg, wave, lane,
                "load of never-written byte " + std::to_string(offset + b) +
-                   " of buffer '" + name + "'");
+                   " of buffer '" + name() + "'");
         break;
       }
   }
@@ -228,23 +239,56 @@ void Executor::countBankConflicts(const int64_t *addresses, uint64_t mask,
   const unsigned dwordsPerLane = bytes <= 4 ? 1 : bytes <= 8 ? 2 : 4;
   const int lanesPerPhase = int(kBanks / dwordsPerLane);
   for (int phase = 0; phase < kLanes; phase += lanesPerPhase) {
+    // The common case first: the phase's active lanes access consecutive
+    // dword-aligned chunks in lane order, at most kBanks dwords in all, so
+    // every dword has its own bank (no conflict).
+    {
+      int64_t expect = 0;
+      bool first = true;
+      bool consecutive = bytes % 4 == 0 && bytes <= 16;
+      for (int l = phase; l < phase + lanesPerPhase && consecutive; ++l) {
+        if (!(mask >> l & 1))
+          continue;
+        if (first)
+          expect = addresses[l];
+        first = false;
+        consecutive = addresses[l] == expect && expect >= 0 && expect % 4 == 0;
+        expect += bytes;
+      }
+      if (consecutive) {
+        // No active lane (nothing counted) or one run of distinct dwords.
+        continue;
+      }
+    }
+    // The distinct dwords of the phase (the first kBanks * 4 the lanes
+    // touch, in lane order), chained per bank.
     int64_t dwords[kBanks * 4];
-    unsigned n = 0;
+    int16_t nextInBank[kBanks * 4];
+    int16_t head[kBanks];
+    unsigned perBank[kBanks];
+    std::fill(head, head + kBanks, int16_t(-1));
+    std::fill(perBank, perBank + kBanks, 0u);
+    unsigned n = 0, distinct = 0, busiest = 0;
     for (int l = phase; l < phase + lanesPerPhase; ++l) {
       if (!(mask >> l & 1))
         continue;
       for (int64_t d = addresses[l] / 4, last = (addresses[l] + bytes - 1) / 4;
-           d <= last && n < kBanks * 4; ++d)
-        dwords[n++] = d;
+           d <= last && n < kBanks * 4; ++d, ++n) {
+        const size_t bank = size_t(d) % kBanks;
+        bool seen = false;
+        for (int16_t i = head[bank]; i >= 0 && !seen; i = nextInBank[i])
+          seen = dwords[i] == d;
+        if (seen)
+          continue;
+        dwords[distinct] = d;
+        nextInBank[distinct] = head[bank];
+        head[bank] = int16_t(distinct);
+        ++distinct;
+        busiest = std::max(busiest, ++perBank[bank]);
+      }
     }
     if (n == 0)
       continue;
-    std::sort(dwords, dwords + n);
-    n = unsigned(std::unique(dwords, dwords + n) - dwords);
-    unsigned perBank[kBanks] = {};
-    unsigned busiest = 0;
-    for (unsigned i = 0; i < n; ++i)
-      busiest = std::max(busiest, ++perBank[size_t(dwords[i]) % kBanks]);
     result.stats.ldsBankConflicts += busiest - 1;
   }
 }

@@ -14,8 +14,10 @@
 #include "moec/Emulator/ScaledMfma.h"
 #include "moec/reference/Formats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace moec::emu::detail {
 
@@ -107,6 +109,80 @@ int firstLane(uint64_t mask) {
   return 0;
 }
 
+/// Applies `f` to the lanes `forLanes` names of two scalar operands of one
+/// machine word `U` (a stride of 0 reads a uniform operand's lane 0).
+template <typename U, typename F>
+inline void wordLanes(const uint8_t *a, unsigned strideA, const uint8_t *b,
+                      unsigned strideB, uint8_t *r, bool uniform,
+                      uint64_t mask, F &&f) {
+  auto one = [&](int l) {
+    U x, y;
+    std::memcpy(&x, a + size_t(l) * strideA, sizeof(U));
+    std::memcpy(&y, b + size_t(l) * strideB, sizeof(U));
+    const U v = f(x, y);
+    std::memcpy(r + size_t(l) * sizeof(U), &v, sizeof(U));
+  };
+  if (uniform) {
+    one(0);
+  } else if (mask == kAllLanes) {
+    for (int l = 0; l < kLanes; ++l)
+      one(l);
+  } else {
+    for (uint64_t m = mask; m; m &= m - 1)
+      one(__builtin_ctzll(m));
+  }
+}
+
+/// arith integer ops on i32 or i64 / index scalars, the bulk of a kernel's
+/// address arithmetic, without the element loop: the same results as the
+/// general path. False for the ops left to it (signed divisions).
+template <typename U>
+bool intBinaryWord(IntOp op, const RtValue &a, const RtValue &b, RtValue &r,
+                   bool uniform, uint64_t mask, bool &divZero) {
+  using S = std::make_signed_t<U>;
+  constexpr U bits = sizeof(U) * 8;
+  const uint8_t *pa = a.bytes.data(), *pb = b.bytes.data();
+  const unsigned sa = a.uniform ? 0 : sizeof(U), sb = b.uniform ? 0 : sizeof(U);
+  uint8_t *pr = r.bytes.data();
+  auto run = [&](auto f) { wordLanes<U>(pa, sa, pb, sb, pr, uniform, mask, f); };
+  switch (op) {
+  case IntOp::Add: run([](U x, U y) -> U { return x + y; }); return true;
+  case IntOp::Sub: run([](U x, U y) -> U { return x - y; }); return true;
+  case IntOp::Mul: run([](U x, U y) -> U { return x * y; }); return true;
+  case IntOp::And: run([](U x, U y) -> U { return x & y; }); return true;
+  case IntOp::Or: run([](U x, U y) -> U { return x | y; }); return true;
+  case IntOp::Xor: run([](U x, U y) -> U { return x ^ y; }); return true;
+  case IntOp::MinU: run([](U x, U y) -> U { return std::min(x, y); }); return true;
+  case IntOp::MaxU: run([](U x, U y) -> U { return std::max(x, y); }); return true;
+  case IntOp::MinS:
+    run([](U x, U y) -> U { return U(std::min(S(x), S(y))); });
+    return true;
+  case IntOp::MaxS:
+    run([](U x, U y) -> U { return U(std::max(S(x), S(y))); });
+    return true;
+  case IntOp::Shl: run([](U x, U y) -> U { return y >= bits ? 0 : U(x << y); }); return true;
+  case IntOp::ShrU: run([](U x, U y) -> U { return y >= bits ? 0 : U(x >> y); }); return true;
+  case IntOp::ShrS:
+    run([](U x, U y) -> U { return U(S(x) >> std::min<U>(y, bits - 1)); });
+    return true;
+  case IntOp::DivU:
+  case IntOp::RemU:
+  case IntOp::CeilDivU:
+    run([&](U x, U y) -> U {
+      if (y == 0) {
+        divZero = true;
+        return 0;
+      }
+      return op == IntOp::DivU ? x / y
+             : op == IntOp::RemU ? x % y
+                                 : U(x / y + (x % y != 0));
+    });
+    return true;
+  default:
+    return false;
+  }
+}
+
 } // namespace
 
 LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
@@ -134,11 +210,18 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
     RtValue &r = regs[p.out[0]];
     const bool uni = a.uniform && b.uniform;
-    r.shape(uni, ri.laneBytes);
+    r.shapeFor(uni, ri.laneBytes, mask);
     const unsigned w = ri.width;
     const uint64_t m = widthMask(w);
     const IntOp op = static_cast<IntOp>(p.sub);
     bool divZero = false, overflow = false;
+    if (ri.count == 1 && w == ri.elemBits && (w == 64 || w == 32) &&
+        (w == 64 ? intBinaryWord<uint64_t>(op, a, b, r, uni, mask, divZero)
+                 : intBinaryWord<uint32_t>(op, a, b, r, uni, mask, divZero))) {
+      if (divZero)
+        return fatal(p, "integer division by zero");
+      return success();
+    }
     forLanes(uni, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
         const uint64_t x = getBits(a.lane(l, ri.laneBytes), ri.elemBits, e) & m;
@@ -202,7 +285,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
     RtValue &r = regs[p.out[0]];
     const bool uni = a.uniform && b.uniform;
-    r.shape(uni, ri.laneBytes);
+    r.shapeFor(uni, ri.laneBytes, mask);
     const unsigned w = ai.width;
     const CmpPred pred = static_cast<CmpPred>(p.sub);
     forLanes(uni, mask, [&](int l) {
@@ -233,7 +316,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
     const RtValue &a = regs[p.in[0]];
     RtValue &r = regs[p.out[0]];
-    r.shape(a.uniform, ri.laneBytes);
+    r.shapeFor(a.uniform, ri.laneBytes, mask);
     forLanes(a.uniform, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
         uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(ai.width);
@@ -265,7 +348,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       return success();
     }
     const bool uni = c.uniform && a.uniform && b.uniform;
-    r.shape(uni, ri.laneBytes);
+    r.shapeFor(uni, ri.laneBytes, mask);
     forLanes(uni, mask, [&](int l) {
       const RtValue &pick = c.lane(l, 1)[0] ? a : b;
       std::memcpy(r.lane(l, ri.laneBytes), pick.lane(l, ri.laneBytes), ri.laneBytes);
@@ -278,7 +361,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
     RtValue &r = regs[p.out[0]];
     const bool uni = a.uniform && b.uniform;
-    r.shape(uni, ri.laneBytes);
+    r.shapeFor(uni, ri.laneBytes, mask);
     const FloatOp op = static_cast<FloatOp>(p.sub);
     forLanes(uni, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
@@ -323,7 +406,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const ValueInfo &ri = info(p.out[0]);
     const RtValue &a = regs[p.in[0]];
     RtValue &r = regs[p.out[0]];
-    r.shape(a.uniform, ri.laneBytes);
+    r.shapeFor(a.uniform, ri.laneBytes, mask);
     const FloatUnaryOp op = static_cast<FloatUnaryOp>(p.sub);
     forLanes(a.uniform, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
@@ -347,7 +430,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
     RtValue &r = regs[p.out[0]];
     const bool uni = a.uniform && b.uniform;
-    r.shape(uni, ri.laneBytes);
+    r.shapeFor(uni, ri.laneBytes, mask);
     forLanes(uni, mask, [&](int l) {
       for (unsigned e = 0; e < ai.count; ++e) {
         setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e,
@@ -363,7 +446,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
     const RtValue &a = regs[p.in[0]];
     RtValue &r = regs[p.out[0]];
-    r.shape(a.uniform, ri.laneBytes);
+    r.shapeFor(a.uniform, ri.laneBytes, mask);
     forLanes(a.uniform, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
         const double x = decodeFloat(ai.elem, getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
@@ -378,10 +461,12 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const MemRefDesc &mem = regs[p.in[0]].mem;
     const bool uni = allUniform(1, p.in.size());
     RtValue &r = regs[p.out[0]];
-    r.shape(uni, ri.laneBytes);
     const unsigned bytes = ri.laneBytes;
-    if (!mask)
+    if (!mask) {
+      r.shape(uni, bytes);
       return success();
+    }
+    r.shapeFor(uni, bytes, mask);
     int64_t ldsAddresses[kLanes];
     forLanes(uni, mask, [&](int l) {
       const int lane = uni ? firstLane(mask) : l;
@@ -546,7 +631,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
     RtValue &r = regs[p.out[0]];
     const bool uni = a.uniform && b.uniform;
-    r.shape(uni, ri.laneBytes);
+    r.shapeFor(uni, ri.laneBytes, mask);
     forLanes(uni, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
         const int64_t idx = p.ints[e];
@@ -568,7 +653,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     RtValue &r = regs[p.out[0]];
     if (p.ints[0] < 0 || p.ints[0] + ri.count > ai.count)
       return fatal(p, "position out of range");
-    r.shape(a.uniform, ri.laneBytes);
+    r.shapeFor(a.uniform, ri.laneBytes, mask);
     forLanes(a.uniform, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e)
         setBits(r.lane(l, ri.laneBytes), ri.elemBits, e,
@@ -583,15 +668,19 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const RtValue &s = regs[p.in[0]], &dest = regs[p.in[1]];
     if (p.ints[0] < 0 || p.ints[0] >= int64_t(ri.count))
       return fatal(p, "position out of range");
-    RtValue r = dest;
+    // The result is the destination (every lane, active or not) with one
+    // element replaced, built in the result's own storage.
+    RtValue &r = regs[p.out[0]];
+    r.uniform = dest.uniform;
+    r.bytes.assign(dest.bytes.begin(), dest.bytes.end());
+    r.mem = dest.mem;
     const bool uni = s.uniform && dest.uniform;
-    if (!uni && r.uniform)
-      mergeLanes(r, dest, 0, ri.laneBytes);
+    if (!uni)
+      r.spread(ri.laneBytes);
     forLanes(uni, mask, [&](int l) {
       setBits(r.lane(l, ri.laneBytes), ri.elemBits, unsigned(p.ints[0]),
               getBits(s.lane(l, si.laneBytes), si.elemBits, 0));
     });
-    regs[p.out[0]] = std::move(r);
     return success();
   }
 
@@ -599,7 +688,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const ValueInfo &si = info(p.in[0]), &ri = info(p.out[0]);
     const RtValue &s = regs[p.in[0]];
     RtValue &r = regs[p.out[0]];
-    r.shape(s.uniform, ri.laneBytes);
+    r.shapeFor(s.uniform, ri.laneBytes, mask);
     forLanes(s.uniform, mask, [&](int l) {
       const uint64_t v = getBits(s.lane(l, si.laneBytes), si.elemBits, 0);
       for (unsigned e = 0; e < ri.count; ++e)
@@ -615,7 +704,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       r.shape(true, 8);
       return success();
     }
-    r.shape(false, 8);
+    r.shapeFor(false, 8, kAllLanes);
     for (int l = 0; l < kLanes; ++l) {
       const int64_t t = int64_t(wave.id) * kLanes + l;
       const int64_t x = t % block[0], y = (t / block[0]) % block[1],
@@ -629,7 +718,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
   case Kind::GridDim: {
     const int dim = static_cast<int>(p.ints[0]);
     RtValue &r = regs[p.out[0]];
-    r.shape(true, 8);
+    r.shapeFor(true, 8, kAllLanes);
     const int64_t v = p.kind == Kind::BlockId    ? wg.id[dim]
                       : p.kind == Kind::BlockDim ? block[dim]
                                                  : launch.grid[dim];
@@ -711,7 +800,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       std::memcpy(accIn, c.bytes.data(), size_t(kLanes) * si.accPerLane * 4);
       cLanes = accIn;
     }
-    r.shape(false, ci.laneBytes);
+    r.shapeFor(false, ci.laneBytes, kAllLanes);
     scaledMfma(shape, a, b, cLanes, reinterpret_cast<float *>(r.bytes.data()));
     ++result.stats.mfmas;
     return success();

@@ -66,16 +66,30 @@ LogicalResult Executor::bindArguments(llvm::ArrayRef<KernelArgValue> args) {
 }
 
 std::unique_ptr<Workgroup> Executor::makeWorkgroup(int64_t linearId) {
-  auto wg = std::make_unique<Workgroup>();
+  std::unique_ptr<Workgroup> wg;
+  if (spare.empty()) {
+    wg = std::make_unique<Workgroup>();
+  } else {
+    wg = std::move(spare.back());
+    spare.pop_back();
+  }
   wg->id = {linearId % launch.grid[0],
             (linearId / launch.grid[0]) % launch.grid[1],
             linearId / (launch.grid[0] * launch.grid[1])};
+  wg->epoch = 1;
   // LDS starts poisoned: every byte unwritten.
   wg->lds.assign(size_t(program.ldsBytes), 0xFF);
   wg->shadow.assign(size_t(program.ldsBytes), LdsShadow());
   wg->waves.resize(wavesPerGroup);
   for (int w = 0; w < wavesPerGroup; ++w) {
     Wave &wave = wg->waves[w];
+    // A fresh wave that keeps a finished one's storage: every register is
+    // written before it is read (SSA), so old contents never show.
+    Wave fresh;
+    fresh.regs = std::move(wave.regs);
+    fresh.frames = std::move(wave.frames);
+    fresh.frames.clear();
+    wave = std::move(fresh);
     wave.id = w;
     wave.regs.resize(program.values.size());
     for (size_t i = 0; i < program.argSlots.size(); ++i)
@@ -176,6 +190,7 @@ LogicalResult Executor::runRound(bool &progress) {
       progress = true;
     }
     if (allDone) {
+      spare.push_back(std::move(*it));
       it = resident.erase(it);
       progress = true;
     } else {
