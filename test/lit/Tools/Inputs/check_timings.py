@@ -56,4 +56,4 @@ for name, spec in columns.items():
     print("ok: %s n=%d" % (name, len(values)))
 if data["wall_s"] < data["front_end_s"]:
     fail("wall time below the front end's")
-print("ok: wall %s s" % ("above front end" if data["wall_s"] >= data["front_end_s"] else "?"))
+print("ok: wall time not below the front end's")
