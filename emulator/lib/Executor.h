@@ -202,15 +202,25 @@ struct Frame {
   std::vector<RtValue> snapArgs;
 };
 
-/// LDS shadow of one byte: who wrote and read it in which barrier interval.
-/// Epochs are stored +1 so that 0 means "never".
+/// LDS shadow of every byte of a workgroup's LDS: who wrote and read it in
+/// which barrier interval. One array per field, so that the detectors check
+/// and update an access's bytes with vector operations. Epochs are stored
+/// +1 so that 0 means "never".
 struct LdsShadow {
-  uint32_t writeEpoch = 0;
-  uint32_t readEpoch = 0;
-  int16_t writer = -1;
+  std::vector<uint32_t> writeEpoch;
+  std::vector<uint32_t> readEpoch;
+  std::vector<int16_t> writer;
   /// -2: several waves read it in readEpoch.
-  int16_t reader = -1;
-  uint8_t written = 0;
+  std::vector<int16_t> reader;
+  std::vector<uint8_t> written;
+
+  void reset(size_t bytes) {
+    writeEpoch.assign(bytes, 0);
+    readEpoch.assign(bytes, 0);
+    writer.assign(bytes, -1);
+    reader.assign(bytes, -1);
+    written.assign(bytes, 0);
+  }
 };
 
 struct Wave {
@@ -236,7 +246,7 @@ struct Workgroup {
   std::array<int64_t, 3> id{{0, 0, 0}};
   std::vector<Wave> waves;
   std::vector<uint8_t> lds;
-  std::vector<LdsShadow> shadow;
+  LdsShadow shadow;
   uint32_t epoch = 1;
 };
 

@@ -69,26 +69,35 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     const int64_t at = mem.baseBytes + offset;
     const uint32_t epoch = wg.epoch;
     const int16_t self = static_cast<int16_t>(wave.id);
-    LdsShadow *shadow = wg.shadow.data() + at;
+    uint32_t *writeEpoch = wg.shadow.writeEpoch.data() + at;
+    uint32_t *readEpoch = wg.shadow.readEpoch.data() + at;
+    int16_t *writer = wg.shadow.writer.data() + at;
+    int16_t *reader = wg.shadow.reader.data() + at;
+    uint8_t *written = wg.shadow.written.data() + at;
     // Whether any byte has a finding: a branch-free pass for the common
     // case; the loop after it finds and reports the access's first one.
     bool suspect = atomic;
-    for (unsigned b = 0; b < bytes && !atomic; ++b) {
-      const LdsShadow &s = shadow[b];
-      const bool writtenByOther = s.writeEpoch == epoch && s.writer != self;
-      suspect |= isWrite ? writtenByOther |
-                               (s.readEpoch == epoch && s.reader != self)
-                         : !s.written | writtenByOther;
+    if (!atomic) {
+      int bad = 0;
+      if (isWrite) {
+        for (unsigned b = 0; b < bytes; ++b)
+          bad |= (int(writeEpoch[b] == epoch) & int(writer[b] != self)) |
+                 (int(readEpoch[b] == epoch) & int(reader[b] != self));
+      } else {
+        for (unsigned b = 0; b < bytes; ++b)
+          bad |= int(written[b] == 0) |
+                 (int(writeEpoch[b] == epoch) & int(writer[b] != self));
+      }
+      suspect = bad != 0;
     }
     for (unsigned b = 0; b < bytes && suspect; ++b) {
-      LdsShadow &s = shadow[b];
       // Built only when reporting.
       auto byteText = [&] {
         return "LDS buffer " + std::to_string(mem.buffer) + " byte " +
                std::to_string(offset + b);
       };
       if (atomic) {
-        if (!s.written) {
+        if (!written[b]) {
           report(FindingKind::UninitializedRead, p, wg, wave, lane,
                  "atomic on never-written " + byteText());
           break;
@@ -96,50 +105,53 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
         continue;
       }
       if (!isWrite) {
-        if (!s.written) {
+        if (!written[b]) {
           report(FindingKind::UninitializedRead, p, wg, wave, lane,
                  "load of never-written " + byteText());
           break;
         }
-        if (s.writeEpoch == epoch && s.writer != self) {
+        if (writeEpoch[b] == epoch && writer[b] != self) {
           report(FindingKind::LdsRace, p, wg, wave, lane,
                  "load of " + byteText() + " written by wave " +
-                     std::to_string(s.writer) +
+                     std::to_string(writer[b]) +
                      " in the same barrier interval");
           break;
         }
       } else {
-        if (s.writeEpoch == epoch && s.writer != self) {
+        if (writeEpoch[b] == epoch && writer[b] != self) {
           report(FindingKind::LdsRace, p, wg, wave, lane,
                  "store to " + byteText() + " also written by wave " +
-                     std::to_string(s.writer) +
+                     std::to_string(writer[b]) +
                      " in the same barrier interval");
           break;
         }
-        if (s.readEpoch == epoch && s.reader != self) {
+        if (readEpoch[b] == epoch && reader[b] != self) {
           report(FindingKind::LdsRace, p, wg, wave, lane,
                  "store to " + byteText() + " read by " +
-                     (s.reader == -2 ? std::string("several waves")
-                                     : "wave " + std::to_string(s.reader)) +
+                     (reader[b] == -2 ? std::string("several waves")
+                                      : "wave " + std::to_string(reader[b])) +
                      " in the same barrier interval");
           break;
         }
       }
     }
-    for (unsigned b = 0; b < bytes && !atomic; ++b) {
-      LdsShadow &s = shadow[b];
-      if (isWrite) {
-        // A byte becoming written changes what a load of it reports.
-        if (!s.written)
-          ++writes;
-        s.written = 1;
-        s.writer = self;
-        s.writeEpoch = epoch;
-      } else if (s.readEpoch != epoch) {
-        s.readEpoch = epoch;
-        s.reader = self;
-      } else if (s.reader != self) {
-        s.reader = -2;
+    if (!atomic && isWrite) {
+      // A byte becoming written changes what a load of it reports: one
+      // write counted per such byte.
+      unsigned fresh = 0;
+      for (unsigned b = 0; b < bytes; ++b) {
+        fresh += written[b] == 0;
+        written[b] = 1;
+        writer[b] = self;
+        writeEpoch[b] = epoch;
+      }
+      writes += fresh;
+    } else if (!atomic) {
+      // The first reader of the interval, or several.
+      for (unsigned b = 0; b < bytes; ++b) {
+        const bool first = readEpoch[b] != epoch;
+        reader[b] = first || reader[b] == self ? self : int16_t(-2);
+        readEpoch[b] = epoch;
       }
     }
     if (isWrite)
@@ -261,30 +273,39 @@ void Executor::countBankConflicts(const int64_t *addresses, uint64_t mask,
       }
     }
     // The distinct dwords of the phase (the first kBanks * 4 the lanes
-    // touch, in lane order), chained per bank.
-    int64_t dwords[kBanks * 4];
-    int16_t nextInBank[kBanks * 4];
-    int16_t head[kBanks];
-    unsigned perBank[kBanks];
-    std::fill(head, head + kBanks, int16_t(-1));
-    std::fill(perBank, perBank + kBanks, 0u);
-    unsigned n = 0, distinct = 0, busiest = 0;
+    // touch, in lane order) through a small hash set whose entries are
+    // current only with this phase's generation (nothing to clear).
+    struct DwordSet {
+      int64_t key[1024];
+      uint32_t generation[1024] = {};
+      uint32_t current = 0;
+    };
+    thread_local DwordSet set;
+    if (++set.current == 0) {
+      std::fill(set.generation, set.generation + 1024, 0u);
+      set.current = 1;
+    }
+    unsigned perBank[kBanks] = {};
+    unsigned n = 0, busiest = 0;
     for (int l = phase; l < phase + lanesPerPhase; ++l) {
       if (!(mask >> l & 1))
         continue;
       for (int64_t d = addresses[l] / 4, last = (addresses[l] + bytes - 1) / 4;
            d <= last && n < kBanks * 4; ++d, ++n) {
-        const size_t bank = size_t(d) % kBanks;
+        size_t slot = size_t(uint64_t(d) * 0x9E3779B97F4A7C15ull >> 54);
         bool seen = false;
-        for (int16_t i = head[bank]; i >= 0 && !seen; i = nextInBank[i])
-          seen = dwords[i] == d;
+        while (set.generation[slot] == set.current) {
+          if (set.key[slot] == d) {
+            seen = true;
+            break;
+          }
+          slot = (slot + 1) & 1023;
+        }
         if (seen)
           continue;
-        dwords[distinct] = d;
-        nextInBank[distinct] = head[bank];
-        head[bank] = int16_t(distinct);
-        ++distinct;
-        busiest = std::max(busiest, ++perBank[bank]);
+        set.generation[slot] = set.current;
+        set.key[slot] = d;
+        busiest = std::max(busiest, ++perBank[size_t(d) % kBanks]);
       }
     }
     if (n == 0)

@@ -79,7 +79,7 @@ std::unique_ptr<Workgroup> Executor::makeWorkgroup(int64_t linearId) {
   wg->epoch = 1;
   // LDS starts poisoned: every byte unwritten.
   wg->lds.assign(size_t(program.ldsBytes), 0xFF);
-  wg->shadow.assign(size_t(program.ldsBytes), LdsShadow());
+  wg->shadow.reset(size_t(program.ldsBytes));
   wg->waves.resize(wavesPerGroup);
   for (int w = 0; w < wavesPerGroup; ++w) {
     Wave &wave = wg->waves[w];
