@@ -321,6 +321,21 @@ private:
   uint8_t *access(const POp &p, Workgroup &wg, const Wave &wave, int lane,
                   const MemRefDesc &mem, int64_t index, unsigned bytes,
                   bool isWrite, bool atomic = false);
+  /// The findings of access(), built out of line (rare).
+  [[gnu::cold, gnu::noinline]] void
+  reportOutOfBounds(const POp &p, const Workgroup &wg, const Wave &wave,
+                    int lane, const MemRefDesc &mem, int64_t offset,
+                    unsigned bytes, bool isWrite, bool atomic);
+  [[gnu::cold, gnu::noinline]] void
+  reportLdsBytes(const POp &p, Workgroup &wg, const Wave &wave, int lane,
+                 const MemRefDesc &mem, int64_t offset, unsigned bytes,
+                 bool isWrite, bool atomic);
+  [[gnu::cold, gnu::noinline]] void
+  reportUnwritten(const POp &p, const Workgroup &wg, const Wave &wave,
+                  int lane, const MemRefDesc &mem, int64_t offset,
+                  unsigned bytes, const uint8_t *shadow);
+  /// Re-reads the global buffers' storage into `views`.
+  void refreshViews();
   /// Counts one access that moved `bytes` at byte `offset` of global
   /// buffer `buffer` (its bytes and 64-byte lines).
   void countGlobal(unsigned buffer, int64_t offset, unsigned bytes,
@@ -355,6 +370,14 @@ private:
   /// Finished workgroups whose storage (registers, frames, LDS) the next
   /// ones reuse.
   std::vector<std::unique_ptr<Workgroup>> spare;
+  /// Each global buffer's storage (by id), so that an access needs no call
+  /// into GlobalMemory; buffers are fixed while a run executes.
+  struct BufferView {
+    uint8_t *data = nullptr;
+    uint8_t *written = nullptr;
+    size_t size = 0;
+  };
+  std::vector<BufferView> views;
   /// Bit per 64-byte line of each global buffer (by id): read, written.
   std::vector<std::vector<uint64_t>> linesRead, linesWritten;
   /// Linear id of the next workgroup to start, and the grid's size.

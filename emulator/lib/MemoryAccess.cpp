@@ -46,24 +46,127 @@ int64_t Executor::linearIndex(const ValueInfo &memInfo, const Wave &wave,
   return linear;
 }
 
+namespace {
+
+/// "load of 16 bytes at byte 64 of WHAT".
+std::string rangeText(bool isWrite, bool atomic, unsigned bytes,
+                      int64_t offset, const std::string &what) {
+  const char *verb = atomic ? "atomic" : isWrite ? "store" : "load";
+  return std::string(verb) + " of " + std::to_string(bytes) +
+         " bytes at byte " + std::to_string(offset) + " of " + what;
+}
+
+/// Whether any of `bytes` flags is 0.
+inline bool anyZero(const uint8_t *flags, unsigned bytes) {
+  int zero = 0;
+  for (unsigned b = 0; b < bytes; ++b)
+    zero |= flags[b] == 0;
+  return zero != 0;
+}
+
+} // namespace
+
+void Executor::reportOutOfBounds(const POp &p, const Workgroup &wg,
+                                 const Wave &wave, int lane,
+                                 const MemRefDesc &mem, int64_t offset,
+                                 unsigned bytes, bool isWrite, bool atomic) {
+  std::string what;
+  if (mem.space == Space::Lds) {
+    what = "LDS buffer " + std::to_string(mem.buffer) + " (" +
+           std::to_string(program.lds[mem.buffer].bytes) + " bytes)";
+  } else if (mem.space != Space::RawBuffer &&
+             (offset < 0 || offset + int64_t(bytes) > mem.extentBytes)) {
+    what = "global memref over buffer '" + memory.name(mem.buffer) + "' (" +
+           std::to_string(mem.extentBytes) + " bytes)";
+  } else {
+    what = "buffer '" + memory.name(mem.buffer) + "' (" +
+           std::to_string(memory.size(mem.buffer)) + " bytes registered)";
+  }
+  report(FindingKind::OutOfBounds, p, wg, wave, lane,
+         rangeText(isWrite, atomic, bytes, offset, what));
+}
+
+void Executor::reportLdsBytes(const POp &p, Workgroup &wg, const Wave &wave,
+                              int lane, const MemRefDesc &mem, int64_t offset,
+                              unsigned bytes, bool isWrite, bool atomic) {
+  const int64_t at = mem.baseBytes + offset;
+  const uint32_t epoch = wg.epoch;
+  const int16_t self = static_cast<int16_t>(wave.id);
+  const uint32_t *writeEpoch = wg.shadow.writeEpoch.data() + at;
+  const uint32_t *readEpoch = wg.shadow.readEpoch.data() + at;
+  const int16_t *writer = wg.shadow.writer.data() + at;
+  const int16_t *reader = wg.shadow.reader.data() + at;
+  const uint8_t *written = wg.shadow.written.data() + at;
+  for (unsigned b = 0; b < bytes; ++b) {
+    auto byteText = [&] {
+      return "LDS buffer " + std::to_string(mem.buffer) + " byte " +
+             std::to_string(offset + b);
+    };
+    if (atomic) {
+      if (!written[b]) {
+        report(FindingKind::UninitializedRead, p, wg, wave, lane,
+               "atomic on never-written " + byteText());
+        return;
+      }
+      continue;
+    }
+    if (!isWrite) {
+      if (!written[b]) {
+        report(FindingKind::UninitializedRead, p, wg, wave, lane,
+               "load of never-written " + byteText());
+        return;
+      }
+      if (writeEpoch[b] == epoch && writer[b] != self) {
+        report(FindingKind::LdsRace, p, wg, wave, lane,
+               "load of " + byteText() + " written by wave " +
+                   std::to_string(writer[b]) +
+                   " in the same barrier interval");
+        return;
+      }
+    } else {
+      if (writeEpoch[b] == epoch && writer[b] != self) {
+        report(FindingKind::LdsRace, p, wg, wave, lane,
+               "store to " + byteText() + " also written by wave " +
+                   std::to_string(writer[b]) +
+                   " in the same barrier interval");
+        return;
+      }
+      if (readEpoch[b] == epoch && reader[b] != self) {
+        report(FindingKind::LdsRace, p, wg, wave, lane,
+               "store to " + byteText() + " read by " +
+                   (reader[b] == -2 ? std::string("several waves")
+                                    : "wave " + std::to_string(reader[b])) +
+                   " in the same barrier interval");
+        return;
+      }
+    }
+  }
+}
+
+void Executor::reportUnwritten(const POp &p, const Workgroup &wg,
+                               const Wave &wave, int lane,
+                               const MemRefDesc &mem, int64_t offset,
+                               unsigned bytes, const uint8_t *shadow) {
+  for (unsigned b = 0; b < bytes; ++b)
+    if (!shadow[b]) {
+      report(FindingKind::UninitializedRead, p, wg, wave, lane,
+             "load of never-written byte " + std::to_string(offset + b) +
+                 " of buffer '" + memory.name(mem.buffer) + "'");
+      return;
+    }
+}
+
 uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
                           int lane, const MemRefDesc &mem, int64_t index,
                           unsigned bytes, bool isWrite, bool atomic) {
   // `index` is a byte offset (callers scale element indices). An atomic is a
   // read and a write: it must find its bytes initialised, and it takes no
   // part in race detection (atomics are how waves may share a location).
+  // Findings are built out of line (the report* functions).
   const int64_t offset = index;
-  const char *verb = atomic ? "atomic" : isWrite ? "store" : "load";
-  auto range = [&](const std::string &what) {
-    return std::string(verb) + " of " + std::to_string(bytes) + " bytes at byte " +
-           std::to_string(offset) + " of " + what;
-  };
   if (mem.space == Space::Lds) {
-    const auto &region = program.lds[mem.buffer];
     if (offset < 0 || offset + bytes > mem.extentBytes) {
-      report(FindingKind::OutOfBounds, p, wg, wave, lane,
-             range("LDS buffer " + std::to_string(mem.buffer) + " (" +
-                   std::to_string(region.bytes) + " bytes)"));
+      reportOutOfBounds(p, wg, wave, lane, mem, offset, bytes, isWrite, atomic);
       return nullptr;
     }
     const int64_t at = mem.baseBytes + offset;
@@ -75,7 +178,7 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     int16_t *reader = wg.shadow.reader.data() + at;
     uint8_t *written = wg.shadow.written.data() + at;
     // Whether any byte has a finding: a branch-free pass for the common
-    // case; the loop after it finds and reports the access's first one.
+    // case; reportLdsBytes finds and reports the access's first one.
     bool suspect = atomic;
     if (!atomic) {
       int bad = 0;
@@ -90,51 +193,8 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
       }
       suspect = bad != 0;
     }
-    for (unsigned b = 0; b < bytes && suspect; ++b) {
-      // Built only when reporting.
-      auto byteText = [&] {
-        return "LDS buffer " + std::to_string(mem.buffer) + " byte " +
-               std::to_string(offset + b);
-      };
-      if (atomic) {
-        if (!written[b]) {
-          report(FindingKind::UninitializedRead, p, wg, wave, lane,
-                 "atomic on never-written " + byteText());
-          break;
-        }
-        continue;
-      }
-      if (!isWrite) {
-        if (!written[b]) {
-          report(FindingKind::UninitializedRead, p, wg, wave, lane,
-                 "load of never-written " + byteText());
-          break;
-        }
-        if (writeEpoch[b] == epoch && writer[b] != self) {
-          report(FindingKind::LdsRace, p, wg, wave, lane,
-                 "load of " + byteText() + " written by wave " +
-                     std::to_string(writer[b]) +
-                     " in the same barrier interval");
-          break;
-        }
-      } else {
-        if (writeEpoch[b] == epoch && writer[b] != self) {
-          report(FindingKind::LdsRace, p, wg, wave, lane,
-                 "store to " + byteText() + " also written by wave " +
-                     std::to_string(writer[b]) +
-                     " in the same barrier interval");
-          break;
-        }
-        if (readEpoch[b] == epoch && reader[b] != self) {
-          report(FindingKind::LdsRace, p, wg, wave, lane,
-                 "store to " + byteText() + " read by " +
-                     (reader[b] == -2 ? std::string("several waves")
-                                      : "wave " + std::to_string(reader[b])) +
-                     " in the same barrier interval");
-          break;
-        }
-      }
-    }
+    if (suspect)
+      reportLdsBytes(p, wg, wave, lane, mem, offset, bytes, isWrite, atomic);
     if (!atomic && isWrite) {
       // A byte becoming written changes what a load of it reports: one
       // write counted per such byte.
@@ -161,8 +221,9 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     return wg.lds.data() + at;
   }
 
-  const size_t bufferSize = memory.size(mem.buffer);
-  auto name = [&]() -> const std::string & { return memory.name(mem.buffer); };
+  if (mem.buffer >= views.size())
+    refreshViews();
+  const BufferView &view = views[mem.buffer];
   if (mem.space == Space::RawBuffer) {
     // The descriptor's range check (num_records = validBytes, or the memref
     // size): the whole access is in or out; out reads 0, a store is dropped.
@@ -174,33 +235,29 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
       return nullptr;
     }
   } else if (offset < 0 || offset + int64_t(bytes) > mem.extentBytes) {
-    report(FindingKind::OutOfBounds, p, wg, wave, lane,
-           range("global memref over buffer '" + name() + "' (" +
-                 std::to_string(mem.extentBytes) + " bytes)"));
+    reportOutOfBounds(p, wg, wave, lane, mem, offset, bytes, isWrite, atomic);
     return nullptr;
   }
-  if (offset + int64_t(bytes) > int64_t(bufferSize)) {
-    report(FindingKind::OutOfBounds, p, wg, wave, lane,
-           range("buffer '" + name() + "' (" + std::to_string(bufferSize) +
-                 " bytes registered)"));
+  if (offset + int64_t(bytes) > int64_t(view.size)) {
+    reportOutOfBounds(p, wg, wave, lane, mem, offset, bytes, isWrite, atomic);
     return nullptr;
   }
-  uint8_t *shadow = memory.written(mem.buffer) + offset;
+  uint8_t *shadow = view.written + offset;
   if (isWrite && !atomic) {
-    if (std::memchr(shadow, 0, bytes))
+    if (anyZero(shadow, bytes))
       ++writes;
     std::memset(shadow, 1, bytes);
-  } else if (std::memchr(shadow, 0, bytes)) {
-    for (unsigned b = 0; b < bytes; ++b)
-      if (!shadow[b]) {
-        report(FindingKind::UninitializedRead, p, wg, wave, lane,
-               "load of never-written byte " + std::to_string(offset + b) +
-                   " of buffer '" + name() + "'");
-        break;
-      }
+  } else if (anyZero(shadow, bytes)) {
+    reportUnwritten(p, wg, wave, lane, mem, offset, bytes, shadow);
   }
   countGlobal(mem.buffer, offset, bytes, !isWrite || atomic, isWrite);
-  return memory.data(mem.buffer) + offset;
+  return view.data + offset;
+}
+
+void Executor::refreshViews() {
+  views.resize(memory.bufferCount());
+  for (unsigned b = 0; b < views.size(); ++b)
+    views[b] = {memory.data(b), memory.written(b), memory.size(b)};
 }
 
 void Executor::countGlobal(unsigned buffer, int64_t offset, unsigned bytes,
