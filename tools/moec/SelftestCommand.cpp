@@ -352,9 +352,21 @@ public:
 
   /// Runs every table; returns the exit status.
   int run() {
+    const rt::Manifest &manifest = bundle_.manifest();
+    // Every table's facts first, so that a table the oracle cannot model
+    // is refused before any device is opened or any case runs.
+    for (size_t t = 0; t < manifest.selection.size(); ++t) {
+      if (!args_.network.empty() && manifest.selection[t].network != args_.network)
+        continue;
+      TableFacts facts;
+      std::string error;
+      if (!tableFacts(manifest, bundle_.selector().tables()[t], facts, error)) {
+        std::fprintf(stderr, "moec: %s\n", error.c_str());
+        return cli::kBadInput;
+      }
+    }
     if (int status = probeDevices(); status != cli::kSuccess)
       return status;
-    const rt::Manifest &manifest = bundle_.manifest();
     for (size_t t = 0; t < manifest.selection.size(); ++t) {
       if (!args_.network.empty() && manifest.selection[t].network != args_.network)
         continue;
