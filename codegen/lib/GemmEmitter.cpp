@@ -32,8 +32,9 @@ Value GemmEmitter::swizzleChunk(Value chunk, Value row) {
                                remC(row, tile.getAChunksPerRow()));
 }
 
-Value GemmEmitter::loadFp8Fragment(Value lds, Value rowDword, int64_t kOffset,
-                                   Value swizzleRow) {
+Value GemmEmitter::loadFp8Fragment(Value memref, Value rowDword,
+                                   int64_t kOffset, Value swizzleRow,
+                                   bool nontemporal) {
   const mfma::OperandLayout fp8 =
       mfma::operandLayout(shape, mfma::OperandFormat::Fp8);
   SmallVector<Value> parts;
@@ -44,7 +45,7 @@ Value GemmEmitter::loadFp8Fragment(Value lds, Value rowDword, int64_t kOffset,
     Value chunk = divC(kByte, 16);
     if (swizzleRow)
       chunk = swizzleChunk(chunk, swizzleRow);
-    parts.push_back(load16(lds, add(rowDword, mul(chunk, 4))));
+    parts.push_back(load16(memref, add(rowDword, mul(chunk, 4)), nontemporal));
   }
   Value joined = vector::ShuffleOp::create(
       b, loc, parts[0], parts[1], ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
@@ -241,12 +242,42 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   } else {
     emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
   }
+  const bool bDirect = tile.getBDirect();
   if (prefetch) {
     for (size_t i = 0; i < ops.bSlots.size(); ++i)
       forSlot(ops.bSlots[i],
               [&] { store16(bRegs[i], ops.lds, ops.bSlots[i].ldsDword); });
-  } else {
+  } else if (!bDirect) {
     emitCopy(ops.bSlots, ops.bBuffer, divC(k0, bDwordsPerK), ops.bNontemporal);
+  }
+  // tile.b_direct: this K step's weight fragments, per sub-step and B
+  // fragment, straight from global memory into registers. Each lane reads
+  // the same 16 bytes (FP4) or two runs of 16 (FP8) it would have read
+  // from the LDS tile; all are requested here, before the barrier.
+  const mfma::OperandLayout fp4 =
+      mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
+  auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
+  SmallVector<SmallVector<Value>> directB;
+  if (bDirect) {
+    assert(ops.bRowDword.size() == bFrags && "b_direct needs bRowDword");
+    for (int64_t kk = 0; kk < tileK / mfmaK; ++kk) {
+      SmallVector<Value> &frags = directB.emplace_back();
+      for (size_t bi = 0; bi < bFrags; ++bi) {
+        if (ops.bFp8) {
+          frags.push_back(loadFp8Fragment(ops.bBuffer,
+                                          add(ops.bRowDword[bi], divC(k0, 4)),
+                                          kk * mfmaK, /*swizzleRow=*/Value(),
+                                          ops.bNontemporal));
+          continue;
+        }
+        const mfma::KRun &r = fp4.runs[0];
+        Value kElem = add(add(k0, mul(laneGroup, r.kPerGroup)),
+                          idx(kk * mfmaK + r.kBase));
+        Value data = load16(ops.bBuffer, add(ops.bRowDword[bi], divC(kElem, 8)),
+                            ops.bNontemporal);
+        frags.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
+      }
+    }
   }
   if (asyncA) {
     // The LDS DMA is counted by vmcnt, not lgkmcnt, and each wave's copies
@@ -327,9 +358,6 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
                              ops.bNontemporal));
   }
 
-  const mfma::OperandLayout fp4 =
-      mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
-  auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
   for (int64_t kk = 0; kk < subSteps; ++kk) {
     SmallVector<Value> aFrag, bFrag, aScale = earlyA[kk], bScale = earlyB[kk];
     const int64_t scaleByte = kk * blocksPerMfma % 4;
@@ -344,7 +372,9 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
           tile.getASwizzle() ? ops.aTileRow[mi] : Value()));
     }
     for (size_t bi = 0; bi < bFrags; ++bi) {
-      if (ops.bFp8) {
+      if (bDirect) {
+        bFrag.push_back(directB[kk][bi]);
+      } else if (ops.bFp8) {
         Value rowDword =
             add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 4));
         bFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK,

@@ -56,6 +56,9 @@ public:
     llvm::SmallVector<mlir::Value> aTileRow, aScaleRow;
     /// Per B fragment: the lane's row in the B tile and its scale row.
     llvm::SmallVector<mlir::Value> bTileRow, bScaleRow;
+    /// Per B fragment, for tile.b_direct: the dword index of the lane's
+    /// weight row at K = 0 in bBuffer.
+    llvm::SmallVector<mlir::Value> bRowDword;
     /// Reduction range [kBegin, kEnd) when both are set, else [0, depth).
     mlir::Value kBegin, kEnd;
     int64_t depth = 0;
@@ -213,10 +216,13 @@ public:
 
 protected:
   /// Loads an FP8 MFMA fragment: the runs of the FP8 lane layout, each 16
-  /// bytes of the LDS row starting at `rowDword` (rows of tile.k bytes).
-  /// `swizzleRow` (may be null) is the tile row when chunks are XOR-swizzled.
-  mlir::Value loadFp8Fragment(mlir::Value lds, mlir::Value rowDword,
-                              int64_t kOffset, mlir::Value swizzleRow);
+  /// bytes of the row starting at `rowDword` (rows of tile.k bytes in LDS;
+  /// with tile.b_direct the weight row in global memory, `nontemporal` its
+  /// cache policy). `swizzleRow` (may be null) is the tile row when chunks
+  /// are XOR-swizzled.
+  mlir::Value loadFp8Fragment(mlir::Value memref, mlir::Value rowDword,
+                              int64_t kOffset, mlir::Value swizzleRow,
+                              bool nontemporal = false);
   /// Chunk index `chunk` of tile row `row` after the A swizzle.
   mlir::Value swizzleChunk(mlir::Value chunk, mlir::Value row);
   /// Loads `words` aligned words of E8M0 scales (four a word) from

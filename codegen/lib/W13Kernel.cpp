@@ -307,6 +307,7 @@ void W13Emitter::emitTile(const TileRows &rows) {
         ops.bTileRow.push_back(up ? add(localCol, idx(tileN)) : localCol);
         Value physical = physicalRow(add(colBase, localCol), up);
         ops.bScaleRow.push_back(mul(add(expertRows, physical), hidden / 32));
+        ops.bRowDword.push_back(mul(add(expertRows, physical), bRowDwords));
       }
     }
     return ops;

@@ -497,6 +497,8 @@ SmallVector<Value> W2Emitter::emitTileGemm(const TileRows &rows) {
       ops.bTileRow.push_back(add(add(waveCol, idx(ni * dim)), laneRow));
       ops.bScaleRow.push_back(
           mul(add(weightRowBase, ops.bTileRow.back()), inter / 32));
+      ops.bRowDword.push_back(
+          mul(add(weightRowBase, ops.bTileRow.back()), bRowDwords));
     }
     return ops;
   };

@@ -31,10 +31,12 @@ TileCounts countTile(const GemmStageShape &s) {
   // W13 writes FP8 + scales of its tileN SwiGLU outputs, W2 BF16 rows.
   c.globalBytesWritten =
       w13 ? m * double(s.tileN) * (1.0 + 1.0 / 32) : m * double(s.tileN) * 2;
-  // Both operands are staged through LDS once; the waves split N, so every
-  // wave reads the whole A slice and its own share of B.
-  c.ldsBytesWritten = aBytes + bBytes;
-  c.ldsBytesRead = double(s.waves) * aBytes + bBytes;
+  // Both operands are staged through LDS once (only A with b_direct, whose
+  // weights go straight to registers); the waves split N, so every wave
+  // reads the whole A slice and its own share of B.
+  const double bLds = s.bDirect ? 0 : bBytes;
+  c.ldsBytesWritten = aBytes + bLds;
+  c.ldsBytesRead = double(s.waves) * aBytes + bLds;
   c.ldsBankConflicts = 0;
   const double mm = s.mfma32 ? 32 : 16, mn = mm, mk = s.mfma32 ? 64 : 128;
   c.scaledMfmas = std::ceil(m / mm) * std::ceil(bRows / mn) * (k / mk);

@@ -56,12 +56,14 @@ int64_t knobInt(const TableKernel &kernel, const char *name, int64_t fallback) {
 /// One candidate tiling of a template configuration.
 struct Tiling {
   int64_t m = 0, w13N = 0, w2N = 0, waves = 0;
+  bool bDirect = false;      ///< tile.b_direct on both GEMM stages
   bool fromTemplate = false; ///< the template's own kernels, unchanged
   std::string tag() const {
     if (fromTemplate)
       return "";
     return "m" + std::to_string(m) + "_n" + std::to_string(w13N) + "x" +
-           std::to_string(w2N) + "_w" + std::to_string(waves);
+           std::to_string(w2N) + "_w" + std::to_string(waves) +
+           (bDirect ? "_bdir" : "");
   }
 };
 
@@ -113,6 +115,8 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
     kernel.knobs["n"] = std::to_string(n);
     kernel.knobs["waves"] = std::to_string(t.waves);
     kernel.knobs["mfma"] = t.m >= 128 ? "m32n32k64" : "m16n16k128";
+    if (t.bDirect)
+      kernel.knobs["b_direct"] = "true";
     kernel.name = base.name + suffix + "n" + std::to_string(n) + "w" +
                   std::to_string(t.waves);
   } else if (kernel.stage == "sort") {
@@ -135,6 +139,7 @@ GemmStageShape shapeOf(const TuningTable &spec, const TableKernel &kernel) {
   shape.tileN = knobInt(kernel, "n", 64);
   shape.waves = knobInt(kernel, "waves", 4);
   shape.mfma32 = knobOr(kernel, "mfma", "m16n16k128") == "m32n32k64";
+  shape.bDirect = knobOr(kernel, "b_direct", "false") == "true";
   return shape;
 }
 
@@ -253,7 +258,8 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
         for (int64_t w13N : options.space.w13N)
           for (int64_t w2N : options.space.w2N)
             for (int64_t waves : options.space.waves)
-              tilings.push_back({m, w13N, w2N, waves, false});
+              for (bool bDirect : options.space.bDirect)
+                tilings.push_back({m, w13N, w2N, waves, bDirect, false});
     } else {
       Tiling own;
       own.fromTemplate = true;
@@ -343,7 +349,7 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
   // Gate, rank, choose.
   CostModelParameters parameters;
   std::ostringstream csv;
-  csv << "selection,candidate,tile_m,w13_n,w2_n,waves";
+  csv << "selection,candidate,tile_m,w13_n,w2_n,waves,b_direct";
   for (const char *stage : {"w13", "w2"})
     csv << "," << stage << "_vgpr," << stage << "_agpr," << stage << "_sgpr,"
         << stage << "_lds_bytes," << stage << "_vgpr_spill," << stage
@@ -417,7 +423,8 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
     for (const Candidate &candidate : candidates) {
       const Tiling &t = candidate.tiling;
       csv << summary.key << "," << candidate.configName << "," << t.m << ","
-          << t.w13N << "," << t.w2N << "," << t.waves;
+          << t.w13N << "," << t.w2N << "," << t.waves << ","
+          << (t.bDirect ? 1 : 0);
       for (const char *stage : {"w13", "w2"}) {
         size_t found = SIZE_MAX;
         for (size_t k : candidate.kernels)

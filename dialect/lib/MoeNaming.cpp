@@ -58,6 +58,8 @@ std::string tilePart(TileAttr tile) {
     s += "_gm" + std::to_string(tile.getGroupM());
   if (tile.getAsyncA())
     s += "_async";
+  if (tile.getBDirect())
+    s += "_bdir";
   if (tile.getResidencyCap() > 0)
     s += "_rc" + std::to_string(tile.getResidencyCap());
   return s;

@@ -90,7 +90,8 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t persistCu, bool persistStrided,
                                bool bPrefetch, bool scalePrefetch,
                                int64_t groupM, bool asyncA,
-                               int64_t persistSkew, int64_t residencyCap) {
+                               int64_t persistSkew, int64_t residencyCap,
+                               bool bDirect) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({32, 64, 128, 256, 512}, n))
@@ -134,6 +135,9 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (groupM > 0 && persistCu > 0)
     return emitError() << "tile.group_m cannot be combined with "
                           "tile.persist_cu";
+  if (bDirect && bPrefetch)
+    return emitError() << "tile.b_direct loads the weights into registers "
+                          "already; tile.b_prefetch does not apply";
   if (residencyCap < 0)
     return emitError() << "tile.residency_cap must be 0 (no cap) or "
                           "positive, got "
@@ -263,7 +267,8 @@ int64_t W2Op::getLdsBytes() {
   // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes
   // (k FP8 bytes for a shared expert).
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
-  int64_t gemm = tile.getM() * tile.getK() + tile.getN() * bRowBytes;
+  int64_t gemm = tile.getM() * tile.getK() +
+                 (tile.getBDirect() ? 0 : tile.getN() * bRowBytes);
   // bf16_lds stages the m x n BF16 output tile afterwards.
   int64_t own = getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2)
                              : gemm;
@@ -366,7 +371,8 @@ int64_t W13Op::getLdsBytes() {
   // A tile m x k FP8, B tile 2n rows (gate and up) of k/2 bytes (k for a
   // shared FP8 expert); afterwards the m x n FP32 activation tile.
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
-  int64_t gemm = tile.getM() * tile.getK() + 2 * tile.getN() * bRowBytes;
+  int64_t gemm = tile.getM() * tile.getK() +
+                 (tile.getBDirect() ? 0 : 2 * tile.getN() * bRowBytes);
   return tile.padLdsForResidency(
       std::max(gemm, tile.getM() * tile.getN() * 4) + getPeerLdsBytes(),
       ldsBytesPerCuAround(*this));

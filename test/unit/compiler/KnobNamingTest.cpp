@@ -64,6 +64,7 @@ const std::map<std::string, std::map<std::string, std::string>> kVariants = {
     {"chunk_routes", {{"chunk_routes", "2"}}},
     {"dispatch", {{"dispatch", "none"}}},
     {"residency_cap", {{"residency_cap", "2"}}},
+    {"b_direct", {{"b_direct", "true"}}},
 };
 
 /// Knobs whose variants need a stage without a peer transport.

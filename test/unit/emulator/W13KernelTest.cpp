@@ -31,6 +31,8 @@ struct W13Knobs {
   bool asyncA = false, bPrefetch = false;
   /// gpt_oss_swiglu: GPT-OSS's SwiGLU instead of SiLU.
   bool gptOss = false;
+  /// tile.b_direct: weight fragments straight into registers.
+  bool bDirect = false;
 };
 
 StageSpec w13Spec(const W13Knobs &k, int64_t size) {
@@ -54,6 +56,8 @@ StageSpec w13Spec(const W13Knobs &k, int64_t size) {
                  {"b_prefetch", k.bPrefetch ? "true" : "false"}};
   if (k.gptOss)
     spec.fields["gpt_oss_swiglu"] = "true";
+  if (k.bDirect)
+    spec.fields["b_direct"] = "true";
   return spec;
 }
 
@@ -112,6 +116,12 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
       // columns).
       {32, 32, 2, "m16n16k128", "b_major", "nt", 16, 10},
       {16, 32, 2, "m16n16k128", "b_major", "cached", 16, 7, false, false, true},
+      // tile.b_direct: weights straight into registers (both shapes and
+      // orientations, interleaved, with async_a).
+      {16, 64, 4, "m16n16k128", "b_major", "nt", 0, 10, false, false, false, true},
+      {64, 128, 4, "m16n16k128", "a_major", "cached", 16, 10, false, false, false, true},
+      {32, 128, 4, "m32n32k64", "b_major", "cached", 0, 0, true, false, false, true},
+      {32, 32, 2, "m16n16k128", "b_major", "nt", 16, 10, false, false, false, true},
   };
   for (const W13Knobs &k : knobs) {
     DataOptions options;
@@ -123,7 +133,8 @@ TEST_CASE("W13 kernel matches the oracle for every knob set", "[w13]") {
               << " " << k.orientation << " interleave=" << k.interleave
               << " limit=" << k.swigluLimit << (k.asyncA ? " async_a" : "")
               << (k.bPrefetch ? " b_prefetch" : "")
-              << (k.gptOss ? " gpt_oss_swiglu" : "") << ": "
+              << (k.gptOss ? " gpt_oss_swiglu" : "")
+              << (k.bDirect ? " b_direct" : "") << ": "
               << outcome.summary);
     CHECK(outcome.pass);
     CHECK(outcome.elementsChecked > 0);

@@ -450,3 +450,37 @@ TEST_CASE("W2 with sort_block_m reads M tiles inside larger sort blocks",
     CHECK(outcome.run.totalFindings() == 0);
   }
 }
+
+TEST_CASE("W2 with tile.b_direct computes bit for bit what the LDS tile does",
+          "[w2]") {
+  // The same weight bytes reach the same MFMA lanes from global memory
+  // instead of LDS: identical outputs, the routed experts' E2M1 rows and an
+  // FHMoE shared expert's FP8 rows alike; LDS holds only the A tile.
+  for (bool shared : {false, true})
+    for (Knobs k : {Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
+                    Knobs{64, 256, 4, "m32n32k64", "a_major", "cached"}}) {
+      StageSpec spec = w2Spec(k, 512, 512, 8, 2, shared ? 1 : 2);
+      if (shared)
+        spec.fields["shared_fp8_expert"] = "true";
+      Built staged = build(spec);
+      spec.fields["b_direct"] = "true";
+      Built direct = build(spec);
+      DataOptions options;
+      options.seed = 41;
+      options.tokens = 30;
+      options.invalidFraction = 0.3;
+      options.emptyTiles = 1;
+      const Case caseA = runCase(staged, options);
+      const Case caseB = runCase(direct, options);
+      const StageOutcome &a = caseA.outcome, &b = caseB.outcome;
+      INFO(describe(k) << (shared ? " shared" : "") << ": " << b.summary);
+      CHECK(a.pass);
+      CHECK(b.pass);
+      CHECK(b.run.totalFindings() == 0);
+      // Only A goes through LDS now.
+      CHECK(b.run.stats.ldsBytesWritten < a.run.stats.ldsBytesWritten);
+      REQUIRE(caseA.rows().bf16.size() == caseB.rows().bf16.size());
+      CHECK(caseA.rows().bf16 == caseB.rows().bf16);
+      CHECK(caseA.rows().written == caseB.rows().written);
+    }
+}

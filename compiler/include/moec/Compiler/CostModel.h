@@ -47,6 +47,7 @@ struct GemmStageShape {
   int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
   int64_t tileM = 16, tileN = 64, waves = 4;
   bool mfma32 = false;     ///< m32n32k64 rather than m16n16k128
+  bool bDirect = false;    ///< tile.b_direct: weights skip LDS
 };
 
 /// What one workgroup tile of a stage does: the counts the model reads.

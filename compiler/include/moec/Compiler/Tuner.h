@@ -30,6 +30,9 @@ struct SearchSpace {
   std::vector<int64_t> w13N = {64, 128, 256};
   std::vector<int64_t> w2N = {128, 256};
   std::vector<int64_t> waves = {4, 8};
+  /// tile.b_direct of both GEMM stages: weights through LDS, or straight
+  /// into registers.
+  std::vector<bool> bDirect = {false, true};
 };
 
 /// The keys (M values) of one selection of a spec: for a MegaMoE selection

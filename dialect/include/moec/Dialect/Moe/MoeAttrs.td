@@ -121,6 +121,14 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     order applies to the XCD-renumbered id (first the renumbering, then the
     groups: AITER's `_xcd{G}` schedule). Not with `persist_cu`.
 
+    `b_direct` loads each wave's weight fragments from global memory
+    straight into registers, 16 bytes per lane per MFMA, instead of staging
+    the B tile in LDS: the waves split N, so no two waves read the same
+    weight row and LDS holds only the A tile (and the epilogue's staging),
+    which lifts the LDS cap on occupancy. A K step's fragments are all
+    requested before the barrier, so their latency overlaps it. Not with
+    `b_prefetch` (already register loads).
+
     `residency_cap` C > 0 pads the kernel's LDS to at least
     ldsBytesPerCu / (C + 1) + 1 bytes (rounded up to a dword), so that at
     most C workgroups fit on a CU at once whatever the registers allow; a
@@ -183,7 +191,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"int64_t", "0">:$group_m,
     DefaultValuedParameter<"bool", "false">:$async_a,
     DefaultValuedParameter<"int64_t", "0">:$persist_skew,
-    DefaultValuedParameter<"int64_t", "0">:$residency_cap
+    DefaultValuedParameter<"int64_t", "0">:$residency_cap,
+    DefaultValuedParameter<"bool", "false">:$b_direct
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
