@@ -53,6 +53,11 @@ constexpr int kNoDevice = 3;
 /// ties may differ by one FP8 step: the bound is the FP8 unit roundoff
 /// (docs/emulator.md, "Tolerances"), as for `moec run`.
 constexpr double kLayerRelL2Bound = 1.0 / 16.0;
+/// The "clamp" case of a GPT-OSS table scales the hidden states by this
+/// power of two (exact in BF16 and in the FP8 input quantisation), so that
+/// gate and up values pass AITER's clamp at 7, which the generated data
+/// alone rarely reaches.
+constexpr double kClampInputScale = 8.0;
 
 struct SelftestArgs {
   std::string bundle;
@@ -221,8 +226,16 @@ private:
 /// One case: M for every rank and how its tokens are routed.
 struct Case {
   uint32_t m = 0;
-  std::string scenario; ///< "random", "hot-rank", "unequal", "empty-rank"
+  /// "random", "hot-rank", "unequal", "empty-rank", "overflow", "clamp"
+  std::string scenario;
 };
+
+/// printf's %.2e of `value`.
+std::string formatScientific(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2e", value);
+  return text;
+}
 
 double relativeL2(const std::vector<double> &got, const std::vector<float> &want) {
   double err = 0.0, ref = 0.0;
@@ -675,6 +688,15 @@ int Selftest::runTable(uint32_t tableIndex) {
     covered.insert(range.config);
     cases.push_back({m, "random"});
   }
+  // GPT-OSS kernels: one case whose inputs drive gate and up past the
+  // clamp; it must match the oracle and be far from the unclamped one.
+  if (facts.gptOssSwiglu && facts.swigluLimit > 0) {
+    uint32_t m = std::min<uint32_t>(32, layerMemory.maxTokens);
+    if (args_.maxM)
+      m = std::min(m, args_.maxM);
+    if (m > 0)
+      cases.push_back({m, "clamp"});
+  }
   for (size_t i = 0; i < cases.size(); ++i)
     runCase(table, facts, ranks, cases[i], args_.seed * 1000 + i, nullptr, true);
 
@@ -687,10 +709,12 @@ int Selftest::runTable(uint32_t tableIndex) {
     runCase(table, facts, ranks, {layerMemory.maxTokens, "overflow"},
             args_.seed * 1000 + 999, nullptr, true);
 
-  // --repeat: many forwards with changing M; a repeated M must give the
+  // --repeat: many forwards with changing M; a repeated case (M and its
+  // scenario: the clamp case shares an M with a random one) must give the
   // same output bits as its first run.
   if (args_.repeat > 0) {
-    std::map<uint32_t, std::vector<std::vector<uint16_t>>> firstOutput;
+    std::map<std::pair<uint32_t, std::string>, std::vector<std::vector<uint16_t>>>
+        firstOutput;
     int transitions = 0, mismatches = 0;
     uint32_t previous = 0;
     auto start = std::chrono::steady_clock::now();
@@ -703,7 +727,7 @@ int Selftest::runTable(uint32_t tableIndex) {
       }
       transitions += i > 0 && c.m != previous;
       previous = c.m;
-      auto [it, inserted] = firstOutput.emplace(c.m, outputs);
+      auto [it, inserted] = firstOutput.emplace(std::make_pair(c.m, c.scenario), outputs);
       if (!inserted && it->second != outputs)
         ++mismatches;
     }
@@ -773,6 +797,9 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
       for (int64_t t = 0; t < M; ++t)
         for (int64_t k = 0; k < K; ++k)
           batch.topkIds[size_t(t * K + k)] = 0;
+    if (c.scenario == "clamp")
+      for (uint16_t &bits : batch.hiddenBf16)
+        bits = ref::encodeBf16(ref::decodeBf16(bits) * kClampInputScale);
     if (!ownBatches)
       break;
   }
@@ -905,23 +932,27 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   tp.swigluLimit = facts.swigluLimit;
   tp.gptOssSwiglu = oracleGptOss(facts);
   tp.mode = ref::OracleMode::QuantFaithful;
+  auto runOracle = [&](const ref::TpMoeConfig &config,
+                       const ref::TokenBatch &batch, ref::StageResults &results) {
+    if (!facts.shared)
+      return ref::runTpMoe(config, *w13Source_, *w2Source_, batch, results);
+    ref::FhMoeConfig fh;
+    fh.tp = config;
+    ref::SharedExpertWeights shared{sharedW13_.data(), sharedW13Scales_.data(),
+                                    sharedW2_.data(), sharedW2Scales_.data()};
+    return ref::runFhMoe(fh, *w13Source_, *w2Source_, &shared, batch, results);
+  };
+  // The clamp case is also measured against the oracle without the clamp,
+  // from which it must be far: otherwise it did not exercise the clamp.
+  const bool clampCase = c.scenario == "clamp";
+  double unclamped = clampCase ? INFINITY : 0.0;
   bool pass = overflow == 0;
   double worst = 0.0;
   int64_t zeroRowsWrong = 0, unwritten = 0;
   const uint32_t oracleRuns = ownBatches ? ep : 1;
   for (uint32_t r = 0; r < oracleRuns; ++r) {
     ref::StageResults results;
-    ref::Status status;
-    if (facts.shared) {
-      ref::FhMoeConfig fh;
-      fh.tp = tp;
-      ref::SharedExpertWeights shared{sharedW13_.data(), sharedW13Scales_.data(),
-                                      sharedW2_.data(), sharedW2Scales_.data()};
-      status = ref::runFhMoe(fh, *w13Source_, *w2Source_, &shared, batches[r],
-                             results);
-    } else {
-      status = ref::runTpMoe(tp, *w13Source_, *w2Source_, batches[r], results);
-    }
+    ref::Status status = runOracle(tp, batches[r], results);
     if (!status.ok()) {
       report(false, name + ": oracle: " + status.message());
       return false;
@@ -949,8 +980,21 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
           zeroRowsWrong += out[size_t(t * H + h)] != 0.0;
     }
     worst = std::max(worst, relativeL2(out, results.output));
+    if (clampCase) {
+      ref::TpMoeConfig noClamp = tp;
+      noClamp.swigluLimit = 0.0;
+      ref::StageResults loose;
+      if (ref::Status status = runOracle(noClamp, batches[r], loose);
+          !status.ok()) {
+        report(false, name + ": oracle: " + status.message());
+        return false;
+      }
+      unclamped = std::min(unclamped, relativeL2(out, loose.output));
+    }
   }
   pass = pass && worst <= kLayerRelL2Bound && zeroRowsWrong == 0 && unwritten == 0;
+  if (clampCase)
+    pass = pass && unclamped > kLayerRelL2Bound;
   if (outputs)
     *outputs = got;
   if (print) {
@@ -966,15 +1010,22 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
       entry["unwritten"] = unwritten;
       entry["overflow"] = overflow;
       entry["time_s"] = seconds;
+      if (clampCase)
+        entry["unclamped_rel_l2"] = unclamped;
       saver_->addCase(std::move(entry));
     }
-    char line[384];
+    char line[448];
+    const std::string unclampedText =
+        clampCase ? " unclamped_rel_l2=" + formatScientific(unclamped) +
+                        " (must exceed the bound)"
+                  : "";
     std::snprintf(line, sizeof(line),
-                  "%s m=%u %s config=%s rel_l2=%.2e (bound %.4f) "
+                  "%s m=%u %s config=%s rel_l2=%.2e (bound %.4f)%s "
                   "zero_rows_wrong=%lld unwritten=%lld overflow=%llu %.2f s",
                   name.c_str(), M, c.scenario.c_str(), configId.c_str(), worst,
-                  kLayerRelL2Bound, (long long)zeroRowsWrong,
-                  (long long)unwritten, (unsigned long long)overflow, seconds);
+                  kLayerRelL2Bound, unclampedText.c_str(),
+                  (long long)zeroRowsWrong, (long long)unwritten,
+                  (unsigned long long)overflow, seconds);
     report(pass, line);
   }
   return pass;
