@@ -15,6 +15,7 @@
 #include "moec/reference/Formats.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -25,6 +26,53 @@ using llvm::success;
 using mlir::LogicalResult;
 
 namespace {
+
+/// ref::decodeFp8E4M3 of every code, computed once by it.
+const double *fp8Values() {
+  static const auto table = [] {
+    std::array<double, 256> values;
+    for (int code = 0; code < 256; ++code)
+      values[size_t(code)] = ref::decodeFp8E4M3(static_cast<uint8_t>(code));
+    return values;
+  }();
+  return table.data();
+}
+
+/// ref::encodeBf16 (nearest even; NaN to sign | 0x7FC0, overflow to
+/// infinity) without its frexp / ldexp for a value that is exactly a float:
+/// rounding the float's bits is that same rounding. Other values go to it.
+inline uint64_t encodeBf16Fast(double value) {
+  const float f = static_cast<float>(value);
+  if (!(static_cast<double>(f) == value)) // NaN, or not a float
+    return ref::encodeBf16(value);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) >= 0x7F800000u) // infinity
+    return ref::encodeBf16(value);
+  u += 0x7FFFu + ((u >> 16) & 1);
+  return u >> 16;
+}
+
+/// ref::encodeFp8E4M3(value, Saturate) without its frexp / ldexp where that
+/// is easy: NaN, magnitudes from 448 up (saturated), and floats in the
+/// normal range (their bits rounded to three mantissa bits, nearest even).
+/// Zeros and subnormal results go to it.
+inline uint64_t encodeFp8Fast(double value) {
+  const uint64_t sign = std::signbit(value) ? 0x80 : 0x00;
+  if (std::isnan(value))
+    return sign | 0x7F;
+  const double magnitude = std::fabs(value);
+  if (magnitude >= 448.0) // rounds to 448 or above: saturated
+    return sign | 0x7E;
+  const float f = static_cast<float>(magnitude);
+  if (!(static_cast<double>(f) == magnitude) || f < 0x1p-6f)
+    return ref::encodeFp8E4M3(value, ref::Overflow::Saturate);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFFFu + ((u >> 20) & 1);
+  const uint32_t exponent = (u >> 23) - 127 + 7;
+  return sign | (exponent << 3) | ((u >> 20) & 7);
+}
 
 double decodeFloat(Elem elem, uint64_t bits) {
   switch (elem) {
@@ -39,10 +87,15 @@ double decodeFloat(Elem elem, uint64_t bits) {
     std::memcpy(&d, &bits, 8);
     return d;
   }
-  case Elem::BF16:
-    return ref::decodeBf16(static_cast<uint16_t>(bits));
+  case Elem::BF16: {
+    // ref::decodeBf16: the upper half of a float.
+    const uint32_t word = static_cast<uint32_t>(bits & 0xFFFF) << 16;
+    float f;
+    std::memcpy(&f, &word, 4);
+    return f;
+  }
   case Elem::F8E4M3FN:
-    return ref::decodeFp8E4M3(static_cast<uint8_t>(bits));
+    return fp8Values()[bits & 0xFF];
   default:
     return 0.0;
   }
@@ -63,11 +116,11 @@ uint64_t encodeFloat(Elem elem, double value) {
     return b;
   }
   case Elem::BF16:
-    return ref::encodeBf16(value);
+    return encodeBf16Fast(value);
   case Elem::F8E4M3FN:
     // The pipeline lowers truncf to FP8 with saturate-fp8-truncf: clamp to
     // +-448, then round to nearest even; NaN stays NaN.
-    return ref::encodeFp8E4M3(value, ref::Overflow::Saturate);
+    return encodeFp8Fast(value);
   default:
     return 0;
   }
@@ -363,6 +416,49 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const bool uni = a.uniform && b.uniform;
     r.shapeFor(uni, ri.laneBytes, mask);
     const FloatOp op = static_cast<FloatOp>(p.sub);
+    if (ri.elem == Elem::F32) {
+      // The general path's steps for F32 (decode to double, compute in
+      // float, round the double result to float) with the op chosen once.
+      auto run = [&](auto f) {
+        forLanes(uni, mask, [&](int l) {
+          const uint8_t *pa = a.lane(l, ri.laneBytes);
+          const uint8_t *pb = b.lane(l, ri.laneBytes);
+          uint8_t *pr = r.lane(l, ri.laneBytes);
+          for (unsigned e = 0; e < ri.count; ++e) {
+            float xa, ya;
+            std::memcpy(&xa, pa + 4 * e, 4);
+            std::memcpy(&ya, pb + 4 * e, 4);
+            const double x = xa, y = ya;
+            const double v = f(static_cast<float>(x), static_cast<float>(y));
+            const float out = static_cast<float>(v);
+            std::memcpy(pr + 4 * e, &out, 4);
+          }
+        });
+      };
+      switch (op) {
+      case FloatOp::Add: run([](float x, float y) -> float { return x + y; }); break;
+      case FloatOp::Sub: run([](float x, float y) -> float { return x - y; }); break;
+      case FloatOp::Mul: run([](float x, float y) -> float { return x * y; }); break;
+      case FloatOp::Div: run([](float x, float y) -> float { return x / y; }); break;
+      case FloatOp::MaxNum:
+        run([](float x, float y) -> float { return std::fmax(x, y); });
+        break;
+      case FloatOp::MinNum:
+        run([](float x, float y) -> float { return std::fmin(x, y); });
+        break;
+      case FloatOp::Maximum:
+        run([](float x, float y) -> float {
+          return static_cast<float>(ieeeMaximum(x, y));
+        });
+        break;
+      case FloatOp::Minimum:
+        run([](float x, float y) -> float {
+          return static_cast<float>(ieeeMinimum(x, y));
+        });
+        break;
+      }
+      return success();
+    }
     forLanes(uni, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
         const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
@@ -632,6 +728,33 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     RtValue &r = regs[p.out[0]];
     const bool uni = a.uniform && b.uniform;
     r.shapeFor(uni, ri.laneBytes, mask);
+    if (ri.elemBits % 8 == 0) {
+      // Whole bytes: element copies, or two lane copies for the common
+      // concatenation [0, 1, ..., n - 1].
+      const unsigned eb = ri.elemBits / 8;
+      bool concat = ri.count == ai.count + bi.count;
+      for (unsigned e = 0; e < ri.count && concat; ++e)
+        concat = p.ints[e] == int64_t(e);
+      forLanes(uni, mask, [&](int l) {
+        uint8_t *dst = r.lane(l, ri.laneBytes);
+        const uint8_t *pa = a.lane(l, ai.laneBytes), *pb = b.lane(l, bi.laneBytes);
+        if (concat) {
+          std::memcpy(dst, pa, ai.laneBytes);
+          std::memcpy(dst + ai.laneBytes, pb, bi.laneBytes);
+          return;
+        }
+        for (unsigned e = 0; e < ri.count; ++e) {
+          const int64_t idx = p.ints[e];
+          if (idx >= 0 && idx < int64_t(ai.count))
+            std::memcpy(dst + e * eb, pa + idx * eb, eb);
+          else if (idx >= int64_t(ai.count))
+            std::memcpy(dst + e * eb, pb + (idx - ai.count) * eb, eb);
+          else
+            std::memset(dst + e * eb, 0, eb); // a poison index (-1) reads 0
+        }
+      });
+      return success();
+    }
     forLanes(uni, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e) {
         const int64_t idx = p.ints[e];
