@@ -117,8 +117,10 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
     kernel.knobs["mfma"] = t.m >= 128 ? "m32n32k64" : "m16n16k128";
     if (t.bDirect)
       kernel.knobs["b_direct"] = "true";
+    // The weights' path is part of the name: a b_direct kernel and its
+    // LDS twin are two kernels of the written table.
     kernel.name = base.name + suffix + "n" + std::to_string(n) + "w" +
-                  std::to_string(t.waves);
+                  std::to_string(t.waves) + (t.bDirect ? "_bdir" : "");
   } else if (kernel.stage == "sort") {
     kernel.knobs["m_tile"] = std::to_string(t.m);
     kernel.name = base.name + suffix;
@@ -480,8 +482,17 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
         for (size_t k : candidate.kernels) {
           auto [named, fresh] =
               kernelName.emplace(kernels[k].identity, kernels[k].kernel.name);
-          if (fresh)
-            kernelLines[named->second] = &kernels[k].kernel;
+          if (fresh) {
+            // Two different kernels under one name would make the table
+            // name the wrong one: a naming bug of the search, refused.
+            auto [line, unique] =
+                kernelLines.emplace(named->second, &kernels[k].kernel);
+            if (!unique) {
+              error = specPath + ": two different candidate kernels are "
+                                 "both named '" + named->second + "'";
+              return CompileStatus::CheckFailed;
+            }
+          }
           names.push_back(named->second);
         }
         configs[candidate.configName] = names;

@@ -266,9 +266,11 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
   cmd->add_flag("--skip-unsupported", args->aiter.skipUnsupported,
                 "AITER CSVs: skip rows moec cannot compile, recording each "
                 "with its reason in the manifest");
+  // Kept so that build scripts written for earlier versions still run:
+  // every _w{n} and _xcd{n} part now compiles exactly.
   cmd->add_flag("--approximate-schedule", args->aiter.approximateSchedule,
-                "AITER CSVs: compile names whose _w{n} residency cap or "
-                "_xcd{n} group order moec does not reproduce (noted per row)");
+                "no effect (AITER's _w{n} and _xcd{n} parts compile exactly)")
+      ->group("");
   cmd->add_option("--swiglu-limit", args->aiter.swigluLimit,
                   "AITER CSVs: the W13 clamp of ActivationType.Silu rows "
                   "(0: plain SiLU)")
