@@ -3,6 +3,9 @@
 # CPU emulator, against the oracle (docs/emulator.md). Takes tens of
 # minutes and several GB of memory; CI runs the small-shape subset instead.
 # Usage: scripts/long-suite.sh [--quick]   (--quick: decode keys only)
+# With AITER_CSVS="a.csv b.csv" (AITER tuned fused-MoE tables) every
+# configuration of each also runs at its own dimensions
+# (scripts/aiter-emulate.py); the FHMoE sample in test/lit always does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -26,4 +29,10 @@ if [[ "${1:-}" != "--quick" ]]; then
   run "$out/flash_ep4.moeb" --network flash --ep 4 --workspace 1024 --m 96
   run "$out/flash_ep4.moeb" --network flash-fused --ep 4 --workspace 8192 --m 256
 fi
+for csv in test/lit/Tools/Inputs/aiter/tuned_fhmoe.csv ${AITER_CSVS:-}; do
+  bundle="$out/aiter-$(basename "$csv" .csv).moeb"
+  "$moec" compile -q "$csv" --skip-unsupported -o "$bundle"
+  echo "== scripts/aiter-emulate.py $bundle --m 2"
+  python3 scripts/aiter-emulate.py "$bundle" --m 2 --moec "$moec"
+done
 echo "long suite: every run above passed"
