@@ -108,6 +108,8 @@ std::string w13Symbol(W13Op op) {
     s += "_gptoss";
   if (op.getSharedFp8Expert())
     s += "_shfp8";
+  if (op.getBias())
+    s += "_bias";
   return s + peerPart(op.getPeerAttr(), /*stageOne=*/true);
 }
 
@@ -122,6 +124,8 @@ std::string w2Symbol(W2Op op) {
     s += "_ldsout";
   if (op.getSortBlockM() > 0)
     s += "_sbm" + std::to_string(op.getSortBlockM());
+  if (op.getBias())
+    s += "_bias";
   return s + peerPart(op.getPeerAttr(), /*stageOne=*/false);
 }
 

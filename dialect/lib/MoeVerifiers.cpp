@@ -330,6 +330,9 @@ LogicalResult W2Op::verify() {
     if (getSplitK() > 1 || getBf16Lds() || getSharedFp8Expert())
       return emitOpError("peer: split_k, bf16_lds and shared_fp8_expert do "
                          "not apply to the fused stage 2");
+    // The fused stages are MegaMoE's, whose experts take no bias here.
+    if (getBias())
+      return emitOpError("peer: bias does not apply to the fused stage 2");
     // The producer knobs have no use in stage 2: they must keep their ODS
     // defaults, which the attribute's own parser fills in.
     auto defaults = cast<PeerTransportAttr>(parseAttribute(
@@ -427,6 +430,9 @@ LogicalResult W13Op::verify() {
       return emitOpError("peer: gate_up_interleave and shared_fp8_expert do "
                          "not apply to the fused stage 1 (MegaMoE W13 is gate "
                          "rows then up rows)");
+    // The fused stages are MegaMoE's, whose experts take no bias here.
+    if (getBias())
+      return emitOpError("peer: bias does not apply to the fused stage 1");
   }
   return verifyOnOwnTarget(*this);
 }

@@ -209,6 +209,14 @@ moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 512, experts = 8, to
 moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {gate_up_interleave = 16 : i64, peer = #moe.peer<capacity = 32, max_tokens = 16>}
 
 // -----
+// expected-error @+1 {{peer: bias does not apply to the fused stage 1}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {bias, peer = #moe.peer<capacity = 32, max_tokens = 16>}
+
+// -----
+// expected-error @+1 {{peer: bias does not apply to the fused stage 2}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 512, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {bias, peer = #moe.peer<capacity = 32, max_tokens = 16>}
+
+// -----
 // expected-error @+1 {{peer_rows are BF16 rows from the fused stage 2; split_k (2) does not apply}}
 moe.combine @c problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<waves = 4>) {split_k = 2 : i64, peer_rows}
 

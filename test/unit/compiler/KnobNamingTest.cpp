@@ -79,6 +79,7 @@ const std::map<std::string, std::map<std::string, std::string>> kUnfusedVariants
     {"bf16_lds", {{"bf16_lds", "true"}, {"orientation", "b_major"}}},
     {"gate_up_interleave", {{"gate_up_interleave", "64"}}},
     {"shared_fp8_expert", {{"shared_fp8_expert", "true"}, {"ep", "1"}}},
+    {"bias", {{"bias", "true"}}},
 };
 
 } // namespace

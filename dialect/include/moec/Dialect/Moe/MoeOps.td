@@ -52,6 +52,14 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     scattered pieces its accumulators hold. Needs `b_major` (each lane then
     owns four consecutive columns); not with split_k.
 
+    With `bias` the kernel takes one more argument, `bias` (FP32
+    [local experts, H], after all others, the shared expert's row last with
+    `shared_fp8_expert`): the expert's row is added to each route's FP32
+    result before it is rounded and stored (AITER's FlyDSL bias2; the
+    combine applies the routing weight afterwards). With `split_k` only
+    slice z = 0 adds it, so the combine's sum of the partials holds it
+    once. Not with `peer`.
+
     With `peer` (#moe.peer, MegaMoE stage 2 of expert parallelism) the rows
     are this rank's receive rows, expert e owning rows [e * capacity,
     (e + 1) * capacity) of which the first count[e] are used; each output
@@ -80,6 +88,7 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
     DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k,
     UnitAttr:$bf16_lds,
     DefaultValuedAttr<I64Attr, "0">:$sort_block_m,
+    UnitAttr:$bias,
     OptionalAttr<Moe_PeerTransportAttr>:$peer
   );
   let assemblyFormat = [{
@@ -115,7 +124,7 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     With `gpt_oss_swiglu` it is GPT-OSS's SwiGLU (AITER's
     `ActivationType.Swiglu`): `g' * sigmoid(1.702 * g') * (u' + 1)` with
     g' = min(g, L), u' = clamp(u, -L, L) and L = `swiglu_limit`, which must
-    then be > 0 (AITER's default is 7). No gate/up bias is added.
+    then be > 0 (AITER's default is 7).
     Each 1x32 block of the intermediate gets the scale
     2^ceil(log2(max(amax, 1e-4) / 448)) with its biased exponent clamped to
     [1, 254], the same rule as the input activations, so it never saturates.
@@ -135,6 +144,13 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     expert in native FP8 with E8M0 1x32 scales, passed as `b_shared` (FP8
     [2I, H]) and `b_shared_scale` (E8M0 [2I, H/32]) after the other
     arguments; see `moe.w2`.
+
+    With `bias` the kernel takes one more argument, `bias` (FP32
+    [local experts, 2I], after all others, the shared expert's row last with
+    `shared_fp8_expert`), in logical order whatever `gate_up_interleave`:
+    gate column j at [e, j], up column j at [e, I + j] (AITER's FlyDSL
+    bias1). The expert's row is added to the FP32 gate and up accumulators
+    before the clamp and the activation. Not with `peer`.
 
     With `peer` (#moe.peer) the kernel is MegaMoE stage 1: it also
     dispatches this rank's routes to the ranks owning their experts (FP8
@@ -159,6 +175,7 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
     DefaultValuedAttr<F32Attr, "0.0f">:$swiglu_limit,
     UnitAttr:$gpt_oss_swiglu,
     UnitAttr:$shared_fp8_expert,
+    UnitAttr:$bias,
     OptionalAttr<Moe_PeerTransportAttr>:$peer
   );
   let assemblyFormat = [{
