@@ -414,4 +414,36 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
                             kLoop.getResults().begin() + accInit.size());
 }
 
+Value GemmEmitter::loadColumnBias(Value bias, Value first, Value fragCol) {
+  auto f32 = b.getF32Type();
+  auto accType = VectorType::get({layout.accPerLane}, f32);
+  if (!bMajor) {
+    // a_major: every value of the lane's accumulator is column accCol.
+    Value value = memref::LoadOp::create(
+        b, loc, bias, ValueRange{add(first, add(fragCol, laneRow))});
+    return vector::BroadcastOp::create(b, loc, accType, value);
+  }
+  // b_major: runs of four consecutive columns, one 16-byte load each,
+  // concatenated in accumulator order.
+  auto f32x4 = VectorType::get({4}, f32);
+  Value result;
+  for (int64_t a = 0; a < layout.accPerLane; a += 4) {
+    Value col = add(fragCol, add(mul(laneGroup, 4),
+                                 idx((a / 4) * 4 * layout.groups)));
+    Value quad = vector::LoadOp::create(b, loc, f32x4, bias,
+                                        ValueRange{add(first, col)},
+                                        /*nontemporal=*/false,
+                                        llvm::MaybeAlign(16));
+    if (!result) {
+      result = quad;
+      continue;
+    }
+    SmallVector<int64_t> mask;
+    for (int64_t i = 0; i < a + 4; ++i)
+      mask.push_back(i);
+    result = vector::ShuffleOp::create(b, loc, result, quad, mask);
+  }
+  return result;
+}
+
 } // namespace moec

@@ -214,6 +214,15 @@ public:
   /// Function attributes the tile asks for (waves_per_eu).
   void applyTileHints(mlir::gpu::GPUFuncOp func);
 
+  /// A per-column FP32 bias in the layout of one accumulator of emitKLoop:
+  /// value a of the lane's vector<accPerLane x f32> is element `first +
+  /// fragCol + c` of the f32 buffer `bias`, c being the value's output
+  /// column within the fragment (the weight row: accRow(a) for b_major,
+  /// accCol for a_major). `fragCol` is the fragment's first column in the
+  /// tile and `first` the element of the tile's column 0 (index values).
+  mlir::Value loadColumnBias(mlir::Value bias, mlir::Value first,
+                             mlir::Value fragCol);
+
 protected:
   /// Loads an FP8 MFMA fragment: the runs of the FP8 lane layout, each 16
   /// bytes of the row starting at `rowDword` (rows of tile.k bytes in LDS;

@@ -39,6 +39,7 @@ enum W13Arg : unsigned {
   kNumTokens, kNumSorted, kW13ArgCount,
   // Only with a shared FP8 expert, after the others.
   kBShared = kW13ArgCount, kBSharedScale
+  // With `bias` the FP32 bias is the last argument.
 };
 
 /// Argument positions of the fused stage 1 (`peer`); after kPeerFirst come
@@ -70,6 +71,9 @@ private:
     Value aBuf, aScaleBuf, outBuf, outScaleBuf, lds;
     /// Weight and scale arguments (the shared expert's may be null).
     Value b, bScale, bShared, bSharedScale;
+    /// With `bias`: the f32 [local experts, 2I] bias as a raw buffer, else
+    /// null.
+    Value bias;
   };
 
   /// The route-list kernel: one tile per workgroup from the sorted routes.
@@ -150,6 +154,9 @@ FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
     argTypes.push_back(globalBuffer(2 * inter * hidden / 4, b.getI32Type()));
     argTypes.push_back(globalBuffer(2 * inter * hidden / 32, b.getI8Type()));
   }
+  if (op.getBias())
+    argTypes.push_back(
+        globalBuffer(problem.getLocalExperts() * 2 * inter, b.getF32Type()));
 
   OpBuilder::InsertionGuard guard(b);
   FailureOr<gpu::GPUFuncOp> func = createKernel(
@@ -223,6 +230,10 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
     rows.bShared = arg(kBShared);
     rows.bSharedScale = arg(kBSharedScale);
   }
+  if (op.getBias())
+    rows.bias = asBuffer(
+        func.getArgument(func.getNumArguments() - 1),
+        i64(problem.getLocalExperts() * 2 * inter * 4));
 
   emitLaneIds();
   auto [nTile, mTile] = emitTileIds(inter / tileN, numTiles);
@@ -319,12 +330,31 @@ void W13Emitter::emitTile(const TileRows &rows) {
   SmallVector<Value> accs =
       emitGemm(isShared, mFrags * 2 * nFrags, makeOperands);
 
+  // The bias rows of the tile's columns: gate column j at [expert, j], up
+  // column j at [expert, I + j], whatever the interleave of the weights.
+  // Per N fragment they are the same for every M fragment.
+  SmallVector<Value> gateBias, upBias;
+  if (rows.bias) {
+    Value gateFirst = add(mul(expert, 2 * inter), colBase);
+    Value upFirst = add(gateFirst, idx(inter));
+    for (int64_t ni = 0; ni < nFrags; ++ni) {
+      Value fragCol = add(waveCol, idx(ni * dim));
+      gateBias.push_back(loadColumnBias(rows.bias, gateFirst, fragCol));
+      upBias.push_back(loadColumnBias(rows.bias, upFirst, fragCol));
+    }
+  }
+
   // Activation, staged in LDS as FP32 [tileM][tileN] over the GEMM tiles
   // (the K loop ended with a barrier, so nobody reads them any more).
   for (int64_t mi = 0; mi < mFrags; ++mi) {
     for (int64_t ni = 0; ni < nFrags; ++ni) {
       Value gate = accs[mi * 2 * nFrags + ni];
       Value up = accs[mi * 2 * nFrags + nFrags + ni];
+      if (rows.bias) {
+        // AITER's order: bias on the FP32 accumulators, then the clamp.
+        gate = arith::AddFOp::create(b, loc, gate, gateBias[ni]);
+        up = arith::AddFOp::create(b, loc, up, upBias[ni]);
+      }
       Value act = gatedActivation(gate, up);
       Value actBits = arith::BitcastOp::create(
           b, loc, VectorType::get({layout.accPerLane}, b.getI32Type()), act);
@@ -544,6 +574,11 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
     abi.args.push_back(
         {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[2I, H/32]"});
   }
+  // Logical order (gate j at [e, j], up j at [e, I + j]); the shared
+  // expert's row is the last.
+  if (op.getBias())
+    abi.args.push_back(
+        {"bias", K::Buffer, "f32", A::Read, "[local_experts, 2I]"});
   abi.gridX = "I / " + std::to_string(tile.getN());
   abi.gridY = tileGridY(tile);
   abi.gridZ = "1";

@@ -49,6 +49,7 @@ enum W2Arg : unsigned {
   kNumRoutes, kNumSorted, kW2ArgCount,
   // Only with a shared FP8 expert, after the others.
   kBShared = kW2ArgCount, kBSharedScale
+  // With `bias` the FP32 bias is the last argument.
 };
 
 /// Argument positions of the fused stage 2 (`peer`); after kPeerFirst come
@@ -140,6 +141,9 @@ FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
     argTypes.push_back(globalBuffer(hidden * inter / 4, b.getI32Type()));
     argTypes.push_back(globalBuffer(hidden * inter / 32, b.getI8Type()));
   }
+  if (op.getBias())
+    argTypes.push_back(
+        globalBuffer(problem.getLocalExperts() * hidden, b.getF32Type()));
 
   OpBuilder::InsertionGuard guard(b);
   FailureOr<gpu::GPUFuncOp> func = createKernel(
@@ -231,6 +235,29 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     rows.bSharedScale = arg(kBSharedScale);
   }
   SmallVector<Value> accs = emitTileGemm(rows);
+
+  if (op.getBias()) {
+    // The expert's bias row on each route's FP32 result, before it is
+    // rounded or stored. Split-K: slices z > 0 see an empty buffer (the
+    // range check reads zeros), so the partials hold the bias once.
+    Value biasBytes = i64(problem.getLocalExperts() * hidden * 4);
+    if (splitK > 1)
+      biasBytes = arith::SelectOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, kSlice,
+                                idx(0)),
+          biasBytes, i64(0));
+    Value bias =
+        asBuffer(func.getArgument(func.getNumArguments() - 1), biasBytes);
+    Value first = add(mul(expert, hidden), colBase);
+    for (int64_t ni = 0; ni < nFrags; ++ni) {
+      Value columnBias =
+          loadColumnBias(bias, first, add(waveCol, idx(ni * dim)));
+      for (int64_t mi = 0; mi < mFrags; ++mi)
+        accs[mi * nFrags + ni] = arith::AddFOp::create(
+            b, loc, accs[mi * nFrags + ni], columnBias);
+    }
+  }
 
   // Epilogue: accumulator value a of a lane sits at (accRow(a), accCol) of
   // the MFMA's source-A x source-B block. BF16 output rounds once (to
@@ -564,6 +591,9 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
     abi.args.push_back(
         {"b_shared_scale", K::Buffer, "f8E8M0FNU", A::Read, "[H, I/32]"});
   }
+  // The shared expert's row is the last.
+  if (op.getBias())
+    abi.args.push_back({"bias", K::Buffer, "f32", A::Read, "[local_experts, H]"});
   abi.gridX = "H / " + std::to_string(tile.getN());
   abi.gridY = tileGridY(tile);
   abi.gridZ = std::to_string(op.getSplitK());
