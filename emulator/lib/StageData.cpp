@@ -103,6 +103,7 @@ namespace {
 /// Tensor tags of the generated weights (one stream per tensor).
 constexpr uint64_t kW13Tag = 0xB13, kW2Tag = 0xB2;
 constexpr uint64_t kSharedW13Tag = 0x5B13, kSharedW2Tag = 0x5B2;
+constexpr uint64_t kW13BiasTag = 0xB1A5, kW2BiasTag = 0xB2A5;
 /// Streams of the per-block factors of tokens and of generated FP8 rows.
 constexpr uint64_t kTokenBlockTag = 0x70B1, kRowsTag = 0x57A2,
                    kRowsBlockTag = 0x57A3;
@@ -175,6 +176,17 @@ void LayerWeights::rankW2(int64_t rank, const std::vector<uint8_t> &present,
   rankSlice(*w2_, rank, present, out);
   if (shape_.sharedFp8)
     sharedW2(out.sharedCodes, out.sharedScales);
+}
+
+std::vector<float> generateExpertBias(uint64_t seed, const StageShape &shape,
+                                      int64_t rank, bool w13) {
+  const int64_t columns = w13 ? 2 * shape.intermediate : shape.hidden;
+  const ref::CounterRandom random(seed, w13 ? kW13BiasTag : kW2BiasTag);
+  std::vector<float> bias(size_t(shape.localExperts * columns));
+  const uint64_t first = uint64_t(rank * shape.localExperts * columns);
+  for (size_t i = 0; i < bias.size(); ++i)
+    bias[i] = static_cast<float>(random.normal(first + i));
+  return bias;
 }
 
 ref::TokenBatch generateTokens(uint64_t seed, uint64_t stream, int64_t tokens,
@@ -281,6 +293,12 @@ ref::Status ensureRoutes(const StageShape &shape, const DataOptions &options,
 ref::Status ensureWeights(const StageShape &shape, const DataOptions &options,
                           RankData &rank, bool w13) {
   ExpertWeights &weights = w13 ? rank.w13 : rank.w2;
+  if (shape.bias && weights.bias.empty()) {
+    weights.bias = generateExpertBias(options.seed, shape, rank.rank, w13);
+    if (std::all_of(weights.bias.begin(), weights.bias.end(),
+                    [](float v) { return v == 0.0f; }))
+      return ref::Status::error("generated biases are all zero");
+  }
   if (!weights.packed.empty())
     return {};
   // Only the experts some tile selects: the others stay poisoned, so a

@@ -323,6 +323,7 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
     shape.swigluLimit = limit.getValueAsDouble();
   shape.gptOssSwiglu = static_cast<bool>(attrs.get("gpt_oss_swiglu"));
   shape.sharedFp8 = static_cast<bool>(attrs.get("shared_fp8_expert"));
+  shape.bias = static_cast<bool>(attrs.get("bias"));
   shape.peerRows = static_cast<bool>(attrs.get("peer_rows"));
   if (auto peer = attrs.getAs<moe::PeerTransportAttr>("peer")) {
     shape.fused = true;

@@ -112,6 +112,14 @@ ref::Status ensureRoutes(const StageShape &shape, const DataOptions &options,
 ref::Status ensureWeights(const StageShape &shape, const DataOptions &options,
                           RankData &rank, bool w13);
 
+/// Seeded N(0, 1) FP32 biases of rank `rank`'s local experts, [local
+/// experts, 2I] for W13 (logical gate/up order) or [local experts, H] for
+/// W2, AITER's bias1 / bias2: the row of local expert e is that of global
+/// expert rank * local experts + e, so an expert's bias does not depend on
+/// the rank that serves it. Never all zero.
+std::vector<float> generateExpertBias(uint64_t seed, const StageShape &shape,
+                                      int64_t rank, bool w13);
+
 /// Tallies a stage's per-element comparison with the oracle into its
 /// outcome.
 class ElementCheck {

@@ -35,7 +35,8 @@ public:
     return {"a",          "a_scale",       "b",
             "b_scale",    "sorted_routes", "tile_experts",
             "out",        "out_scale",     "num_tokens",
-            "num_sorted", "b_shared",      "b_shared_scale"};
+            "num_sorted", "b_shared",      "b_shared_scale",
+            "bias"};
   }
 
   ref::Status generate(const DataOptions &options, LayerData &data,
@@ -61,6 +62,8 @@ public:
     const unsigned out = km.output("out", codeBytes);
     const unsigned outScale = km.output("out_scale", codeBytes / 32);
     km.scalar("num_tokens", data.batch.tokens);
+    if (s.bias)
+      km.input("bias", mine.w13.bias);
     if (failed(km.runTiles(kernel_, s, mine.sorted, s.intermediate / s.tileN, 1,
                            launch, outcome, error)))
       return failure();
@@ -95,6 +98,8 @@ public:
       glu.interleave = s.interleave;
       glu.clampLimit = s.swigluLimit;
       glu.gptOssSwiglu = s.gptOssSwiglu;
+      if (s.bias)
+        glu.bias = mine.w13.bias.data();
       ref::W13Outputs outputs;
       outputs.activation = outcome.oracle.data();
       outputs.intermediateCodes = outcome.oracleCodes.data();
@@ -147,7 +152,8 @@ public:
           const double want = outcome.oracle[e];
           if (!check.add(value, want, ulpFp8(want, scale)))
             continue;
-          zeroMismatch |= zeroExperts.count(expert) && value != 0.0;
+          // A zero-weight expert's activation is that of its bias.
+          zeroMismatch |= !s.bias && zeroExperts.count(expert) && value != 0.0;
           outcome.codesEqual += got.codes[e] == outcome.oracleCodes[e];
         }
       }

@@ -35,7 +35,9 @@ ref::Status w2Oracle(const StageShape &shape, const Fp8Rows &a,
   ref::Status status =
       ref::runW2Stage(ref::ActivationRows::fp8(a.codes.data(), a.scales.data(),
                                                numRoutes, shape.intermediate),
-                      oracleWeights.source(), view, out.data());
+                      oracleWeights.source(), view, out.data(),
+                      /*numThreads=*/0,
+                      shape.bias ? weights.bias.data() : nullptr);
   for (double &value : out)
     value = static_cast<float>(value);
   return status;
@@ -59,7 +61,7 @@ public:
     return {"a",        "a_scale",       "b",
             "b_scale",  "sorted_routes", "tile_experts",
             "out",      "num_routes",    "num_sorted",
-            "b_shared", "b_shared_scale"};
+            "b_shared", "b_shared_scale", "bias"};
   }
 
   ref::Status generate(const DataOptions &options, LayerData &data,
@@ -102,6 +104,8 @@ public:
     const size_t itemBytes = splitK > 1 ? 4 : 2;
     const unsigned out = km.output("out", elements * itemBytes);
     km.scalar("num_routes", numRoutes);
+    if (s.bias)
+      km.input("bias", mine.w2.bias);
     if (failed(km.runTiles(kernel_, s, mine.sorted, hidden / s.tileN, splitK,
                            launch, outcome, error)))
       return failure();
@@ -244,17 +248,27 @@ public:
           got = ref::decodeBf16(rows.bf16[i]);
         }
         const double magnitude = std::max(std::fabs(expected), std::fabs(got));
+        // The bias is added in FP32: one more rounding of at most 2^-24
+        // of |acc| + |bias|.
+        const double biasRounding =
+            s.bias ? std::ldexp(
+                         absSum + std::fabs(mine.w2.bias[size_t(
+                                      expert * hidden + h)]),
+                         -24)
+                   : 0.0;
         // BF16 output: one BF16 ulp; FP32 partials: one FP32 ulp (the
         // oracle's rounding) and one FP32 rounding per slice.
         const double tol =
-            splitK > 1 ? std::ldexp(ulpBf16(magnitude), -16) +
-                             (accumulationFactor +
-                              double(splitK) * std::ldexp(1.0, -24)) *
-                                 absSum
-                       : ulpBf16(magnitude) + accumulationFactor * absSum;
+            biasRounding +
+            (splitK > 1 ? std::ldexp(ulpBf16(magnitude), -16) +
+                              (accumulationFactor +
+                               double(splitK) * std::ldexp(1.0, -24)) *
+                                  absSum
+                        : ulpBf16(magnitude) + accumulationFactor * absSum);
         if (!check.add(got, expected, tol))
           continue;
-        zeroMismatch |= zeroExperts.count(expert) && got != 0.0;
+        // A zero-weight expert's row is its bias.
+        zeroMismatch |= !s.bias && zeroExperts.count(expert) && got != 0.0;
         if (splitK == 1 && ref::encodeBf16(expected) == rows.bf16[i])
           ++outcome.elementsEqualRounded;
       }

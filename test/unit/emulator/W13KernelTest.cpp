@@ -14,7 +14,12 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include "moec/reference/Formats.h"
+
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
 
 using namespace moec;
 using namespace moec::emu;
@@ -33,6 +38,10 @@ struct W13Knobs {
   bool gptOss = false;
   /// tile.b_direct: weight fragments straight into registers.
   bool bDirect = false;
+  /// `bias`: AITER's per-expert FP32 gate/up bias.
+  bool bias = false;
+  /// shared_fp8_expert (FHMoE, EP 1): the last expert's weights are FP8.
+  bool shared = false;
 };
 
 StageSpec w13Spec(const W13Knobs &k, int64_t size) {
@@ -42,7 +51,7 @@ StageSpec w13Spec(const W13Knobs &k, int64_t size) {
                  {"intermediate", std::to_string(size)},
                  {"experts", "8"},
                  {"top_k", "2"},
-                 {"ep", "2"},
+                 {"ep", k.shared ? "1" : "2"},
                  {"m", std::to_string(k.m)},
                  {"n", std::to_string(k.n)},
                  {"k", "256"},
@@ -58,13 +67,18 @@ StageSpec w13Spec(const W13Knobs &k, int64_t size) {
     spec.fields["gpt_oss_swiglu"] = "true";
   if (k.bDirect)
     spec.fields["b_direct"] = "true";
+  if (k.bias)
+    spec.fields["bias"] = "true";
+  if (k.shared)
+    spec.fields["shared_fp8_expert"] = "true";
   return spec;
 }
 
 /// Builds the kernel (with `edit` applied to its IR) and runs its harness
 /// on rank 0's generated data.
 StageOutcome runW13Case(const W13Knobs &k, const DataOptions &options,
-                        llvm::function_ref<void(BuiltKernel &)> edit = {}) {
+                        llvm::function_ref<void(BuiltKernel &)> edit = {},
+                        LayerData *dataOut = nullptr) {
   BuiltKernel kernel;
   std::string error;
   bool built = mlir::succeeded(buildKernelIR(
@@ -84,7 +98,44 @@ StageOutcome runW13Case(const W13Knobs &k, const DataOptions &options,
   REQUIRE(ran);
   for (const Finding &f : outcome.run.findings)
     UNSCOPED_INFO(f.str());
+  if (dataOut)
+    *dataOut = std::move(data);
   return outcome;
+}
+
+/// Relative L2 of rank 0's dequantised intermediate (as the kernel wrote
+/// it) against the oracle's activation without the bias, over the listed
+/// routes: what a kernel that ignored its bias would be close to.
+double relL2AgainstUnbiased(const W13Knobs &k, const LayerData &data,
+                            int64_t intermediate, int64_t hidden) {
+  const RankData &mine = data.ranks[0];
+  ref::SortedRoutes view;
+  REQUIRE(oracleRoutes(mine.sorted, k.m, /*localExperts=*/4, view));
+  ref::GluConfig glu;
+  glu.interleave = k.interleave;
+  glu.clampLimit = k.swigluLimit;
+  glu.gptOssSwiglu = k.gptOss;
+  const int64_t routes = data.numRoutes();
+  std::vector<double> unbiased(size_t(routes * intermediate),
+                               std::numeric_limits<double>::quiet_NaN());
+  ref::W13Outputs outputs;
+  outputs.activation = unbiased.data();
+  REQUIRE(ref::runW13Stage(data.tokens.codes.data(), data.tokens.scales.data(),
+                           data.batch.tokens, data.topK,
+                           mine.w13.packed.data(), mine.w13.scales.data(),
+                           /*numExperts=*/4, hidden, intermediate, view, glu,
+                           outputs));
+  double errorSquares = 0.0, referenceSquares = 0.0;
+  for (size_t e = 0; e < unbiased.size(); ++e) {
+    if (std::isnan(unbiased[e]))
+      continue;
+    const double got = ref::decodeFp8E4M3(mine.intermediate.codes[e]) *
+                       ref::decodeE8M0(mine.intermediate.scales[e / 32]);
+    errorSquares += (got - unbiased[e]) * (got - unbiased[e]);
+    referenceSquares += unbiased[e] * unbiased[e];
+  }
+  REQUIRE(referenceSquares > 0.0);
+  return std::sqrt(errorSquares / referenceSquares);
 }
 
 } // namespace
@@ -178,4 +229,78 @@ TEST_CASE("the harness catches a broken W13 kernel", "[w13][detector]") {
   CHECK(outcome.run.findingCounts[int(FindingKind::LdsRace)] +
             outcome.run.findingCounts[int(FindingKind::UninitializedRead)] >
         0);
+}
+
+TEST_CASE("W13 with a per-expert bias matches the oracle, which without the "
+          "bias disagrees",
+          "[w13][bias]") {
+  // AITER's FlyDSL bias1: FP32 [E, 2I] in logical gate/up order added to
+  // the accumulators before the clamp, whatever the weights' interleave.
+  W13Knobs base{32, 128, 4, "m16n16k128", "b_major", "nt", 0, 10};
+  base.bias = true;
+  std::vector<W13Knobs> knobs;
+  for (int interleave : {0, 16})
+    for (bool gptOss : {false, true}) {
+      W13Knobs k = base;
+      k.interleave = interleave;
+      k.gptOss = gptOss;
+      k.swigluLimit = gptOss ? 7 : 10;
+      knobs.push_back(k);
+    }
+  // The other orientation and MFMA shape (one bias value per lane, or 16
+  // per accumulator), and b_direct.
+  W13Knobs aMajor = base;
+  aMajor.orientation = "a_major";
+  aMajor.interleave = 16;
+  knobs.push_back(aMajor);
+  W13Knobs mfma32{128, 256, 8, "m32n32k64", "b_major", "cached", 0, 10};
+  mfma32.bias = true;
+  knobs.push_back(mfma32);
+  W13Knobs direct = base;
+  direct.bDirect = true;
+  knobs.push_back(direct);
+  for (const W13Knobs &k : knobs) {
+    DataOptions options;
+    options.seed = 9;
+    options.tokens = 24;
+    options.invalidFraction = 0.1;
+    LayerData data;
+    StageOutcome outcome = runW13Case(k, options, {}, &data);
+    const int64_t size = 2 * std::max(k.n, 256);
+    const double unbiased = relL2AgainstUnbiased(k, data, size, size);
+    INFO(k.m << "x" << k.n << " " << k.mfma << " " << k.orientation
+              << " interleave=" << k.interleave << " limit=" << k.swigluLimit
+              << (k.gptOss ? " gpt_oss_swiglu" : "")
+              << (k.bDirect ? " b_direct" : "") << ": " << outcome.summary
+              << "; rel L2 vs the oracle without bias " << unbiased);
+    CHECK(outcome.pass);
+    CHECK(outcome.elementsChecked > 0);
+    CHECK(outcome.run.totalFindings() == 0);
+    // Ignoring the bias would be caught: far outside the bound.
+    CHECK(unbiased > 4 * kW13RelL2Bound);
+  }
+}
+
+TEST_CASE("W13 with a bias and an FHMoE shared expert: its row is the last",
+          "[w13][bias]") {
+  // The shared expert (local expert 7 of 8, EP 1) reads bias row 7.
+  for (bool gptOss : {false, true}) {
+    W13Knobs k{32, 128, 4, "m16n16k128", "b_major", "nt", 16, gptOss ? 7 : 10};
+    k.gptOss = gptOss;
+    k.bias = true;
+    k.shared = true;
+    DataOptions options;
+    options.seed = 13;
+    options.tokens = 24;
+    LayerData data;
+    StageOutcome outcome = runW13Case(k, options, {}, &data);
+    INFO((gptOss ? "gpt_oss_swiglu: " : "silu: ") << outcome.summary);
+    CHECK(outcome.pass);
+    CHECK(outcome.elementsChecked > 0);
+    CHECK(outcome.run.totalFindings() == 0);
+    bool sharedListed = false;
+    for (int32_t e : data.ranks[0].sorted.tileExperts)
+      sharedListed |= e == 7;
+    CHECK(sharedListed);
+  }
 }

@@ -19,8 +19,11 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include "moec/reference/Formats.h"
+
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <iostream>
 
 using namespace moec;
@@ -483,4 +486,113 @@ TEST_CASE("W2 with tile.b_direct computes bit for bit what the LDS tile does",
       CHECK(caseA.rows().bf16 == caseB.rows().bf16);
       CHECK(caseA.rows().written == caseB.rows().written);
     }
+}
+
+namespace {
+
+/// Relative L2 of rank 0's route rows (as the kernel wrote them, split-K
+/// partials summed) against the oracle without the W2 bias, over the
+/// listed routes.
+double w2RelL2AgainstUnbiased(const Case &c, const StageShape &s) {
+  const RankData &mine = c.data.ranks[0];
+  ref::SortedRoutes view;
+  REQUIRE(oracleRoutes(mine.sorted, s.tileM, s.localExperts, view));
+  const int64_t routes = c.data.numRoutes(), hidden = s.hidden;
+  std::vector<float> unbiased(size_t(routes * hidden),
+                              std::numeric_limits<float>::quiet_NaN());
+  REQUIRE(ref::runW2Stage(mine.intermediate.codes.data(),
+                          mine.intermediate.scales.data(),
+                          mine.w2.packed.data(), mine.w2.scales.data(),
+                          s.localExperts, hidden, s.intermediate, view,
+                          unbiased.data()));
+  double errorSquares = 0.0, referenceSquares = 0.0;
+  for (int64_t r = 0; r < routes; ++r)
+    for (int64_t h = 0; h < hidden; ++h) {
+      const double want = unbiased[size_t(r * hidden + h)];
+      if (std::isnan(want))
+        continue;
+      double got = 0.0;
+      if (s.splitK > 1)
+        for (int64_t z = 0; z < s.splitK; ++z)
+          got += c.rows().partials[size_t((r * s.splitK + z) * hidden + h)];
+      else
+        got = ref::decodeBf16(c.rows().bf16[size_t(r * hidden + h)]);
+      errorSquares += (got - want) * (got - want);
+      referenceSquares += want * want;
+    }
+  REQUIRE(referenceSquares > 0.0);
+  return std::sqrt(errorSquares / referenceSquares);
+}
+
+} // namespace
+
+TEST_CASE("W2 with a per-expert bias matches the oracle, which without the "
+          "bias disagrees",
+          "[w2][bias]") {
+  // AITER's FlyDSL bias2: FP32 [E, H] added to each route's row before it
+  // is stored. Both orientations and MFMA shapes, split-K (slice 0 adds it)
+  // and bf16_lds.
+  struct BiasCase {
+    Knobs k;
+    bool bf16Lds;
+  };
+  const std::vector<BiasCase> cases = {
+      {{16, 128, 4, "m16n16k128", "b_major", "nt"}, false},
+      {{32, 128, 4, "m16n16k128", "a_major", "cached"}, false},
+      {{128, 256, 8, "m32n32k64", "b_major", "cached"}, false},
+      {{32, 128, 4, "m32n32k64", "a_major", "cached"}, false},
+      {{16, 128, 4, "m16n16k128", "b_major", "nt", 2, 128, 640}, false},
+      {{32, 128, 4, "m32n32k64", "a_major", "cached", 4, 128, 512}, false},
+      {{32, 128, 4, "m16n16k128", "b_major", "nt"}, true},
+  };
+  for (const BiasCase &bc : cases) {
+    StageSpec spec = w2Spec(bc.k, 2 * std::max(bc.k.n, 256), bc.k.inter, 8, 2, 2);
+    spec.fields["bias"] = "true";
+    if (bc.bf16Lds)
+      spec.fields["bf16_lds"] = "true";
+    Built built = build(spec);
+    REQUIRE(built.shape().bias);
+    DataOptions options;
+    options.seed = 3;
+    options.tokens = 40;
+    options.invalidFraction = 0.2;
+    options.emptyTiles = 1;
+    const Case c = runCase(built, options);
+    const double unbiased = w2RelL2AgainstUnbiased(c, built.shape());
+    const double bound = bc.k.splitK > 1 ? kW2SplitRelL2Bound : kW2RelL2Bound;
+    INFO(describe(bc.k) << (bc.bf16Lds ? " bf16_lds" : "") << ": "
+                        << c.outcome.summary
+                        << "; rel L2 vs the oracle without bias " << unbiased);
+    CHECK(c.outcome.pass);
+    CHECK(c.outcome.elementsChecked > 0);
+    CHECK(c.outcome.run.totalFindings() == 0);
+    // Ignoring the bias would be caught: far outside the bound (adding it
+    // in every split-K slice fails the oracle comparison above).
+    CHECK(unbiased > 64 * bound);
+  }
+}
+
+TEST_CASE("W2 with a bias and an FHMoE shared expert: its row is the last",
+          "[w2][bias]") {
+  for (Knobs k : {Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
+                  Knobs{64, 256, 4, "m32n32k64", "a_major", "cached"}}) {
+    StageSpec spec = w2Spec(k, 512, 512, 8, 2, /*ep=*/1);
+    spec.fields["shared_fp8_expert"] = "true";
+    spec.fields["bias"] = "true";
+    Built built = build(spec);
+    DataOptions options;
+    options.seed = 43;
+    options.tokens = 30;
+    options.invalidFraction = 0.2;
+    const Case c = runCase(built, options);
+    INFO(describe(k) << " shared: " << c.outcome.summary);
+    CHECK(c.outcome.pass);
+    CHECK(c.outcome.elementsChecked > 0);
+    CHECK(c.outcome.run.totalFindings() == 0);
+    // Some tile ran the shared expert (local expert 7).
+    bool sharedListed = false;
+    for (int32_t e : c.data.ranks[0].sorted.tileExperts)
+      sharedListed |= e == 7;
+    CHECK(sharedListed);
+  }
 }

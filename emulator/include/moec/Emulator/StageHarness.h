@@ -59,6 +59,9 @@ struct ExpertWeights {
   /// reads an expert no tile selects is a finding.
   std::vector<uint8_t> present;
   std::vector<uint8_t> sharedCodes, sharedScales;
+  /// A `bias` stage's FP32 bias [local experts, rows] (the shared expert's
+  /// row last; W13 in logical gate/up order); empty without one.
+  std::vector<float> bias;
 };
 
 /// Route rows as W2 writes them and the combine reads them: BF16 [routes,

@@ -143,6 +143,9 @@ struct StageShape {
   /// FHMoE: the last local expert is a shared expert with FP8 E4M3 weights
   /// (arguments b_shared, b_shared_scale); b holds the other experts.
   bool sharedFp8 = false;
+  /// W13 / W2 with `bias`: a per-expert FP32 bias (argument `bias`, [local
+  /// experts, 2I] in logical gate/up order, or [local experts, H]).
+  bool bias = false;
   /// Fused MegaMoE stages (`#moe.peer`): the transport, the per-rank token
   /// limit, receive capacity and persistent workgroups; a dispatch-only
   /// stage 1; a combine that reads the peer rows.
