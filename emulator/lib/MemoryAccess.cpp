@@ -64,6 +64,58 @@ inline bool anyZero(const uint8_t *flags, unsigned bytes) {
   return zero != 0;
 }
 
+/// One LDS access's bytes in the shadow's arrays.
+struct ShadowBytes {
+  uint32_t *writeEpoch;
+  uint32_t *readEpoch;
+  int16_t *writer;
+  int16_t *reader;
+  uint8_t *written;
+};
+
+/// Whether any of `bytes` shadow bytes has a finding for a (non-atomic)
+/// load or store: a branch-free pass (the common case has none).
+[[gnu::always_inline]] inline bool suspectBytes(const ShadowBytes &s,
+                                                unsigned bytes, bool isWrite,
+                                                uint32_t epoch, int16_t self) {
+  int bad = 0;
+  if (isWrite) {
+    for (unsigned b = 0; b < bytes; ++b)
+      bad |= (int(s.writeEpoch[b] == epoch) & int(s.writer[b] != self)) |
+             (int(s.readEpoch[b] == epoch) & int(s.reader[b] != self));
+  } else {
+    for (unsigned b = 0; b < bytes; ++b)
+      bad |= int(s.written[b] == 0) |
+             (int(s.writeEpoch[b] == epoch) & int(s.writer[b] != self));
+  }
+  return bad != 0;
+}
+
+/// Records a (non-atomic) load or store of `bytes` shadow bytes; returns
+/// how many bytes became written.
+[[gnu::always_inline]] inline unsigned updateBytes(const ShadowBytes &s,
+                                                   unsigned bytes,
+                                                   bool isWrite, uint32_t epoch,
+                                                   int16_t self) {
+  unsigned fresh = 0;
+  if (isWrite) {
+    for (unsigned b = 0; b < bytes; ++b) {
+      fresh += s.written[b] == 0;
+      s.written[b] = 1;
+      s.writer[b] = self;
+      s.writeEpoch[b] = epoch;
+    }
+  } else {
+    // The first reader of the interval, or several.
+    for (unsigned b = 0; b < bytes; ++b) {
+      const bool first = s.readEpoch[b] != epoch;
+      s.reader[b] = first || s.reader[b] == self ? self : int16_t(-2);
+      s.readEpoch[b] = epoch;
+    }
+  }
+  return fresh;
+}
+
 } // namespace
 
 void Executor::reportOutOfBounds(const POp &p, const Workgroup &wg,
@@ -172,48 +224,30 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     const int64_t at = mem.baseBytes + offset;
     const uint32_t epoch = wg.epoch;
     const int16_t self = static_cast<int16_t>(wave.id);
-    uint32_t *writeEpoch = wg.shadow.writeEpoch.data() + at;
-    uint32_t *readEpoch = wg.shadow.readEpoch.data() + at;
-    int16_t *writer = wg.shadow.writer.data() + at;
-    int16_t *reader = wg.shadow.reader.data() + at;
-    uint8_t *written = wg.shadow.written.data() + at;
-    // Whether any byte has a finding: a branch-free pass for the common
-    // case; reportLdsBytes finds and reports the access's first one.
-    bool suspect = atomic;
-    if (!atomic) {
-      int bad = 0;
-      if (isWrite) {
-        for (unsigned b = 0; b < bytes; ++b)
-          bad |= (int(writeEpoch[b] == epoch) & int(writer[b] != self)) |
-                 (int(readEpoch[b] == epoch) & int(reader[b] != self));
-      } else {
-        for (unsigned b = 0; b < bytes; ++b)
-          bad |= int(written[b] == 0) |
-                 (int(writeEpoch[b] == epoch) & int(writer[b] != self));
-      }
-      suspect = bad != 0;
-    }
+    const ShadowBytes shadow{wg.shadow.writeEpoch.data() + at,
+                             wg.shadow.readEpoch.data() + at,
+                             wg.shadow.writer.data() + at,
+                             wg.shadow.reader.data() + at,
+                             wg.shadow.written.data() + at};
+    // The check and the update with the common sizes as constants (unrolled
+    // vector code); reportLdsBytes finds and reports the first finding.
+    auto check = [&](unsigned n) {
+      return suspectBytes(shadow, n, isWrite, epoch, self);
+    };
+    auto update = [&](unsigned n) {
+      return updateBytes(shadow, n, isWrite, epoch, self);
+    };
+    const bool suspect = atomic || (bytes == 16  ? check(16)
+                                    : bytes == 8 ? check(8)
+                                    : bytes == 4 ? check(4)
+                                                 : check(bytes));
     if (suspect)
       reportLdsBytes(p, wg, wave, lane, mem, offset, bytes, isWrite, atomic);
-    if (!atomic && isWrite) {
-      // A byte becoming written changes what a load of it reports: one
-      // write counted per such byte.
-      unsigned fresh = 0;
-      for (unsigned b = 0; b < bytes; ++b) {
-        fresh += written[b] == 0;
-        written[b] = 1;
-        writer[b] = self;
-        writeEpoch[b] = epoch;
-      }
-      writes += fresh;
-    } else if (!atomic) {
-      // The first reader of the interval, or several.
-      for (unsigned b = 0; b < bytes; ++b) {
-        const bool first = readEpoch[b] != epoch;
-        reader[b] = first || reader[b] == self ? self : int16_t(-2);
-        readEpoch[b] = epoch;
-      }
-    }
+    if (!atomic)
+      writes += bytes == 16  ? update(16)
+                : bytes == 8 ? update(8)
+                : bytes == 4 ? update(4)
+                             : update(bytes);
     if (isWrite)
       result.stats.ldsBytesWritten += bytes;
     if (!isWrite || atomic)

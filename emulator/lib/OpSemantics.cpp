@@ -162,6 +162,26 @@ int firstLane(uint64_t mask) {
   return 0;
 }
 
+/// memcpy with the common lane sizes as constants (inline moves).
+inline void copyLane(uint8_t *dst, const uint8_t *src, unsigned bytes) {
+  switch (bytes) {
+  case 16: std::memcpy(dst, src, 16); return;
+  case 8: std::memcpy(dst, src, 8); return;
+  case 4: std::memcpy(dst, src, 4); return;
+  default: std::memcpy(dst, src, bytes);
+  }
+}
+
+/// memcmp(...) != 0 likewise.
+inline bool differ(const uint8_t *a, const uint8_t *b, unsigned bytes) {
+  switch (bytes) {
+  case 16: return std::memcmp(a, b, 16) != 0;
+  case 8: return std::memcmp(a, b, 8) != 0;
+  case 4: return std::memcmp(a, b, 4) != 0;
+  default: return std::memcmp(a, b, bytes) != 0;
+  }
+}
+
 /// Applies `f` to the lanes `forLanes` names of two scalar operands of one
 /// machine word `U` (a stride of 0 reads a uniform operand's lane 0).
 template <typename U, typename F>
@@ -572,7 +592,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
           access(p, wg, wave, lane, mem, index * mi.memElemBytes, bytes, false);
       uint8_t *dst = r.lane(l, bytes);
       if (src)
-        std::memcpy(dst, src, bytes);
+        copyLane(dst, src, bytes);
       else
         std::memset(dst, 0, bytes);
     });
@@ -601,9 +621,9 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
         continue;
       // Only a store that changes memory counts as a write: a wave that
       // rewrites the same value while it waits cannot release anyone.
-      if (std::memcmp(dst, value.lane(l, bytes), bytes) != 0)
+      if (differ(dst, value.lane(l, bytes), bytes))
         ++writes;
-      std::memcpy(dst, value.lane(l, bytes), bytes);
+      copyLane(dst, value.lane(l, bytes), bytes);
     }
     if (mem.space == Space::Lds)
       countBankConflicts(ldsAddresses, mask, bytes);
