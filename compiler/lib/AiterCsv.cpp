@@ -714,6 +714,8 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
       // register allocator (rocdl.waves_per_eu).
       w13["waves_per_eu"] = std::to_string(s1.wavesPerEu);
     }
+    if (options.bias)
+      w13["bias"] = w2["bias"] = "true";
     // The dialect is the one judge of legality: a tile it refuses makes the
     // row unsupported (never another tile).
     {
@@ -792,7 +794,13 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
       info.notes.push_back(
           "act_type ActivationType.Swiglu: GPT-OSS's g * sigmoid(1.702 g) * "
           "(u + 1) with the clamp at " + std::to_string(swigluLimitOf(options)) +
-          " (AITER's default 7 unless --swiglu-limit); no gate/up bias");
+          " (AITER's default 7 unless --swiglu-limit); " +
+          (options.bias ? std::string("with gate/up bias (--aiter-bias)")
+                        : std::string("no gate/up bias")));
+    if (options.bias)
+      info.notes.push_back(
+          "--aiter-bias: AITER's bias1 (FP32 [E, 2I], gate then up) and "
+          "bias2 (FP32 [E, H]) are the W13 and W2 kernels' argument bias");
     for (const std::string &note : s1.notes)
       info.notes.push_back("kernelName1: " + note);
     for (const std::string &note : s2.notes)

@@ -275,6 +275,9 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
                   "AITER CSVs: the W13 clamp of ActivationType.Silu rows "
                   "(0: plain SiLU)")
       ->capture_default_str();
+  cmd->add_flag("--aiter-bias", args->aiter.bias,
+                "AITER CSVs: W13 and W2 kernels take AITER's per-expert FP32 "
+                "biases (bias1, bias2) as the argument bias");
   cmd->add_option("-o,--output", args->output, "bundle to write (.moeb)")
       ->required();
   cmd->add_flag("--allow-spills", args->allowSpills,

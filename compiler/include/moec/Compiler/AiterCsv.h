@@ -96,6 +96,11 @@ struct AiterCompileOptions {
   /// plain SiLU; ActivationType.Swiglu rows take 7 (AITER's default) when
   /// it is 0. AITER passes it at run time; the CSV does not hold it.
   int64_t swigluLimit = 0;
+  /// Compile every row's W13 and W2 with `bias`, taking AITER's per-expert
+  /// FP32 biases (bias1, bias2) as the kernels' `bias` argument. AITER
+  /// passes them for every per_1x32 FlyDSL row of a BF16 model, but the CSV
+  /// does not say whether a model has them; off by default.
+  bool bias = false;
 };
 
 /// The tuning table for the merged rows plus the manifest rows. Every row
