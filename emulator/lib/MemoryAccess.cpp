@@ -37,6 +37,11 @@ void Executor::report(FindingKind kind, const POp &p, const Workgroup &wg,
 int64_t Executor::linearIndex(const ValueInfo &memInfo, const Wave &wave,
                               const std::vector<unsigned> &indexSlots,
                               size_t first, int lane) {
+  if (memInfo.shape.size() == 1) {
+    int64_t index;
+    std::memcpy(&index, wave.regs[indexSlots[first]].lane(lane, 8), 8);
+    return index;
+  }
   int64_t linear = 0;
   for (size_t d = 0; d < memInfo.shape.size(); ++d) {
     const RtValue &v = wave.regs[indexSlots[first + d]];
@@ -360,6 +365,35 @@ void Executor::countBankConflicts(const int64_t *addresses, uint64_t mask,
       }
       if (consecutive) {
         // No active lane (nothing counted) or one run of distinct dwords.
+        continue;
+      }
+    }
+    // Aligned chunks of 4, 8 or 16 bytes at most 16 lanes to a phase: a
+    // lane's chunk c covers the dwords of banks (c % lanesPerPhase) *
+    // dwordsPerLane onwards, so a bank's distinct dwords are the distinct
+    // chunks of its group.
+    if ((bytes == 8 || bytes == 16) && bytes / 4 == dwordsPerLane) {
+      int64_t chunks[kLanes];
+      unsigned count = 0, perGroup[kBanks] = {}, busiest = 0;
+      bool aligned = true;
+      for (int l = phase; l < phase + lanesPerPhase && aligned; ++l) {
+        if (!(mask >> l & 1))
+          continue;
+        aligned = addresses[l] >= 0 && addresses[l] % bytes == 0;
+        if (!aligned)
+          break;
+        const int64_t chunk = addresses[l] / bytes;
+        bool seen = false;
+        for (unsigned i = 0; i < count && !seen; ++i)
+          seen = chunks[i] == chunk;
+        if (seen)
+          continue;
+        chunks[count++] = chunk;
+        busiest = std::max(busiest, ++perGroup[size_t(chunk % lanesPerPhase)]);
+      }
+      if (aligned) {
+        if (count)
+          result.stats.ldsBankConflicts += busiest - 1;
         continue;
       }
     }
