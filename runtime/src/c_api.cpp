@@ -36,6 +36,8 @@ struct moec_executable_t {
 
 struct moec_layer_t {
   std::unique_ptr<Layer> layer;
+  /// moec_layer_bind_bias's pointers, added to the next weight binding.
+  const void *w13Bias = nullptr, *w2Bias = nullptr;
 };
 
 namespace {
@@ -782,9 +784,22 @@ moec_status_t moec_layer_bind_weights(moec_layer_t *layer,
     w.sharedW13Scale = weights->shared_w13_scale;
     w.sharedW2 = weights->shared_w2;
     w.sharedW2Scale = weights->shared_w2_scale;
+    w.w13Bias = layer->w13Bias;
+    w.w2Bias = layer->w2Bias;
     std::string error;
     if (!layer->layer->bindWeights(w, error))
       return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_layer_bind_bias(moec_layer_t *layer, const void *w13_bias,
+                                   const void *w2_bias) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_bind_bias: null layer");
+    layer->w13Bias = w13_bias;
+    layer->w2Bias = w2_bias;
     return MOEC_STATUS_OK;
   });
 }

@@ -29,7 +29,7 @@ enum class Source : uint8_t {
   SortStatus, Intermediate, IntermediateScales, Rows,
   // Weights.
   W13, W13Scale, W2, W2Scale, SharedW13, SharedW13Scale, SharedW2,
-  SharedW2Scale,
+  SharedW2Scale, W13Bias, W2Bias,
   // This rank's symmetric buffer.
   RecvA, RecvScale, RecvMeta, Control, CombineRows,
   // Rank `peer`'s symmetric buffer.
@@ -255,6 +255,8 @@ bool sourceOf(Role role, bool peerKernel, std::string_view name,
       return set(Source::SharedW13);
     if (name == "b_shared_scale")
       return set(Source::SharedW13Scale);
+    if (name == "bias")
+      return set(Source::W13Bias);
     if (name == "out")
       return set(Source::Intermediate);
     if (name == "out_scale")
@@ -277,6 +279,8 @@ bool sourceOf(Role role, bool peerKernel, std::string_view name,
       return set(Source::SharedW2);
     if (name == "b_shared_scale")
       return set(Source::SharedW2Scale);
+    if (name == "bias")
+      return set(Source::W2Bias);
     if (name == "out")
       return set(Source::Rows);
     return false;
@@ -557,6 +561,8 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
                   std::to_string(problem.epSize);
           return nullptr;
         }
+        layer->biasedW13_ |= binding.source == Source::W13Bias;
+        layer->biasedW2_ |= binding.source == Source::W2Bias;
         const uint32_t size = arg.kind == ArgKind::I32 ? 4 : 8;
         offset = uint32_t(alignUp(offset, size));
         binding.offset = offset;
@@ -709,6 +715,13 @@ bool Layer::bindWeights(const LayerWeights &weights, std::string &error) {
             "shared_w13, shared_w13_scale, shared_w2 and shared_w2_scale";
     return false;
   }
+  if ((biasedW13_ && !weights.w13Bias) || (biasedW2_ && !weights.w2Bias)) {
+    error = std::string("layer weights: this table's ") +
+            (biasedW13_ && !weights.w13Bias ? "W13" : "W2") +
+            " kernels take a per-expert bias; w13_bias and w2_bias are "
+            "required";
+    return false;
+  }
   plan_->weights = weights;
   plan_->weightsBound = true;
   return true;
@@ -770,6 +783,8 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
   pointers[size_t(Source::SharedW13Scale)] = plan.weights.sharedW13Scale;
   pointers[size_t(Source::SharedW2)] = plan.weights.sharedW2;
   pointers[size_t(Source::SharedW2Scale)] = plan.weights.sharedW2Scale;
+  pointers[size_t(Source::W13Bias)] = plan.weights.w13Bias;
+  pointers[size_t(Source::W2Bias)] = plan.weights.w2Bias;
   if (sharedExpert_) {
     // Routed slots into the internal [M, K] lists; the shared slot is there.
     const uint64_t routedBytes = 4 * (K - 1);

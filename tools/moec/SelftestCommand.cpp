@@ -102,6 +102,10 @@ struct TableFacts {
   /// W13's activation: GPT-OSS's SwiGLU (gpt_oss_swiglu, AITER's
   /// ActivationType.Swiglu) or SiLU.
   bool gptOssSwiglu = false;
+  /// The W13 and W2 kernels take per-expert FP32 biases (`bias`, AITER's
+  /// bias1 / bias2): the selftest generates them, binds them and gives them
+  /// to the oracle.
+  bool bias = false;
   int64_t fixedSlotCapacity = 0; ///< per local expert (fused fixed slot)
 };
 
@@ -114,11 +118,27 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
   facts = TableFacts();
   facts.problem.epSize = table.ep;
   bool found = false;
-  std::string firstActivationKernel;
+  std::string firstActivationKernel, firstGemmKernel;
   for (const rt::SelectionRow &row : table.rows)
     for (uint32_t k : manifest.configs[row.config].kernels) {
       const rt::KernelInfo &kernel = manifest.kernels[k];
       StageSpec spec = stageSpecOfAttributes(kernel.stage, kernel.attributes);
+      if (kernel.stage != "w13" && kernel.stage != "w2")
+        continue;
+      // One set of biases serves the table: its GEMM kernels all take them
+      // or none does.
+      const bool bias = emu::specFlag(spec, "bias");
+      if (!firstGemmKernel.empty() && bias != facts.bias) {
+        error = "table " +
+                rt::describeTableKey(table.network, table.ep, table.workspace) +
+                ": kernels " + firstGemmKernel + " (" +
+                (facts.bias ? "bias" : "no bias") + ") and " + kernel.name +
+                " (" + (bias ? "bias" : "no bias") + ") differ in the bias";
+        return false;
+      }
+      if (firstGemmKernel.empty())
+        firstGemmKernel = kernel.name;
+      facts.bias = bias;
       if (kernel.stage != "w13")
         continue;
       // One oracle serves the whole table, so its W13 kernels must agree on
@@ -168,6 +188,7 @@ struct Rank {
   void *w13 = nullptr, *w13Scale = nullptr, *w2 = nullptr, *w2Scale = nullptr;
   void *sharedW13 = nullptr, *sharedW13Scale = nullptr, *sharedW2 = nullptr,
        *sharedW2Scale = nullptr;
+  void *w13Bias = nullptr, *w2Bias = nullptr;
   void *hidden = nullptr, *ids = nullptr, *weights = nullptr, *out = nullptr;
 };
 
@@ -437,6 +458,9 @@ private:
   // The weights of the current table (host, checkpoint numbering).
   std::unique_ptr<ref::GeneratedMxfp4Weights> w13Source_, w2Source_;
   std::vector<uint8_t> sharedW13_, sharedW13Scales_, sharedW2_, sharedW2Scales_;
+  /// With facts.bias: N(0, 1) FP32 biases, one row per expert of the
+  /// weights (FHMoE: the shared expert's last), as ref::ExpertBias.
+  ref::ExpertBias bias_;
 };
 
 int Selftest::probeDevices() {
@@ -541,6 +565,10 @@ int Selftest::runTable(uint32_t tableIndex) {
                 activationName(oracle),
                 oracle == facts.gptOssSwiglu ? "" : " (--activation)");
   }
+  if (facts.bias)
+    std::printf("%s: W13 and W2 kernels take per-expert biases: seeded "
+                "N(0, 1) FP32, bound and given to the oracle\n",
+                name.c_str());
   std::vector<Rank> ranks(table.ep);
   std::vector<std::unique_ptr<DeviceMemory>> memory;
   for (uint32_t r = 0; r < table.ep; ++r) {
@@ -591,6 +619,18 @@ int Selftest::runTable(uint32_t tableIndex) {
     ref::generateFp8Expert(args_.seed, 113, 2 * I, H, sharedW13_, sharedW13Scales_);
     ref::generateFp8Expert(args_.seed, 112, H, I, sharedW2_, sharedW2Scales_);
   }
+  bias_ = ref::ExpertBias();
+  const int64_t biasRows = E + (facts.shared ? 1 : 0);
+  if (facts.bias) {
+    const ref::CounterRandom w13Random(args_.seed, 0xB1A5),
+        w2Random(args_.seed, 0xB2A5);
+    bias_.w13.resize(size_t(biasRows * 2 * I));
+    bias_.w2.resize(size_t(biasRows * H));
+    for (size_t i = 0; i < bias_.w13.size(); ++i)
+      bias_.w13[i] = float(w13Random.normal(i));
+    for (size_t i = 0; i < bias_.w2.size(); ++i)
+      bias_.w2[i] = float(w2Random.normal(i));
+  }
   std::vector<void *> peers(table.ep, nullptr);
   for (uint32_t r = 0; r < table.ep; ++r) {
     Rank &rank = ranks[r];
@@ -615,6 +655,18 @@ int Selftest::runTable(uint32_t tableIndex) {
            whole(sharedW13Scales_, rank.sharedW13Scale) &&
            whole(sharedW2_, rank.sharedW2) &&
            whole(sharedW2Scales_, rank.sharedW2Scale);
+    // Biases: the rank's local experts' rows (FHMoE, EP 1: every row, the
+    // shared expert's last).
+    auto biasSlice = [&](const std::vector<float> &all, int64_t perExpert,
+                         void *&device) {
+      const int64_t rows = table.ep > 1 ? local : biasRows;
+      device = mem.allocate(size_t(rows * perExpert) * 4, error);
+      return device && mem.upload(device, all.data() + first * perExpert,
+                                  size_t(rows * perExpert) * 4, error);
+    };
+    if (ok && facts.bias)
+      ok = biasSlice(bias_.w13, 2 * I, rank.w13Bias) &&
+           biasSlice(bias_.w2, H, rank.w2Bias);
     const size_t tokens = layerMemory.maxTokens;
     const size_t K = facts.problem.topK;
     ok = ok && (rank.workspace = mem.allocate(layerMemory.workspaceBytes, error)) &&
@@ -636,6 +688,8 @@ int Selftest::runTable(uint32_t tableIndex) {
     weights.sharedW13Scale = rank.sharedW13Scale;
     weights.sharedW2 = rank.sharedW2;
     weights.sharedW2Scale = rank.sharedW2Scale;
+    weights.w13Bias = rank.w13Bias;
+    weights.w2Bias = rank.w2Bias;
     if (!ok || !rank.layer->bindWorkspace(rank.workspace,
                                           layerMemory.workspaceBytes, error) ||
         !rank.layer->bindWeights(weights, error)) {
@@ -931,6 +985,7 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   tp.gateUpInterleave = facts.interleave;
   tp.swigluLimit = facts.swigluLimit;
   tp.gptOssSwiglu = oracleGptOss(facts);
+  tp.bias = bias_;
   tp.mode = ref::OracleMode::QuantFaithful;
   auto runOracle = [&](const ref::TpMoeConfig &config,
                        const ref::TokenBatch &batch, ref::StageResults &results) {
@@ -946,6 +1001,10 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   // from which it must be far: otherwise it did not exercise the clamp.
   const bool clampCase = c.scenario == "clamp";
   double unclamped = clampCase ? INFINITY : 0.0;
+  // With biases, every case is also measured against the oracle without
+  // them (the largest distance over the ranks' outputs), from which it
+  // must be far: a kernel that dropped its bias would not be.
+  double unbiased = 0.0;
   bool pass = overflow == 0;
   double worst = 0.0;
   int64_t zeroRowsWrong = 0, unwritten = 0;
@@ -991,10 +1050,23 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
       }
       unclamped = std::min(unclamped, relativeL2(out, loose.output));
     }
+    if (facts.bias) {
+      ref::TpMoeConfig noBias = tp;
+      noBias.bias = ref::ExpertBias();
+      ref::StageResults plain;
+      if (ref::Status status = runOracle(noBias, batches[r], plain);
+          !status.ok()) {
+        report(false, name + ": oracle: " + status.message());
+        return false;
+      }
+      unbiased = std::max(unbiased, relativeL2(out, plain.output));
+    }
   }
   pass = pass && worst <= kLayerRelL2Bound && zeroRowsWrong == 0 && unwritten == 0;
   if (clampCase)
     pass = pass && unclamped > kLayerRelL2Bound;
+  if (facts.bias)
+    pass = pass && unbiased > kLayerRelL2Bound;
   if (outputs)
     *outputs = got;
   if (print) {
@@ -1012,13 +1084,18 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
       entry["time_s"] = seconds;
       if (clampCase)
         entry["unclamped_rel_l2"] = unclamped;
+      if (facts.bias)
+        entry["unbiased_rel_l2"] = unbiased;
       saver_->addCase(std::move(entry));
     }
-    char line[448];
-    const std::string unclampedText =
+    char line[512];
+    std::string unclampedText =
         clampCase ? " unclamped_rel_l2=" + formatScientific(unclamped) +
                         " (must exceed the bound)"
                   : "";
+    if (facts.bias)
+      unclampedText += " unbiased_rel_l2=" + formatScientific(unbiased) +
+                       " (must exceed the bound)";
     std::snprintf(line, sizeof(line),
                   "%s m=%u %s config=%s rel_l2=%.2e (bound %.4f)%s "
                   "zero_rows_wrong=%lld unwritten=%lld overflow=%llu %.2f s",

@@ -76,6 +76,13 @@ struct LayerWeights {
   const void *w2 = nullptr, *w2Scale = nullptr;
   const void *sharedW13 = nullptr, *sharedW13Scale = nullptr;
   const void *sharedW2 = nullptr, *sharedW2Scale = nullptr;
+  /// Per-expert FP32 biases (AITER's bias1 / bias2), for tables whose W13
+  /// or W2 kernels take `bias` (Layer::biasedW13/biasedW2), else unused:
+  /// this rank's local experts' rows, W13 [local experts, 2I] in logical
+  /// order (gate column j at [e, j], up column j at [e, I + j], whatever
+  /// the weights' interleave) and W2 [local experts, H]; FHMoE: the shared
+  /// expert's row last.
+  const void *w13Bias = nullptr, *w2Bias = nullptr;
 };
 
 /// One forward's device pointers. M is the common maximum source-token
@@ -126,6 +133,10 @@ public:
   /// W13's gate/up row interleave G (the W13 kernels' gate_up_interleave;
   /// 0: gate rows then up rows), what prepared weights must use.
   uint32_t gateUpInterleave() const { return gateUpInterleave_; }
+  /// Whether some W13 (W2) kernel of the table takes a per-expert bias, so
+  /// LayerWeights::w13Bias (w2Bias) is required.
+  bool biasedW13() const { return biasedW13_; }
+  bool biasedW2() const { return biasedW2_; }
 
   /// Binds the workspace (>= memory().workspaceBytes, 256-byte aligned).
   /// FHMoE: also writes the shared expert's constant routing slot into it
@@ -158,6 +169,7 @@ private:
   std::unique_ptr<Plan> plan_;
   LayerMemory memory_;
   bool fused_ = false, sharedExpert_ = false;
+  bool biasedW13_ = false, biasedW2_ = false;
   uint32_t gateUpInterleave_ = 0;
   ForwardInfo last_;
 };

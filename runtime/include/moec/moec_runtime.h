@@ -399,6 +399,16 @@ MOEC_API moec_status_t moec_layer_bind_peers(moec_layer_t *layer,
  *  one layer object can serve every MoE layer of a model in turn). */
 MOEC_API moec_status_t moec_layer_bind_weights(moec_layer_t *layer,
                                                const moec_layer_weights_t *weights);
+/** Per-expert FP32 biases (AITER's bias1 / bias2) for tables whose W13 or
+ *  W2 kernels take `bias` (moec compile --aiter-bias, table bias=true):
+ *  this rank's local experts' rows, w13_bias [local experts, 2I] in
+ *  logical order (gate column j at [e, j], up column j at [e, I + j]) and
+ *  w2_bias [local experts, H]; FHMoE: the shared expert's row last. Taken
+ *  by the next moec_layer_bind_weights, which refuses such a table without
+ *  them; NULL: none. A separate call keeps moec_layer_weights_t's layout. */
+MOEC_API moec_status_t moec_layer_bind_bias(moec_layer_t *layer,
+                                            const void *w13_bias,
+                                            const void *w2_bias);
 /** One forward on `stream`: m is the common maximum source-token count of
  *  all EP ranks (one all-reduce of max; an empty rank passes it too, with
  *  ids -1). hidden BF16 [m, H], topk_ids int32 [m, top_k], topk_weights
