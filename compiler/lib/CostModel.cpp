@@ -70,10 +70,11 @@ StagePrediction predictStage(const GemmStageShape &shape,
                              const rt::KernelResources &resources,
                              uint32_t workgroupSize, int64_t m,
                              const CostModelParameters &p,
-                             const target::TargetInfo &chip) {
+                             const target::TargetInfo &chip,
+                             const TileCounts *counted) {
   StagePrediction out;
   out.grid = tileGrid(shape, m);
-  const TileCounts tile = countTile(shape);
+  const TileCounts tile = counted ? *counted : countTile(shape);
   const target::OccupancyEstimate occupancy =
       target::estimateOccupancy(chip, resourceUse(resources, workgroupSize));
   out.workgroupsPerCu = std::max<uint32_t>(1, occupancy.workgroupsPerCu);
@@ -100,10 +101,13 @@ StagePrediction predictStage(const GemmStageShape &shape,
                chip.peakClockHz * us;
   out.issueUs = tilesPerCu * tile.otherInstructions /
                 (busySimds * p.otherIssuePerSimdCycle) / chip.peakClockHz * us;
+  // A bank conflict is one more cycle of the CU's LDS, in which it moves
+  // nothing else.
   out.ldsUs = tilesPerCu *
-              (tile.ldsBytesRead + tile.ldsBytesWritten +
-               tile.ldsBankConflicts * 4 * 64) /
-              chip.ldsBytesPerCuCycle / chip.peakClockHz * us;
+              ((tile.ldsBytesRead + tile.ldsBytesWritten) /
+                   chip.ldsBytesPerCuCycle +
+               tile.ldsBankConflicts) /
+              chip.peakClockHz * us;
   out.totalUs = std::max({out.hbmUs, out.ldsUs, out.mfmaUs + out.issueUs}) +
                 out.launchUs;
   return out;

@@ -23,10 +23,13 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 using namespace mlir;
 
@@ -46,6 +49,13 @@ std::string knobOr(const TableKernel &kernel, const char *name,
                    const std::string &fallback) {
   auto it = kernel.knobs.find(name);
   return it == kernel.knobs.end() ? fallback : it->second;
+}
+
+/// A count as a whole number (the analytic ones may have a fraction).
+std::string formatCount(double count) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f", count);
+  return text;
 }
 
 int64_t knobInt(const TableKernel &kernel, const char *name, int64_t fallback) {
@@ -82,6 +92,13 @@ struct Candidate {
   std::vector<double> predictedUs; ///< per key
   size_t keysWon = 0;
 };
+
+/// A kernel the cost model times as a GEMM stage (a dispatch-only stage 1
+/// computes nothing and costs a launch).
+bool isGemm(const TableKernel &kernel) {
+  return (kernel.stage == "w13" || kernel.stage == "w2") &&
+         knobOr(kernel, "dispatch", "") != "only";
+}
 
 std::string identityOf(const TableKernel &kernel) {
   std::string id = kernel.stage + "|" + kernel.problem;
@@ -348,27 +365,9 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
         batch.kernels[batchIndex[k]].name)];
   };
 
-  // Gate, rank, choose.
-  CostModelParameters parameters;
-  std::ostringstream csv;
-  csv << "selection,candidate,tile_m,w13_n,w2_n,waves,b_direct";
-  for (const char *stage : {"w13", "w2"})
-    csv << "," << stage << "_vgpr," << stage << "_agpr," << stage << "_sgpr,"
-        << stage << "_lds_bytes," << stage << "_vgpr_spill," << stage
-        << "_sgpr_spill," << stage << "_workgroups_per_cu";
-  csv << ",rejected,reason,keys_won,predicted_us_first_key,predicted_us_last_key\n";
-
-  std::vector<std::vector<size_t>> winnerOf(spec.selections.size());
-  std::vector<std::vector<double>> winnerUs(spec.selections.size());
-  for (size_t s = 0; s < spec.selections.size(); ++s) {
-    const TableSelection &selection = spec.selections[s];
-    TuneClassSummary summary;
-    summary.key = selection.network + " ep" + std::to_string(selection.ep) +
-                  " ws" + std::to_string(selection.workspace);
-    summary.keys = keysOf[s].size();
-    std::vector<Candidate> &candidates = candidatesOf[s];
-    summary.candidates = candidates.size();
-    for (Candidate &candidate : candidates) {
+  // Gate: a candidate is rejected for its first kernel the chip refuses.
+  for (std::vector<Candidate> &candidates : candidatesOf)
+    for (Candidate &candidate : candidates)
       for (size_t k : candidate.kernels) {
         const TableKernel &kernel = kernels[k].kernel;
         if (!invalid[k].empty()) {
@@ -383,6 +382,90 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
           break;
         }
       }
+
+  // The model's per-tile inputs of every GEMM kernel a surviving candidate
+  // launches: counted once per kernel (in parallel, each result stored at
+  // its kernel's index, so the order of the threads does not matter), or
+  // analytic.
+  std::vector<TileCounts> tileCounts(kernels.size());
+  std::vector<std::string> countErrors(kernels.size());
+  {
+    std::vector<size_t> toCount;
+    std::vector<bool> needed(kernels.size(), false);
+    for (const std::vector<Candidate> &candidates : candidatesOf)
+      for (const Candidate &candidate : candidates)
+        if (candidate.rejectionClass.empty())
+          for (size_t k : candidate.kernels)
+            if (isGemm(kernels[k].kernel) && !needed[k]) {
+              needed[k] = true;
+              toCount.push_back(k);
+            }
+    std::sort(toCount.begin(), toCount.end());
+    for (size_t k : toCount)
+      tileCounts[k] = countTile(shapeOf(spec, kernels[k].kernel));
+    if (options.countTile && !toCount.empty()) {
+      std::atomic<size_t> next{0}, done{0};
+      std::mutex progressMutex;
+      auto worker = [&] {
+        for (size_t i = next++; i < toCount.size(); i = next++) {
+          const size_t k = toCount[i];
+          const TableKernel &kernel = kernels[k].kernel;
+          TileCounts counts;
+          std::string countError;
+          if (options.countTile(stageSpecOf(spec, kernel), shapeOf(spec, kernel),
+                                counts, countError))
+            tileCounts[k] = counts;
+          else
+            countErrors[k] = countError.empty() ? "not counted" : countError;
+          const size_t finished = ++done;
+          if (options.countProgress) {
+            std::lock_guard<std::mutex> lock(progressMutex);
+            options.countProgress(finished, toCount.size());
+          }
+        }
+      };
+      unsigned threads =
+          options.jobs ? options.jobs : std::thread::hardware_concurrency();
+      threads = std::max(1u, std::min<unsigned>(threads, toCount.size()));
+      std::vector<std::thread> pool;
+      for (unsigned t = 1; t < threads; ++t)
+        pool.emplace_back(worker);
+      worker();
+      for (std::thread &thread : pool)
+        thread.join();
+      for (size_t k : toCount)
+        ++(countErrors[k].empty() ? result.countedKernels
+                                  : result.countFallbacks);
+    }
+  }
+
+  // Rank, choose.
+  CostModelParameters parameters;
+  std::ostringstream csv;
+  csv << "selection,candidate,tile_m,w13_n,w2_n,waves,b_direct";
+  for (const char *stage : {"w13", "w2"})
+    csv << "," << stage << "_vgpr," << stage << "_agpr," << stage << "_sgpr,"
+        << stage << "_lds_bytes," << stage << "_vgpr_spill," << stage
+        << "_sgpr_spill," << stage << "_workgroups_per_cu";
+  for (const char *stage : {"w13", "w2"})
+    csv << "," << stage << "_counts," << stage << "_global_bytes_read,"
+        << stage << "_global_bytes_written," << stage << "_lds_bytes_read,"
+        << stage << "_lds_bytes_written," << stage << "_lds_bank_conflicts,"
+        << stage << "_scaled_mfmas," << stage << "_other_instructions";
+  csv << ",rejected,reason,keys_won,predicted_us_first_key,"
+         "predicted_us_last_key,count_fallback\n";
+
+  std::vector<std::vector<size_t>> winnerOf(spec.selections.size());
+  std::vector<std::vector<double>> winnerUs(spec.selections.size());
+  for (size_t s = 0; s < spec.selections.size(); ++s) {
+    const TableSelection &selection = spec.selections[s];
+    TuneClassSummary summary;
+    summary.key = selection.network + " ep" + std::to_string(selection.ep) +
+                  " ws" + std::to_string(selection.workspace);
+    summary.keys = keysOf[s].size();
+    std::vector<Candidate> &candidates = candidatesOf[s];
+    summary.candidates = candidates.size();
+    for (Candidate &candidate : candidates) {
       if (!candidate.rejectionClass.empty()) {
         ++summary.rejected;
         ++summary.rejections[candidate.rejectionClass];
@@ -392,10 +475,10 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
         double us = 0;
         for (size_t k : candidate.kernels) {
           const TableKernel &kernel = kernels[k].kernel;
-          const bool gemm = kernel.stage == "w13" || kernel.stage == "w2";
-          if (gemm && knobOr(kernel, "dispatch", "") != "only")
+          if (isGemm(kernel))
             us += predictStage(shapeOf(spec, kernel), compiledOf(k).resources,
-                               compiledOf(k).abi.workgroupSize, m, parameters)
+                               compiledOf(k).abi.workgroupSize, m, parameters,
+                               target::defaultTarget(), &tileCounts[k])
                       .totalUs;
           else
             us += parameters.launchOverheadUs;
@@ -427,12 +510,15 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
       csv << summary.key << "," << candidate.configName << "," << t.m << ","
           << t.w13N << "," << t.w2N << "," << t.waves << ","
           << (t.bDirect ? 1 : 0);
-      for (const char *stage : {"w13", "w2"}) {
+      auto gemmOf = [&](const char *stage) {
         size_t found = SIZE_MAX;
         for (size_t k : candidate.kernels)
-          if (kernels[k].kernel.stage == stage &&
-              knobOr(kernels[k].kernel, "dispatch", "") != "only")
+          if (kernels[k].kernel.stage == stage && isGemm(kernels[k].kernel))
             found = k;
+        return found;
+      };
+      for (const char *stage : {"w13", "w2"}) {
+        const size_t found = gemmOf(stage);
         if (found == SIZE_MAX || batchIndex[found] == SIZE_MAX) {
           csv << ",,,,,,,";
           continue;
@@ -445,6 +531,27 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
                    resourceUse(r, compiledOf(found).abi.workgroupSize))
                    .workgroupsPerCu;
       }
+      // The counts the model ranked this candidate with (none: rejected).
+      std::string fallback;
+      for (const char *stage : {"w13", "w2"}) {
+        const size_t found = gemmOf(stage);
+        if (found == SIZE_MAX || !candidate.rejectionClass.empty()) {
+          csv << ",,,,,,,,";
+          continue;
+        }
+        const TileCounts &c = tileCounts[found];
+        csv << "," << c.source;
+        for (double value :
+             {c.globalBytesRead, c.globalBytesWritten, c.ldsBytesRead,
+              c.ldsBytesWritten, c.ldsBankConflicts, c.scaledMfmas,
+              c.otherInstructions})
+          csv << "," << formatCount(value);
+        if (!countErrors[found].empty())
+          fallback += std::string(fallback.empty() ? "" : " ") + stage + ": " +
+                      countErrors[found];
+      }
+      std::replace(fallback.begin(), fallback.end(), ',', ';');
+      std::replace(fallback.begin(), fallback.end(), '\n', ' ');
       std::string reason = candidate.rejection;
       std::replace(reason.begin(), reason.end(), ',', ';');
       std::replace(reason.begin(), reason.end(), '\n', ' ');
@@ -458,7 +565,7 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
           << ","
           << (candidate.predictedUs.empty() ? ""
                                             : formatUs(candidate.predictedUs.back()))
-          << "\n";
+          << "," << fallback << "\n";
     }
     result.classes.push_back(std::move(summary));
   }

@@ -1,13 +1,15 @@
 //===- TuneCommand.cpp - moec tune SPEC -o TABLE --csv CANDIDATES ---------===//
 //
 // docs/tuning.md: candidates compiled in parallel (through the compile
-// cache), the resource gate, the cost model's ranking, the table with one
+// cache), the resource gate, the cost model's ranking (its per-tile inputs
+// counted on the emulator unless --analytic-counts), the table with one
 // model-ranked row per key and a CSV of every candidate.
 //
 //===----------------------------------------------------------------------===//
 
 #include "CommandSupport.h"
 #include "Commands.h"
+#include "EmulatedTileCounter.h"
 
 #include "moec/Compiler/CompileCache.h"
 #include "moec/Compiler/CostModel.h"
@@ -31,6 +33,7 @@ struct TuneArgs {
   bool quiet = false;
   std::string cacheDir = moec::CompileCache::defaultDirectory();
   bool noCache = false;
+  bool analyticCounts = false;
 };
 
 int runTune(const TuneArgs &args) {
@@ -57,6 +60,19 @@ int runTune(const TuneArgs &args) {
     options.progress = [](size_t done, size_t total, const std::string &symbol) {
       std::cerr << "\r\033[Kcompiling candidates [" << done << "/" << total
                 << "] " << symbol.substr(0, 90) << std::flush;
+      if (done == total)
+        std::cerr << "\r\033[K" << std::flush;
+    };
+  cli::EmulatedTileCounter counter;
+  if (!args.analyticCounts)
+    options.countTile = [&counter](const StageSpec &spec, const GemmStageShape &,
+                                   TileCounts &counts, std::string &error) {
+      return counter.count(spec, counts, error);
+    };
+  if (!args.quiet && ::isatty(STDERR_FILENO))
+    options.countProgress = [](size_t done, size_t total) {
+      std::cerr << "\r\033[Kcounting tiles on the emulator [" << done << "/"
+                << total << "]" << std::flush;
       if (done == total)
         std::cerr << "\r\033[K" << std::flush;
     };
@@ -90,7 +106,14 @@ int runTune(const TuneArgs &args) {
   std::cout << "moec: tuned " << args.spec << " into " << args.output << ": "
             << result.rows << " rows, " << result.distinctConfigs
             << " distinct configurations, " << result.compiledKernels
-            << " candidate kernels compiled, in " << seconds << " s\n";
+            << " candidate kernels compiled, "
+            << (args.analyticCounts
+                    ? std::string("analytic tile counts")
+                    : std::to_string(result.countedKernels) +
+                          " GEMM tiles counted on the emulator (" +
+                          std::to_string(result.countFallbacks) +
+                          " analytic fallbacks)")
+            << ", in " << seconds << " s\n";
   return cli::kSuccess;
 }
 
@@ -120,5 +143,9 @@ void addTuneCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--cache-dir", args->cacheDir, "compile cache")
       ->capture_default_str();
   cmd->add_flag("--no-cache", args->noCache, "neither read nor write the cache");
+  cmd->add_flag("--analytic-counts", args->analyticCounts,
+                "rank with the analytic per-tile counts instead of counting "
+                "one tile of every GEMM kernel on the emulator "
+                "(docs/cost-model.md)");
   cmd->callback([args, &exitStatus] { exitStatus = runTune(*args); });
 }

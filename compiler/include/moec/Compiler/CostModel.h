@@ -4,8 +4,10 @@
 /// The cost model `moec tune` ranks candidates with (docs/cost-model.md):
 /// a GEMM stage's time at a key is the largest of its HBM, LDS and
 /// scaled-MFMA times over the resident workgroups, plus a launch overhead.
-/// The model's inputs per workgroup tile (bytes, LDS traffic, MFMAs, other
-/// instructions) come from one function, countTile(); the tile count comes
+/// The model's inputs per workgroup tile (bytes, LDS traffic, bank
+/// conflicts, MFMAs, other instructions) are counted by the emulator on one
+/// workgroup tile of the kernel (`moec tune`'s default), or come from the
+/// analytic countTile() when no count is given; the tile count comes
 /// from the key's routed rows per expert under balanced routing, with each
 /// expert's rows padded to the tile.
 ///
@@ -23,7 +25,7 @@
 namespace moec {
 
 /// Name and version recorded with every row the model ranks.
-inline constexpr const char *kCostModelName = "moec-cost-1";
+inline constexpr const char *kCostModelName = "moec-cost-2";
 
 /// The model's own assumptions (docs/cost-model.md gives each one's
 /// source); the chip's facts (CUs, SIMDs, clock, HBM and LDS bandwidth,
@@ -55,12 +57,14 @@ struct TileCounts {
   double globalBytesRead = 0, globalBytesWritten = 0;
   double ldsBytesRead = 0, ldsBytesWritten = 0, ldsBankConflicts = 0;
   double scaledMfmas = 0, otherInstructions = 0;
-  /// Where the counts came from ("analytic" until the emulator counts them).
+  /// Where the counts came from: "analytic" (countTile()) or "emulator"
+  /// (one workgroup tile executed and counted, docs/cost-model.md).
   std::string source;
 };
 
-/// The counts of one full tile of `shape` (tileM rows x tileN output
-/// columns over the whole K). The single source of the model's inputs.
+/// The analytic counts of one full tile of `shape` (tileM rows x tileN
+/// output columns over the whole K): the model's inputs when the tile was
+/// not counted on the emulator.
 TileCounts countTile(const GemmStageShape &shape);
 
 /// How the key's rows fall into tiles under balanced routing.
@@ -75,7 +79,8 @@ struct TileGrid {
 };
 TileGrid tileGrid(const GemmStageShape &shape, int64_t m);
 
-/// The model's prediction for one stage at key m (source tokens per rank).
+/// The model's prediction for one stage at key m (source tokens per rank),
+/// from the tile's `counted` figures, or countTile(shape) when null.
 struct StagePrediction {
   TileGrid grid;
   double hbmUs = 0, ldsUs = 0, mfmaUs = 0, issueUs = 0, launchUs = 0;
@@ -87,7 +92,8 @@ StagePrediction predictStage(const GemmStageShape &shape,
                              uint32_t workgroupSize, int64_t m,
                              const CostModelParameters &parameters = {},
                              const target::TargetInfo &chip =
-                                 target::defaultTarget());
+                                 target::defaultTarget(),
+                             const TileCounts *counted = nullptr);
 
 } // namespace moec
 

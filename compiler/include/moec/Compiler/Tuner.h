@@ -14,6 +14,8 @@
 #ifndef MOEC_COMPILER_TUNER_H
 #define MOEC_COMPILER_TUNER_H
 
+#include "moec/Compiler/CostModel.h"
+#include "moec/Compiler/StageBuilder.h"
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Compiler/TuningTable.h"
 
@@ -41,12 +43,29 @@ struct SearchSpace {
 std::vector<int64_t> selectionKeys(const TuningTable &spec,
                                    const TableSelection &selection);
 
+/// Counts one workgroup tile of a GEMM stage kernel (`spec`: its problem
+/// and knobs as the table gives them; `shape`: the model's view of it) into
+/// `counts`. Returns false with a one-line `error` when it cannot; the tuner
+/// then ranks that kernel with the analytic countTile() and says so in the
+/// CSV. Called from several threads at once (TuneOptions::jobs), each call
+/// on its own kernel; the result must depend on the kernel only.
+using TileCounter =
+    std::function<bool(const StageSpec &spec, const GemmStageShape &shape,
+                       TileCounts &counts, std::string &error)>;
+
 struct TuneOptions {
   SearchSpace space;
+  /// The model's per-tile inputs (docs/cost-model.md): counted by this
+  /// callback for every distinct GEMM kernel that passes the resource gate;
+  /// empty: the analytic countTile() for all.
+  TileCounter countTile;
   unsigned jobs = 0;
   std::string cacheDirectory;
   uint64_t cacheMaxBytes = uint64_t(2) << 30;
   std::function<void(size_t, size_t, const std::string &)> progress;
+  /// Tiles counted so far and in all (from the counting threads, one at a
+  /// time).
+  std::function<void(size_t, size_t)> countProgress;
 };
 
 /// Candidate figures of one selection (docs/tuning.md, "Figures").
@@ -61,6 +80,9 @@ struct TuneResult {
   std::string csv;   ///< every candidate of every selection
   std::vector<TuneClassSummary> classes;
   size_t compiledKernels = 0, distinctConfigs = 0, rows = 0;
+  /// GEMM kernels whose tile was counted by TuneOptions::countTile, and
+  /// those it could not count (ranked with the analytic counts).
+  size_t countedKernels = 0, countFallbacks = 0;
 };
 
 /// Tunes `spec` (read from `specPath`, named in the output's header). On
