@@ -28,7 +28,8 @@ public:
 
   const char *tolerance() const override {
     return "|dequant(out) - activation| <= one FP8 ulp at the kernel's block "
-           "scale; rel L2 vs the activation before FP8 <= 2^-4";
+           "scale + the oracle's bound for an FP32-accumulated GEMM; rel L2 "
+           "vs the activation before FP8 <= 2^-4";
   }
 
   std::vector<std::string> arguments() const override {
@@ -93,6 +94,9 @@ public:
     outcome.oracle.assign(elements, std::numeric_limits<double>::quiet_NaN());
     outcome.oracleCodes.assign(elements, 0);
     outcome.oracleScales.assign(elements / 32, 0);
+    // How far FP32 accumulation may move each activation (the oracle sums
+    // in double): near zero, after cancellation, it can exceed an FP8 step.
+    std::vector<double> accumulationBound(elements, 0.0);
     if (status) {
       ref::GluConfig glu;
       glu.interleave = s.interleave;
@@ -104,6 +108,7 @@ public:
       outputs.activation = outcome.oracle.data();
       outputs.intermediateCodes = outcome.oracleCodes.data();
       outputs.intermediateScales = outcome.oracleScales.data();
+      outputs.activationErrorBound = accumulationBound.data();
       OracleWeights weights(mine.w13, s.mxfp4Experts(), 2 * inter, s.hidden,
                             s.sharedFp8);
       status = ref::runW13Stage(
@@ -150,7 +155,8 @@ public:
           unwritten |= !got.codesWritten[e];
           const double value = ref::decodeFp8E4M3(got.codes[e]) * scale;
           const double want = outcome.oracle[e];
-          if (!check.add(value, want, ulpFp8(want, scale)))
+          if (!check.add(value, want,
+                         ulpFp8(want, scale) + accumulationBound[e]))
             continue;
           // A zero-weight expert's activation is that of its bias.
           zeroMismatch |= !s.bias && zeroExperts.count(expert) && value != 0.0;

@@ -462,6 +462,49 @@ Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
 
 } // namespace
 
+namespace {
+
+/// Euclidean norm of each of `expert`'s weight rows (dequantised).
+std::vector<double> weightRowNorms(const WeightSource &weights, int32_t expert) {
+  const int64_t rows = weights.rows(), depth = weights.depth();
+  WeightScratch scratch;
+  const ExpertRows block = weights.expertRows(expert, 0, rows, scratch);
+  const int64_t rowBytes = weightRowBytes(block.format, depth);
+  std::vector<double> norms(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t *elements = block.elements + r * rowBytes;
+    const uint8_t *scales = block.scales + r * (depth / kBlockSize);
+    double sum = 0.0;
+    for (int64_t k = 0; k < depth; ++k) {
+      const double value =
+          block.format == WeightFormat::Mxfp4
+              ? decodeE2M1(k % 2 ? elements[k / 2] >> 4 : elements[k / 2] & 0xF)
+              : decodeFp8E4M3(elements[k]);
+      const double scaled = value * decodeE8M0(scales[k / kBlockSize]);
+      sum += scaled * scaled;
+    }
+    norms[static_cast<size_t>(r)] = std::sqrt(sum);
+  }
+  return norms;
+}
+
+/// Largest |gatedActivation - act| over the corners of the box
+/// [gate +- dGate] x [up +- dUp].
+double activationDeviation(double gate, double up, double dGate, double dUp,
+                           double act, const GluConfig &glu) {
+  double worst = 0.0;
+  for (double sg : {-1.0, 1.0})
+    for (double su : {-1.0, 1.0})
+      worst = std::max(worst, std::fabs(gatedActivation(gate + sg * dGate,
+                                                        up + su * dUp,
+                                                        glu.clampLimit,
+                                                        glu.gptOssSwiglu) -
+                                        act));
+  return worst;
+}
+
+} // namespace
+
 Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
                    const WeightSource &w13, const SortedRoutes &sorted,
                    const GluConfig &glu, const W13Outputs &outputs,
@@ -490,8 +533,37 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
 
   std::vector<int32_t> listed = listedRoutes(sorted);
   std::vector<int32_t> experts;
-  if (glu.bias)
+  if (glu.bias || outputs.activationErrorBound)
     experts = listedExperts(sorted);
+  // For the error bound: the norms of each listed route's A row and of the
+  // weight rows of every expert in use.
+  const int64_t depth = w13.depth();
+  std::vector<double> aNorms;
+  std::vector<std::vector<double>> wNorms;
+  if (outputs.activationErrorBound) {
+    aNorms.resize(listed.size());
+    parallelFor(static_cast<int64_t>(listed.size()), numThreads,
+                [&](int, int64_t item) {
+                  std::vector<double> row(static_cast<size_t>(depth));
+                  a.dequantizeRow(listed[item] / routesPerARow, row.data());
+                  double sum = 0.0;
+                  for (double v : row)
+                    sum += v * v;
+                  aNorms[static_cast<size_t>(item)] = std::sqrt(sum);
+                });
+    wNorms.resize(static_cast<size_t>(w13.numExperts()));
+    std::vector<int32_t> used(experts.begin(), experts.end());
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    parallelFor(static_cast<int64_t>(used.size()), numThreads,
+                [&](int, int64_t i) {
+                  wNorms[static_cast<size_t>(used[i])] =
+                      weightRowNorms(w13, used[i]);
+                });
+  }
+  // FP32 unit roundoff and the partial sums an FP32 accumulator adds (one
+  // per 32-element block at most: every scaled MFMA covers whole blocks).
+  const double unit = 0x1p-24, steps = double(depth / kBlockSize);
   parallelFor(static_cast<int64_t>(listed.size()), numThreads,
               [&](int, int64_t item) {
                 int64_t route = listed[item];
@@ -520,6 +592,23 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
                 if (outputs.activation)
                   std::copy(act.begin(), act.end(),
                             outputs.activation + route * intermediate);
+                if (outputs.activationErrorBound) {
+                  const std::vector<double> &norms =
+                      wNorms[static_cast<size_t>(experts[item])];
+                  const double aNorm = aNorms[static_cast<size_t>(item)];
+                  for (int64_t j = 0; j < intermediate; ++j) {
+                    const int64_t gRow = gateRowOf(glu, intermediate, j);
+                    const int64_t uRow = upRowOf(glu, intermediate, j);
+                    const double g = h[gRow], u = h[uRow];
+                    const double dGate = steps * unit * aNorm * norms[gRow] +
+                                         (glu.bias ? unit * std::fabs(g) : 0.0);
+                    const double dUp = steps * unit * aNorm * norms[uRow] +
+                                       (glu.bias ? unit * std::fabs(u) : 0.0);
+                    outputs.activationErrorBound[route * intermediate + j] =
+                        activationDeviation(g, u, dGate, dUp, act[j], glu) +
+                        0x1p-19 * std::fabs(act[j]);
+                  }
+                }
                 if (outputs.intermediateCodes && outputs.intermediateScales)
                   quantizeFp8Row(act.data(), intermediate,
                                  outputs.intermediateCodes + route * intermediate,

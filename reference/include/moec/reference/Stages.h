@@ -206,6 +206,14 @@ struct W13Outputs {
   /// fused W13 kernel writes the intermediate.
   uint8_t *intermediateCodes = nullptr;
   uint8_t *intermediateScales = nullptr;
+  /// [numRoutes, I] double: a bound on how far an implementation that
+  /// accumulates the GEMM in FP32 may land from `activation` before it
+  /// quantises. The GEMM's FP32 sum of at most depth / 32 partial sums errs
+  /// by at most (depth / 32) u ||a|| ||w|| (u = 2^-24, Cauchy-Schwarz for
+  /// the sum of |a_k w_k|), plus one rounding of the bias; the bound is the
+  /// largest change of the activation over the corners of that box, plus
+  /// 2^-19 |activation| for its evaluation in FP32.
+  double *activationErrorBound = nullptr;
 };
 
 /// W13 stage on general operands: A row for route r is r / routesPerARow
