@@ -525,3 +525,35 @@ TEST_CASE("a layer checks its problem, its bindings and M", "[device][layer]") {
   CHECK(status.overflow_routes == 0);
   CHECK(moec_device_free(f.device, workspace) == MOEC_STATUS_OK);
 }
+
+TEST_CASE("a layer whose kernels take per-expert biases needs them bound",
+          "[device][layer]") {
+  EmulatedHip hip;
+  REQUIRE(hip.complete());
+  LayerFixture f(MOEC_BIAS_BUNDLE);
+  moec_table_t table;
+  REQUIRE(moec_bundle_resolve_table(f.bundle, "gptoss", 1, 64, &table) ==
+          MOEC_STATUS_OK);
+  moec_layer_problem_t problem = {512, 512, 8, 2, 0, 1, 64};
+  REQUIRE(moec_layer_create(f.executable, table, &problem, &f.layer) ==
+          MOEC_STATUS_OK);
+  void *buffer = nullptr;
+  REQUIRE(moec_device_alloc(f.device, 1 << 20, &buffer) == MOEC_STATUS_OK);
+  moec_layer_weights_t weights = {};
+  weights.w13 = weights.w13_scale = weights.w2 = weights.w2_scale = buffer;
+  CHECK(moec_layer_bind_weights(f.layer, &weights) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("this table's W13 kernels take a "
+                                          "per-expert bias"));
+  // W13's bias alone is not enough: its W2 kernels take one too.
+  REQUIRE(moec_layer_bind_bias(f.layer, buffer, nullptr) == MOEC_STATUS_OK);
+  CHECK(moec_layer_bind_weights(f.layer, &weights) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK_THAT(lastError(), Catch::Contains("this table's W2 kernels take a "
+                                          "per-expert bias"));
+  REQUIRE(moec_layer_bind_bias(f.layer, buffer, buffer) == MOEC_STATUS_OK);
+  CHECK(moec_layer_bind_weights(f.layer, &weights) == MOEC_STATUS_OK);
+  CHECK(moec_layer_bind_bias(nullptr, buffer, buffer) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
+  CHECK(moec_device_free(f.device, buffer) == MOEC_STATUS_OK);
+}
