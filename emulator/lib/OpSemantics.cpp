@@ -797,6 +797,15 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     if (p.ints[0] < 0 || p.ints[0] + ri.count > ai.count)
       return fatal(p, "position out of range");
     r.shapeFor(a.uniform, ri.laneBytes, mask);
+    if (ri.elemBits % 8 == 0) {
+      // Whole bytes: one copy per lane.
+      const size_t from = size_t(p.ints[0]) * (ri.elemBits / 8);
+      forLanes(a.uniform, mask, [&](int l) {
+        std::memcpy(r.lane(l, ri.laneBytes), a.lane(l, ai.laneBytes) + from,
+                    ri.laneBytes);
+      });
+      return success();
+    }
     forLanes(a.uniform, mask, [&](int l) {
       for (unsigned e = 0; e < ri.count; ++e)
         setBits(r.lane(l, ri.laneBytes), ri.elemBits, e,
@@ -832,6 +841,17 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     const RtValue &s = regs[p.in[0]];
     RtValue &r = regs[p.out[0]];
     r.shapeFor(s.uniform, ri.laneBytes, mask);
+    if (ri.elemBits % 8 == 0 && si.elemBits == ri.elemBits) {
+      // Whole bytes: the scalar's bytes copied into every element.
+      const unsigned eb = ri.elemBits / 8;
+      forLanes(s.uniform, mask, [&](int l) {
+        uint8_t *dst = r.lane(l, ri.laneBytes);
+        const uint8_t *src = s.lane(l, si.laneBytes);
+        for (unsigned e = 0; e < ri.count; ++e)
+          std::memcpy(dst + e * eb, src, eb);
+      });
+      return success();
+    }
     forLanes(s.uniform, mask, [&](int l) {
       const uint64_t v = getBits(s.lane(l, si.laneBytes), si.elemBits, 0);
       for (unsigned e = 0; e < ri.count; ++e)
