@@ -236,6 +236,7 @@ _PROTOTYPES = {
     "moec_layer_bind_workspace": (S, [vp, vp, ctypes.c_size_t]),
     "moec_layer_bind_peers": (S, [vp, P(vp), c_u32]),
     "moec_layer_bind_weights": (S, [vp, P(LayerWeights)]),
+    "moec_layer_bind_bias": (S, [vp, vp, vp]),
     "moec_layer_forward": (S, [vp, c_u32, vp, vp, vp, vp, vp]),
     "moec_layer_last_forward": (S, [vp, P(c_u32), P(c_u32)]),
     "moec_layer_read_status": (S, [vp, P(LayerStatus)]),

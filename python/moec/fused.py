@@ -115,7 +115,10 @@ def _refuse_unsupported(expert_mask, activation, quant_type, doweight_stage1, a1
         if value is not None:
             reason = {"a1_scale": "moec quantises the input on the device (per 1x32)",
                       "a2_scale": "moec quantises the intermediate on the device (per 1x32)",
-                      "bias1": "moec's experts have no bias", "bias2": "moec's experts have no bias",
+                      "bias1": "fused_moe binds no biases (a table compiled with bias "
+                               "takes them through Layer.bind_bias)",
+                      "bias2": "fused_moe binds no biases (a table compiled with bias "
+                               "takes them through Layer.bind_bias)",
                       "num_local_tokens": "moec takes the token count from hidden_states "
                                           "(or m=) and ids of -1 for padding rows"}[name]
             raise invalid(name, "not supported: %s; pass None" % reason)

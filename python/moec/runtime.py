@@ -585,6 +585,17 @@ class Layer:
         call("moec_layer_bind_weights", "weights", self.handle, ctypes.byref(struct_))
         self._weights = weights
 
+    def bind_bias(self, w13_bias=None, w2_bias=None):
+        """Binds device pointers of the per-expert FP32 biases of a table
+        whose kernels take them (AITER's bias1 and bias2: w13_bias
+        [local experts, 2I] in logical order, gate then up, whatever the
+        gate/up interleave; w2_bias [local experts, H]; FHMoE's shared
+        expert last). Bind them before bind_weights, which refuses such a
+        table without them; None: none."""
+        call("moec_layer_bind_bias", "bias", self.handle,
+             pointer_of(w13_bias, "w13_bias") if w13_bias is not None else None,
+             pointer_of(w2_bias, "w2_bias") if w2_bias is not None else None)
+
     def load_weights(self, **host_arrays):
         """Uploads host weights (w13=..., w13_scale=..., shared_w13=... as
         HostArray, NumPy arrays, bytes) into device memory the layer owns,

@@ -89,12 +89,15 @@ class Oracle:
 
 @pytest.fixture
 def oracle(workdir, request):
-    """oracle(family, H, I, E, K, m, seed, interleave=0, swiglu=0.0)."""
+    """oracle(family, H, I, E, K, m, seed, interleave=0, swiglu=0.0,
+    activation="silu")."""
 
-    def make(family, hidden, intermediate, experts, top_k, m, seed, interleave=0, swiglu=0.0):
+    def make(family, hidden, intermediate, experts, top_k, m, seed, interleave=0, swiglu=0.0,
+             activation="silu"):
         directory = os.path.join(workdir, re.sub(r"[^\w.-]", "_", request.node.name) +
                                  "-%s-e%d-k%d" % (family, experts, top_k))
-        flags = ["--interleave", interleave, "--swiglu-limit", swiglu]
+        flags = ["--interleave", interleave, "--swiglu-limit", swiglu, "--activation",
+                 activation]
         status, text = run("reference", "--family", family, "--hidden", hidden,
                            "--intermediate", intermediate, "--experts", experts, "--topk", top_k,
                            "--m", m, "--seed", seed, "--invalid-fraction", 0.1, *flags,

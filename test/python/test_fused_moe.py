@@ -354,3 +354,49 @@ def test_errors_carry_status_and_message(bundle_path, device, tmp_path):
         moec.fused_moe(1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, w2_scale=1 << 20, m=1,
                        layer=layer)
     assert error.value.what == "w1_scale"
+
+
+def test_layer_with_biases(workdir, device, oracle):
+    """A GPT-OSS table whose W13 and W2 take AITER's per-expert FP32 biases
+    (test/lit/Tools/Inputs/bias.table, network gptoss): Layer.bind_bias
+    binds them, the layer refuses its weights without them, and the output
+    matches the oracle given the same biases (and not the oracle without)."""
+    import os
+    from conftest import ROOT, run
+    path = os.path.join(workdir, "bias.moeb")
+    status, text = run("compile", "-q", os.path.join(ROOT, "test", "lit", "Tools", "Inputs",
+                                                     "bias.table"), "-o", path)
+    assert status == 0, text
+    layer = moec.Layer(moec.Bundle(path), device, "gptoss")
+    H, I, E, K, m = layer.hidden, layer.intermediate, layer.experts, layer.top_k, 12
+    o = oracle("tp", H, I, E, K, m, 6, interleave=0, swiglu=7, activation="gpt-oss-swiglu")
+    a = o.arrays
+    rng = np.random.default_rng(11)
+    w13_bias = rng.normal(size=(E, 2 * I)).astype(np.float32)
+    w2_bias = rng.normal(size=(E, H)).astype(np.float32)
+    weights = upload_all(device, prepare_checkpoint(
+        layer, a["w13"], a["w13_scale"], a["w2"], a["w2_scale"]))
+    inputs = upload_all(device, {k: a[k] for k in ("hidden_states", "topk_ids", "topk_weights")})
+    with pytest.raises(moec.MoecError) as error:
+        layer.bind_weights(weights["w13"], weights["w13_scale"], weights["w2"],
+                           weights["w2_scale"])
+    assert "bias" in str(error.value)
+    biases = upload_all(device, {"w13_bias": w13_bias, "w2_bias": w2_bias})
+    layer.bind_bias(biases["w13_bias"], biases["w2_bias"])
+    layer.bind_weights(weights["w13"], weights["w13_scale"], weights["w2"], weights["w2_scale"])
+    out = device.alloc(m * H * 2)
+    out.fill(POISON)
+    layer.forward(m, inputs["hidden_states"], inputs["topk_ids"], inputs["topk_weights"], out)
+    device.synchronize()
+    bits = np.frombuffer(out.download(), dtype=np.uint16).reshape(m, H)
+    assert not np.any(bits == 0xFFFF)
+    # Without the biases the oracle is far off; with them (moec reference
+    # reads w13_bias.npy and w2_bias.npy next to the inputs) it agrees.
+    for name in ("w13_bias.npy", "w2_bias.npy"):
+        if os.path.exists(os.path.join(o.directory, "in", name)):
+            os.remove(os.path.join(o.directory, "in", name))
+    with pytest.raises(AssertionError):
+        o.compare(bits, tag="no-bias")
+    moec.npy.save(os.path.join(o.directory, "in", "w13_bias.npy"), w13_bias)
+    moec.npy.save(os.path.join(o.directory, "in", "w2_bias.npy"), w2_bias)
+    assert o.compare(bits) < 0.01
