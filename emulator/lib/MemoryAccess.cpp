@@ -373,25 +373,36 @@ void Executor::countBankConflicts(const int64_t *addresses, uint64_t mask,
     // dwordsPerLane onwards, so a bank's distinct dwords are the distinct
     // chunks of its group.
     if ((bytes == 8 || bytes == 16) && bytes / 4 == dwordsPerLane) {
-      int64_t chunks[kLanes];
-      unsigned count = 0, perGroup[kBanks] = {}, busiest = 0;
+      // (group, chunk) keys sorted (lane order is usually already sorted),
+      // then the distinct chunks of each group counted.
+      uint64_t keys[kLanes];
+      unsigned count = 0;
       bool aligned = true;
-      for (int l = phase; l < phase + lanesPerPhase && aligned; ++l) {
+      for (int l = phase; l < phase + lanesPerPhase; ++l) {
         if (!(mask >> l & 1))
           continue;
-        aligned = addresses[l] >= 0 && addresses[l] % bytes == 0;
-        if (!aligned)
+        // Powers of two: shifts and masks, not divisions.
+        const int shift = bytes == 16 ? 4 : 3;
+        if (addresses[l] < 0 || (addresses[l] & (bytes - 1)) != 0 ||
+            addresses[l] >> shift >= int64_t(1) << 48) {
+          aligned = false;
           break;
-        const int64_t chunk = addresses[l] / bytes;
-        bool seen = false;
-        for (unsigned i = 0; i < count && !seen; ++i)
-          seen = chunks[i] == chunk;
-        if (seen)
-          continue;
-        chunks[count++] = chunk;
-        busiest = std::max(busiest, ++perGroup[size_t(chunk % lanesPerPhase)]);
+        }
+        const uint64_t chunk = uint64_t(addresses[l]) >> shift;
+        const uint64_t key = (chunk & uint64_t(lanesPerPhase - 1)) << 48 | chunk;
+        unsigned i = count++;
+        for (; i > 0 && keys[i - 1] > key; --i)
+          keys[i] = keys[i - 1];
+        keys[i] = key;
       }
       if (aligned) {
+        unsigned busiest = 0, run = 0;
+        for (unsigned i = 0; i < count; ++i) {
+          if (i > 0 && keys[i] == keys[i - 1])
+            continue;
+          run = i > 0 && keys[i] >> 48 == keys[i - 1] >> 48 ? run + 1 : 1;
+          busiest = std::max(busiest, run);
+        }
         if (count)
           result.stats.ldsBankConflicts += busiest - 1;
         continue;

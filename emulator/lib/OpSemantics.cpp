@@ -240,7 +240,24 @@ bool intBinaryWord(IntOp op, const RtValue &a, const RtValue &b, RtValue &r,
     return true;
   case IntOp::DivU:
   case IntOp::RemU:
-  case IntOp::CeilDivU:
+  case IntOp::CeilDivU: {
+    U divisor;
+    std::memcpy(&divisor, pb, sizeof(U));
+    if (b.uniform && divisor != 0 && (divisor & (divisor - 1)) == 0) {
+      // A uniform power-of-two divisor (the usual index arithmetic):
+      // shifts and masks, the same results as the division.
+      const unsigned shift = unsigned(__builtin_ctzll(divisor));
+      const U low = divisor - 1;
+      if (op == IntOp::DivU)
+        run([shift](U x, U) -> U { return x >> shift; });
+      else if (op == IntOp::RemU)
+        run([low](U x, U) -> U { return x & low; });
+      else
+        run([shift, low](U x, U) -> U {
+          return U((x >> shift) + ((x & low) != 0));
+        });
+      return true;
+    }
     run([&](U x, U y) -> U {
       if (y == 0) {
         divZero = true;
@@ -251,6 +268,7 @@ bool intBinaryWord(IntOp op, const RtValue &a, const RtValue &b, RtValue &r,
                                  : U(x / y + (x % y != 0));
     });
     return true;
+  }
   default:
     return false;
   }
