@@ -442,7 +442,7 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     r.shapeFor(uni, ri.laneBytes, mask);
     forLanes(uni, mask, [&](int l) {
       const RtValue &pick = c.lane(l, 1)[0] ? a : b;
-      std::memcpy(r.lane(l, ri.laneBytes), pick.lane(l, ri.laneBytes), ri.laneBytes);
+      copyLane(r.lane(l, ri.laneBytes), pick.lane(l, ri.laneBytes), ri.laneBytes);
     });
     return success();
   }
@@ -777,8 +777,8 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
         uint8_t *dst = r.lane(l, ri.laneBytes);
         const uint8_t *pa = a.lane(l, ai.laneBytes), *pb = b.lane(l, bi.laneBytes);
         if (concat) {
-          std::memcpy(dst, pa, ai.laneBytes);
-          std::memcpy(dst + ai.laneBytes, pb, bi.laneBytes);
+          copyLane(dst, pa, ai.laneBytes);
+          copyLane(dst + ai.laneBytes, pb, bi.laneBytes);
           return;
         }
         for (unsigned e = 0; e < ri.count; ++e) {
@@ -819,8 +819,8 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       // Whole bytes: one copy per lane.
       const size_t from = size_t(p.ints[0]) * (ri.elemBits / 8);
       forLanes(a.uniform, mask, [&](int l) {
-        std::memcpy(r.lane(l, ri.laneBytes), a.lane(l, ai.laneBytes) + from,
-                    ri.laneBytes);
+        copyLane(r.lane(l, ri.laneBytes), a.lane(l, ai.laneBytes) + from,
+                 ri.laneBytes);
       });
       return success();
     }
@@ -865,6 +865,10 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
       forLanes(s.uniform, mask, [&](int l) {
         uint8_t *dst = r.lane(l, ri.laneBytes);
         const uint8_t *src = s.lane(l, si.laneBytes);
+        if (ri.count == 1) {
+          copyLane(dst, src, eb);
+          return;
+        }
         for (unsigned e = 0; e < ri.count; ++e)
           std::memcpy(dst + e * eb, src, eb);
       });
