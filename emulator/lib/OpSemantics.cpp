@@ -602,9 +602,15 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     }
     r.shapeFor(uni, bytes, mask);
     int64_t ldsAddresses[kLanes];
+    // A rank-1 memref's index is the index operand itself.
+    const RtValue *index1 = mi.shape.size() == 1 ? &regs[p.in[1]] : nullptr;
     forLanes(uni, mask, [&](int l) {
       const int lane = uni ? firstLane(mask) : l;
-      const int64_t index = linearIndex(mi, wave, p.in, 1, lane);
+      int64_t index;
+      if (index1)
+        std::memcpy(&index, index1->lane(lane, 8), 8);
+      else
+        index = linearIndex(mi, wave, p.in, 1, lane);
       ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
       const uint8_t *src =
           access(p, wg, wave, lane, mem, index * mi.memElemBytes, bytes, false);
@@ -628,10 +634,15 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
     // Every active lane stores, in lane order: with one address for all
     // lanes the highest active lane's value remains.
     int64_t ldsAddresses[kLanes];
+    const RtValue *index1 = mi.shape.size() == 1 ? &regs[p.in[2]] : nullptr;
     for (int l = 0; l < kLanes; ++l) {
       if (!(mask >> l & 1))
         continue;
-      const int64_t index = linearIndex(mi, wave, p.in, 2, l);
+      int64_t index;
+      if (index1)
+        std::memcpy(&index, index1->lane(l, 8), 8);
+      else
+        index = linearIndex(mi, wave, p.in, 2, l);
       ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
       uint8_t *dst =
           access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
