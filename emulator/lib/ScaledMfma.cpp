@@ -242,13 +242,51 @@ void productsDouble32(const IntegerTile<double> &a,
   products<double, 32, 64>(a, b, unit, product);
 }
 
+/// The operand bytes a tile was last rebuilt from. A wave's MFMAs of one
+/// K step reuse fragments (a W13 decode tile multiplies one activation
+/// fragment with its gate and its up fragment in turn), so an operand
+/// equal to the last one on its side keeps its tile instead of being
+/// gathered again. (Keeping more tiles, found by a hash, cost more than it
+/// saved.)
+struct OperandKey {
+  mfma::Shape shape = mfma::Shape::M16N16K128;
+  mfma::OperandFormat format = mfma::OperandFormat::Fp8;
+  bool valid = false;
+  uint8_t bytes[64 * 32];
+  uint8_t scales[64];
+
+  /// Whether `op` is the operand this key holds; if not, it becomes it.
+  bool sameAs(mfma::Shape s, const MfmaOperand &op) {
+    const unsigned used = op.format == mfma::OperandFormat::Fp8 ? 32 : 16;
+    bool same = valid && shape == s && format == op.format &&
+                std::memcmp(scales, op.scales, 64) == 0;
+    for (int lane = 0; same && lane < 64; ++lane)
+      same = std::memcmp(bytes + lane * used,
+                         op.bytes + size_t(lane) * op.laneStride, used) == 0;
+    if (same)
+      return true;
+    shape = s;
+    format = op.format;
+    valid = true;
+    std::memcpy(scales, op.scales, 64);
+    for (int lane = 0; lane < 64; ++lane)
+      std::memcpy(bytes + lane * used, op.bytes + size_t(lane) * op.laneStride,
+                  used);
+    return false;
+  }
+};
+
 template <typename T>
 void computeProducts(mfma::Shape shape, const MfmaOperand &a,
                      const MfmaOperand &b, double *product) {
   thread_local IntegerTile<T> at, bt;
-  gatherOperand(shape, a, /*kMajor=*/false, at);
-  gatherOperand(shape, b, /*kMajor=*/true, bt);
-  const double unit = std::ldexp(1.0, -(at.shift + bt.shift));
+  thread_local OperandKey aKey, bKey;
+  if (!aKey.sameAs(shape, a))
+    gatherOperand(shape, a, /*kMajor=*/false, at);
+  if (!bKey.sameAs(shape, b))
+    gatherOperand(shape, b, /*kMajor=*/true, bt);
+  // 2^-(shift_a + shift_b), exactly (shifts are 1 or 9).
+  const double unit = 1.0 / double(uint64_t(1) << (at.shift + bt.shift));
   const bool is16 = shape == mfma::Shape::M16N16K128;
   if constexpr (std::is_same_v<T, int32_t>) {
     if (is16)
