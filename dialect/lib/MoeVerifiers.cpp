@@ -254,14 +254,6 @@ int64_t TileAttr::padLdsForResidency(int64_t ldsBytes,
   return std::max(ldsBytes, floor);
 }
 
-/// The LDS per CU of the chip around `op` (the default chip when the op is
-/// not inside a `moe.target` yet).
-static int64_t ldsBytesPerCuAround(Operation *op) {
-  const TargetInfo *chip = lookupTarget(op);
-  return int64_t(chip ? chip->ldsBytesPerCu
-                      : moec::target::defaultTarget().ldsBytesPerCu);
-}
-
 int64_t W2Op::getLdsBytes() {
   TileAttr tile = getTile();
   // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes
@@ -273,7 +265,7 @@ int64_t W2Op::getLdsBytes() {
   int64_t own = getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2)
                              : gemm;
   return tile.padLdsForResidency(own + getPeerLdsBytes(),
-                                 ldsBytesPerCuAround(*this));
+                                 getVerifiedTarget(*this).ldsBytesPerCu);
 }
 
 /// Bytes of the peer stages' LDS words: count, first row and tile prefix
@@ -378,7 +370,7 @@ int64_t W13Op::getLdsBytes() {
                  (tile.getBDirect() ? 0 : 2 * tile.getN() * bRowBytes);
   return tile.padLdsForResidency(
       std::max(gemm, tile.getM() * tile.getN() * 4) + getPeerLdsBytes(),
-      ldsBytesPerCuAround(*this));
+      getVerifiedTarget(*this).ldsBytesPerCu);
 }
 
 LogicalResult W13Op::verify() {

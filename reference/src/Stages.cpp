@@ -460,29 +460,23 @@ Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
   return Status();
 }
 
-} // namespace
-
-namespace {
-
 /// Euclidean norm of each of `expert`'s weight rows (dequantised).
 std::vector<double> weightRowNorms(const WeightSource &weights, int32_t expert) {
   const int64_t rows = weights.rows(), depth = weights.depth();
   WeightScratch scratch;
   const ExpertRows block = weights.expertRows(expert, 0, rows, scratch);
   const int64_t rowBytes = weightRowBytes(block.format, depth);
-  std::vector<double> norms(static_cast<size_t>(rows));
+  std::vector<double> norms(static_cast<size_t>(rows)), row(static_cast<size_t>(depth));
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t *elements = block.elements + r * rowBytes;
     const uint8_t *scales = block.scales + r * (depth / kBlockSize);
+    if (block.format == WeightFormat::Mxfp4)
+      dequantizeMxfp4Row(elements, scales, depth, row.data());
+    else
+      dequantizeFp8Row(elements, scales, depth, row.data());
     double sum = 0.0;
-    for (int64_t k = 0; k < depth; ++k) {
-      const double value =
-          block.format == WeightFormat::Mxfp4
-              ? decodeE2M1(k % 2 ? elements[k / 2] >> 4 : elements[k / 2] & 0xF)
-              : decodeFp8E4M3(elements[k]);
-      const double scaled = value * decodeE8M0(scales[k / kBlockSize]);
-      sum += scaled * scaled;
-    }
+    for (double value : row)
+      sum += value * value;
     norms[static_cast<size_t>(r)] = std::sqrt(sum);
   }
   return norms;
