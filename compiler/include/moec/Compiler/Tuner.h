@@ -53,6 +53,35 @@ using TileCounter =
     std::function<bool(const StageSpec &spec, const GemmStageShape &shape,
                        TileCounts &counts, std::string &error)>;
 
+/// One configuration a CandidateTimer times: the bundle's table
+/// (`network`, `ep`, `workspace`) selects it alone, for every M (one row,
+/// m = 1, above_max = largest), planned for `maxTokens` tokens per rank.
+struct TimedConfig {
+  std::string network;
+  uint32_t ep = 1, workspace = 0, maxTokens = 0;
+  std::vector<int64_t> keys; ///< the M values to time it at
+};
+
+/// What a CandidateTimer measured.
+struct DeviceTimings {
+  std::string device; ///< one token: how the device names itself
+  std::string method; ///< one token: how it timed (docs/tuning.md)
+  std::string date;   ///< YYYY-MM-DD
+  /// Per TimedConfig, per key: microseconds per forward; a negative value:
+  /// not timed (the reason in `skipped`).
+  std::vector<std::vector<double>> us;
+  std::vector<std::string> skipped; ///< one line per config not timed
+};
+
+/// Times the configurations of the bundle at `bundlePath` on a device
+/// through the runtime (docs/tuning.md, "Timing on a device"). Returns
+/// false with a one-line reason when the device cannot time at all (no
+/// HIP, the emulated device): the tuner then ranks with the model and
+/// prints the reason.
+using CandidateTimer = std::function<bool(
+    const std::string &bundlePath, const std::vector<TimedConfig> &configs,
+    DeviceTimings &timings, std::string &error)>;
+
 struct TuneOptions {
   SearchSpace space;
   /// The model's per-tile inputs (docs/cost-model.md): counted by this
@@ -66,6 +95,11 @@ struct TuneOptions {
   /// Tiles counted so far and in all (from the counting threads, one at a
   /// time).
   std::function<void(size_t, size_t)> countProgress;
+  /// Empty: every row is model-ranked. Otherwise the model's best
+  /// `timedPerKey` survivors at every key are timed and the fastest
+  /// measured one is chosen (rows `measured`).
+  CandidateTimer timeCandidates;
+  size_t timedPerKey = 3;
 };
 
 /// Candidate figures of one selection (docs/tuning.md, "Figures").
