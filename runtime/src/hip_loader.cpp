@@ -17,6 +17,15 @@ const std::vector<const char *> &hipSymbolNames() {
   return names;
 }
 
+const std::vector<const char *> &hipTimingSymbolNames() {
+  static const std::vector<const char *> names = {
+#define MOEC_HIP_SYMBOL_NAME(name, ret, params) #name,
+      MOEC_HIP_TIMING_SYMBOLS(MOEC_HIP_SYMBOL_NAME)
+#undef MOEC_HIP_SYMBOL_NAME
+  };
+  return names;
+}
+
 std::vector<std::string> defaultHipLibraryCandidates() {
   if (const char *explicitPath = std::getenv("MOEC_HIP_LIBRARY");
       explicitPath && *explicitPath)
@@ -65,7 +74,22 @@ std::unique_ptr<HipLibrary> HipLibrary::load(const std::vector<std::string> &can
     error = library->loadedFrom_ + ": missing symbol " + missing;
     return nullptr;
   }
+  // The timing table is optional: without it the library still serves
+  // layers, and timing says which symbol it lacks.
+  HipTimingSymbols &timing = library->timing_;
+#define MOEC_HIP_RESOLVE(name, ret, params)                                    \
+  timing.name = reinterpret_cast<ret(*) params>(::dlsym(handle, #name));       \
+  if (!timing.name)                                                            \
+    missing += std::string(missing.empty() ? "" : ", ") + #name;
+  MOEC_HIP_TIMING_SYMBOLS(MOEC_HIP_RESOLVE)
+#undef MOEC_HIP_RESOLVE
+  if (!missing.empty())
+    library->timingError_ = library->loadedFrom_ + ": missing symbol " + missing;
   return library;
+}
+
+bool HipLibrary::exports(const char *name) const {
+  return handle_ && ::dlsym(handle_, name) != nullptr;
 }
 
 std::string HipLibrary::describe(hip::Error status) const {

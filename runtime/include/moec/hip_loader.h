@@ -32,6 +32,10 @@ using Error = int;            ///< hipError_t
 using Module = void *;        ///< hipModule_t
 using Function = void *;      ///< hipFunction_t
 using Stream = void *;        ///< hipStream_t
+using Event = void *;         ///< hipEvent_t
+using Graph = void *;         ///< hipGraph_t
+using GraphExec = void *;     ///< hipGraphExec_t
+using GraphNode = void *;     ///< hipGraphNode_t
 inline constexpr Error kSuccess = 0;
 inline constexpr Error kErrorNoDevice = 100;      ///< hipErrorNoDevice
 inline constexpr Error kErrorInvalidDevice = 101; ///< hipErrorInvalidDevice
@@ -45,6 +49,9 @@ inline constexpr int kAttributeWarpSize = 87;
 inline constexpr int kMemcpyHostToDevice = 1;
 inline constexpr int kMemcpyDeviceToHost = 2;
 inline constexpr int kMemcpyDeviceToDevice = 3;
+/// hipStreamCaptureMode (hip_runtime_api.h: Global 0, ThreadLocal 1,
+/// Relaxed 2; an enum, passed as an int).
+inline constexpr int kStreamCaptureModeGlobal = 0;
 /// hipIpcMemHandle_t: 64 opaque bytes, passed by value.
 struct IpcMemHandle {
   char reserved[64];
@@ -88,6 +95,29 @@ inline void *const kLaunchParamEnd = reinterpret_cast<void *>(3);
     (void **pointer, hip::IpcMemHandle handle, unsigned flags))                \
   X(hipIpcCloseMemHandle, hip::Error, (void *pointer))
 
+/// The optional table: what timing on a device needs (events, streams,
+/// graph capture and replay, the device's name). Resolved after the
+/// required table; a library missing any of them stays fully usable for
+/// layers, and only timing is unavailable (HipLibrary::timing()).
+#define MOEC_HIP_TIMING_SYMBOLS(X)                                             \
+  X(hipEventCreate, hip::Error, (hip::Event * event))                          \
+  X(hipEventDestroy, hip::Error, (hip::Event event))                           \
+  X(hipEventRecord, hip::Error, (hip::Event event, hip::Stream stream))        \
+  X(hipEventSynchronize, hip::Error, (hip::Event event))                       \
+  X(hipEventElapsedTime, hip::Error,                                           \
+    (float *milliseconds, hip::Event start, hip::Event stop))                  \
+  X(hipStreamCreate, hip::Error, (hip::Stream * stream))                       \
+  X(hipStreamDestroy, hip::Error, (hip::Stream stream))                        \
+  X(hipStreamBeginCapture, hip::Error, (hip::Stream stream, int mode))         \
+  X(hipStreamEndCapture, hip::Error, (hip::Stream stream, hip::Graph * graph)) \
+  X(hipGraphInstantiate, hip::Error,                                           \
+    (hip::GraphExec * exec, hip::Graph graph, hip::GraphNode * errorNode,      \
+     char *log, size_t logSize))                                               \
+  X(hipGraphLaunch, hip::Error, (hip::GraphExec exec, hip::Stream stream))     \
+  X(hipGraphExecDestroy, hip::Error, (hip::GraphExec exec))                    \
+  X(hipGraphDestroy, hip::Error, (hip::Graph graph))                           \
+  X(hipDeviceGetName, hip::Error, (char *name, int length, int device))
+
 /// Function pointers of the loaded HIP library.
 struct HipSymbols {
 #define MOEC_HIP_DECLARE_POINTER(name, ret, params) ret(*name) params = nullptr;
@@ -95,8 +125,17 @@ struct HipSymbols {
 #undef MOEC_HIP_DECLARE_POINTER
 };
 
+/// Function pointers of the optional timing table.
+struct HipTimingSymbols {
+#define MOEC_HIP_DECLARE_POINTER(name, ret, params) ret(*name) params = nullptr;
+  MOEC_HIP_TIMING_SYMBOLS(MOEC_HIP_DECLARE_POINTER)
+#undef MOEC_HIP_DECLARE_POINTER
+};
+
 /// Names of every symbol in the table, in order.
 const std::vector<const char *> &hipSymbolNames();
+/// Names of every symbol in the optional timing table, in order.
+const std::vector<const char *> &hipTimingSymbolNames();
 
 /// Library names tried by default: $MOEC_HIP_LIBRARY alone when set;
 /// otherwise libamdhip64.so, .so.7, .so.6, .so.5, then
@@ -116,6 +155,15 @@ public:
   HipLibrary &operator=(const HipLibrary &) = delete;
 
   const HipSymbols &symbols() const { return symbols_; }
+  /// The timing table, or null when the library lacks some of it (then
+  /// timingError() says "<lib>: missing symbol hipGraphLaunch, ...").
+  const HipTimingSymbols *timing() const {
+    return timingError_.empty() ? &timing_ : nullptr;
+  }
+  const std::string &timingError() const { return timingError_; }
+  /// Whether the library exports `name` (e.g. an entry point only moec's
+  /// emulated device has).
+  bool exports(const char *name) const;
   const std::string &loadedFrom() const { return loadedFrom_; }
   /// "hipErrorX (N)" style text for a HIP status, through hipGetErrorString.
   std::string describe(hip::Error status) const;
@@ -125,6 +173,8 @@ private:
   void *handle_ = nullptr;
   std::string loadedFrom_;
   HipSymbols symbols_;
+  HipTimingSymbols timing_;
+  std::string timingError_;
 };
 
 /// An initialised HIP device (hipInit, device count, hipSetDevice) and its

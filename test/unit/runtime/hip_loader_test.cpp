@@ -129,6 +129,26 @@ TEST_CASE("the symbol table lists every entry point once", "[hip]") {
                         [&](const char *n) { return std::strcmp(n, required) == 0; }) == 1);
 }
 
+TEST_CASE("a library without the timing symbols serves layers, not timing",
+          "[hip]") {
+  const auto &names = hipTimingSymbolNames();
+  CHECK(names.size() == 14);
+  std::string error;
+  auto library = HipLibrary::load({MOEC_FAKE_HIP_PATH}, error);
+  REQUIRE(library);
+  CHECK(library->symbols().hipModuleLaunchKernel);
+  CHECK(library->timing() == nullptr);
+  // Every missing one is named, in table order.
+  std::string expected = std::string(MOEC_FAKE_HIP_PATH) + ": missing symbol ";
+  for (size_t i = 0; i < names.size(); ++i)
+    expected += std::string(i ? ", " : "") + names[i];
+  CHECK(library->timingError() == expected);
+  CHECK(library->exports("hipModuleLaunchKernel"));
+  CHECK_FALSE(library->exports("moecEmulatedRegisterKernelIr"));
+  auto device = HipDevice::create(std::move(library), 0, error);
+  CHECK(device);
+}
+
 TEST_CASE("a library missing a symbol is refused, naming it", "[hip]") {
   std::string error;
   auto library = HipLibrary::load({MOEC_FAKE_HIP_INCOMPLETE_PATH}, error);
