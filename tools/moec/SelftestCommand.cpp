@@ -15,6 +15,7 @@
 
 #include "Commands.h"
 #include "CommandSupport.h"
+#include "LayerSetup.h"
 
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Emulator/StageKernel.h"
@@ -93,156 +94,11 @@ std::string emulatedLibraryPath() {
   return dir + "/../lib/libmoec_emulated_hip.so";
 }
 
-/// What the oracle needs about a table, read from its kernels' attributes.
-struct TableFacts {
-  rt::LayerProblem problem;
-  bool fused = false, shared = false, compact = false;
-  int64_t interleave = 0;
-  double swigluLimit = 0.0;
-  /// W13's activation: GPT-OSS's SwiGLU (gpt_oss_swiglu, AITER's
-  /// ActivationType.Swiglu) or SiLU.
-  bool gptOssSwiglu = false;
-  /// The W13 and W2 kernels take per-expert FP32 biases (`bias`, AITER's
-  /// bias1 / bias2): the selftest generates them, binds them and gives them
-  /// to the oracle.
-  bool bias = false;
-  int64_t fixedSlotCapacity = 0; ///< per local expert (fused fixed slot)
-};
-
-const char *activationName(bool gptOssSwiglu) {
-  return gptOssSwiglu ? "gpt-oss-swiglu" : "silu";
-}
-
-bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
-                TableFacts &facts, std::string &error) {
-  facts = TableFacts();
-  facts.problem.epSize = table.ep;
-  bool found = false;
-  std::string firstActivationKernel, firstGemmKernel;
-  for (const rt::SelectionRow &row : table.rows)
-    for (uint32_t k : manifest.configs[row.config].kernels) {
-      const rt::KernelInfo &kernel = manifest.kernels[k];
-      StageSpec spec = stageSpecOfAttributes(kernel.stage, kernel.attributes);
-      if (kernel.stage != "w13" && kernel.stage != "w2")
-        continue;
-      // One set of biases serves the table: its GEMM kernels all take them
-      // or none does.
-      const bool bias = emu::specFlag(spec, "bias");
-      if (!firstGemmKernel.empty() && bias != facts.bias) {
-        error = "table " +
-                rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": kernels " + firstGemmKernel + " (" +
-                (facts.bias ? "bias" : "no bias") + ") and " + kernel.name +
-                " (" + (bias ? "bias" : "no bias") + ") differ in the bias";
-        return false;
-      }
-      if (firstGemmKernel.empty())
-        firstGemmKernel = kernel.name;
-      facts.bias = bias;
-      if (kernel.stage != "w13")
-        continue;
-      // One oracle serves the whole table, so its W13 kernels must agree on
-      // the activation.
-      const bool gptOss = emu::specFlag(spec, "gpt_oss_swiglu");
-      if (found && gptOss != facts.gptOssSwiglu) {
-        error = "table " +
-                rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": W13 kernels " + firstActivationKernel + " (" +
-                activationName(facts.gptOssSwiglu) + ") and " + kernel.name +
-                " (" + activationName(gptOss) + ") differ in the activation";
-        return false;
-      }
-      if (!found)
-        firstActivationKernel = kernel.name;
-      facts.gptOssSwiglu = gptOss;
-      found = true;
-      facts.problem.hidden = uint32_t(emu::specInteger(spec, "hidden", 0));
-      facts.problem.intermediate =
-          uint32_t(emu::specInteger(spec, "intermediate", 0));
-      facts.shared = emu::specFlag(spec, "shared_fp8_expert");
-      facts.problem.experts = uint32_t(emu::specInteger(spec, "experts", 0) -
-                                       (facts.shared ? 1 : 0));
-      facts.problem.topK =
-          uint32_t(emu::specInteger(spec, "top_k", 0) - (facts.shared ? 1 : 0));
-      facts.interleave = emu::specInteger(spec, "gate_up_interleave", 0);
-      facts.swigluLimit = emu::specNumber(spec, "swiglu_limit", 0.0);
-      if (emu::specIsFused(spec)) {
-        facts.fused = true;
-        facts.compact = emu::specText(spec, "transport") == "compact";
-        facts.fixedSlotCapacity = emu::specInteger(spec, "capacity", 0);
-      }
-    }
-  if (!found)
-    error = "table " + rt::describeTableKey(table.network, table.ep,
-                                            table.workspace) +
-            ": no W13 kernel";
-  return found;
-}
-
-/// One rank's device: its HIP device, kernel loader and layer.
-struct Rank {
-  std::unique_ptr<rt::HipDevice> device;
-  std::unique_ptr<rt::KernelLoader> loader;
-  std::unique_ptr<rt::Layer> layer;
-  void *workspace = nullptr, *peer = nullptr;
-  void *w13 = nullptr, *w13Scale = nullptr, *w2 = nullptr, *w2Scale = nullptr;
-  void *sharedW13 = nullptr, *sharedW13Scale = nullptr, *sharedW2 = nullptr,
-       *sharedW2Scale = nullptr;
-  void *w13Bias = nullptr, *w2Bias = nullptr;
-  void *hidden = nullptr, *ids = nullptr, *weights = nullptr, *out = nullptr;
-};
-
-/// Device memory through the HIP symbols, freed at the end.
-class DeviceMemory {
-public:
-  explicit DeviceMemory(const rt::HipDevice &device) : device_(device) {}
-  ~DeviceMemory() {
-    for (void *pointer : owned_)
-      (void)device_.hipApi().hipFree(pointer);
-  }
-  void *allocate(size_t bytes, std::string &error) {
-    void *pointer = nullptr;
-    if (!device_.makeCurrent(error))
-      return nullptr;
-    rt::hip::Error status = device_.hipApi().hipMalloc(&pointer, std::max<size_t>(bytes, 1));
-    if (status != rt::hip::kSuccess) {
-      error = "hipMalloc(" + std::to_string(bytes) + ") failed: " +
-              device_.library().describe(status);
-      return nullptr;
-    }
-    owned_.push_back(pointer);
-    return pointer;
-  }
-  bool upload(void *dst, const void *src, size_t bytes, std::string &error) {
-    if (!bytes)
-      return true;
-    rt::hip::Error status = device_.hipApi().hipMemcpy(
-        dst, src, bytes, rt::hip::kMemcpyHostToDevice);
-    if (status != rt::hip::kSuccess)
-      error = "hipMemcpy failed: " + device_.library().describe(status);
-    return status == rt::hip::kSuccess;
-  }
-  bool download(void *dst, const void *src, size_t bytes, std::string &error) {
-    if (!bytes)
-      return true;
-    rt::hip::Error status = device_.hipApi().hipMemcpy(
-        dst, src, bytes, rt::hip::kMemcpyDeviceToHost);
-    if (status != rt::hip::kSuccess)
-      error = "hipMemcpy failed: " + device_.library().describe(status);
-    return status == rt::hip::kSuccess;
-  }
-  bool fill(void *dst, int value, size_t bytes, std::string &error) {
-    rt::hip::Error status =
-        device_.hipApi().hipMemsetAsync(dst, value, bytes, nullptr);
-    if (status != rt::hip::kSuccess)
-      error = "hipMemsetAsync failed: " + device_.library().describe(status);
-    return status == rt::hip::kSuccess;
-  }
-
-private:
-  const rt::HipDevice &device_;
-  std::vector<void *> owned_;
-};
+using cli::activationName;
+using cli::DeviceMemory;
+using cli::Rank;
+using cli::TableFacts;
+using cli::tableFacts;
 
 /// One case: M for every rank and how its tokens are routed.
 struct Case {
@@ -607,17 +463,21 @@ int Selftest::runTable(uint32_t tableIndex) {
   // Weights: routed experts in checkpoint numbering, sliced per rank.
   const int64_t H = facts.problem.hidden, I = facts.problem.intermediate;
   const int64_t E = facts.problem.experts;
-  const int64_t local = facts.fused || table.ep > 1 ? E / table.ep : E;
   w13Source_ = std::make_unique<ref::GeneratedMxfp4Weights>(
       args_.seed, 13, E, 2 * I, H, ref::defaultScaleExponent(H));
   w2Source_ = std::make_unique<ref::GeneratedMxfp4Weights>(
       args_.seed, 2, E, H, I, ref::defaultScaleExponent(I));
-  std::vector<uint8_t> w13, w13Scales, w2, w2Scales;
-  ref::materializeWeights(*w13Source_, w13, w13Scales);
-  ref::materializeWeights(*w2Source_, w2, w2Scales);
+  cli::HostLayerWeights host;
+  host.experts = E;
+  ref::materializeWeights(*w13Source_, host.w13, host.w13Scales);
+  ref::materializeWeights(*w2Source_, host.w2, host.w2Scales);
   if (facts.shared) {
     ref::generateFp8Expert(args_.seed, 113, 2 * I, H, sharedW13_, sharedW13Scales_);
     ref::generateFp8Expert(args_.seed, 112, H, I, sharedW2_, sharedW2Scales_);
+    host.sharedW13 = sharedW13_;
+    host.sharedW13Scales = sharedW13Scales_;
+    host.sharedW2 = sharedW2_;
+    host.sharedW2Scales = sharedW2Scales_;
   }
   bias_ = ref::ExpertBias();
   const int64_t biasRows = E + (facts.shared ? 1 : 0);
@@ -630,79 +490,19 @@ int Selftest::runTable(uint32_t tableIndex) {
       bias_.w13[i] = float(w13Random.normal(i));
     for (size_t i = 0; i < bias_.w2.size(); ++i)
       bias_.w2[i] = float(w2Random.normal(i));
+    host.w13Bias = bias_.w13;
+    host.w2Bias = bias_.w2;
   }
-  std::vector<void *> peers(table.ep, nullptr);
-  for (uint32_t r = 0; r < table.ep; ++r) {
-    Rank &rank = ranks[r];
-    DeviceMemory &mem = *memory[r];
-    const int64_t first = table.ep > 1 ? int64_t(r) * local : 0;
-    auto slice = [&](const std::vector<uint8_t> &all, int64_t perExpert,
-                     void *&device) {
-      device = mem.allocate(size_t(local * perExpert), error);
-      return device && mem.upload(device, all.data() + first * perExpert,
-                                  size_t(local * perExpert), error);
-    };
-    bool ok = slice(w13, 2 * I * H / 2, rank.w13) &&
-              slice(w13Scales, 2 * I * H / 32, rank.w13Scale) &&
-              slice(w2, H * I / 2, rank.w2) &&
-              slice(w2Scales, H * I / 32, rank.w2Scale);
-    auto whole = [&](const std::vector<uint8_t> &all, void *&device) {
-      device = mem.allocate(all.size(), error);
-      return device && mem.upload(device, all.data(), all.size(), error);
-    };
-    if (ok && facts.shared)
-      ok = whole(sharedW13_, rank.sharedW13) &&
-           whole(sharedW13Scales_, rank.sharedW13Scale) &&
-           whole(sharedW2_, rank.sharedW2) &&
-           whole(sharedW2Scales_, rank.sharedW2Scale);
-    // Biases: the rank's local experts' rows (FHMoE, EP 1: every row, the
-    // shared expert's last).
-    auto biasSlice = [&](const std::vector<float> &all, int64_t perExpert,
-                         void *&device) {
-      const int64_t rows = table.ep > 1 ? local : biasRows;
-      device = mem.allocate(size_t(rows * perExpert) * 4, error);
-      return device && mem.upload(device, all.data() + first * perExpert,
-                                  size_t(rows * perExpert) * 4, error);
-    };
-    if (ok && facts.bias)
-      ok = biasSlice(bias_.w13, 2 * I, rank.w13Bias) &&
-           biasSlice(bias_.w2, H, rank.w2Bias);
-    const size_t tokens = layerMemory.maxTokens;
-    const size_t K = facts.problem.topK;
-    ok = ok && (rank.workspace = mem.allocate(layerMemory.workspaceBytes, error)) &&
-         (rank.hidden = mem.allocate(tokens * H * 2, error)) &&
-         (rank.ids = mem.allocate(tokens * K * 4, error)) &&
-         (rank.weights = mem.allocate(tokens * K * 4, error)) &&
-         (rank.out = mem.allocate(tokens * H * 2, error));
-    if (ok && layerMemory.peerBytes) {
-      ok = (rank.peer = mem.allocate(layerMemory.peerBytes, error)) &&
-           mem.fill(rank.peer, 0, layerMemory.peerBytes, error);
-      peers[r] = rank.peer;
-    }
-    rt::LayerWeights weights;
-    weights.w13 = rank.w13;
-    weights.w13Scale = rank.w13Scale;
-    weights.w2 = rank.w2;
-    weights.w2Scale = rank.w2Scale;
-    weights.sharedW13 = rank.sharedW13;
-    weights.sharedW13Scale = rank.sharedW13Scale;
-    weights.sharedW2 = rank.sharedW2;
-    weights.sharedW2Scale = rank.sharedW2Scale;
-    weights.w13Bias = rank.w13Bias;
-    weights.w2Bias = rank.w2Bias;
-    if (!ok || !rank.layer->bindWorkspace(rank.workspace,
-                                          layerMemory.workspaceBytes, error) ||
-        !rank.layer->bindWeights(weights, error)) {
+  for (uint32_t r = 0; r < table.ep; ++r)
+    if (!cli::setUpRank(ranks[r], *memory[r], facts, table.ep, r, host,
+                        layerMemory, error)) {
       report(false, name + ": set-up: " + error);
       return cli::kSuccess;
     }
+  if (layerMemory.peerBytes && !cli::bindRankPeers(ranks, error)) {
+    report(false, name + ": set-up: " + error);
+    return cli::kSuccess;
   }
-  if (layerMemory.peerBytes)
-    for (Rank &rank : ranks)
-      if (!rank.layer->bindPeers(peers.data(), uint32_t(peers.size()), error)) {
-        report(false, name + ": set-up: " + error);
-        return cli::kSuccess;
-      }
 
   // Cases: the fixed list and M on both sides of every boundary where the
   // selected configuration changes, within what the layer accepts. Rows

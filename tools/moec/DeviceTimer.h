@@ -1,0 +1,64 @@
+//===- DeviceTimer.h - `moec tune --device N`'s candidate timer -*- C++ -*-===//
+///
+/// \file
+/// Times the configurations of a bundle on a GPU through the runtime
+/// (docs/tuning.md, "Timing on a device"): per configuration its layer
+/// ranks with seeded random weights and tokens; per key M a warm-up, one
+/// forward captured in a HIP graph, then samples of one graph replay each
+/// between two events, the caches flushed before every sample (a memset
+/// over a buffer larger than the chip's caches); several passes over the
+/// configurations, every other one in reversed order; the median of every
+/// (configuration, key). Fused tables run one device per rank and are
+/// launched directly (their kernels count an epoch a replayed graph would
+/// repeat). On moec's emulated device, or a HIP library without the timing
+/// entry points, it times nothing and says why.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_TOOLS_MOEC_DEVICETIMER_H
+#define MOEC_TOOLS_MOEC_DEVICETIMER_H
+
+#include "moec/Compiler/Tuner.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace moec::cli {
+
+struct DeviceTimerOptions {
+  /// HIP libraries tried in order (empty: rt::defaultHipLibraryCandidates(),
+  /// i.e. $MOEC_HIP_LIBRARY or libamdhip64).
+  std::vector<std::string> libraries;
+  unsigned passes = 4;
+  /// Samples of every (configuration, key) in each pass.
+  unsigned samplesPerPass = 10;
+  /// Forwards before the capture of each (configuration, key) in a pass.
+  unsigned warmups = 3;
+  /// The cache flush before every sample: MI355X has 256 MiB of Infinity
+  /// Cache and 4 MiB of L2 per XCD; 0: no flush (for tests).
+  uint64_t flushBytes = uint64_t(512) << 20;
+  uint64_t seed = 1;
+  /// A line per configuration set up in each pass (empty: quiet).
+  std::function<void(const std::string &)> progress;
+};
+
+/// The timer of device `device` (its rank 0; fused tables' ranks on
+/// `device` and the devices after it).
+CandidateTimer makeDeviceTimer(int device, DeviceTimerOptions options = {});
+
+/// One token for a device name: runs of characters other than letters,
+/// digits, '.', '_' and '-' become one '-', then "-gpuN"
+/// ("AMD Instinct MI355X", 2 -> "AMD-Instinct-MI355X-gpu2").
+std::string deviceToken(const std::string &name, int ordinal);
+
+/// The method token of a run (docs/tuning.md, "Timing on a device"), e.g.
+/// "hip-graph-median-flush512M-4pass-reversed-40samples"; `fusedDirect`
+/// appends "-fused-direct" (fused tables launched without a graph).
+std::string timingMethodToken(const DeviceTimerOptions &options,
+                              bool fusedDirect);
+
+} // namespace moec::cli
+
+#endif // MOEC_TOOLS_MOEC_DEVICETIMER_H

@@ -1,0 +1,235 @@
+//===- LayerSetup.cpp - a table's layer ranks on a device -----------------===//
+
+#include "LayerSetup.h"
+
+#include "moec/Compiler/StageBuilder.h"
+#include "moec/Emulator/StageKernel.h"
+
+#include <algorithm>
+
+namespace moec::cli {
+
+const char *activationName(bool gptOssSwiglu) {
+  return gptOssSwiglu ? "gpt-oss-swiglu" : "silu";
+}
+
+bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
+                TableFacts &facts, std::string &error) {
+  facts = TableFacts();
+  facts.problem.epSize = table.ep;
+  bool found = false;
+  std::string firstActivationKernel, firstGemmKernel;
+  for (const rt::SelectionRow &row : table.rows)
+    for (uint32_t k : manifest.configs[row.config].kernels) {
+      const rt::KernelInfo &kernel = manifest.kernels[k];
+      StageSpec spec = stageSpecOfAttributes(kernel.stage, kernel.attributes);
+      if (kernel.stage != "w13" && kernel.stage != "w2")
+        continue;
+      // One set of biases serves the table: its GEMM kernels all take them
+      // or none does.
+      const bool bias = emu::specFlag(spec, "bias");
+      if (!firstGemmKernel.empty() && bias != facts.bias) {
+        error = "table " +
+                rt::describeTableKey(table.network, table.ep, table.workspace) +
+                ": kernels " + firstGemmKernel + " (" +
+                (facts.bias ? "bias" : "no bias") + ") and " + kernel.name +
+                " (" + (bias ? "bias" : "no bias") + ") differ in the bias";
+        return false;
+      }
+      if (firstGemmKernel.empty())
+        firstGemmKernel = kernel.name;
+      facts.bias = bias;
+      if (kernel.stage != "w13")
+        continue;
+      // One oracle serves the whole table, so its W13 kernels must agree on
+      // the activation.
+      const bool gptOss = emu::specFlag(spec, "gpt_oss_swiglu");
+      if (found && gptOss != facts.gptOssSwiglu) {
+        error = "table " +
+                rt::describeTableKey(table.network, table.ep, table.workspace) +
+                ": W13 kernels " + firstActivationKernel + " (" +
+                activationName(facts.gptOssSwiglu) + ") and " + kernel.name +
+                " (" + activationName(gptOss) + ") differ in the activation";
+        return false;
+      }
+      if (!found)
+        firstActivationKernel = kernel.name;
+      facts.gptOssSwiglu = gptOss;
+      found = true;
+      facts.problem.hidden = uint32_t(emu::specInteger(spec, "hidden", 0));
+      facts.problem.intermediate =
+          uint32_t(emu::specInteger(spec, "intermediate", 0));
+      facts.shared = emu::specFlag(spec, "shared_fp8_expert");
+      facts.problem.experts = uint32_t(emu::specInteger(spec, "experts", 0) -
+                                       (facts.shared ? 1 : 0));
+      facts.problem.topK =
+          uint32_t(emu::specInteger(spec, "top_k", 0) - (facts.shared ? 1 : 0));
+      facts.interleave = emu::specInteger(spec, "gate_up_interleave", 0);
+      facts.swigluLimit = emu::specNumber(spec, "swiglu_limit", 0.0);
+      if (emu::specIsFused(spec)) {
+        facts.fused = true;
+        facts.compact = emu::specText(spec, "transport") == "compact";
+        facts.fixedSlotCapacity = emu::specInteger(spec, "capacity", 0);
+      }
+    }
+  if (!found)
+    error = "table " + rt::describeTableKey(table.network, table.ep,
+                                            table.workspace) +
+            ": no W13 kernel";
+  return found;
+}
+
+DeviceMemory::~DeviceMemory() {
+  for (void *pointer : owned_)
+    (void)device_.hipApi().hipFree(pointer);
+}
+
+void *DeviceMemory::allocate(size_t bytes, std::string &error) {
+  void *pointer = nullptr;
+  if (!device_.makeCurrent(error))
+    return nullptr;
+  rt::hip::Error status =
+      device_.hipApi().hipMalloc(&pointer, std::max<size_t>(bytes, 1));
+  if (status != rt::hip::kSuccess) {
+    error = "hipMalloc(" + std::to_string(bytes) + ") failed: " +
+            device_.library().describe(status);
+    return nullptr;
+  }
+  owned_.push_back(pointer);
+  return pointer;
+}
+
+bool DeviceMemory::upload(void *dst, const void *src, size_t bytes,
+                          std::string &error) {
+  if (!bytes)
+    return true;
+  rt::hip::Error status = device_.hipApi().hipMemcpy(
+      dst, src, bytes, rt::hip::kMemcpyHostToDevice);
+  if (status != rt::hip::kSuccess)
+    error = "hipMemcpy failed: " + device_.library().describe(status);
+  return status == rt::hip::kSuccess;
+}
+
+bool DeviceMemory::download(void *dst, const void *src, size_t bytes,
+                            std::string &error) {
+  if (!bytes)
+    return true;
+  rt::hip::Error status = device_.hipApi().hipMemcpy(
+      dst, src, bytes, rt::hip::kMemcpyDeviceToHost);
+  if (status != rt::hip::kSuccess)
+    error = "hipMemcpy failed: " + device_.library().describe(status);
+  return status == rt::hip::kSuccess;
+}
+
+bool DeviceMemory::fill(void *dst, int value, size_t bytes, std::string &error,
+                        rt::hip::Stream stream) {
+  rt::hip::Error status =
+      device_.hipApi().hipMemsetAsync(dst, value, bytes, stream);
+  if (status != rt::hip::kSuccess)
+    error = "hipMemsetAsync failed: " + device_.library().describe(status);
+  return status == rt::hip::kSuccess;
+}
+
+bool setUpRank(Rank &rank, DeviceMemory &mem, const TableFacts &facts,
+               uint32_t ep, uint32_t rankIndex, const HostLayerWeights &host,
+               const rt::LayerMemory &layerMemory, std::string &error) {
+  const int64_t H = facts.problem.hidden, I = facts.problem.intermediate;
+  const int64_t E = facts.problem.experts;
+  const int64_t local = facts.fused || ep > 1 ? E / ep : E;
+  const int64_t first = ep > 1 ? int64_t(rankIndex) * local : 0;
+  if (host.experts <= 0) {
+    error = "no host weights";
+    return false;
+  }
+  // The rank's local experts: one copy of a contiguous slice, or expert by
+  // expert when the host set repeats.
+  auto slice = [&](const std::vector<uint8_t> &all, int64_t perExpert,
+                   void *&device) {
+    if (all.size() < size_t(host.experts * perExpert)) {
+      error = "host weights hold " + std::to_string(all.size()) +
+              " bytes, expected " + std::to_string(host.experts * perExpert);
+      return false;
+    }
+    device = mem.allocate(size_t(local * perExpert), error);
+    if (!device)
+      return false;
+    if (first + local <= host.experts)
+      return mem.upload(device, all.data() + first * perExpert,
+                        size_t(local * perExpert), error);
+    for (int64_t l = 0; l < local; ++l)
+      if (!mem.upload(static_cast<uint8_t *>(device) + l * perExpert,
+                      all.data() + ((first + l) % host.experts) * perExpert,
+                      size_t(perExpert), error))
+        return false;
+    return true;
+  };
+  bool ok = slice(host.w13, 2 * I * H / 2, rank.w13) &&
+            slice(host.w13Scales, 2 * I * H / 32, rank.w13Scale) &&
+            slice(host.w2, H * I / 2, rank.w2) &&
+            slice(host.w2Scales, H * I / 32, rank.w2Scale);
+  auto whole = [&](const std::vector<uint8_t> &all, void *&device) {
+    device = mem.allocate(all.size(), error);
+    return device && mem.upload(device, all.data(), all.size(), error);
+  };
+  if (ok && facts.shared)
+    ok = whole(host.sharedW13, rank.sharedW13) &&
+         whole(host.sharedW13Scales, rank.sharedW13Scale) &&
+         whole(host.sharedW2, rank.sharedW2) &&
+         whole(host.sharedW2Scales, rank.sharedW2Scale);
+  // Biases: the rank's local experts' rows (FHMoE, EP 1: every row, the
+  // shared expert's last).
+  const int64_t biasRows = E + (facts.shared ? 1 : 0);
+  auto biasSlice = [&](const std::vector<float> &all, int64_t perExpert,
+                       void *&device) {
+    const int64_t rows = ep > 1 ? local : biasRows;
+    if (all.size() < size_t((first + rows) * perExpert)) {
+      error = "host biases hold " + std::to_string(all.size()) +
+              " values, expected " + std::to_string((first + rows) * perExpert);
+      return false;
+    }
+    device = mem.allocate(size_t(rows * perExpert) * 4, error);
+    return device && mem.upload(device, all.data() + first * perExpert,
+                                size_t(rows * perExpert) * 4, error);
+  };
+  if (ok && facts.bias)
+    ok = biasSlice(host.w13Bias, 2 * I, rank.w13Bias) &&
+         biasSlice(host.w2Bias, H, rank.w2Bias);
+  const size_t tokens = layerMemory.maxTokens;
+  const size_t K = facts.problem.topK;
+  ok = ok && (rank.workspace = mem.allocate(layerMemory.workspaceBytes, error)) &&
+       (rank.hidden = mem.allocate(tokens * H * 2, error)) &&
+       (rank.ids = mem.allocate(tokens * K * 4, error)) &&
+       (rank.weights = mem.allocate(tokens * K * 4, error)) &&
+       (rank.out = mem.allocate(tokens * H * 2, error));
+  if (ok && layerMemory.peerBytes)
+    ok = (rank.peer = mem.allocate(layerMemory.peerBytes, error)) &&
+         mem.fill(rank.peer, 0, layerMemory.peerBytes, error);
+  if (!ok)
+    return false;
+  rt::LayerWeights weights;
+  weights.w13 = rank.w13;
+  weights.w13Scale = rank.w13Scale;
+  weights.w2 = rank.w2;
+  weights.w2Scale = rank.w2Scale;
+  weights.sharedW13 = rank.sharedW13;
+  weights.sharedW13Scale = rank.sharedW13Scale;
+  weights.sharedW2 = rank.sharedW2;
+  weights.sharedW2Scale = rank.sharedW2Scale;
+  weights.w13Bias = rank.w13Bias;
+  weights.w2Bias = rank.w2Bias;
+  return rank.layer->bindWorkspace(rank.workspace, layerMemory.workspaceBytes,
+                                   error) &&
+         rank.layer->bindWeights(weights, error);
+}
+
+bool bindRankPeers(std::vector<Rank> &ranks, std::string &error) {
+  std::vector<void *> peers;
+  for (const Rank &rank : ranks)
+    peers.push_back(rank.peer);
+  for (Rank &rank : ranks)
+    if (!rank.layer->bindPeers(peers.data(), uint32_t(peers.size()), error))
+      return false;
+  return true;
+}
+
+} // namespace moec::cli
