@@ -23,6 +23,9 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <atomic>
 #include <cstdio>
 #include <map>
@@ -30,6 +33,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 using namespace mlir;
 
@@ -63,17 +67,65 @@ int64_t knobInt(const TableKernel &kernel, const char *name, int64_t fallback) {
   return it == kernel.knobs.end() ? fallback : std::atoll(it->second.c_str());
 }
 
+/// One knob of one GEMM stage set to a value other than its parent's: a
+/// refinement (docs/tuning.md, "Refinement").
+struct Refinement {
+  std::string stage; ///< "w13" or "w2"
+  std::string knob, value;
+  std::string alsoKnob, alsoValue; ///< a second knob it needs, or empty
+  std::string tag;                 ///< name part of its kernel
+  std::string text() const {
+    return stage + ":" + knob + "=" + value +
+           (alsoKnob.empty() ? "" : "+" + alsoKnob + "=" + alsoValue);
+  }
+};
+
+/// The knob values a refinement tries on each GEMM stage of a winner, and
+/// the values a kernel has when its table line does not set the knob (the
+/// dialect's defaults).
+struct KnobChoice {
+  const char *knob, *value, *tag, *defaultValue;
+  const char *alsoKnob = nullptr, *alsoValue = nullptr;
+  const char *onlyStage = nullptr;
+};
+const KnobChoice kKnobChoices[] = {
+    {"orientation", "a_major", "oa", "a_major"},
+    {"orientation", "b_major", "ob", "a_major"},
+    {"b_cache", "nt", "nt", "cached"},
+    {"b_cache", "cached", "cached", "cached"},
+    {"waves_per_eu", "2", "wpe2", "0"},
+    {"waves_per_eu", "4", "wpe4", "0"},
+    {"a_swizzle", "true", "asw", "false"},
+    {"async_a", "true", "async", "false"},
+    {"b_prefetch", "true", "bpf", "false"},
+    {"scale_prefetch", "true", "spf", "false"},
+    {"scale_prefetch", "false", "nospf", "false"},
+    {"xcd_swizzle", "true", "xcd", "false"},
+    {"group_m", "4", "gm4", "0"},
+    {"persist_cu", "256", "p256s", "0", "persist_strided", "true", "w2"},
+};
+
 /// One candidate tiling of a template configuration.
 struct Tiling {
   int64_t m = 0, w13N = 0, w2N = 0, waves = 0;
   bool bDirect = false;      ///< tile.b_direct on both GEMM stages
   bool fromTemplate = false; ///< the template's own kernels, unchanged
+  std::vector<Refinement> refinements; ///< applied after the tiles
   std::string tag() const {
     if (fromTemplate)
       return "";
-    return "m" + std::to_string(m) + "_n" + std::to_string(w13N) + "x" +
-           std::to_string(w2N) + "_w" + std::to_string(waves) +
-           (bDirect ? "_bdir" : "");
+    std::string text = "m" + std::to_string(m) + "_n" + std::to_string(w13N) +
+                       "x" + std::to_string(w2N) + "_w" +
+                       std::to_string(waves) + (bDirect ? "_bdir" : "");
+    for (const Refinement &r : refinements)
+      text += "_" + r.stage + r.tag;
+    return text;
+  }
+  std::string refinementText() const {
+    std::string text;
+    for (const Refinement &r : refinements)
+      text += (text.empty() ? "" : " ") + r.text();
+    return text;
   }
 };
 
@@ -90,7 +142,11 @@ struct Candidate {
   std::string rejection;       ///< empty: survives
   std::string rejectionClass;
   std::vector<double> predictedUs; ///< per key
-  size_t keysWon = 0;
+  /// The candidate this one refines (index in its selection), or SIZE_MAX
+  /// for a candidate of the grid.
+  size_t parent = SIZE_MAX;
+  /// Per key, microseconds measured on a device; negative: not timed.
+  std::vector<double> measuredUs;
 };
 
 /// A kernel the cost model times as a GEMM stage (a dispatch-only stage 1
@@ -138,6 +194,13 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
     // LDS twin are two kernels of the written table.
     kernel.name = base.name + suffix + "n" + std::to_string(n) + "w" +
                   std::to_string(t.waves) + (t.bDirect ? "_bdir" : "");
+    for (const Refinement &r : t.refinements)
+      if (r.stage == kernel.stage) {
+        kernel.knobs[r.knob] = r.value;
+        if (!r.alsoKnob.empty())
+          kernel.knobs[r.alsoKnob] = r.alsoValue;
+        kernel.name += "_" + r.tag;
+      }
   } else if (kernel.stage == "sort") {
     kernel.knobs["m_tile"] = std::to_string(t.m);
     kernel.name = base.name + suffix;
@@ -253,57 +316,118 @@ std::vector<int64_t> selectionKeys(const TuningTable &spec,
   return {keys.begin(), keys.end()};
 }
 
-CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
-                       const TuneOptions &options, TuneResult &result,
-                       std::string &error) {
-  result = TuneResult();
-  // Candidates per selection; kernels deduplicated across all of them.
+std::vector<size_t>
+chooseCandidates(const std::vector<std::vector<double>> &predictedUs,
+                 const std::vector<size_t> &parent, size_t keys,
+                 double margin) {
+  auto alive = [&](size_t c) { return !predictedUs[c].empty(); };
+  std::vector<size_t> chosen;
+  for (size_t key = 0; key < keys; ++key) {
+    size_t best = SIZE_MAX;
+    for (size_t c = 0; c < predictedUs.size(); ++c)
+      if (parent[c] == SIZE_MAX && alive(c) &&
+          (best == SIZE_MAX || predictedUs[c][key] < predictedUs[best][key]))
+        best = c;
+    while (best != SIZE_MAX) {
+      size_t child = SIZE_MAX;
+      for (size_t c = 0; c < predictedUs.size(); ++c)
+        if (parent[c] == best && alive(c) &&
+            (child == SIZE_MAX || predictedUs[c][key] < predictedUs[child][key]))
+          child = c;
+      if (child == SIZE_MAX ||
+          predictedUs[child][key] >= predictedUs[best][key] * (1 - margin))
+        break;
+      best = child;
+    }
+    if (best != SIZE_MAX && !chosen.empty() && chosen.back() != SIZE_MAX &&
+        predictedUs[chosen.back()][key] <= predictedUs[best][key] * (1 + margin))
+      best = chosen.back();
+    chosen.push_back(best);
+  }
+  return chosen;
+}
+
+namespace {
+
+/// The search of one spec: candidates per selection, their kernels
+/// (deduplicated across all of them), and what is known of each kernel.
+/// Candidates are added in rounds (the grid, then refinements of the
+/// winners); evaluate() builds, compiles, gates and counts what is new.
+class Search {
+public:
+  Search(const TuningTable &spec, const std::string &specPath,
+         const TuneOptions &options)
+      : spec(spec), specPath(specPath), options(options),
+        candidatesOf(spec.selections.size()), keysOf(spec.selections.size()) {}
+
+  const TuningTable &spec;
+  const std::string &specPath;
+  const TuneOptions &options;
   std::vector<CandidateKernel> kernels;
   std::map<std::string, size_t> kernelByIdentity;
-  std::vector<std::vector<Candidate>> candidatesOf(spec.selections.size());
-  std::vector<std::vector<int64_t>> keysOf(spec.selections.size());
-  for (size_t s = 0; s < spec.selections.size(); ++s) {
-    const TableSelection &selection = spec.selections[s];
-    const TableConfig *base = spec.findConfig(selection.rows.front().config);
-    keysOf[s] = selectionKeys(spec, selection);
-    if (keysOf[s].empty()) {
-      error = selection.where.file + ":" + std::to_string(selection.where.line) +
-              ": field 'workspace': no keys within the class";
-      return CompileStatus::BadInput;
+  std::vector<std::vector<Candidate>> candidatesOf;
+  std::vector<std::vector<int64_t>> keysOf;
+  /// Per kernel: the dialect's refusal, the compile or gate error, the
+  /// resources and workgroup size, the model's per-tile counts.
+  std::vector<std::string> invalid, compileError, countError;
+  std::vector<rt::KernelResources> resources;
+  std::vector<uint32_t> workgroupSize;
+  std::vector<bool> compiled;
+  std::vector<TileCounts> tileCounts;
+  std::vector<bool> counted;
+  size_t compiledKernels = 0, countedKernels = 0, countFallbacks = 0;
+  CostModelParameters parameters;
+
+  /// Adds a candidate of selection `s` unless one with the same name is
+  /// there; returns its index.
+  size_t addCandidate(size_t s, const Tiling &tiling, size_t parent) {
+    const TableConfig *base = spec.findConfig(spec.selections[s].rows.front().config);
+    Candidate candidate;
+    candidate.tiling = tiling;
+    candidate.parent = parent;
+    candidate.configName =
+        tiling.fromTemplate ? base->name : base->name + "_" + tiling.tag();
+    std::vector<Candidate> &candidates = candidatesOf[s];
+    for (size_t c = 0; c < candidates.size(); ++c)
+      if (candidates[c].configName == candidate.configName)
+        return c;
+    for (const std::string &name : base->kernels) {
+      TableKernel kernel = tiledKernel(*spec.findKernel(name), tiling);
+      const std::string identity = identityOf(kernel);
+      auto [it, added] = kernelByIdentity.emplace(identity, kernels.size());
+      if (added)
+        kernels.push_back({kernel, identity});
+      candidate.kernels.push_back(it->second);
     }
-    std::vector<Tiling> tilings;
-    if (searchable(spec, *base)) {
-      for (int64_t m : options.space.tileM)
-        for (int64_t w13N : options.space.w13N)
-          for (int64_t w2N : options.space.w2N)
-            for (int64_t waves : options.space.waves)
-              for (bool bDirect : options.space.bDirect)
-                tilings.push_back({m, w13N, w2N, waves, bDirect, false});
-    } else {
-      Tiling own;
-      own.fromTemplate = true;
-      tilings.push_back(own);
-    }
-    for (const Tiling &tiling : tilings) {
-      Candidate candidate;
-      candidate.tiling = tiling;
-      candidate.configName =
-          tiling.fromTemplate ? base->name : base->name + "_" + tiling.tag();
-      for (const std::string &name : base->kernels) {
-        TableKernel kernel = tiledKernel(*spec.findKernel(name), tiling);
-        const std::string identity = identityOf(kernel);
-        auto [it, added] = kernelByIdentity.emplace(identity, kernels.size());
-        if (added)
-          kernels.push_back({kernel, identity});
-        candidate.kernels.push_back(it->second);
-      }
-      candidatesOf[s].push_back(std::move(candidate));
-    }
+    candidates.push_back(std::move(candidate));
+    return candidates.size() - 1;
   }
 
-  // Build every kernel once: the dialect's verifiers refuse illegal knob
-  // combinations (recorded as the candidate's reason).
-  std::vector<std::string> invalid(kernels.size());
+  CompileStatus evaluate(std::string &error);
+  void predict();
+  std::vector<size_t> choose(size_t s, double margin) const;
+  std::vector<Tiling> refinementsOf(size_t s, size_t c) const;
+
+private:
+  void gate(Candidate &candidate) const;
+  void countTiles();
+};
+
+/// Builds every new kernel's stage op (the dialect's verifiers refuse
+/// illegal knob combinations), compiles the valid ones in parallel through
+/// the compile cache, gates every candidate and counts the tiles of the
+/// GEMM kernels survivors launch.
+CompileStatus Search::evaluate(std::string &error) {
+  const size_t from = invalid.size();
+  const size_t total = kernels.size();
+  invalid.resize(total);
+  compileError.resize(total);
+  countError.resize(total);
+  resources.resize(total);
+  workgroupSize.resize(total, 0);
+  compiled.resize(total, false);
+  tileCounts.resize(total);
+  counted.resize(total, false);
   {
     DialectRegistry registry;
     registerMoecDialects(registry);
@@ -318,7 +442,7 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
     OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
     OpBuilder builder(&context);
     builder.setInsertionPointToEnd(module->getBody());
-    for (size_t k = 0; k < kernels.size(); ++k) {
+    for (size_t k = from; k < total; ++k) {
       StageDescription description;
       std::string buildError;
       diagnostic.clear();
@@ -330,119 +454,380 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
         op->erase();
     }
   }
-
-  // Compile the valid ones in parallel through the compile cache.
   TuningTable batch;
   batch.path = specPath;
   batch.text = spec.text;
   batch.problems = spec.problems;
-  std::vector<size_t> batchIndex(kernels.size(), SIZE_MAX);
-  for (size_t k = 0; k < kernels.size(); ++k)
+  std::vector<size_t> batchKernel;
+  for (size_t k = from; k < total; ++k)
     if (invalid[k].empty()) {
       TableKernel kernel = kernels[k].kernel;
       kernel.name = "candidate" + std::to_string(k);
-      batchIndex[k] = batch.kernels.size();
       batch.kernels.push_back(kernel);
+      batchKernel.push_back(k);
     }
+  if (!batch.kernels.empty()) {
+    CompileOptions compileOptions;
+    compileOptions.jobs = options.jobs;
+    compileOptions.cacheDirectory = options.cacheDirectory;
+    compileOptions.cacheMaxBytes = options.cacheMaxBytes;
+    compileOptions.progress = options.progress;
+    CompiledTable table;
+    const CompileStatus status = compileTable(batch, compileOptions, table, error);
+    if (status == CompileStatus::BadInput ||
+        table.kernelErrors.size() != table.kernels.size())
+      return status == CompileStatus::Ok ? CompileStatus::CheckFailed : status;
+    error.clear();
+    compiledKernels += table.kernels.size();
+    for (size_t b = 0; b < batchKernel.size(); ++b) {
+      const size_t index = table.kernelIndex.at(batch.kernels[b].name);
+      const size_t k = batchKernel[b];
+      compiled[k] = true;
+      resources[k] = table.kernels[index].resources;
+      workgroupSize[k] = table.kernels[index].abi.workgroupSize;
+      compileError[k] = table.kernelErrors[index];
+    }
+  }
+  for (std::vector<Candidate> &candidates : candidatesOf)
+    for (Candidate &candidate : candidates)
+      if (candidate.rejectionClass.empty())
+        gate(candidate);
+  countTiles();
+  return CompileStatus::Ok;
+}
+
+/// A candidate is rejected for its first kernel the chip refuses.
+void Search::gate(Candidate &candidate) const {
+  for (size_t k : candidate.kernels) {
+    const TableKernel &kernel = kernels[k].kernel;
+    if (!invalid[k].empty()) {
+      candidate.rejectionClass = "invalid-knobs";
+      candidate.rejection = kernel.stage + ": " + invalid[k];
+      return;
+    }
+    CompiledKernel view;
+    view.resources = resources[k];
+    view.abi.workgroupSize = workgroupSize[k];
+    auto [cls, detail] = gateOf(view, compileError[k], kernel);
+    if (!cls.empty()) {
+      candidate.rejectionClass = cls;
+      candidate.rejection = kernel.stage + ": " + detail;
+      return;
+    }
+  }
+}
+
+/// The model's per-tile inputs of every GEMM kernel a surviving candidate
+/// launches: counted once per kernel (in parallel, each result stored at
+/// its kernel's index, so the order of the threads does not matter), or
+/// analytic.
+void Search::countTiles() {
+  std::vector<size_t> toCount;
+  for (const std::vector<Candidate> &candidates : candidatesOf)
+    for (const Candidate &candidate : candidates)
+      if (candidate.rejectionClass.empty())
+        for (size_t k : candidate.kernels)
+          if (isGemm(kernels[k].kernel) && !counted[k]) {
+            counted[k] = true;
+            toCount.push_back(k);
+          }
+  std::sort(toCount.begin(), toCount.end());
+  for (size_t k : toCount)
+    tileCounts[k] = countTile(shapeOf(spec, kernels[k].kernel));
+  if (!options.countTile || toCount.empty())
+    return;
+  std::atomic<size_t> next{0}, done{0};
+  std::mutex progressMutex;
+  auto worker = [&] {
+    for (size_t i = next++; i < toCount.size(); i = next++) {
+      const size_t k = toCount[i];
+      const TableKernel &kernel = kernels[k].kernel;
+      TileCounts counts;
+      std::string error;
+      if (options.countTile(stageSpecOf(spec, kernel), shapeOf(spec, kernel),
+                            counts, error))
+        tileCounts[k] = counts;
+      else
+        countError[k] = error.empty() ? "not counted" : error;
+      const size_t finished = ++done;
+      if (options.countProgress) {
+        std::lock_guard<std::mutex> lock(progressMutex);
+        options.countProgress(finished, toCount.size());
+      }
+    }
+  };
+  unsigned threads =
+      options.jobs ? options.jobs : std::thread::hardware_concurrency();
+  threads = std::max(1u, std::min<unsigned>(threads, toCount.size()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread &thread : pool)
+    thread.join();
+  for (size_t k : toCount)
+    ++(countError[k].empty() ? countedKernels : countFallbacks);
+}
+
+/// The model's time of every surviving candidate at every key of its
+/// selection (computed once per candidate).
+void Search::predict() {
+  for (size_t s = 0; s < candidatesOf.size(); ++s)
+    for (Candidate &candidate : candidatesOf[s]) {
+      if (!candidate.rejectionClass.empty() || !candidate.predictedUs.empty())
+        continue;
+      for (int64_t m : keysOf[s]) {
+        double us = 0;
+        for (size_t k : candidate.kernels) {
+          const TableKernel &kernel = kernels[k].kernel;
+          if (isGemm(kernel))
+            us += predictStage(shapeOf(spec, kernel), resources[k],
+                               workgroupSize[k], m, parameters,
+                               target::defaultTarget(), &tileCounts[k])
+                      .totalUs;
+          else
+            us += parameters.launchOverheadUs;
+        }
+        candidate.predictedUs.push_back(us);
+      }
+    }
+}
+
+std::vector<size_t> Search::choose(size_t s, double margin) const {
+  std::vector<std::vector<double>> predicted;
+  std::vector<size_t> parents;
+  for (const Candidate &candidate : candidatesOf[s]) {
+    predicted.push_back(candidate.rejectionClass.empty() ? candidate.predictedUs
+                                                         : std::vector<double>());
+    parents.push_back(candidate.parent);
+  }
+  return chooseCandidates(predicted, parents, keysOf[s].size(), margin);
+}
+
+/// Candidate `c` of selection `s` with one more knob of one GEMM stage
+/// changed (knobs it already refined are left alone).
+std::vector<Tiling> Search::refinementsOf(size_t s, size_t c) const {
+  const Candidate &candidate = candidatesOf[s][c];
+  std::vector<Tiling> out;
+  if (candidate.tiling.fromTemplate)
+    return out;
+  for (const char *stage : {"w13", "w2"}) {
+    const TableKernel *kernel = nullptr;
+    for (size_t k : candidate.kernels)
+      if (kernels[k].kernel.stage == stage && isGemm(kernels[k].kernel))
+        kernel = &kernels[k].kernel;
+    if (!kernel)
+      continue;
+    for (const KnobChoice &choice : kKnobChoices) {
+      if (choice.onlyStage && std::string(choice.onlyStage) != stage)
+        continue;
+      // A fused stage's persistent grid is its own (`workgroups`).
+      if (choice.alsoKnob && kernel->knobs.count("workgroups"))
+        continue;
+      if (knobOr(*kernel, choice.knob, choice.defaultValue) == choice.value)
+        continue;
+      bool refinedAlready = false;
+      for (const Refinement &r : candidate.tiling.refinements)
+        refinedAlready |= r.knob == choice.knob;
+      if (refinedAlready)
+        continue;
+      Tiling tiling = candidate.tiling;
+      tiling.refinements.push_back(
+          {stage, choice.knob, choice.value,
+           choice.alsoKnob ? choice.alsoKnob : "",
+           choice.alsoValue ? choice.alsoValue : "", choice.tag});
+      out.push_back(tiling);
+    }
+  }
+  return out;
+}
+
+
+std::string selectionKey(const TableSelection &selection) {
+  return selection.network + " ep" + std::to_string(selection.ep) + " ws" +
+         std::to_string(selection.workspace);
+}
+
+/// Times, on the device behind TuneOptions::timeCandidates, the model's
+/// best TuneOptions::timedPerKey candidates at every key (and the model's
+/// choice), then chooses the fastest measured one at every key it timed.
+CompileStatus timeOnDevice(Search &search,
+                           std::vector<std::vector<size_t>> &winnerOf,
+                           DeviceTimings &timings, TuneResult &result,
+                           std::string &error) {
+  const TuningTable &spec = search.spec;
+  const TuneOptions &options = search.options;
+  // Which candidates to time at which keys.
+  std::vector<std::map<size_t, std::vector<size_t>>> keysToTime(
+      spec.selections.size()); // candidate -> key indices
+  for (size_t s = 0; s < spec.selections.size(); ++s) {
+    const std::vector<Candidate> &candidates = search.candidatesOf[s];
+    for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
+      std::vector<size_t> order;
+      for (size_t c = 0; c < candidates.size(); ++c)
+        if (candidates[c].rejectionClass.empty())
+          order.push_back(c);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return candidates[a].predictedUs[key] < candidates[b].predictedUs[key];
+      });
+      order.resize(std::min(order.size(), std::max<size_t>(1, options.timedPerKey)));
+      if (std::find(order.begin(), order.end(), winnerOf[s][key]) == order.end())
+        order.push_back(winnerOf[s][key]);
+      for (size_t c : order)
+        keysToTime[s][c].push_back(key);
+    }
+  }
+  // One table holding each timed candidate alone (docs/tuning.md, "Timing
+  // on a device").
+  std::ostringstream table;
+  table << "moec-table 1\n# Candidates of " << search.specPath
+        << " to time, one selection each (moec tune --device).\n";
+  for (const TableProblem &problem : spec.problems)
+    table << problemLine(problem) << "\n";
+  std::map<std::string, std::string> kernelNames; // name -> identity
+  std::ostringstream configs, selections;
+  std::vector<TimedConfig> timed;
+  std::vector<std::pair<size_t, size_t>> timedCandidate; // (s, c)
+  for (size_t s = 0; s < spec.selections.size(); ++s) {
+    const TableSelection &selection = spec.selections[s];
+    for (const auto &[c, keys] : keysToTime[s]) {
+      const Candidate &candidate = search.candidatesOf[s][c];
+      const std::string config = "t" + std::to_string(s) + "_" + std::to_string(c);
+      configs << "config " << config << " kernels=";
+      for (size_t i = 0; i < candidate.kernels.size(); ++i) {
+        const CandidateKernel &kernel = search.kernels[candidate.kernels[i]];
+        auto [it, added] = kernelNames.emplace(kernel.kernel.name, kernel.identity);
+        if (added)
+          table << kernelLine(kernel.kernel) << "\n";
+        else if (it->second != kernel.identity) {
+          error = search.specPath + ": two different candidate kernels are both "
+                              "named '" + kernel.kernel.name + "'";
+          return CompileStatus::CheckFailed;
+        }
+        configs << (i ? "," : "") << kernel.kernel.name;
+      }
+      configs << "\n";
+      TimedConfig entry;
+      entry.network = "timing-" + std::to_string(s) + "-" + std::to_string(c);
+      entry.ep = uint32_t(selection.ep);
+      entry.workspace = uint32_t(selection.workspace);
+      entry.maxTokens = uint32_t(search.keysOf[s].back());
+      for (size_t key : keys)
+        entry.keys.push_back(search.keysOf[s][key]);
+      selections << "\nselect network=" << entry.network
+                 << " family=" << selection.family << " ep=" << selection.ep
+                 << " workspace=" << selection.workspace
+                 << " transport=" << selection.transport
+                 << " above_max=largest\nrow m=1 config=" << config << "\n";
+      timed.push_back(entry);
+      timedCandidate.push_back({s, c});
+    }
+  }
+  table << "\n" << configs.str() << selections.str();
+
+  char directory[] = "/tmp/moec-tune-XXXXXX";
+  if (!::mkdtemp(directory)) {
+    error = std::string("cannot create a temporary directory in /tmp: ") +
+            std::strerror(errno);
+    return CompileStatus::CheckFailed;
+  }
+  const std::string tablePath = std::string(directory) + "/timed.table";
+  const std::string bundlePath = std::string(directory) + "/timed.moeb";
+  auto cleanUp = [&] {
+    std::remove(tablePath.c_str());
+    std::remove(bundlePath.c_str());
+    ::rmdir(directory);
+  };
+  {
+    std::ofstream out(tablePath, std::ios::binary);
+    out << table.str();
+    if (!out.flush()) {
+      error = tablePath + ": cannot write";
+      cleanUp();
+      return CompileStatus::CheckFailed;
+    }
+  }
   CompileOptions compileOptions;
   compileOptions.jobs = options.jobs;
   compileOptions.cacheDirectory = options.cacheDirectory;
   compileOptions.cacheMaxBytes = options.cacheMaxBytes;
-  compileOptions.progress = options.progress;
-  CompiledTable compiled;
-  const CompileStatus status = compileTable(batch, compileOptions, compiled, error);
-  if (status == CompileStatus::BadInput ||
-      compiled.kernelErrors.size() != compiled.kernels.size())
-    return status == CompileStatus::Ok ? CompileStatus::CheckFailed : status;
-  error.clear();
-  result.compiledKernels = compiled.kernels.size();
-  auto compiledOf = [&](size_t k) -> const CompiledKernel & {
-    return compiled.kernels[compiled.kernelIndex.at(
-        batch.kernels[batchIndex[k]].name)];
-  };
-  auto errorOf = [&](size_t k) -> const std::string & {
-    return compiled.kernelErrors[compiled.kernelIndex.at(
-        batch.kernels[batchIndex[k]].name)];
-  };
-
-  // Gate: a candidate is rejected for its first kernel the chip refuses.
-  for (std::vector<Candidate> &candidates : candidatesOf)
-    for (Candidate &candidate : candidates)
-      for (size_t k : candidate.kernels) {
-        const TableKernel &kernel = kernels[k].kernel;
-        if (!invalid[k].empty()) {
-          candidate.rejectionClass = "invalid-knobs";
-          candidate.rejection = kernel.stage + ": " + invalid[k];
-          break;
-        }
-        auto [cls, detail] = gateOf(compiledOf(k), errorOf(k), kernel);
-        if (!cls.empty()) {
-          candidate.rejectionClass = cls;
-          candidate.rejection = kernel.stage + ": " + detail;
-          break;
-        }
+  CompileSummary summary;
+  CompileStatus status =
+      compileTableToBundle(tablePath, bundlePath, compileOptions, summary, error);
+  if (status != CompileStatus::Ok) {
+    error = "the candidates to time: " + error;
+    cleanUp();
+    return CompileStatus::CheckFailed;
+  }
+  std::string reason;
+  const bool timedAny = options.timeCandidates(bundlePath, timed, timings, reason);
+  cleanUp();
+  if (!timedAny) {
+    result.timingUnavailable = reason.empty() ? "the device did not time" : reason;
+    timings = DeviceTimings();
+    return CompileStatus::Ok;
+  }
+  if (timings.us.size() != timed.size()) {
+    error = "the device timer returned " + std::to_string(timings.us.size()) +
+            " configurations' times for " + std::to_string(timed.size());
+    return CompileStatus::CheckFailed;
+  }
+  result.timingNotes = timings.skipped;
+  result.timedConfigs = timed.size();
+  for (size_t t = 0; t < timed.size(); ++t) {
+    auto [s, c] = timedCandidate[t];
+    Candidate &candidate = search.candidatesOf[s][c];
+    candidate.measuredUs.assign(search.keysOf[s].size(), -1);
+    const std::vector<size_t> &keys = keysToTime[s][c];
+    if (timings.us[t].size() != keys.size()) {
+      error = "the device timer returned " +
+              std::to_string(timings.us[t].size()) + " times for " +
+              timed[t].network + ", which has " + std::to_string(keys.size()) +
+              " keys";
+      return CompileStatus::CheckFailed;
+    }
+    for (size_t i = 0; i < keys.size(); ++i)
+      candidate.measuredUs[keys[i]] = timings.us[t][i];
+  }
+  // The fastest measured candidate at every key it was timed at.
+  std::ostringstream csv;
+  csv << "selection,m,candidate,predicted_us,measured_us,chosen\n";
+  for (size_t s = 0; s < spec.selections.size(); ++s) {
+    std::vector<Candidate> &candidates = search.candidatesOf[s];
+    for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
+      size_t best = SIZE_MAX;
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        const std::vector<double> &measured = candidates[c].measuredUs;
+        if (!measured.empty() && measured[key] >= 0 &&
+            (best == SIZE_MAX || measured[key] < candidates[best].measuredUs[key]))
+          best = c;
       }
-
-  // The model's per-tile inputs of every GEMM kernel a surviving candidate
-  // launches: counted once per kernel (in parallel, each result stored at
-  // its kernel's index, so the order of the threads does not matter), or
-  // analytic.
-  std::vector<TileCounts> tileCounts(kernels.size());
-  std::vector<std::string> countErrors(kernels.size());
-  {
-    std::vector<size_t> toCount;
-    std::vector<bool> needed(kernels.size(), false);
-    for (const std::vector<Candidate> &candidates : candidatesOf)
-      for (const Candidate &candidate : candidates)
-        if (candidate.rejectionClass.empty())
-          for (size_t k : candidate.kernels)
-            if (isGemm(kernels[k].kernel) && !needed[k]) {
-              needed[k] = true;
-              toCount.push_back(k);
-            }
-    std::sort(toCount.begin(), toCount.end());
-    for (size_t k : toCount)
-      tileCounts[k] = countTile(shapeOf(spec, kernels[k].kernel));
-    if (options.countTile && !toCount.empty()) {
-      std::atomic<size_t> next{0}, done{0};
-      std::mutex progressMutex;
-      auto worker = [&] {
-        for (size_t i = next++; i < toCount.size(); i = next++) {
-          const size_t k = toCount[i];
-          const TableKernel &kernel = kernels[k].kernel;
-          TileCounts counts;
-          std::string countError;
-          if (options.countTile(stageSpecOf(spec, kernel), shapeOf(spec, kernel),
-                                counts, countError))
-            tileCounts[k] = counts;
-          else
-            countErrors[k] = countError.empty() ? "not counted" : countError;
-          const size_t finished = ++done;
-          if (options.countProgress) {
-            std::lock_guard<std::mutex> lock(progressMutex);
-            options.countProgress(finished, toCount.size());
-          }
-        }
-      };
-      unsigned threads =
-          options.jobs ? options.jobs : std::thread::hardware_concurrency();
-      threads = std::max(1u, std::min<unsigned>(threads, toCount.size()));
-      std::vector<std::thread> pool;
-      for (unsigned t = 1; t < threads; ++t)
-        pool.emplace_back(worker);
-      worker();
-      for (std::thread &thread : pool)
-        thread.join();
-      for (size_t k : toCount)
-        ++(countErrors[k].empty() ? result.countedKernels
-                                  : result.countFallbacks);
+      if (best != SIZE_MAX)
+        winnerOf[s][key] = best;
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        const std::vector<double> &measured = candidates[c].measuredUs;
+        if (measured.empty() || measured[key] < 0)
+          continue;
+        csv << selectionKey(spec.selections[s]) << "," << search.keysOf[s][key]
+            << "," << candidates[c].configName << ","
+            << formatUs(candidates[c].predictedUs[key]) << ","
+            << formatUs(measured[key]) << "," << (c == best ? "yes" : "no")
+            << "\n";
+      }
     }
   }
+  result.measurementsCsv = csv.str();
+  return CompileStatus::Ok;
+}
 
-  // Rank, choose.
-  CostModelParameters parameters;
+/// One line per candidate of every selection (docs/tuning.md, "Output").
+void writeCsv(const Search &search,
+              const std::vector<std::vector<size_t>> &winnerOf,
+              TuneResult &result) {
+  const TuningTable &spec = search.spec;
   std::ostringstream csv;
-  csv << "selection,candidate,tile_m,w13_n,w2_n,waves,b_direct";
+  csv << "selection,candidate,tile_m,w13_n,w2_n,waves,b_direct,refinement,"
+         "parent";
   for (const char *stage : {"w13", "w2"})
     csv << "," << stage << "_vgpr," << stage << "_agpr," << stage << "_sgpr,"
         << stage << "_lds_bytes," << stage << "_vgpr_spill," << stage
@@ -454,81 +839,57 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
         << stage << "_scaled_mfmas," << stage << "_other_instructions";
   csv << ",rejected,reason,keys_won,predicted_us_first_key,"
          "predicted_us_last_key,count_fallback\n";
-
-  std::vector<std::vector<size_t>> winnerOf(spec.selections.size());
-  std::vector<std::vector<double>> winnerUs(spec.selections.size());
+  auto clean = [](std::string text) {
+    std::replace(text.begin(), text.end(), ',', ';');
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    return text;
+  };
   for (size_t s = 0; s < spec.selections.size(); ++s) {
     const TableSelection &selection = spec.selections[s];
+    const std::vector<Candidate> &candidates = search.candidatesOf[s];
     TuneClassSummary summary;
-    summary.key = selection.network + " ep" + std::to_string(selection.ep) +
-                  " ws" + std::to_string(selection.workspace);
-    summary.keys = keysOf[s].size();
-    std::vector<Candidate> &candidates = candidatesOf[s];
+    summary.key = selectionKey(selection);
+    summary.keys = search.keysOf[s].size();
     summary.candidates = candidates.size();
-    for (Candidate &candidate : candidates) {
-      if (!candidate.rejectionClass.empty()) {
-        ++summary.rejected;
-        ++summary.rejections[candidate.rejectionClass];
-        continue;
-      }
-      for (int64_t m : keysOf[s]) {
-        double us = 0;
-        for (size_t k : candidate.kernels) {
-          const TableKernel &kernel = kernels[k].kernel;
-          if (isGemm(kernel))
-            us += predictStage(shapeOf(spec, kernel), compiledOf(k).resources,
-                               compiledOf(k).abi.workgroupSize, m, parameters,
-                               target::defaultTarget(), &tileCounts[k])
-                      .totalUs;
-          else
-            us += parameters.launchOverheadUs;
-        }
-        candidate.predictedUs.push_back(us);
-      }
-    }
-    // The fastest survivor at every key; ties keep the earlier candidate.
-    for (size_t key = 0; key < keysOf[s].size(); ++key) {
-      size_t best = SIZE_MAX;
-      for (size_t c = 0; c < candidates.size(); ++c)
-        if (candidates[c].rejectionClass.empty() &&
-            (best == SIZE_MAX ||
-             candidates[c].predictedUs[key] < candidates[best].predictedUs[key]))
-          best = c;
-      if (best == SIZE_MAX) {
-        error = selection.where.file + ":" + std::to_string(selection.where.line) +
-                ": every candidate of " + summary.key + " was rejected";
-        return CompileStatus::CheckFailed;
-      }
-      ++candidates[best].keysWon;
-      winnerOf[s].push_back(best);
-      winnerUs[s].push_back(candidates[best].predictedUs[key]);
-    }
-    std::set<size_t> distinct(winnerOf[s].begin(), winnerOf[s].end());
-    summary.distinctConfigs = distinct.size();
+    std::vector<size_t> keysWon(candidates.size(), 0);
+    for (size_t c : winnerOf[s])
+      ++keysWon[c];
     for (const Candidate &candidate : candidates) {
+      if (candidate.rejectionClass.empty())
+        continue;
+      ++summary.rejected;
+      ++summary.rejections[candidate.rejectionClass];
+    }
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      const Candidate &candidate = candidates[c];
+      summary.refinements += candidate.parent != SIZE_MAX;
+      summary.distinctConfigs += keysWon[c] > 0;
       const Tiling &t = candidate.tiling;
       csv << summary.key << "," << candidate.configName << "," << t.m << ","
           << t.w13N << "," << t.w2N << "," << t.waves << ","
-          << (t.bDirect ? 1 : 0);
+          << (t.bDirect ? 1 : 0) << "," << t.refinementText() << ","
+          << (candidate.parent == SIZE_MAX ? ""
+                                           : candidates[candidate.parent].configName);
       auto gemmOf = [&](const char *stage) {
         size_t found = SIZE_MAX;
         for (size_t k : candidate.kernels)
-          if (kernels[k].kernel.stage == stage && isGemm(kernels[k].kernel))
+          if (search.kernels[k].kernel.stage == stage &&
+              isGemm(search.kernels[k].kernel))
             found = k;
         return found;
       };
       for (const char *stage : {"w13", "w2"}) {
         const size_t found = gemmOf(stage);
-        if (found == SIZE_MAX || batchIndex[found] == SIZE_MAX) {
+        if (found == SIZE_MAX || !search.compiled[found]) {
           csv << ",,,,,,,";
           continue;
         }
-        const rt::KernelResources &r = compiledOf(found).resources;
+        const rt::KernelResources &r = search.resources[found];
         csv << "," << r.vgpr << "," << r.agpr << "," << r.sgpr << ","
             << r.ldsBytes << "," << r.vgprSpill << "," << r.sgprSpill << ","
             << target::estimateOccupancy(
                    target::defaultTarget(),
-                   resourceUse(r, compiledOf(found).abi.workgroupSize))
+                   resourceUse(r, search.workgroupSize[found]))
                    .workgroupsPerCu;
       }
       // The counts the model ranked this candidate with (none: rejected).
@@ -539,64 +900,70 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
           csv << ",,,,,,,,";
           continue;
         }
-        const TileCounts &c = tileCounts[found];
-        csv << "," << c.source;
+        const TileCounts &counts = search.tileCounts[found];
+        csv << "," << counts.source;
         for (double value :
-             {c.globalBytesRead, c.globalBytesWritten, c.ldsBytesRead,
-              c.ldsBytesWritten, c.ldsBankConflicts, c.scaledMfmas,
-              c.otherInstructions})
+             {counts.globalBytesRead, counts.globalBytesWritten,
+              counts.ldsBytesRead, counts.ldsBytesWritten,
+              counts.ldsBankConflicts, counts.scaledMfmas,
+              counts.otherInstructions})
           csv << "," << formatCount(value);
-        if (!countErrors[found].empty())
+        if (!search.countError[found].empty())
           fallback += std::string(fallback.empty() ? "" : " ") + stage + ": " +
-                      countErrors[found];
+                      search.countError[found];
       }
-      std::replace(fallback.begin(), fallback.end(), ',', ';');
-      std::replace(fallback.begin(), fallback.end(), '\n', ' ');
-      std::string reason = candidate.rejection;
-      std::replace(reason.begin(), reason.end(), ',', ';');
-      std::replace(reason.begin(), reason.end(), '\n', ' ');
       csv << "," << (candidate.rejectionClass.empty() ? "no" : "yes") << ","
           << (candidate.rejectionClass.empty()
                   ? ""
-                  : candidate.rejectionClass + ": " + reason)
-          << "," << candidate.keysWon << ","
-          << (candidate.predictedUs.empty() ? ""
-                                            : formatUs(candidate.predictedUs.front()))
+                  : candidate.rejectionClass + ": " + clean(candidate.rejection))
+          << "," << keysWon[c] << ","
+          << (candidate.predictedUs.empty()
+                  ? ""
+                  : formatUs(candidate.predictedUs.front()))
           << ","
-          << (candidate.predictedUs.empty() ? ""
-                                            : formatUs(candidate.predictedUs.back()))
-          << "," << fallback << "\n";
+          << (candidate.predictedUs.empty()
+                  ? ""
+                  : formatUs(candidate.predictedUs.back()))
+          << "," << clean(fallback) << "\n";
     }
     result.classes.push_back(std::move(summary));
   }
+  result.csv = csv.str();
+}
 
-  // The table: the winners' configurations (one per kernel list) and
-  // kernels (one per identity), in name order.
+/// The table: the winners' configurations (one per kernel list) and kernels
+/// (one per identity), in name order, and one row per key.
+CompileStatus writeTable(const Search &search,
+                         const std::vector<std::vector<size_t>> &winnerOf,
+                         const DeviceTimings &timings, TuneResult &result,
+                         std::string &error) {
+  const TuningTable &spec = search.spec;
   std::map<std::string, std::string> configOfKernels; // kernel list -> name
   std::map<std::string, std::vector<std::string>> configs; // name -> kernels
   std::map<std::string, std::string> kernelName;           // identity -> name
   std::map<std::string, const TableKernel *> kernelLines;  // name -> kernel
   std::vector<std::vector<std::string>> rowConfig(spec.selections.size());
   for (size_t s = 0; s < spec.selections.size(); ++s)
-    for (size_t key = 0; key < keysOf[s].size(); ++key) {
-      const Candidate &candidate = candidatesOf[s][winnerOf[s][key]];
+    for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
+      const Candidate &candidate = search.candidatesOf[s][winnerOf[s][key]];
       std::string list;
       for (size_t k : candidate.kernels)
-        list += kernels[k].identity + "\n";
+        list += search.kernels[k].identity + "\n";
       auto [it, added] = configOfKernels.emplace(list, candidate.configName);
       if (added) {
         std::vector<std::string> names;
         for (size_t k : candidate.kernels) {
+          const CandidateKernel &kernel = search.kernels[k];
           auto [named, fresh] =
-              kernelName.emplace(kernels[k].identity, kernels[k].kernel.name);
+              kernelName.emplace(kernel.identity, kernel.kernel.name);
           if (fresh) {
             // Two different kernels under one name would make the table
             // name the wrong one: a naming bug of the search, refused.
             auto [line, unique] =
-                kernelLines.emplace(named->second, &kernels[k].kernel);
+                kernelLines.emplace(named->second, &kernel.kernel);
             if (!unique) {
-              error = specPath + ": two different candidate kernels are "
-                                 "both named '" + named->second + "'";
+              error = search.specPath + ": two different candidate kernels "
+                                        "are both named '" + named->second + "'";
               return CompileStatus::CheckFailed;
             }
           }
@@ -608,14 +975,22 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
     }
   result.distinctConfigs = configs.size();
 
+  const std::string &specPath = search.specPath;
+  const bool measured = !timings.device.empty();
   std::ostringstream out;
   out << "moec-table 1\n"
       << "# Generated by `moec tune " << specPath.substr(specPath.rfind('/') + 1)
-      << "` (scripts/regenerate-tables.sh); edit the spec, not this file.\n"
-      << "# Every row is ranked by the cost model " << kCostModelName
-      << " (docs/cost-model.md) among\n"
-      << "# the candidates of the search space that passed the resource gate\n"
-      << "# (docs/tuning.md); none is measured on gfx950 hardware.\n\n";
+      << "` (scripts/regenerate-tables.sh); edit the spec, not this file.\n";
+  if (measured)
+    out << "# Rows are measured on " << timings.device << " (" << timings.method
+        << ", " << timings.date << ") among the cost model's best\n"
+        << "# candidates where the device timed them, and ranked by the cost "
+           "model " << kCostModelName << " elsewhere\n# (docs/tuning.md).\n\n";
+  else
+    out << "# Every row is ranked by the cost model " << kCostModelName
+        << " (docs/cost-model.md) among\n"
+        << "# the candidates of the search space that passed the resource gate\n"
+        << "# (docs/tuning.md); none is measured on gfx950 hardware.\n\n";
   for (const TableProblem &problem : spec.problems)
     out << problemLine(problem) << "\n";
   out << "\n";
@@ -625,11 +1000,19 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
     out << kernelLine(line) << "\n";
   }
   out << "\n";
+  std::set<std::string> measuredConfigs;
+  for (size_t s = 0; s < spec.selections.size(); ++s)
+    for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
+      const Candidate &candidate = search.candidatesOf[s][winnerOf[s][key]];
+      if (!candidate.measuredUs.empty() && candidate.measuredUs[key] >= 0)
+        measuredConfigs.insert(rowConfig[s][key]);
+    }
   for (const auto &[name, list] : configs) {
     out << "config " << name << " kernels=";
     for (size_t i = 0; i < list.size(); ++i)
       out << (i ? "," : "") << list[i];
-    out << " provenance=model-ranked\n";
+    out << " provenance="
+        << (measuredConfigs.count(name) ? "measured" : "model-ranked") << "\n";
   }
   for (size_t s = 0; s < spec.selections.size(); ++s) {
     const TableSelection &selection = spec.selections[s];
@@ -638,15 +1021,113 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
         << " workspace=" << selection.workspace
         << " transport=" << selection.transport
         << " above_max=" << selection.aboveMax << "\n";
-    for (size_t key = 0; key < keysOf[s].size(); ++key)
-      out << "row m=" << keysOf[s][key] << " config=" << rowConfig[s][key]
-          << " provenance=model-ranked model=" << kCostModelName
-          << " predicted_us=" << formatUs(winnerUs[s][key]) << "\n";
-    result.rows += keysOf[s].size();
+    for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
+      const Candidate &candidate = search.candidatesOf[s][winnerOf[s][key]];
+      out << "row m=" << search.keysOf[s][key] << " config=" << rowConfig[s][key];
+      if (!candidate.measuredUs.empty() && candidate.measuredUs[key] >= 0) {
+        out << " provenance=measured device=" << timings.device
+            << " method=" << timings.method << " date=" << timings.date
+            << " measured_us=" << formatUs(candidate.measuredUs[key]);
+        ++result.measuredRows;
+      } else {
+        out << " provenance=model-ranked";
+      }
+      out << " model=" << kCostModelName
+          << " predicted_us=" << formatUs(candidate.predictedUs[key]) << "\n";
+    }
+    result.rows += search.keysOf[s].size();
   }
   result.table = out.str();
-  result.csv = csv.str();
   return CompileStatus::Ok;
+}
+
+} // namespace
+
+CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
+                       const TuneOptions &options, TuneResult &result,
+                       std::string &error) {
+  result = TuneResult();
+  Search search(spec, specPath, options);
+  // Round 0: the grid of every searchable template, or the template itself.
+  for (size_t s = 0; s < spec.selections.size(); ++s) {
+    const TableSelection &selection = spec.selections[s];
+    const TableConfig *base = spec.findConfig(selection.rows.front().config);
+    search.keysOf[s] = selectionKeys(spec, selection);
+    if (search.keysOf[s].empty()) {
+      error = selection.where.file + ":" + std::to_string(selection.where.line) +
+              ": field 'workspace': no keys within the class";
+      return CompileStatus::BadInput;
+    }
+    if (!searchable(spec, *base)) {
+      Tiling own;
+      own.fromTemplate = true;
+      search.addCandidate(s, own, SIZE_MAX);
+      continue;
+    }
+    for (int64_t m : options.space.tileM)
+      for (int64_t w13N : options.space.w13N)
+        for (int64_t w2N : options.space.w2N)
+          for (int64_t waves : options.space.waves)
+            for (bool bDirect : options.space.bDirect)
+              search.addCandidate(s, {m, w13N, w2N, waves, bDirect, false, {}},
+                                  SIZE_MAX);
+  }
+  CompileStatus status = search.evaluate(error);
+  if (status != CompileStatus::Ok)
+    return status;
+  search.predict();
+
+  // Refinement rounds: one more knob on each configuration the model
+  // chooses somewhere, kept only where it wins by the margin.
+  for (unsigned round = 0; round < options.space.refinementRounds; ++round) {
+    bool added = false;
+    for (size_t s = 0; s < spec.selections.size(); ++s) {
+      std::vector<size_t> chosen = search.choose(s, options.space.tieMargin);
+      std::sort(chosen.begin(), chosen.end());
+      chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+      for (size_t c : chosen) {
+        if (c == SIZE_MAX ||
+            search.candidatesOf[s][c].tiling.refinements.size() != round)
+          continue;
+        for (const Tiling &tiling : search.refinementsOf(s, c)) {
+          const size_t before = search.candidatesOf[s].size();
+          search.addCandidate(s, tiling, c);
+          added |= search.candidatesOf[s].size() != before;
+        }
+      }
+    }
+    if (!added)
+      break;
+    status = search.evaluate(error);
+    if (status != CompileStatus::Ok)
+      return status;
+    search.predict();
+  }
+  result.compiledKernels = search.compiledKernels;
+  result.countedKernels = search.countedKernels;
+  result.countFallbacks = search.countFallbacks;
+
+  std::vector<std::vector<size_t>> winnerOf(spec.selections.size());
+  for (size_t s = 0; s < spec.selections.size(); ++s) {
+    winnerOf[s] = search.choose(s, options.space.tieMargin);
+    for (size_t key = 0; key < winnerOf[s].size(); ++key)
+      if (winnerOf[s][key] == SIZE_MAX) {
+        const TableSelection &selection = spec.selections[s];
+        error = selection.where.file + ":" +
+                std::to_string(selection.where.line) + ": every candidate of " +
+                selection.network + " ep" + std::to_string(selection.ep) +
+                " ws" + std::to_string(selection.workspace) + " was rejected";
+        return CompileStatus::CheckFailed;
+      }
+  }
+  DeviceTimings timings;
+  if (options.timeCandidates) {
+    status = timeOnDevice(search, winnerOf, timings, result, error);
+    if (status != CompileStatus::Ok)
+      return status;
+  }
+  writeCsv(search, winnerOf, result);
+  return writeTable(search, winnerOf, timings, result, error);
 }
 
 } // namespace moec

@@ -109,3 +109,47 @@ TEST_CASE("tileGrid: balanced routing pads each expert's rows to the tile",
   CHECK(grid.mTiles == 61);
   CHECK(moec::tileGrid(shape, 0).tiles() == 0);
 }
+
+TEST_CASE("choosing: refinements win by the margin, keys keep near-equal "
+          "choices", "[tuner][choose]") {
+  using moec::chooseCandidates;
+  const size_t none = SIZE_MAX;
+  // Grid candidates 0 and 1; 2 and 3 refine 0; 4 refines 2; 5 is rejected.
+  const std::vector<size_t> parent = {none, none, 0, 0, 2, none};
+  SECTION("a refinement must beat its parent by more than the margin") {
+    const std::vector<std::vector<double>> us = {
+        {100}, {150}, {98}, {96.5}, {90}, {}};
+    // 3 % of 100: 96.5 wins (3.5 % faster), then its own refinements: none.
+    CHECK(chooseCandidates(us, parent, 1, 0.03) == std::vector<size_t>{3});
+    // With a 4 % margin no refinement of 0 qualifies.
+    CHECK(chooseCandidates(us, parent, 1, 0.04) == std::vector<size_t>{0});
+    // With no margin the fastest child (3) is taken; 4 refines 2, not 3.
+    CHECK(chooseCandidates(us, parent, 1, 0.0) == std::vector<size_t>{3});
+  }
+  SECTION("refinements chain: a refinement of a refinement") {
+    const std::vector<std::vector<double>> us = {
+        {100}, {150}, {90}, {95}, {80}, {}};
+    CHECK(chooseCandidates(us, parent, 1, 0.03) == std::vector<size_t>{4});
+  }
+  SECTION("the grid's fastest wins, ties to the earlier; a rejected "
+          "candidate is never chosen") {
+    const std::vector<std::vector<double>> us = {
+        {100}, {100}, {101}, {101}, {101}, {}};
+    CHECK(chooseCandidates(us, parent, 1, 0.03) == std::vector<size_t>{0});
+    const std::vector<std::vector<double>> rejected = {{}, {}, {}, {}, {}, {}};
+    CHECK(chooseCandidates(rejected, parent, 1, 0.03) ==
+          std::vector<size_t>{none});
+  }
+  SECTION("a key keeps the previous key's choice within the margin") {
+    // Key 0: 0 wins. Key 1: 1 is 2 % faster than 0: 0 kept. Key 2: 1 is
+    // 10 % faster: 1. Key 3: 0 is 1 % faster than 1 again: 1 kept.
+    const std::vector<size_t> gridOnly = {none, none};
+    const std::vector<std::vector<double>> us = {{10, 100, 100, 99},
+                                                 {20, 98, 90, 100}};
+    CHECK(chooseCandidates(us, gridOnly, 4, 0.03) ==
+          std::vector<size_t>({0, 0, 1, 1}));
+    // Without the margin every key takes its fastest.
+    CHECK(chooseCandidates(us, gridOnly, 4, 0.0) ==
+          std::vector<size_t>({0, 1, 1, 0}));
+  }
+}

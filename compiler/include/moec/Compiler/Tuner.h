@@ -29,12 +29,22 @@ namespace moec {
 /// The search space (docs/tuning.md, "Search space").
 struct SearchSpace {
   std::vector<int64_t> tileM = {16, 32, 64, 128};
-  std::vector<int64_t> w13N = {64, 128, 256};
+  std::vector<int64_t> w13N = {64, 128, 256, 512};
   std::vector<int64_t> w2N = {128, 256};
-  std::vector<int64_t> waves = {4, 8};
+  std::vector<int64_t> waves = {2, 4, 8};
   /// tile.b_direct of both GEMM stages: weights through LDS, or straight
   /// into registers.
   std::vector<bool> bDirect = {false, true};
+  /// Rounds of refinement: each tries one more knob of one GEMM stage
+  /// (orientation, cache policy, waves per EU, A swizzle, async copies,
+  /// weight and scale prefetch, XCD swizzle, spatial grouping, W2
+  /// persistence) on every configuration the model chooses somewhere.
+  unsigned refinementRounds = 2;
+  /// A refinement replaces its parent at a key only when the model
+  /// predicts it faster by more than this fraction, and a key keeps the
+  /// previous key's configuration when that is within this fraction of
+  /// its own choice: differences below it are taken as ties.
+  double tieMargin = 0.03;
 };
 
 /// The keys (M values) of one selection of a spec: for a MegaMoE selection
@@ -42,6 +52,18 @@ struct SearchSpace {
 /// the spec's own rows.
 std::vector<int64_t> selectionKeys(const TuningTable &spec,
                                    const TableSelection &selection);
+
+/// The model's choice at every key (docs/tuning.md, "Choosing"), by
+/// candidate index; SIZE_MAX where every candidate is rejected.
+/// `predictedUs[c]` holds candidate c's time at each of the `keys` keys
+/// (empty: rejected); `parent[c]` is the candidate c refines, SIZE_MAX for
+/// a candidate of the grid. At every key: the fastest grid candidate (ties
+/// to the earlier); then, while a refinement of the choice is faster by
+/// more than `margin` (a fraction), the fastest such refinement; then the
+/// previous key's choice instead when it is within `margin` of that.
+std::vector<size_t>
+chooseCandidates(const std::vector<std::vector<double>> &predictedUs,
+                 const std::vector<size_t> &parent, size_t keys, double margin);
 
 /// Counts one workgroup tile of a GEMM stage kernel (`spec`: its problem
 /// and knobs as the table gives them; `shape`: the model's view of it) into
@@ -106,6 +128,7 @@ struct TuneOptions {
 struct TuneClassSummary {
   std::string key; ///< "flash-fused ep4 ws1024"
   size_t keys = 0, candidates = 0, rejected = 0, distinctConfigs = 0;
+  size_t refinements = 0; ///< candidates that refine another
   std::map<std::string, size_t> rejections; ///< reason class -> candidates
 };
 
@@ -117,6 +140,14 @@ struct TuneResult {
   /// GEMM kernels whose tile was counted by TuneOptions::countTile, and
   /// those it could not count (ranked with the analytic counts).
   size_t countedKernels = 0, countFallbacks = 0;
+  /// With TuneOptions::timeCandidates: why nothing was timed (empty: it
+  /// was), the timer's lines about configurations it skipped, the
+  /// configurations timed, the rows written `measured`, and one CSV line
+  /// per (key, timed candidate).
+  std::string timingUnavailable;
+  std::vector<std::string> timingNotes;
+  size_t timedConfigs = 0, measuredRows = 0;
+  std::string measurementsCsv;
 };
 
 /// Tunes `spec` (read from `specPath`, named in the output's header). On
