@@ -9,6 +9,7 @@
 
 #include "CommandSupport.h"
 #include "Commands.h"
+#include "DeviceTimer.h"
 #include "EmulatedTileCounter.h"
 
 #include "moec/Compiler/CompileCache.h"
@@ -34,16 +35,15 @@ struct TuneArgs {
   std::string cacheDir = moec::CompileCache::defaultDirectory();
   bool noCache = false;
   bool analyticCounts = false;
+  double tieMargin = 0.03;
+  unsigned refinementRounds = 2;
+  size_t timedPerKey = 3;
+  std::string measurements;
 };
 
 int runTune(const TuneArgs &args) {
   using namespace moec;
   const auto start = std::chrono::steady_clock::now();
-  if (args.device >= 0)
-    std::cerr << "moec: --device " << args.device
-              << ": timings are not available (moec tune does not time "
-                 "candidates on a device yet); ranking with the cost model "
-              << kCostModelName << ", so every row is model-ranked\n";
   TuningTable spec;
   std::string error;
   if (!readTuningTable(args.spec, spec, error)) {
@@ -52,6 +52,11 @@ int runTune(const TuneArgs &args) {
   }
   TuneOptions options;
   options.jobs = args.jobs;
+  options.space.tieMargin = args.tieMargin;
+  options.space.refinementRounds = args.refinementRounds;
+  options.timedPerKey = args.timedPerKey;
+  if (args.device >= 0)
+    options.timeCandidates = cli::makeDeviceTimer(args.device);
   if (!args.noCache) {
     options.cacheDirectory = args.cacheDir;
     options.cacheMaxBytes = CompileCache::defaultMaxBytes();
@@ -83,11 +88,20 @@ int runTune(const TuneArgs &args) {
     return status == CompileStatus::BadInput ? cli::kBadInput
                                              : cli::kCheckFailed;
   }
+  if (args.device >= 0 && !result.timingUnavailable.empty())
+    std::cerr << "moec: --device " << args.device << ": "
+              << result.timingUnavailable << "; ranking with the cost model "
+              << kCostModelName << ", so every row is model-ranked\n";
+  for (const std::string &note : result.timingNotes)
+    std::cerr << "moec: --device " << args.device << ": " << note << "\n";
   if (!cli::writeFileAtomically(args.output, result.table.data(),
                                 result.table.size(), error) ||
       (!args.csv.empty() &&
        !cli::writeFileAtomically(args.csv, result.csv.data(), result.csv.size(),
-                                 error))) {
+                                 error)) ||
+      (!args.measurements.empty() &&
+       !cli::writeFileAtomically(args.measurements, result.measurementsCsv.data(),
+                                 result.measurementsCsv.size(), error))) {
     std::cerr << "moec: " << error << "\n";
     return cli::kCheckFailed;
   }
@@ -98,7 +112,8 @@ int runTune(const TuneArgs &args) {
           .count();
   for (const TuneClassSummary &c : result.classes) {
     std::cout << c.key << ": " << c.keys << " keys, " << c.candidates
-              << " candidates, " << c.rejected << " rejected";
+              << " candidates (" << c.refinements << " refinements), "
+              << c.rejected << " rejected";
     for (const auto &[reason, count] : c.rejections)
       std::cout << " (" << reason << " " << count << ")";
     std::cout << ", " << c.distinctConfigs << " configurations chosen\n";
@@ -113,7 +128,9 @@ int runTune(const TuneArgs &args) {
                           " GEMM tiles counted on the emulator (" +
                           std::to_string(result.countFallbacks) +
                           " analytic fallbacks)")
-            << ", in " << seconds << " s\n";
+            << ", " << result.measuredRows << " rows measured ("
+            << result.timedConfigs << " configurations timed), in " << seconds
+            << " s\n";
   return cli::kSuccess;
 }
 
@@ -134,8 +151,27 @@ void addTuneCommand(CLI::App &app, int &exitStatus) {
                   "write every candidate (resources, rejection reason, "
                   "predicted time) to this CSV");
   cmd->add_option("--device", args->device,
-                  "time candidates on GPU N (not available yet: the cost "
-                  "model ranks them and says so)");
+                  "time the model's best candidates at every key on GPU N "
+                  "(EP ranks of fused tables on N, N+1, ...) and write "
+                  "measured rows (docs/tuning.md, \"Timing on a device\")");
+  cmd->add_option("--timed-per-key", args->timedPerKey,
+                  "with --device: candidates timed at every key, the "
+                  "model's best first")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t(1), size_t(64)));
+  cmd->add_option("--measurements", args->measurements,
+                  "with --device: write every (key, timed candidate) with "
+                  "its predicted and measured time to this CSV");
+  cmd->add_option("--tie-margin", args->tieMargin,
+                  "fraction by which a refinement must beat its parent, and "
+                  "within which a key keeps the previous key's configuration")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.5));
+  cmd->add_option("--refinement-rounds", args->refinementRounds,
+                  "rounds of one-knob refinements of the chosen "
+                  "configurations (0: the grid only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 4u));
   cmd->add_option("-j,--jobs", args->jobs,
                   "kernels compiled in parallel (0: every core)")
       ->capture_default_str();
