@@ -80,29 +80,50 @@ struct Refinement {
   }
 };
 
-/// The knob values a refinement tries on each GEMM stage of a winner, and
-/// the values a kernel has when its table line does not set the knob (the
-/// dialect's defaults).
+/// The knob values a refinement tries on each stage kernel of a winner,
+/// and the values a kernel has when its table line does not set the knob
+/// (the dialect's defaults). The model predicts the same time for the
+/// knobs its per-tile counts do not see (the fused stages' grid, dispatch
+/// and work split, the combine's grid, W2's output staging); they are
+/// searched so that `--device` can time them (docs/tuning.md).
 struct KnobChoice {
+  const char *stage; ///< the stage kernel it applies to; nullptr: W13, W2
   const char *knob, *value, *tag, *defaultValue;
   const char *alsoKnob = nullptr, *alsoValue = nullptr;
-  const char *onlyStage = nullptr;
+  /// Only for kernels that set this knob (the fused stages' `transport`).
+  const char *onlyWith = nullptr;
+  /// Not for kernels that set this knob.
+  const char *notWith = nullptr;
 };
 const KnobChoice kKnobChoices[] = {
-    {"orientation", "a_major", "oa", "a_major"},
-    {"orientation", "b_major", "ob", "a_major"},
-    {"b_cache", "nt", "nt", "cached"},
-    {"b_cache", "cached", "cached", "cached"},
-    {"waves_per_eu", "2", "wpe2", "0"},
-    {"waves_per_eu", "4", "wpe4", "0"},
-    {"a_swizzle", "true", "asw", "false"},
-    {"async_a", "true", "async", "false"},
-    {"b_prefetch", "true", "bpf", "false"},
-    {"scale_prefetch", "true", "spf", "false"},
-    {"scale_prefetch", "false", "nospf", "false"},
-    {"xcd_swizzle", "true", "xcd", "false"},
-    {"group_m", "4", "gm4", "0"},
-    {"persist_cu", "256", "p256s", "0", "persist_strided", "true", "w2"},
+    {nullptr, "orientation", "a_major", "oa", "a_major"},
+    {nullptr, "orientation", "b_major", "ob", "a_major"},
+    {nullptr, "b_cache", "nt", "nt", "cached"},
+    {nullptr, "b_cache", "cached", "cached", "cached"},
+    {nullptr, "waves_per_eu", "2", "wpe2", "0"},
+    {nullptr, "waves_per_eu", "4", "wpe4", "0"},
+    {nullptr, "a_swizzle", "true", "asw", "false"},
+    {nullptr, "async_a", "true", "async", "false"},
+    {nullptr, "b_prefetch", "true", "bpf", "false"},
+    {nullptr, "scale_prefetch", "true", "spf", "false"},
+    {nullptr, "scale_prefetch", "false", "nospf", "false"},
+    {nullptr, "xcd_swizzle", "true", "xcd", "false"},
+    {nullptr, "group_m", "4", "gm4", "0"},
+    {"w2", "persist_cu", "256", "p256s", "0", "persist_strided", "true",
+     nullptr, "workgroups"},
+    {"w2", "bf16_lds", "true", "bf16lds", "false"},
+    // The fused stages' persistent grid, peer dispatch and work split.
+    {nullptr, "workgroups", "256", "wg256", "", nullptr, nullptr, "workgroups"},
+    {nullptr, "workgroups", "512", "wg512", "", nullptr, nullptr, "workgroups"},
+    {"w13", "dispatch_cus", "16", "dc16", "", nullptr, nullptr, "dispatch_cus"},
+    {"w13", "dispatch_cus", "64", "dc64", "", nullptr, nullptr, "dispatch_cus"},
+    {nullptr, "work_shards", "2", "ws2", "", nullptr, nullptr, "work_shards"},
+    {nullptr, "work_shards", "8", "ws8", "", nullptr, nullptr, "work_shards"},
+    {"w13", "plan_cus", "8", "pc8", "", nullptr, nullptr, "plan_cus"},
+    // The combine's grid and waves.
+    {"combine", "blocks", "256", "b256", "0", nullptr, nullptr, nullptr,
+     "peer_rows"},
+    {"combine", "waves", "8", "w8", "4", nullptr, nullptr, nullptr, "peer_rows"},
 };
 
 /// One candidate tiling of a template configuration.
@@ -204,6 +225,12 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
   } else if (kernel.stage == "sort") {
     kernel.knobs["m_tile"] = std::to_string(t.m);
     kernel.name = base.name + suffix;
+  } else if (kernel.stage == "combine") {
+    for (const Refinement &r : t.refinements)
+      if (r.stage == kernel.stage) {
+        kernel.knobs[r.knob] = r.value;
+        kernel.name += "_" + r.tag;
+      }
   }
   return kernel;
 }
@@ -611,24 +638,26 @@ std::vector<Tiling> Search::refinementsOf(size_t s, size_t c) const {
   std::vector<Tiling> out;
   if (candidate.tiling.fromTemplate)
     return out;
-  for (const char *stage : {"w13", "w2"}) {
+  for (const char *stage : {"w13", "w2", "combine"}) {
     const TableKernel *kernel = nullptr;
     for (size_t k : candidate.kernels)
-      if (kernels[k].kernel.stage == stage && isGemm(kernels[k].kernel))
+      if (kernels[k].kernel.stage == stage &&
+          (isGemm(kernels[k].kernel) || kernels[k].kernel.stage == "combine"))
         kernel = &kernels[k].kernel;
     if (!kernel)
       continue;
     for (const KnobChoice &choice : kKnobChoices) {
-      if (choice.onlyStage && std::string(choice.onlyStage) != stage)
+      if (choice.stage ? std::string(choice.stage) != stage
+                       : std::string(stage) == "combine")
         continue;
-      // A fused stage's persistent grid is its own (`workgroups`).
-      if (choice.alsoKnob && kernel->knobs.count("workgroups"))
+      if ((choice.onlyWith && !kernel->knobs.count(choice.onlyWith)) ||
+          (choice.notWith && kernel->knobs.count(choice.notWith)))
         continue;
       if (knobOr(*kernel, choice.knob, choice.defaultValue) == choice.value)
         continue;
       bool refinedAlready = false;
       for (const Refinement &r : candidate.tiling.refinements)
-        refinedAlready |= r.knob == choice.knob;
+        refinedAlready |= r.stage == stage && r.knob == choice.knob;
       if (refinedAlready)
         continue;
       Tiling tiling = candidate.tiling;
@@ -641,7 +670,6 @@ std::vector<Tiling> Search::refinementsOf(size_t s, size_t c) const {
   }
   return out;
 }
-
 
 std::string selectionKey(const TableSelection &selection) {
   return selection.network + " ep" + std::to_string(selection.ep) + " ws" +
@@ -671,8 +699,19 @@ CompileStatus timeOnDevice(Search &search,
         return candidates[a].predictedUs[key] < candidates[b].predictedUs[key];
       });
       order.resize(std::min(order.size(), std::max<size_t>(1, options.timedPerKey)));
-      if (std::find(order.begin(), order.end(), winnerOf[s][key]) == order.end())
-        order.push_back(winnerOf[s][key]);
+      const size_t winner = winnerOf[s][key];
+      if (std::find(order.begin(), order.end(), winner) == order.end())
+        order.push_back(winner);
+      // The refinements the model cannot tell from its choice (the knobs
+      // its counts do not see among them): the device decides.
+      for (size_t c = 0; c < candidates.size(); ++c)
+        if (candidates[c].parent == winner &&
+            candidates[c].rejectionClass.empty() &&
+            candidates[c].predictedUs[key] <=
+                candidates[winner].predictedUs[key] *
+                    (1 + options.space.tieMargin) &&
+            std::find(order.begin(), order.end(), c) == order.end())
+          order.push_back(c);
       for (size_t c : order)
         keysToTime[s][c].push_back(key);
     }
