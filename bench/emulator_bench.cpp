@@ -9,16 +9,23 @@
 // wall and process CPU time (the CPU time is what a shared machine's other
 // load does not inflate; for one thread it is the single-core figure).
 //
-//   moec-emulator-bench [--reps N] [--threads N]
+//   moec-emulator-bench [--reps N] [--threads N] [--dump-ir DIR] [--ir DIR]
 //
 // Prints one line per case and the total: MFMAs, seconds, MFMA/s.
+// --dump-ir writes each case's kernel IR to DIR/case<i>.mlir; --ir runs
+// the kernel IR read from those files instead of the one built here (the
+// harness still takes its ABI and shape from the built op), so another
+// build of the emulator, an older one included, can run the same IR.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moec/Emulator/StageHarness.h"
 #include "moec/Emulator/StageKernel.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <chrono>
@@ -57,18 +64,69 @@ StageSpec specOf(const Case &c) {
   return spec;
 }
 
+/// The kernel IR file of case `index` under `dir`.
+std::string irPath(const std::string &dir, size_t index) {
+  return dir + "/case" + std::to_string(index) + ".mlir";
+}
+
+/// Replaces `kernel`'s module by the one parsed from `path` (its one
+/// gpu.func becomes the kernel).
+bool loadIR(mlir::MLIRContext &context, const std::string &path,
+            BuiltKernel &kernel, std::string &error) {
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(path, &context);
+  if (!module) {
+    error = "cannot parse " + path;
+    return false;
+  }
+  mlir::Operation *func = nullptr;
+  unsigned count = 0;
+  module->walk([&](mlir::gpu::GPUFuncOp op) {
+    func = op;
+    ++count;
+  });
+  if (count != 1) {
+    error = path + ": expected one gpu.func, found " + std::to_string(count);
+    return false;
+  }
+  kernel.module = std::move(module);
+  kernel.func = func;
+  return true;
+}
+
+/// Writes `kernel`'s module to `path`.
+bool dumpIR(BuiltKernel &kernel, const std::string &path, std::string &error) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec) {
+    error = path + ": " + ec.message();
+    return false;
+  }
+  kernel.module->print(os);
+  os << "\n";
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   int reps = 3;
   unsigned threads = 0;
+  std::string dumpDir, irDir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
       threads = unsigned(std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--dump-ir") && i + 1 < argc)
+      dumpDir = argv[++i];
+    else if (!std::strcmp(argv[i], "--ir") && i + 1 < argc)
+      irDir = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--threads N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--threads N] [--dump-ir DIR] "
+                   "[--ir DIR]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -93,10 +151,14 @@ int main(int argc, char **argv) {
   prepareContext(context);
   uint64_t totalMfmas = 0;
   double totalSeconds = 0.0, totalCpu = 0.0;
-  for (const Case &c : cases) {
+  for (size_t index = 0; index < cases.size(); ++index) {
+    const Case &c = cases[index];
     BuiltKernel kernel;
     std::string error;
-    if (mlir::failed(buildKernelIR(context, specOf(c), kernel, error))) {
+    if (mlir::failed(buildKernelIR(context, specOf(c), kernel, error)) ||
+        (!dumpDir.empty() && !dumpIR(kernel, irPath(dumpDir, index), error)) ||
+        (!irDir.empty() &&
+         !loadIR(context, irPath(irDir, index), kernel, error))) {
       std::fprintf(stderr, "%s: %s\n", c.name, error.c_str());
       return 1;
     }
