@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -57,6 +58,22 @@ moe::PeerTransportAttr peerOf(Operation *op) {
   return {};
 }
 
+/// The launch counts a fused stage's handshakes are built from: its waves,
+/// persistent grid, dispatch CUs, planning CUs and work shards
+/// (docs/families.md, "Launch protocol"). The control words add these up
+/// over every forward of a layer, so every fused kernel of one stage that
+/// a selection reaches must have the same (checkSelections).
+std::string handshakeOf(Operation *op, moe::PeerTransportAttr peer) {
+  const int64_t waves = isa<moe::W13Op>(op)
+                            ? cast<moe::W13Op>(op).getTile().getWaves()
+                            : cast<moe::W2Op>(op).getTile().getWaves();
+  return "waves=" + std::to_string(waves) +
+         " workgroups=" + std::to_string(peer.getWorkgroups()) +
+         " dispatch_cus=" + std::to_string(peer.getDispatchCus()) +
+         " plan_cus=" + std::to_string(peer.getPlanCus()) +
+         " work_shards=" + std::to_string(peer.getWorkShards());
+}
+
 } // namespace
 
 bool checkSelections(const TuningTable &table,
@@ -66,11 +83,31 @@ bool checkSelections(const TuningTable &table,
   selectionMaxTokens.clear();
   for (const TableSelection &s : table.selections) {
     uint32_t capacity = 0;
+    // Per fused stage: the first kernel the rows reach and its handshake.
+    std::map<std::string, std::pair<std::string, std::string>> handshakes;
     for (const TableRow &r : s.rows)
       for (const std::string &name : table.findConfig(r.config)->kernels) {
         moe::PeerTransportAttr peer = peerOf(ops.at(name));
         if (!peer)
           continue;
+        Operation *op = ops.at(name);
+        const std::string handshake = handshakeOf(op, peer);
+        // A split dispatch's two W13 kernels are two stages.
+        const std::string stage =
+            op->getName().getStringRef().str() + " dispatch=" +
+            moe::stringifyPeerDispatch(peer.getDispatch()).str();
+        auto [first, added] =
+            handshakes.emplace(stage, std::make_pair(name, handshake));
+        if (!added && first->second.second != handshake) {
+          error = lineField(r.where, "config") + "config '" + r.config +
+                  "' uses fused kernel '" + name + "' with " + handshake +
+                  ", but kernel '" + first->second.first +
+                  "' of this selection has " + first->second.second +
+                  ": the fused stages' handshake counts add up over every "
+                  "forward, so one selection's configurations must agree on "
+                  "them (docs/families.md)";
+          return false;
+        }
         const std::string transport =
             moe::stringifyPeerKind(peer.getTransport()).str();
         if (transport != s.transport) {

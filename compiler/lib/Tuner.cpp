@@ -83,9 +83,11 @@ struct Refinement {
 /// The knob values a refinement tries on each stage kernel of a winner,
 /// and the values a kernel has when its table line does not set the knob
 /// (the dialect's defaults). The model predicts the same time for the
-/// knobs its per-tile counts do not see (the fused stages' grid, dispatch
-/// and work split, the combine's grid, W2's output staging); they are
-/// searched so that `--device` can time them (docs/tuning.md).
+/// knobs its per-tile counts do not see (the combine's grid, W2's output
+/// staging); they are searched so that `--device` can time them
+/// (docs/tuning.md). The fused stages' grid, dispatch CUs, planning CUs
+/// and work shards are the selection's, not a configuration's (see
+/// handshakeOf), so they are not refined.
 struct KnobChoice {
   const char *stage; ///< the stage kernel it applies to; nullptr: W13, W2
   const char *knob, *value, *tag, *defaultValue;
@@ -112,14 +114,6 @@ const KnobChoice kKnobChoices[] = {
     {"w2", "persist_cu", "256", "p256s", "0", "persist_strided", "true",
      nullptr, "workgroups"},
     {"w2", "bf16_lds", "true", "bf16lds", "false"},
-    // The fused stages' persistent grid, peer dispatch and work split.
-    {nullptr, "workgroups", "256", "wg256", "", nullptr, nullptr, "workgroups"},
-    {nullptr, "workgroups", "512", "wg512", "", nullptr, nullptr, "workgroups"},
-    {"w13", "dispatch_cus", "16", "dc16", "", nullptr, nullptr, "dispatch_cus"},
-    {"w13", "dispatch_cus", "64", "dc64", "", nullptr, nullptr, "dispatch_cus"},
-    {nullptr, "work_shards", "2", "ws2", "", nullptr, nullptr, "work_shards"},
-    {nullptr, "work_shards", "8", "ws8", "", nullptr, nullptr, "work_shards"},
-    {"w13", "plan_cus", "8", "pc8", "", nullptr, nullptr, "plan_cus"},
     // The combine's grid and waves.
     {"combine", "blocks", "256", "b256", "0", nullptr, nullptr, nullptr,
      "peer_rows"},
@@ -432,6 +426,10 @@ public:
 
   CompileStatus evaluate(std::string &error);
   void predict();
+  /// The fused stages' handshake counts of a candidate (empty for an
+  /// unfused one): one selection's configurations must agree on them
+  /// (checkSelections), so the choice is made within one such group.
+  std::string handshakeOf(const Candidate &candidate) const;
   std::vector<size_t> choose(size_t s, double margin) const;
   std::vector<Tiling> refinementsOf(size_t s, size_t c) const;
 
@@ -620,15 +618,66 @@ void Search::predict() {
     }
 }
 
-std::vector<size_t> Search::choose(size_t s, double margin) const {
-  std::vector<std::vector<double>> predicted;
-  std::vector<size_t> parents;
-  for (const Candidate &candidate : candidatesOf[s]) {
-    predicted.push_back(candidate.rejectionClass.empty() ? candidate.predictedUs
-                                                         : std::vector<double>());
-    parents.push_back(candidate.parent);
+std::string Search::handshakeOf(const Candidate &candidate) const {
+  std::string text;
+  for (size_t k : candidate.kernels) {
+    const TableKernel &kernel = kernels[k].kernel;
+    if (!kernel.knobs.count("transport"))
+      continue;
+    text += kernel.stage + ":" + knobOr(kernel, "dispatch", "fused") +
+            " waves=" + knobOr(kernel, "waves", "4") +
+            " workgroups=" + knobOr(kernel, "workgroups", "0") +
+            " dispatch_cus=" + knobOr(kernel, "dispatch_cus", "0") +
+            " plan_cus=" + knobOr(kernel, "plan_cus", "1") +
+            " work_shards=" + knobOr(kernel, "work_shards", "0") + ";";
   }
-  return chooseCandidates(predicted, parents, keysOf[s].size(), margin);
+  return text;
+}
+
+std::vector<size_t> Search::choose(size_t s, double margin) const {
+  const std::vector<Candidate> &candidates = candidatesOf[s];
+  std::vector<std::string> handshakes;
+  std::vector<std::string> groups; // in order of first appearance
+  for (const Candidate &candidate : candidates) {
+    handshakes.push_back(handshakeOf(candidate));
+    if (std::find(groups.begin(), groups.end(), handshakes.back()) ==
+        groups.end())
+      groups.push_back(handshakes.back());
+  }
+  std::vector<size_t> parents;
+  for (const Candidate &candidate : candidates)
+    parents.push_back(candidate.parent);
+  // One group per handshake (every candidate, unless the selection is
+  // fused): the group whose choices the model predicts fastest over all
+  // keys, ties to the earlier.
+  std::vector<size_t> best;
+  double bestTotal = 0;
+  for (const std::string &group : groups) {
+    std::vector<std::vector<double>> predicted;
+    for (size_t c = 0; c < candidates.size(); ++c)
+      predicted.push_back(candidates[c].rejectionClass.empty() &&
+                                  handshakes[c] == group
+                              ? candidates[c].predictedUs
+                              : std::vector<double>());
+    std::vector<size_t> chosen =
+        chooseCandidates(predicted, parents, keysOf[s].size(), margin);
+    double total = 0;
+    bool complete = true;
+    for (size_t key = 0; key < chosen.size(); ++key) {
+      if (chosen[key] == SIZE_MAX) {
+        complete = false;
+        break;
+      }
+      total += candidates[chosen[key]].predictedUs[key];
+    }
+    if (complete && (best.empty() || total < bestTotal)) {
+      best = std::move(chosen);
+      bestTotal = total;
+    }
+  }
+  if (best.empty())
+    best.assign(keysOf[s].size(), SIZE_MAX);
+  return best;
 }
 
 /// Candidate `c` of selection `s` with one more knob of one GEMM stage
@@ -691,9 +740,12 @@ CompileStatus timeOnDevice(Search &search,
   for (size_t s = 0; s < spec.selections.size(); ++s) {
     const std::vector<Candidate> &candidates = search.candidatesOf[s];
     for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
+      // Only the model's handshake group can share the selection.
+      const std::string handshake = search.handshakeOf(candidates[winnerOf[s][key]]);
       std::vector<size_t> order;
       for (size_t c = 0; c < candidates.size(); ++c)
-        if (candidates[c].rejectionClass.empty())
+        if (candidates[c].rejectionClass.empty() &&
+            search.handshakeOf(candidates[c]) == handshake)
           order.push_back(c);
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
         return candidates[a].predictedUs[key] < candidates[b].predictedUs[key];
@@ -835,9 +887,11 @@ CompileStatus timeOnDevice(Search &search,
     std::vector<Candidate> &candidates = search.candidatesOf[s];
     for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
       size_t best = SIZE_MAX;
+      const std::string handshake = search.handshakeOf(candidates[winnerOf[s][key]]);
       for (size_t c = 0; c < candidates.size(); ++c) {
         const std::vector<double> &measured = candidates[c].measuredUs;
         if (!measured.empty() && measured[key] >= 0 &&
+            search.handshakeOf(candidates[c]) == handshake &&
             (best == SIZE_MAX || measured[key] < candidates[best].measuredUs[key]))
           best = c;
       }
