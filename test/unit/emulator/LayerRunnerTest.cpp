@@ -212,7 +212,7 @@ SavedLayer runSaveAndCheck(const std::string &table, const std::string &config,
 TEST_CASE("an unfused config saves its weights, inputs and output per rank",
           "[layer][save]") {
   const SavedLayer layer =
-      runSaveAndCheck("flash_ep4.table", "unfused_m16_n256x256_w4", "unfused-save", 6);
+      runSaveAndCheck("flash_ep4.table", "unfused_m32_n256x256_w2", "unfused-save", 6);
   const StageShape &s = layer.shape;
   const std::string &dir = layer.dir;
   const std::vector<ref::TokenBatch> &batches = layer.batches;
@@ -281,7 +281,7 @@ TEST_CASE("the FHMoE config saves its shared FP8 expert", "[layer][save]") {
 TEST_CASE("a fused config saves its weights, inputs and output per rank",
           "[layer][save][peer]") {
   const SavedLayer layer =
-      runSaveAndCheck("flash_ep4.table", "fused_fs1024_m16_n256x256_w4", "fused-save", 8);
+      runSaveAndCheck("flash_ep4.table", "fused_fs1024_m16_n256x256_w2", "fused-save", 8);
   const StageShape &s = layer.shape;
   const std::string &dir = layer.dir;
   const std::vector<ref::TokenBatch> &batches = layer.batches;
