@@ -254,16 +254,9 @@ const HostLayerWeights &Timer::hostWeights(const TableFacts &facts) {
                            host.sharedW13Scales);
     ref::generateFp8Expert(seed, 112, H, I, host.sharedW2, host.sharedW2Scales);
   }
-  if (facts.bias) {
-    const int64_t rows = E + (facts.shared ? 1 : 0);
-    const ref::CounterRandom w13Random(seed, 0xB1A5), w2Random(seed, 0xB2A5);
-    host.w13Bias.resize(size_t(rows * 2 * I));
-    host.w2Bias.resize(size_t(rows * H));
-    for (size_t i = 0; i < host.w13Bias.size(); ++i)
-      host.w13Bias[i] = float(w13Random.normal(i));
-    for (size_t i = 0; i < host.w2Bias.size(); ++i)
-      host.w2Bias[i] = float(w2Random.normal(i));
-  }
+  if (facts.bias)
+    generateBiases(seed, E + (facts.shared ? 1 : 0), H, I, host.w13Bias,
+                   host.w2Bias);
   return host;
 }
 
@@ -341,12 +334,7 @@ bool Timer::forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
     if (events && !check(*ctx.device, t.hipEventRecord(ctx.start, ctx.stream),
                          "hipEventRecord", error))
       return false;
-    rt::LayerInputs inputs;
-    inputs.m = m;
-    inputs.hidden = rank.hidden;
-    inputs.topkIds = rank.ids;
-    inputs.topkWeights = rank.weights;
-    inputs.out = rank.out;
+    const rt::LayerInputs inputs = rankInputs(rank, m);
     if (rank.layer->forward(inputs, ctx.stream, error) !=
         rt::Layer::ForwardStatus::Ok) {
       error = "forward: " + error;
@@ -439,12 +427,7 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
              t.hipStreamBeginCapture(ctx.stream, rt::hip::kStreamCaptureModeGlobal),
              "hipStreamBeginCapture", error))
     return false;
-  rt::LayerInputs inputs;
-  inputs.m = m;
-  inputs.hidden = rank.hidden;
-  inputs.topkIds = rank.ids;
-  inputs.topkWeights = rank.weights;
-  inputs.out = rank.out;
+  const rt::LayerInputs inputs = rankInputs(rank, m);
   std::string forwardError;
   const bool forwarded = rank.layer->forward(inputs, ctx.stream, forwardError) ==
                          rt::Layer::ForwardStatus::Ok;

@@ -4,6 +4,7 @@
 
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Emulator/StageKernel.h"
+#include "moec/reference/Generate.h"
 
 #include <algorithm>
 
@@ -230,6 +231,28 @@ bool bindRankPeers(std::vector<Rank> &ranks, std::string &error) {
     if (!rank.layer->bindPeers(peers.data(), uint32_t(peers.size()), error))
       return false;
   return true;
+}
+
+void generateBiases(uint64_t seed, int64_t rows, int64_t hidden,
+                    int64_t intermediate, std::vector<float> &w13,
+                    std::vector<float> &w2) {
+  const ref::CounterRandom w13Random(seed, 0xB1A5), w2Random(seed, 0xB2A5);
+  w13.resize(size_t(rows * 2 * intermediate));
+  w2.resize(size_t(rows * hidden));
+  for (size_t i = 0; i < w13.size(); ++i)
+    w13[i] = float(w13Random.normal(i));
+  for (size_t i = 0; i < w2.size(); ++i)
+    w2[i] = float(w2Random.normal(i));
+}
+
+rt::LayerInputs rankInputs(const Rank &rank, uint32_t m) {
+  rt::LayerInputs inputs;
+  inputs.m = m;
+  inputs.hidden = rank.hidden;
+  inputs.topkIds = rank.ids;
+  inputs.topkWeights = rank.weights;
+  inputs.out = rank.out;
+  return inputs;
 }
 
 } // namespace moec::cli

@@ -106,6 +106,15 @@ bool setUpRank(Rank &rank, DeviceMemory &memory, const TableFacts &facts,
 /// Fused tables: gives every rank's layer every rank's symmetric buffer.
 bool bindRankPeers(std::vector<Rank> &ranks, std::string &error);
 
+/// Seeded per-expert biases of a table that takes them: W13 [rows, 2I] and
+/// W2 [rows, H] FP32, normally distributed, the same for a given seed.
+void generateBiases(uint64_t seed, int64_t rows, int64_t hidden,
+                    int64_t intermediate, std::vector<float> &w13,
+                    std::vector<float> &w2);
+
+/// A forward's inputs from a rank's buffers, for `m` tokens.
+rt::LayerInputs rankInputs(const Rank &rank, uint32_t m);
+
 } // namespace moec::cli
 
 #endif // MOEC_TOOLS_MOEC_LAYERSETUP_H

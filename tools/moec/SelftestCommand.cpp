@@ -482,14 +482,7 @@ int Selftest::runTable(uint32_t tableIndex) {
   bias_ = ref::ExpertBias();
   const int64_t biasRows = E + (facts.shared ? 1 : 0);
   if (facts.bias) {
-    const ref::CounterRandom w13Random(args_.seed, 0xB1A5),
-        w2Random(args_.seed, 0xB2A5);
-    bias_.w13.resize(size_t(biasRows * 2 * I));
-    bias_.w2.resize(size_t(biasRows * H));
-    for (size_t i = 0; i < bias_.w13.size(); ++i)
-      bias_.w13[i] = float(w13Random.normal(i));
-    for (size_t i = 0; i < bias_.w2.size(); ++i)
-      bias_.w2[i] = float(w2Random.normal(i));
+    cli::generateBiases(args_.seed, biasRows, H, I, bias_.w13, bias_.w2);
     host.w13Bias = bias_.w13;
     host.w2Bias = bias_.w2;
   }
@@ -678,12 +671,7 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   }
   for (uint32_t r = 0; r < ep; ++r) {
     Rank &rank = ranks[r];
-    rt::LayerInputs inputs;
-    inputs.m = M;
-    inputs.hidden = rank.hidden;
-    inputs.topkIds = rank.ids;
-    inputs.topkWeights = rank.weights;
-    inputs.out = rank.out;
+    const rt::LayerInputs inputs = cli::rankInputs(rank, M);
     if (!rank.device->makeCurrent(error) ||
         rank.layer->forward(inputs, nullptr, error) != rt::Layer::ForwardStatus::Ok) {
       report(false, name + " m=" + std::to_string(M) + " rank " +
