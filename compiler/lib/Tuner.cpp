@@ -70,10 +70,14 @@ int64_t knobInt(const TableKernel &kernel, const char *name, int64_t fallback) {
 /// One knob of one GEMM stage set to a value other than its parent's: a
 /// refinement (docs/tuning.md, "Refinement").
 struct Refinement {
-  std::string stage; ///< "w13" or "w2"
+  /// "w13", "w2", "combine", or "fused": every fused kernel (of
+  /// `onlyStage` when set, of the compact transport when `compactOnly`).
+  std::string stage;
   std::string knob, value;
   std::string alsoKnob, alsoValue; ///< a second knob it needs, or empty
   std::string tag;                 ///< name part of its kernel
+  std::string onlyStage;
+  bool compactOnly = false;
   std::string text() const {
     return stage + ":" + knob + "=" + value +
            (alsoKnob.empty() ? "" : "+" + alsoKnob + "=" + alsoValue);
@@ -119,6 +123,34 @@ const KnobChoice kKnobChoices[] = {
      "peer_rows"},
     {"combine", "waves", "8", "w8", "4", nullptr, nullptr, nullptr, "peer_rows"},
 };
+
+/// The fused stages' selection-wide knobs (their handshake counts,
+/// handshakeOf): a variant changes one of them on every fused kernel of a
+/// configuration, forming another handshake group, which the model cannot
+/// tell from its parent's and `--device` can.
+struct ClassChoice {
+  const char *knob, *value, *tag, *defaultValue;
+  const char *onlyStage = nullptr; ///< nullptr: W13 and W2
+  bool compactOnly = false;
+};
+const ClassChoice kClassChoices[] = {
+    {"workgroups", "256", "wg256", "256"},
+    {"workgroups", "512", "wg512", "256"},
+    {"dispatch_cus", "16", "dc16", "16", "w13"},
+    {"dispatch_cus", "64", "dc64", "16", "w13"},
+    {"work_shards", "2", "sh2", "0", nullptr, true},
+    {"work_shards", "8", "sh8", "0", nullptr, true},
+    {"plan_cus", "8", "pc8", "1", "w13", true},
+};
+
+/// Whether a selection-wide refinement applies to `kernel`.
+bool classChoiceApplies(const Refinement &r, const TableKernel &kernel) {
+  if (!kernel.knobs.count("transport"))
+    return false;
+  if (!r.onlyStage.empty() && r.onlyStage != kernel.stage)
+    return false;
+  return !r.compactOnly || knobOr(kernel, "transport", "") == "compact";
+}
 
 /// One candidate tiling of a template configuration.
 struct Tiling {
@@ -214,6 +246,9 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
         kernel.knobs[r.knob] = r.value;
         if (!r.alsoKnob.empty())
           kernel.knobs[r.alsoKnob] = r.alsoValue;
+        kernel.name += "_" + r.tag;
+      } else if (r.stage == "fused" && classChoiceApplies(r, kernel)) {
+        kernel.knobs[r.knob] = r.value;
         kernel.name += "_" + r.tag;
       }
   } else if (kernel.stage == "sort") {
@@ -430,7 +465,19 @@ public:
   /// unfused one): one selection's configurations must agree on them
   /// (checkSelections), so the choice is made within one such group.
   std::string handshakeOf(const Candidate &candidate) const;
+  /// The model's choice within each handshake group of selection `s` that
+  /// has a candidate at every key (one group unless the selection is
+  /// fused), in order of first appearance.
+  struct GroupChoice {
+    std::string handshake;
+    std::vector<size_t> chosen; ///< per key
+    double predictedUs = 0;     ///< summed over the keys
+  };
+  std::vector<GroupChoice> groupChoices(size_t s, double margin) const;
   std::vector<size_t> choose(size_t s, double margin) const;
+  /// The chosen configurations of a fused selection with one of the
+  /// selection-wide knobs of its fused stages changed (kClassChoices).
+  std::vector<Tiling> classVariantsOf(size_t s, size_t c) const;
   std::vector<Tiling> refinementsOf(size_t s, size_t c) const;
 
 private:
@@ -626,32 +673,28 @@ std::string Search::handshakeOf(const Candidate &candidate) const {
       continue;
     text += kernel.stage + ":" + knobOr(kernel, "dispatch", "fused") +
             " waves=" + knobOr(kernel, "waves", "4") +
-            " workgroups=" + knobOr(kernel, "workgroups", "0") +
-            " dispatch_cus=" + knobOr(kernel, "dispatch_cus", "0") +
+            " workgroups=" + knobOr(kernel, "workgroups", "256") +
+            " dispatch_cus=" + knobOr(kernel, "dispatch_cus", "16") +
             " plan_cus=" + knobOr(kernel, "plan_cus", "1") +
             " work_shards=" + knobOr(kernel, "work_shards", "0") + ";";
   }
   return text;
 }
 
-std::vector<size_t> Search::choose(size_t s, double margin) const {
+std::vector<Search::GroupChoice> Search::groupChoices(size_t s,
+                                                     double margin) const {
   const std::vector<Candidate> &candidates = candidatesOf[s];
   std::vector<std::string> handshakes;
   std::vector<std::string> groups; // in order of first appearance
+  std::vector<size_t> parents;
   for (const Candidate &candidate : candidates) {
     handshakes.push_back(handshakeOf(candidate));
+    parents.push_back(candidate.parent);
     if (std::find(groups.begin(), groups.end(), handshakes.back()) ==
         groups.end())
       groups.push_back(handshakes.back());
   }
-  std::vector<size_t> parents;
-  for (const Candidate &candidate : candidates)
-    parents.push_back(candidate.parent);
-  // One group per handshake (every candidate, unless the selection is
-  // fused): the group whose choices the model predicts fastest over all
-  // keys, ties to the earlier.
-  std::vector<size_t> best;
-  double bestTotal = 0;
+  std::vector<GroupChoice> out;
   for (const std::string &group : groups) {
     std::vector<std::vector<double>> predicted;
     for (size_t c = 0; c < candidates.size(); ++c)
@@ -659,25 +702,32 @@ std::vector<size_t> Search::choose(size_t s, double margin) const {
                                   handshakes[c] == group
                               ? candidates[c].predictedUs
                               : std::vector<double>());
-    std::vector<size_t> chosen =
+    GroupChoice choice;
+    choice.handshake = group;
+    choice.chosen =
         chooseCandidates(predicted, parents, keysOf[s].size(), margin);
-    double total = 0;
     bool complete = true;
-    for (size_t key = 0; key < chosen.size(); ++key) {
-      if (chosen[key] == SIZE_MAX) {
-        complete = false;
-        break;
-      }
-      total += candidates[chosen[key]].predictedUs[key];
+    for (size_t key = 0; key < choice.chosen.size() && complete; ++key) {
+      complete = choice.chosen[key] != SIZE_MAX;
+      if (complete)
+        choice.predictedUs += candidates[choice.chosen[key]].predictedUs[key];
     }
-    if (complete && (best.empty() || total < bestTotal)) {
-      best = std::move(chosen);
-      bestTotal = total;
-    }
+    if (complete)
+      out.push_back(std::move(choice));
   }
-  if (best.empty())
-    best.assign(keysOf[s].size(), SIZE_MAX);
-  return best;
+  return out;
+}
+
+std::vector<size_t> Search::choose(size_t s, double margin) const {
+  // The group whose choices the model predicts fastest over all keys, ties
+  // to the earlier.
+  const GroupChoice *best = nullptr;
+  const std::vector<GroupChoice> groups = groupChoices(s, margin);
+  for (const GroupChoice &group : groups)
+    if (!best || group.predictedUs < best->predictedUs)
+      best = &group;
+  return best ? best->chosen
+              : std::vector<size_t>(keysOf[s].size(), SIZE_MAX);
 }
 
 /// Candidate `c` of selection `s` with one more knob of one GEMM stage
@@ -716,6 +766,35 @@ std::vector<Tiling> Search::refinementsOf(size_t s, size_t c) const {
            choice.alsoValue ? choice.alsoValue : "", choice.tag});
       out.push_back(tiling);
     }
+  }
+  return out;
+}
+
+std::vector<Tiling> Search::classVariantsOf(size_t s, size_t c) const {
+  const Candidate &candidate = candidatesOf[s][c];
+  std::vector<Tiling> out;
+  if (candidate.tiling.fromTemplate)
+    return out;
+  for (const ClassChoice &choice : kClassChoices) {
+    Refinement r;
+    r.stage = "fused";
+    r.knob = choice.knob;
+    r.value = choice.value;
+    r.tag = choice.tag;
+    r.onlyStage = choice.onlyStage ? choice.onlyStage : "";
+    r.compactOnly = choice.compactOnly;
+    // Only where it changes some fused kernel.
+    bool changes = false;
+    for (size_t k : candidate.kernels) {
+      const TableKernel &kernel = kernels[k].kernel;
+      changes |= classChoiceApplies(r, kernel) &&
+                 knobOr(kernel, choice.knob, choice.defaultValue) != choice.value;
+    }
+    if (!changes)
+      continue;
+    Tiling tiling = candidate.tiling;
+    tiling.refinements.push_back(r);
+    out.push_back(tiling);
   }
   return out;
 }
@@ -764,6 +843,13 @@ CompileStatus timeOnDevice(Search &search,
                     (1 + options.space.tieMargin) &&
             std::find(order.begin(), order.end(), c) == order.end())
           order.push_back(c);
+      // Every other handshake group's choice (fused selections): the
+      // device also decides the selection-wide knobs the model ties.
+      for (const Search::GroupChoice &group :
+           search.groupChoices(s, options.space.tieMargin))
+        if (std::find(order.begin(), order.end(), group.chosen[key]) ==
+            order.end())
+          order.push_back(group.chosen[key]);
       for (size_t c : order)
         keysToTime[s][c].push_back(key);
     }
@@ -885,9 +971,10 @@ CompileStatus timeOnDevice(Search &search,
   csv << "selection,m,candidate,predicted_us,measured_us,chosen\n";
   for (size_t s = 0; s < spec.selections.size(); ++s) {
     std::vector<Candidate> &candidates = search.candidatesOf[s];
-    for (size_t key = 0; key < search.keysOf[s].size(); ++key) {
+    const size_t keys = search.keysOf[s].size();
+    // The fastest measured candidate of one handshake group at a key.
+    auto fastestOf = [&](const std::string &handshake, size_t key) {
       size_t best = SIZE_MAX;
-      const std::string handshake = search.handshakeOf(candidates[winnerOf[s][key]]);
       for (size_t c = 0; c < candidates.size(); ++c) {
         const std::vector<double> &measured = candidates[c].measuredUs;
         if (!measured.empty() && measured[key] >= 0 &&
@@ -895,6 +982,33 @@ CompileStatus timeOnDevice(Search &search,
             (best == SIZE_MAX || measured[key] < candidates[best].measuredUs[key]))
           best = c;
       }
+      return best;
+    };
+    // The group measured fastest summed over every key (all of its keys
+    // timed), ties to the earlier; none: each key keeps the model's group.
+    std::string group;
+    bool grouped = false;
+    double groupUs = 0;
+    for (const Search::GroupChoice &choice :
+         search.groupChoices(s, options.space.tieMargin)) {
+      double total = 0;
+      bool complete = true;
+      for (size_t key = 0; key < keys && complete; ++key) {
+        const size_t best = fastestOf(choice.handshake, key);
+        complete = best != SIZE_MAX;
+        if (complete)
+          total += candidates[best].measuredUs[key];
+      }
+      if (complete && (!grouped || total < groupUs)) {
+        group = choice.handshake;
+        grouped = true;
+        groupUs = total;
+      }
+    }
+    for (size_t key = 0; key < keys; ++key) {
+      const size_t best = fastestOf(
+          grouped ? group : search.handshakeOf(candidates[winnerOf[s][key]]),
+          key);
       if (best != SIZE_MAX)
         winnerOf[s][key] = best;
       for (size_t c = 0; c < candidates.size(); ++c) {
@@ -1195,6 +1309,29 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
     if (status != CompileStatus::Ok)
       return status;
     search.predict();
+  }
+  // The fused selections' selection-wide knobs: every configuration the
+  // model chose, with one of them changed, as a group of its own.
+  {
+    bool added = false;
+    for (size_t s = 0; s < spec.selections.size(); ++s) {
+      std::vector<size_t> chosen = search.choose(s, options.space.tieMargin);
+      std::sort(chosen.begin(), chosen.end());
+      chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+      for (size_t c : chosen)
+        if (c != SIZE_MAX)
+          for (const Tiling &tiling : search.classVariantsOf(s, c)) {
+            const size_t before = search.candidatesOf[s].size();
+            search.addCandidate(s, tiling, SIZE_MAX);
+            added |= search.candidatesOf[s].size() != before;
+          }
+    }
+    if (added) {
+      status = search.evaluate(error);
+      if (status != CompileStatus::Ok)
+        return status;
+      search.predict();
+    }
   }
   result.compiledKernels = search.compiledKernels;
   result.countedKernels = search.countedKernels;

@@ -46,4 +46,39 @@ grep -qF "moec: --device 0: timings are not available on moec's emulated device;
   fail "a measured row from the emulated device"
 [ "$(grep -c '^row .*provenance=model-ranked' "$work/emulated.table")" = 4 ] ||
   fail "expected 4 model-ranked rows"
+# A fused EP2 selection (two devices of the double): its configurations
+# must share one handshake group (waves, grid, dispatch CUs), so the device
+# chooses a group, the one measured fastest summed over every key, among
+# the model's 2-, 4- and 8-wave groups and its selection-wide variants
+# (grid 256 or 512, dispatch CUs 16); the table it writes compiles.
+printf 'moec-table 1\nproblem p family=megamoe hidden=512 intermediate=256 experts=8 top_k=2 ep=2\nkernel quant stage=quant problem=p waves=4\nkernel s1 stage=w13 problem=p m=16 n=64 k=256 waves=4 orientation=b_major swiglu_limit=10 transport=fixed_slot capacity=32 max_tokens=16 workgroups=64 dispatch_cus=4\nkernel s2 stage=w2 problem=p m=16 n=128 k=256 waves=4 orientation=b_major transport=fixed_slot capacity=32 max_tokens=16 workgroups=64\nkernel combine stage=combine problem=p waves=4 peer_rows=true\nconfig c kernels=quant,s1,s2,combine\nselect network=f family=megamoe ep=2 workspace=16 transport=fixed_slot\nrow m=1 config=c\n' > "$work/f.table"
+MOEC_TIMING_DOUBLE_DEVICES=2 MOEC_HIP_LIBRARY=$double "$moec" tune "$work/f.table" \
+  -o "$work/fused.table" --cache-dir "$work/cache" --refinement-rounds 0 \
+  --analytic-counts --device 0 --measurements "$work/fm.csv" \
+  > "$work/fused.stdout" 2> "$work/fused.stderr" ||
+  fail "moec tune (fused): $(cat "$work/fused.stderr")"
+grep -q "16 rows measured" "$work/fused.stdout" ||
+  fail "expected 16 rows measured: $(cat "$work/fused.stdout")"
+"$moec" compile -q "$work/fused.table" -o "$work/fused.moeb" ||
+  fail "the fused table does not compile"
+# A candidate's group from its name: its waves and selection-wide tags.
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+  { name = $c["candidate"]; m = $c["m"]; t = $c["measured_us"] + 0
+    g = ""; rest = name
+    while (match(rest, /_(w[0-9]+|fused[a-z]+[0-9]+)(_|$)/)) {
+      g = g substr(rest, RSTART, RLENGTH - (substr(rest, RSTART + RLENGTH - 1, 1) == "_"))
+      rest = substr(rest, RSTART + RLENGTH - 1) }
+    keys[m] = 1
+    if (!((g, m) in best) || t < best[g, m]) best[g, m] = t
+    groups[g] = 1
+    if ($c["chosen"] == "yes") chosen[m] = g }
+  END { for (g in groups) { total = 0; full = 1
+          for (m in keys) { if (!((g, m) in best)) { full = 0; break } total += best[g, m] }
+          if (full) { n++; sum[g] = total } }
+        for (m in keys) { if (!(m in chosen)) { print "no choice at m=" m; exit 1 }
+                          if (chosen[m] != chosen[1]) { print "two groups chosen"; exit 1 } }
+        if (n < 3) { print n " groups timed at every key"; exit 1 }
+        for (g in sum) if (sum[g] < sum[chosen[1]]) { print "group " g " " sum[g] " beats the chosen " chosen[1] " " sum[chosen[1]]; exit 1 } }' \
+  "$work/fm.csv" || fail "fused measurements: $(cat "$work/fm.csv")"
+
 echo "tune-device: passed"
