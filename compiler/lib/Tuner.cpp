@@ -118,6 +118,8 @@ const KnobChoice kKnobChoices[] = {
     {"w2", "persist_cu", "256", "p256s", "0", "persist_strided", "true",
      nullptr, "workgroups"},
     {"w2", "bf16_lds", "true", "bf16lds", "false"},
+    // Routes a fused stage 1's producer wave dispatches at a time.
+    {"w13", "chunk_routes", "4", "cr4", "1", nullptr, nullptr, "transport"},
     // The combine's grid and waves.
     {"combine", "blocks", "256", "b256", "0", nullptr, nullptr, nullptr,
      "peer_rows"},
