@@ -1072,6 +1072,9 @@ void writeCsv(const Search &search,
     for (size_t c = 0; c < candidates.size(); ++c) {
       const Candidate &candidate = candidates[c];
       summary.refinements += candidate.parent != SIZE_MAX;
+      summary.selectionWide +=
+          !candidate.tiling.refinements.empty() &&
+          candidate.tiling.refinements.back().stage == "fused";
       summary.distinctConfigs += keysWon[c] > 0;
       const Tiling &t = candidate.tiling;
       csv << summary.key << "," << candidate.configName << "," << t.m << ","

@@ -112,7 +112,11 @@ int runTune(const TuneArgs &args) {
           .count();
   for (const TuneClassSummary &c : result.classes) {
     std::cout << c.key << ": " << c.keys << " keys, " << c.candidates
-              << " candidates (" << c.refinements << " refinements), "
+              << " candidates (" << c.refinements << " refinements"
+              << (c.selectionWide
+                      ? ", " + std::to_string(c.selectionWide) + " selection-wide"
+                      : std::string())
+              << "), "
               << c.rejected << " rejected";
     for (const auto &[reason, count] : c.rejections)
       std::cout << " (" << reason << " " << count << ")";

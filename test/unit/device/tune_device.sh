@@ -59,6 +59,8 @@ MOEC_TIMING_DOUBLE_DEVICES=2 MOEC_HIP_LIBRARY=$double "$moec" tune "$work/f.tabl
   fail "moec tune (fused): $(cat "$work/fused.stderr")"
 grep -q "16 rows measured" "$work/fused.stdout" ||
   fail "expected 16 rows measured: $(cat "$work/fused.stdout")"
+grep -Eq "f ep2 ws16: 16 keys, [0-9]+ candidates \([0-9]+ refinements, [1-9][0-9]* selection-wide\)" \
+  "$work/fused.stdout" || fail "no selection-wide variants: $(cat "$work/fused.stdout")"
 "$moec" compile -q "$work/fused.table" -o "$work/fused.moeb" ||
   fail "the fused table does not compile"
 # A candidate's group from its name: its waves and selection-wide tags.

@@ -129,6 +129,8 @@ struct TuneClassSummary {
   std::string key; ///< "flash-fused ep4 ws1024"
   size_t keys = 0, candidates = 0, rejected = 0, distinctConfigs = 0;
   size_t refinements = 0; ///< candidates that refine another
+  /// Fused selections: candidates with a selection-wide knob changed.
+  size_t selectionWide = 0;
   std::map<std::string, size_t> rejections; ///< reason class -> candidates
 };
 
