@@ -58,23 +58,26 @@ moe::PeerTransportAttr peerOf(Operation *op) {
   return {};
 }
 
-/// The launch counts a fused stage's handshakes are built from: its waves,
-/// persistent grid, dispatch CUs, planning CUs and work shards
-/// (docs/families.md, "Launch protocol"). The control words add these up
-/// over every forward of a layer, so every fused kernel of one stage that
-/// a selection reaches must have the same (checkSelections).
-std::string handshakeOf(Operation *op, moe::PeerTransportAttr peer) {
+} // namespace
+
+FusedHandshake fusedHandshakeOf(Operation *op) {
+  moe::PeerTransportAttr peer = peerOf(op);
+  if (!peer)
+    return {};
   const int64_t waves = isa<moe::W13Op>(op)
                             ? cast<moe::W13Op>(op).getTile().getWaves()
                             : cast<moe::W2Op>(op).getTile().getWaves();
-  return "waves=" + std::to_string(waves) +
-         " workgroups=" + std::to_string(peer.getWorkgroups()) +
-         " dispatch_cus=" + std::to_string(peer.getDispatchCus()) +
-         " plan_cus=" + std::to_string(peer.getPlanCus()) +
-         " work_shards=" + std::to_string(peer.getWorkShards());
+  FusedHandshake out;
+  // A split dispatch's two W13 kernels are two stages.
+  out.stage = op->getName().getStringRef().str() + " dispatch=" +
+              moe::stringifyPeerDispatch(peer.getDispatch()).str();
+  out.counts = "waves=" + std::to_string(waves) +
+               " workgroups=" + std::to_string(peer.getWorkgroups()) +
+               " dispatch_cus=" + std::to_string(peer.getDispatchCus()) +
+               " plan_cus=" + std::to_string(peer.getPlanCus()) +
+               " work_shards=" + std::to_string(peer.getWorkShards());
+  return out;
 }
-
-} // namespace
 
 bool checkSelections(const TuningTable &table,
                      const std::map<std::string, Operation *> &ops,
@@ -90,14 +93,10 @@ bool checkSelections(const TuningTable &table,
         moe::PeerTransportAttr peer = peerOf(ops.at(name));
         if (!peer)
           continue;
-        Operation *op = ops.at(name);
-        const std::string handshake = handshakeOf(op, peer);
-        // A split dispatch's two W13 kernels are two stages.
-        const std::string stage =
-            op->getName().getStringRef().str() + " dispatch=" +
-            moe::stringifyPeerDispatch(peer.getDispatch()).str();
+        const FusedHandshake fused = fusedHandshakeOf(ops.at(name));
+        const std::string &handshake = fused.counts;
         auto [first, added] =
-            handshakes.emplace(stage, std::make_pair(name, handshake));
+            handshakes.emplace(fused.stage, std::make_pair(name, handshake));
         if (!added && first->second.second != handshake) {
           error = lineField(r.where, "config") + "config '" + r.config +
                   "' uses fused kernel '" + name + "' with " + handshake +

@@ -145,8 +145,11 @@ const ClassChoice kClassChoices[] = {
     {"plan_cus", "8", "pc8", "1", "w13", true},
 };
 
-/// Whether a selection-wide refinement applies to `kernel`.
-bool classChoiceApplies(const Refinement &r, const TableKernel &kernel) {
+/// Whether refinement `r` changes `kernel`: a stage refinement the kernel
+/// of its stage, a selection-wide one every fused kernel it names.
+bool refinementApplies(const Refinement &r, const TableKernel &kernel) {
+  if (r.stage != "fused")
+    return r.stage == kernel.stage;
   if (!kernel.knobs.count("transport"))
     return false;
   if (!r.onlyStage.empty() && r.onlyStage != kernel.stage)
@@ -243,26 +246,17 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
     // LDS twin are two kernels of the written table.
     kernel.name = base.name + suffix + "n" + std::to_string(n) + "w" +
                   std::to_string(t.waves) + (t.bDirect ? "_bdir" : "");
-    for (const Refinement &r : t.refinements)
-      if (r.stage == kernel.stage) {
-        kernel.knobs[r.knob] = r.value;
-        if (!r.alsoKnob.empty())
-          kernel.knobs[r.alsoKnob] = r.alsoValue;
-        kernel.name += "_" + r.tag;
-      } else if (r.stage == "fused" && classChoiceApplies(r, kernel)) {
-        kernel.knobs[r.knob] = r.value;
-        kernel.name += "_" + r.tag;
-      }
   } else if (kernel.stage == "sort") {
     kernel.knobs["m_tile"] = std::to_string(t.m);
     kernel.name = base.name + suffix;
-  } else if (kernel.stage == "combine") {
-    for (const Refinement &r : t.refinements)
-      if (r.stage == kernel.stage) {
-        kernel.knobs[r.knob] = r.value;
-        kernel.name += "_" + r.tag;
-      }
   }
+  for (const Refinement &r : t.refinements)
+    if (refinementApplies(r, kernel)) {
+      kernel.knobs[r.knob] = r.value;
+      if (!r.alsoKnob.empty())
+        kernel.knobs[r.alsoKnob] = r.alsoValue;
+      kernel.name += "_" + r.tag;
+    }
   return kernel;
 }
 
@@ -433,6 +427,8 @@ public:
   std::vector<bool> compiled;
   std::vector<TileCounts> tileCounts;
   std::vector<bool> counted;
+  /// Per kernel: its fused handshake (fusedHandshakeOf), "" unless fused.
+  std::vector<std::string> handshake;
   size_t compiledKernels = 0, countedKernels = 0, countFallbacks = 0;
   CostModelParameters parameters;
 
@@ -463,6 +459,13 @@ public:
 
   CompileStatus evaluate(std::string &error);
   void predict();
+  /// Adds the candidates `variantsOf(s, c)` makes of every configuration c
+  /// the model chooses somewhere in each selection s (as refinements of c
+  /// when `refines`), then evaluates and predicts the new ones; `added`
+  /// says whether there were any.
+  CompileStatus
+  extendChosen(const std::function<std::vector<Tiling>(size_t, size_t)> &variantsOf,
+               bool refines, bool &added, std::string &error);
   /// The fused stages' handshake counts of a candidate (empty for an
   /// unfused one): one selection's configurations must agree on them
   /// (checkSelections), so the choice is made within one such group.
@@ -502,6 +505,7 @@ CompileStatus Search::evaluate(std::string &error) {
   compiled.resize(total, false);
   tileCounts.resize(total);
   counted.resize(total, false);
+  handshake.resize(total);
   {
     DialectRegistry registry;
     registerMoecDialects(registry);
@@ -522,10 +526,14 @@ CompileStatus Search::evaluate(std::string &error) {
       diagnostic.clear();
       Operation *op = buildStageOp(builder, stageSpecOf(spec, kernels[k].kernel),
                                    description, buildError);
-      if (!op)
+      if (!op) {
         invalid[k] = buildError.empty() ? diagnostic : buildError;
-      else
-        op->erase();
+        continue;
+      }
+      const FusedHandshake fused = fusedHandshakeOf(op);
+      if (!fused.stage.empty())
+        handshake[k] = fused.stage + " " + fused.counts + ";";
+      op->erase();
     }
   }
   TuningTable batch;
@@ -667,19 +675,34 @@ void Search::predict() {
     }
 }
 
+CompileStatus Search::extendChosen(
+    const std::function<std::vector<Tiling>(size_t, size_t)> &variantsOf,
+    bool refines, bool &added, std::string &error) {
+  added = false;
+  for (size_t s = 0; s < candidatesOf.size(); ++s) {
+    std::vector<size_t> chosen = choose(s, options.space.tieMargin);
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    for (size_t c : chosen)
+      if (c != SIZE_MAX)
+        for (const Tiling &tiling : variantsOf(s, c)) {
+          const size_t before = candidatesOf[s].size();
+          addCandidate(s, tiling, refines ? c : SIZE_MAX);
+          added |= candidatesOf[s].size() != before;
+        }
+  }
+  if (!added)
+    return CompileStatus::Ok;
+  const CompileStatus status = evaluate(error);
+  if (status == CompileStatus::Ok)
+    predict();
+  return status;
+}
+
 std::string Search::handshakeOf(const Candidate &candidate) const {
   std::string text;
-  for (size_t k : candidate.kernels) {
-    const TableKernel &kernel = kernels[k].kernel;
-    if (!kernel.knobs.count("transport"))
-      continue;
-    text += kernel.stage + ":" + knobOr(kernel, "dispatch", "fused") +
-            " waves=" + knobOr(kernel, "waves", "4") +
-            " workgroups=" + knobOr(kernel, "workgroups", "256") +
-            " dispatch_cus=" + knobOr(kernel, "dispatch_cus", "16") +
-            " plan_cus=" + knobOr(kernel, "plan_cus", "1") +
-            " work_shards=" + knobOr(kernel, "work_shards", "0") + ";";
-  }
+  for (size_t k : candidate.kernels)
+    text += handshake[k];
   return text;
 }
 
@@ -789,7 +812,7 @@ std::vector<Tiling> Search::classVariantsOf(size_t s, size_t c) const {
     bool changes = false;
     for (size_t k : candidate.kernels) {
       const TableKernel &kernel = kernels[k].kernel;
-      changes |= classChoiceApplies(r, kernel) &&
+      changes |= refinementApplies(r, kernel) &&
                  knobOr(kernel, choice.knob, choice.defaultValue) != choice.value;
     }
     if (!changes)
@@ -1293,51 +1316,26 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
   // chooses somewhere, kept only where it wins by the margin.
   for (unsigned round = 0; round < options.space.refinementRounds; ++round) {
     bool added = false;
-    for (size_t s = 0; s < spec.selections.size(); ++s) {
-      std::vector<size_t> chosen = search.choose(s, options.space.tieMargin);
-      std::sort(chosen.begin(), chosen.end());
-      chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
-      for (size_t c : chosen) {
-        if (c == SIZE_MAX ||
-            search.candidatesOf[s][c].tiling.refinements.size() != round)
-          continue;
-        for (const Tiling &tiling : search.refinementsOf(s, c)) {
-          const size_t before = search.candidatesOf[s].size();
-          search.addCandidate(s, tiling, c);
-          added |= search.candidatesOf[s].size() != before;
-        }
-      }
-    }
-    if (!added)
-      break;
-    status = search.evaluate(error);
+    status = search.extendChosen(
+        [&](size_t s, size_t c) {
+          return search.candidatesOf[s][c].tiling.refinements.size() == round
+                     ? search.refinementsOf(s, c)
+                     : std::vector<Tiling>();
+        },
+        /*refines=*/true, added, error);
     if (status != CompileStatus::Ok)
       return status;
-    search.predict();
+    if (!added)
+      break;
   }
   // The fused selections' selection-wide knobs: every configuration the
   // model chose, with one of them changed, as a group of its own.
-  {
-    bool added = false;
-    for (size_t s = 0; s < spec.selections.size(); ++s) {
-      std::vector<size_t> chosen = search.choose(s, options.space.tieMargin);
-      std::sort(chosen.begin(), chosen.end());
-      chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
-      for (size_t c : chosen)
-        if (c != SIZE_MAX)
-          for (const Tiling &tiling : search.classVariantsOf(s, c)) {
-            const size_t before = search.candidatesOf[s].size();
-            search.addCandidate(s, tiling, SIZE_MAX);
-            added |= search.candidatesOf[s].size() != before;
-          }
-    }
-    if (added) {
-      status = search.evaluate(error);
-      if (status != CompileStatus::Ok)
-        return status;
-      search.predict();
-    }
-  }
+  bool added = false;
+  status = search.extendChosen(
+      [&](size_t s, size_t c) { return search.classVariantsOf(s, c); },
+      /*refines=*/false, added, error);
+  if (status != CompileStatus::Ok)
+    return status;
   result.compiledKernels = search.compiledKernels;
   result.countedKernels = search.countedKernels;
   result.countFallbacks = search.countFallbacks;

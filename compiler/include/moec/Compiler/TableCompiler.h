@@ -92,6 +92,18 @@ struct CompiledTable {
   unsigned jobs = 0;
 };
 
+/// The launch counts a fused stage's handshakes are built from: its waves,
+/// persistent grid, dispatch CUs, planning CUs and work shards
+/// (docs/families.md, "Launch protocol"). The control words add these up
+/// over every forward of a layer, so every fused kernel of one stage that a
+/// selection reaches must have the same `counts` (checkSelections; moec
+/// tune chooses within one such group).
+struct FusedHandshake {
+  std::string stage;  ///< "moe.w13 dispatch=fused"; empty: not fused
+  std::string counts; ///< "waves=4 workgroups=256 dispatch_cus=32 ..."
+};
+FusedHandshake fusedHandshakeOf(mlir::Operation *op);
+
 /// The checks across a table's kernels, on their built ops (table kernel
 /// name -> op): a fused stage moves rows the way its selection key says and
 /// holds the key's workspace; a split stage 1 pairs a dispatch=only kernel
