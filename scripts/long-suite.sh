@@ -60,7 +60,7 @@ if [[ "${1:-}" != "--quick" ]]; then
   # (26.5 M MFMAs; 7 min on 16 cores, about an hour on 2; 6.5 GB).
   run "$out/flash_ep4.moeb" --network flash --ep 4 --workspace 8192 --m 2048
 fi
-for csv in test/lit/Tools/Inputs/aiter/tuned_fhmoe.csv ${AITER_CSVS:-}; do
+for csv in tuning_tables/aiter/tuned_fhmoe.csv ${AITER_CSVS:-}; do
   bundle="$out/aiter-$(basename "$csv" .csv).moeb"
   "$moec" compile -q "$csv" --skip-unsupported -o "$bundle"
   echo "== scripts/aiter-emulate.py $bundle --m 2"
