@@ -185,7 +185,7 @@ FailureOr<gpu::GPUFuncOp> KernelEmitter::createKernel(StringRef name,
     if (isBuffer != (arg.kind == KernelArg::Kind::Buffer))
       return emitError(loc) << "kernel " << name << " argument '" << arg.name
                             << "' is " << type << " but its ABI says "
-                            << rt::argKindName(arg.kind);
+                            << abi::argKindName(arg.kind);
   }
   const int64_t workgroupSize = abi.workgroupSize;
   auto module = gpu::GPUModuleOp::create(b, loc, name);

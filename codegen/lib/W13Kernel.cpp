@@ -18,7 +18,7 @@
 #include "GemmEmitter.h"
 #include "moec/Codegen/KernelBuilders.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
-#include "moec/peer_protocol.h"
+#include "moec/abi/peer_protocol.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

@@ -8,7 +8,7 @@
 
 #include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/Dialect/Moe/MoeTarget.h"
-#include "moec/peer_protocol.h"
+#include "moec/abi/peer_protocol.h"
 #include "moec/target/mfma_layout.h"
 #include "moec/target/target_info.h"
 

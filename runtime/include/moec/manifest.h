@@ -9,6 +9,7 @@
 #ifndef MOEC_MANIFEST_H
 #define MOEC_MANIFEST_H
 
+#include "moec/abi/kernel_args.h"
 #include "moec/grid_program.h"
 #include "moec/target/target_info.h"
 
@@ -21,27 +22,13 @@
 
 namespace moec::rt {
 
-/// Kind of one kernel argument (the kernarg layout is derived from it).
-enum class ArgKind { Buffer, I32, I64 };
-/// How a kernel uses a buffer argument.
-enum class ArgAccess { None, Read, Write, ReadWrite };
-
-/// One kernel argument, in kernarg order: what the codegen declares and the
-/// manifest records. Buffers are bare 64-bit global pointers, scalars are
-/// passed by value (access Read).
-struct KernelArgInfo {
-  using Kind = ArgKind;
-  using Access = ArgAccess;
-  std::string name;
-  ArgKind kind = ArgKind::Buffer;
-  /// Element type as stored in memory: "f8E4M3FN", "f4E2M1FN x2",
-  /// "f8E8M0FNU", "i32", "bf16".
-  std::string dtype;
-  ArgAccess access = ArgAccess::None;
-  /// Shape in terms of the problem, for documentation and checks, e.g.
-  /// "[num_routes, I]".
-  std::string shape;
-};
+/// The kernel argument types live in the leaf ABI library, which the
+/// codegen shares without depending on the runtime.
+using abi::ArgAccess;
+using abi::ArgKind;
+using abi::KernelArgInfo;
+using abi::argAccessName;
+using abi::argKindName;
 
 /// Launch geometry: a fixed workgroup size and the grid rule text per
 /// dimension (evaluated by computeLaunchGrid in grid_rule.h).
@@ -258,8 +245,6 @@ const char *kernelFamilyName(KernelFamily family) noexcept;
 const char *transportName(Transport transport) noexcept;
 const char *aboveMaxPolicyName(AboveMaxPolicy policy) noexcept;
 const char *provenanceName(Provenance provenance) noexcept;
-const char *argKindName(ArgKind kind) noexcept;
-const char *argAccessName(ArgAccess access) noexcept;
 
 } // namespace moec::rt
 

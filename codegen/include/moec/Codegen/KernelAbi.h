@@ -5,14 +5,15 @@
 /// manifest, and the codegen refuses to build a gpu.func whose signature
 /// disagrees with it, so the runtime and the engine see exactly what the
 /// kernel expects.
-/// Plain C++, no MLIR dependency; the argument type is the runtime's.
+/// Plain C++, no MLIR dependency; the argument type is the leaf ABI
+/// library's, which the runtime shares.
 ///
 //===----------------------------------------------------------------------===//
 
 #ifndef MOEC_CODEGEN_KERNELABI_H
 #define MOEC_CODEGEN_KERNELABI_H
 
-#include "moec/manifest.h"
+#include "moec/abi/kernel_args.h"
 
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ namespace moec {
 
 /// One kernel argument: the runtime's manifest type, so the codegen
 /// declares exactly what the manifest records and the runtime checks.
-using KernelArg = rt::KernelArgInfo;
+using KernelArg = abi::KernelArgInfo;
 
 /// Arguments, launch geometry rule and workgroup size of one kernel.
 struct KernelAbi {

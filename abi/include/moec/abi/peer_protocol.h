@@ -12,8 +12,8 @@
  * definitions in namespace moec::peer as well.
  *
  *===----------------------------------------------------------------------===*/
-#ifndef MOEC_PEER_PROTOCOL_H
-#define MOEC_PEER_PROTOCOL_H
+#ifndef MOEC_ABI_PEER_PROTOCOL_H
+#define MOEC_ABI_PEER_PROTOCOL_H
 
 #include <stdint.h>
 
@@ -155,4 +155,4 @@ inline int64_t countBank(int64_t epoch, int64_t localExperts) {
 } // namespace moec::peer
 #endif
 
-#endif /* MOEC_PEER_PROTOCOL_H */
+#endif /* MOEC_ABI_PEER_PROTOCOL_H */
