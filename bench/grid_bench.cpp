@@ -50,7 +50,7 @@ std::string buildBundle() {
          {"launch",
           {{"workgroup_size", {256, 1, 1}},
            {"grid", {{"x", rules[k][0]}, {"y", rules[k][1]}, {"z", rules[k][2]}}}}},
-         {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}}}});
+         {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}, {"max_flat_workgroup_size", 1024}}}});
   }
   return moec::bench::writeBenchBundle(kernels, nlohmann::json::array(),
                                       nlohmann::json::array(), "grid-bench");

@@ -63,7 +63,7 @@ std::string buildBundle(size_t &rowCount) {
                        {"symbol", name},
                        {"code_object", 0},
                        {"launch", {{"workgroup_size", {256, 1, 1}}}},
-                       {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}}}});
+                       {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}, {"max_flat_workgroup_size", 1024}}}});
     configs.push_back({{"id", "c" + std::to_string(k)}, {"kernels", {k}}});
   }
   nlohmann::json selection = nlohmann::json::array(
@@ -94,7 +94,7 @@ int benchmarkOpen() {
                        {"symbol", name},
                        {"code_object", k},
                        {"launch", {{"workgroup_size", {256, 1, 1}}}},
-                       {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}}}});
+                       {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}, {"max_flat_workgroup_size", 1024}}}});
     std::vector<uint8_t> object =
         moec::bench::benchCodeObject(objectSize, static_cast<uint8_t>(k));
     objects.push_back(std::move(object));
@@ -144,7 +144,7 @@ std::string buildAiterBundle(size_t &rowCount) {
                      {"symbol", "moe1_aiter_bench"},
                      {"code_object", 0},
                      {"launch", {{"workgroup_size", {256, 1, 1}}}},
-                     {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}}}});
+                     {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}, {"max_flat_workgroup_size", 1024}}}});
   nlohmann::json manifestJson = {{"target", {{"arch", "gfx950"}}},
                                  {"kernels", kernels},
                                  {"configs", {{{"id", "c0"}, {"kernels", {0}}}}},

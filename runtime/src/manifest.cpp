@@ -54,32 +54,6 @@ const char *provenanceName(Provenance provenance) noexcept {
   return provenance == Provenance::Measured ? "measured" : "model-ranked";
 }
 
-const char *argKindName(ArgKind kind) noexcept {
-  switch (kind) {
-  case ArgKind::Buffer:
-    return "buffer";
-  case ArgKind::I32:
-    return "i32";
-  case ArgKind::I64:
-    return "i64";
-  }
-  return "?";
-}
-
-const char *argAccessName(ArgAccess access) noexcept {
-  switch (access) {
-  case ArgAccess::None:
-    return "none";
-  case ArgAccess::Read:
-    return "read";
-  case ArgAccess::Write:
-    return "write";
-  case ArgAccess::ReadWrite:
-    return "readwrite";
-  }
-  return "?";
-}
-
 namespace {
 
 /// The largest workgroup any chip moec knows runs: the bound of a
@@ -366,6 +340,28 @@ bool checkResources(const KernelResources &r, const std::string &arch,
   return true;
 }
 
+/// A launch of more lanes than the code object was compiled for cannot run
+/// (the hardware refuses it, or worse, the kernel's barriers and LDS
+/// layout assume fewer waves), so such a manifest contradicts itself and
+/// is refused at open rather than at launch. The code object's
+/// max_flat_workgroup_size bounds the launch's workgroup size; an absent
+/// field reads as 0 and so bounds every launch.
+bool checkLaunchFitsResources(const LaunchInfo &launch,
+                              const KernelResources &r,
+                              const std::string &kernelPath,
+                              std::string &error) {
+  const uint64_t lanes = uint64_t(launch.workgroupSize[0]) *
+                         launch.workgroupSize[1] * launch.workgroupSize[2];
+  if (lanes <= r.maxFlatWorkgroupSize)
+    return true;
+  error = fieldPath(fieldPath(kernelPath, "resources"),
+                    "max_flat_workgroup_size") +
+          ": " + std::to_string(r.maxFlatWorkgroupSize) +
+          " but launch.workgroup_size asks for " + std::to_string(lanes) +
+          " lanes per workgroup";
+  return false;
+}
+
 bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
                   std::string &error) {
   const Json *kernels = findField(root, "kernels");
@@ -470,7 +466,9 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
     }
     if (!parseLaunch(entry, where, kernel.launch, error) ||
         !parseResources(entry, where, kernel.resources, error) ||
-        !checkResources(kernel.resources, m.target.arch, where, error))
+        !checkResources(kernel.resources, m.target.arch, where, error) ||
+        !checkLaunchFitsResources(kernel.launch, kernel.resources, where,
+                                  error))
       return false;
     m.kernels.push_back(std::move(kernel));
   }

@@ -289,6 +289,8 @@ TEST_CASE("a kernel the occupancy model cannot place is refused at load", "[hip]
   auto manifest = sampleManifest();
   manifest["kernels"][0]["resources"]["vgpr"] = 256;
   manifest["kernels"][0]["launch"]["workgroup_size"] = {1024, 1, 1};
+  // Compiled for 1024 lanes (a manifest that says fewer is refused at open).
+  manifest["kernels"][0]["resources"]["max_flat_workgroup_size"] = 1024;
   TempDir dir;
   std::string error;
   REQUIRE(writeBundle(dir.file("r.moeb"), manifest.dump(), sampleCodeObjects(), error));

@@ -68,6 +68,26 @@ TEST_CASE("resource numbers beyond the chip are refused", "[bundle][hostile]") {
   }
 }
 
+TEST_CASE("a launch wider than its code object allows is refused at open",
+          "[bundle][hostile]") {
+  // The sample kernel launches 256 lanes per workgroup.
+  for (uint32_t allowed : {0u, 64u, 255u}) {
+    INFO(allowed);
+    std::string error = refusal([&](nlohmann::json &m) {
+      m["kernels"][0]["resources"]["max_flat_workgroup_size"] = allowed;
+    });
+    CHECK(error.find("kernels[0].resources.max_flat_workgroup_size: " +
+                     std::to_string(allowed) +
+                     " but launch.workgroup_size asks for 256 lanes") !=
+          std::string::npos);
+  }
+  std::string error = refusal([&](nlohmann::json &m) {
+    m["kernels"][0]["resources"].erase("max_flat_workgroup_size");
+  });
+  CHECK(error.find("max_flat_workgroup_size: 0 but launch.workgroup_size "
+                   "asks for 256 lanes") != std::string::npos);
+}
+
 // ---------------------------------------------------------------------------
 // Bundles laid out by hand with every checksum recomputed: what an attacker
 // writes, not what the writer produces.
