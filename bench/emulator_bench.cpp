@@ -19,8 +19,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moec/Emulator/StageHarness.h"
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageHarness.h"
+#include "moec/Harness/StageKernel.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"

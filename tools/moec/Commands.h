@@ -4,7 +4,8 @@
 /// Each subcommand lives in its own file and registers itself on the CLI11
 /// app; its callback stores the process exit status (docs/cli.md):
 /// 0 success, 1 a check failed, 2 bad usage or bad input (selftest: 3 no
-/// device).
+/// device). `moec reference` is registered from its library
+/// (moec/reference/ReferenceCommand.h).
 ///
 //===----------------------------------------------------------------------===//
 
@@ -27,7 +28,6 @@ void addSelectCommand(CLI::App &app, int &exitStatus);
 void addExtractCommand(CLI::App &app, int &exitStatus);
 void addVerifyCommand(CLI::App &app, int &exitStatus);
 void addReportCommand(CLI::App &app, int &exitStatus);
-void addReferenceCommand(CLI::App &app, int &exitStatus);
 void addRunCommand(CLI::App &app, int &exitStatus);
 void addSelftestCommand(CLI::App &app, int &exitStatus);
 void addTuneCommand(CLI::App &app, int &exitStatus);

@@ -5,7 +5,7 @@
 // select exactly as the runtime does, take each kernel of the selected
 // config as the bundle stores its IR (or rebuilt from its manifest
 // attributes when the shape changes), and hand them to the emulator's layer
-// runner (moec/Emulator/LayerRunner.h), which runs the stages in config
+// runner (moec/Harness/LayerRunner.h), which runs the stages in config
 // order and prints one line per stage.
 //
 //===----------------------------------------------------------------------===//
@@ -13,8 +13,8 @@
 #include "CommandSupport.h"
 #include "Commands.h"
 
-#include "moec/Emulator/BundleKernels.h"
-#include "moec/Emulator/LayerRunner.h"
+#include "moec/Harness/BundleKernels.h"
+#include "moec/Harness/LayerRunner.h"
 #include "moec/bundle.h"
 
 #include "mlir/IR/MLIRContext.h"

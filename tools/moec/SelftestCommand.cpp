@@ -15,10 +15,10 @@
 
 #include "Commands.h"
 #include "CommandSupport.h"
-#include "LayerSetup.h"
+#include "moec/Harness/LayerSetup.h"
 
 #include "moec/Compiler/TableCompiler.h"
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 #include "moec/hip_loader.h"
 #include "moec/layer.h"
 #include "moec/reference/Families.h"
@@ -94,11 +94,11 @@ std::string emulatedLibraryPath() {
   return dir + "/../lib/libmoec_emulated_hip.so";
 }
 
-using cli::activationName;
-using cli::DeviceMemory;
-using cli::Rank;
-using cli::TableFacts;
-using cli::tableFacts;
+using harness::activationName;
+using harness::DeviceMemory;
+using harness::Rank;
+using harness::TableFacts;
+using harness::tableFacts;
 
 /// One case: M for every rank and how its tokens are routed.
 struct Case {
@@ -467,7 +467,7 @@ int Selftest::runTable(uint32_t tableIndex) {
       args_.seed, 13, E, 2 * I, H, ref::defaultScaleExponent(H));
   w2Source_ = std::make_unique<ref::GeneratedMxfp4Weights>(
       args_.seed, 2, E, H, I, ref::defaultScaleExponent(I));
-  cli::HostLayerWeights host;
+  harness::HostLayerWeights host;
   host.experts = E;
   ref::materializeWeights(*w13Source_, host.w13, host.w13Scales);
   ref::materializeWeights(*w2Source_, host.w2, host.w2Scales);
@@ -482,17 +482,17 @@ int Selftest::runTable(uint32_t tableIndex) {
   bias_ = ref::ExpertBias();
   const int64_t biasRows = E + (facts.shared ? 1 : 0);
   if (facts.bias) {
-    cli::generateBiases(args_.seed, biasRows, H, I, bias_.w13, bias_.w2);
+    harness::generateBiases(args_.seed, biasRows, H, I, bias_.w13, bias_.w2);
     host.w13Bias = bias_.w13;
     host.w2Bias = bias_.w2;
   }
   for (uint32_t r = 0; r < table.ep; ++r)
-    if (!cli::setUpRank(ranks[r], *memory[r], facts, table.ep, r, host,
+    if (!harness::setUpRank(ranks[r], *memory[r], facts, table.ep, r, host,
                         layerMemory, error)) {
       report(false, name + ": set-up: " + error);
       return cli::kSuccess;
     }
-  if (layerMemory.peerBytes && !cli::bindRankPeers(ranks, error)) {
+  if (layerMemory.peerBytes && !harness::bindRankPeers(ranks, error)) {
     report(false, name + ": set-up: " + error);
     return cli::kSuccess;
   }
@@ -671,7 +671,7 @@ bool Selftest::runCase(const rt::SelectionTable &table, const TableFacts &facts,
   }
   for (uint32_t r = 0; r < ep; ++r) {
     Rank &rank = ranks[r];
-    const rt::LayerInputs inputs = cli::rankInputs(rank, M);
+    const rt::LayerInputs inputs = harness::rankInputs(rank, M);
     if (!rank.device->makeCurrent(error) ||
         rank.layer->forward(inputs, nullptr, error) != rt::Layer::ForwardStatus::Ok) {
       report(false, name + " m=" + std::to_string(M) + " rank " +

@@ -9,8 +9,8 @@
 
 #include "CommandSupport.h"
 #include "Commands.h"
-#include "DeviceTimer.h"
-#include "EmulatedTileCounter.h"
+#include "moec/Harness/DeviceTimer.h"
+#include "moec/Harness/EmulatedTileCounter.h"
 
 #include "moec/Compiler/CompileCache.h"
 #include "moec/Compiler/CostModel.h"
@@ -56,7 +56,7 @@ int runTune(const TuneArgs &args) {
   options.space.refinementRounds = args.refinementRounds;
   options.timedPerKey = args.timedPerKey;
   if (args.device >= 0)
-    options.timeCandidates = cli::makeDeviceTimer(args.device);
+    options.timeCandidates = harness::makeDeviceTimer(args.device);
   if (!args.noCache) {
     options.cacheDirectory = args.cacheDir;
     options.cacheMaxBytes = CompileCache::defaultMaxBytes();
@@ -68,7 +68,7 @@ int runTune(const TuneArgs &args) {
       if (done == total)
         std::cerr << "\r\033[K" << std::flush;
     };
-  cli::EmulatedTileCounter counter;
+  harness::EmulatedTileCounter counter;
   if (!args.analyticCounts)
     options.countTile = [&counter](const StageSpec &spec, const GemmStageShape &,
                                    TileCounts &counts, std::string &error) {

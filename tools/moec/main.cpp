@@ -1,6 +1,7 @@
 //===- main.cpp - the moec command-line tool ------------------------------===//
 
 #include "Commands.h"
+#include "moec/reference/ReferenceCommand.h"
 
 #include <CLI/CLI.hpp>
 

@@ -4,7 +4,7 @@
 // the cache flush between samples, well-formed tokens, fused tables placed
 // one rank per device or skipped, and the refusals (the emulated device, a
 // HIP library without the timing entry points, no HIP).
-#include "DeviceTimer.h"
+#include "moec/Harness/DeviceTimer.h"
 
 #include <catch2/catch.hpp>
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 using namespace moec;
-using namespace moec::cli;
+using namespace moec::harness;
 
 namespace {
 

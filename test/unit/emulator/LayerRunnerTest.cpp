@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moec/Emulator/LayerRunner.h"
+#include "moec/Harness/LayerRunner.h"
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Compiler/TuningTable.h"
 #include "moec/reference/Families.h"

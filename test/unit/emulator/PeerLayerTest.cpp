@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "TestSupport.h"
-#include "moec/Emulator/PeerHarness.h"
+#include "moec/Harness/PeerHarness.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Quantize.h"
 

@@ -12,7 +12,7 @@
 
 #include "TestSupport.h"
 
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 #include "moec/grid_rule.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Quantize.h"

@@ -11,8 +11,8 @@
 
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Compiler/TuningTable.h"
-#include "moec/Emulator/PeerHarness.h"
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/PeerHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"

@@ -1,7 +1,7 @@
 //===- SortCombineTest.cpp - routing sort and combine vs the reference ----===//
 
 #include "TestSupport.h"
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include "moec/reference/Generate.h"
 

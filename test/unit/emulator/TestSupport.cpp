@@ -2,7 +2,7 @@
 
 #include "TestSupport.h"
 
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include <memory>
 

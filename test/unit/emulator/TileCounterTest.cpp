@@ -8,10 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "EmulatedTileCounter.h"
+#include "moec/Harness/EmulatedTileCounter.h"
 
 #include "moec/Compiler/CostModel.h"
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 
 #include <catch2/catch.hpp>
 
@@ -60,7 +60,7 @@ double analyticABBytes(const GemmStageShape &s) {
   return double(s.tileM) * k * (1 + 1.0 / 32) + rows * k * (0.5 + 1.0 / 32);
 }
 
-void checkCounted(cli::EmulatedTileCounter &counter, const StageSpec &spec) {
+void checkCounted(harness::EmulatedTileCounter &counter, const StageSpec &spec) {
   const GemmStageShape shape = shapeOf(spec);
   TileCounts counted;
   std::string error;
@@ -111,7 +111,7 @@ void checkCounted(cli::EmulatedTileCounter &counter, const StageSpec &spec) {
 
 TEST_CASE("counted W2 tile: MFMAs exact, bytes read close to A + B",
           "[tilecounter]") {
-  cli::EmulatedTileCounter counter;
+  harness::EmulatedTileCounter counter;
   checkCounted(counter, flashSpec("w2", {{"m", "16"}, {"n", "128"}, {"waves", "4"}}));
   checkCounted(counter, flashSpec("w2", {{"m", "32"}, {"n", "128"},
                                          {"waves", "4"}, {"b_direct", "true"}}));
@@ -119,7 +119,7 @@ TEST_CASE("counted W2 tile: MFMAs exact, bytes read close to A + B",
 
 TEST_CASE("counted W13 tile: MFMAs exact, bytes read close to A + B",
           "[tilecounter]") {
-  cli::EmulatedTileCounter counter;
+  harness::EmulatedTileCounter counter;
   checkCounted(counter,
                flashSpec("w13", {{"m", "16"}, {"n", "64"}, {"waves", "4"}}));
   checkCounted(counter, flashSpec("w13", {{"m", "32"},
@@ -137,15 +137,15 @@ TEST_CASE("a fused stage is counted as its one-tile GEMM", "[tilecounter]") {
                 {"max_tokens", "1024"},
                 {"workgroups", "256"}});
   const StageSpec fused = flashSpec("w2", knobs);
-  const StageSpec one = cli::oneTileSpec(fused);
-  CHECK(one.fields == cli::oneTileSpec(plain).fields);
+  const StageSpec one = harness::oneTileSpec(fused);
+  CHECK(one.fields == harness::oneTileSpec(plain).fields);
   CHECK(one.fields.at("experts") == "1");
   CHECK(one.fields.at("top_k") == "1");
   CHECK(one.fields.at("ep") == "1");
   CHECK(one.fields.at("hidden") == "128");
   CHECK(one.fields.at("intermediate") == "2304");
   CHECK(one.fields.count("transport") == 0);
-  cli::EmulatedTileCounter counter;
+  harness::EmulatedTileCounter counter;
   TileCounts a, b;
   std::string error;
   REQUIRE(counter.count(plain, a, error));

@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "TestSupport.h"
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/MLIRContext.h"

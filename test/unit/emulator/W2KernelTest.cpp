@@ -13,7 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "TestSupport.h"
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"

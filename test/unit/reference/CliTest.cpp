@@ -1,7 +1,7 @@
 // `moec reference` driven in process through CLI11: files written, inputs
 // read back, --compare, exit statuses and one-line errors.
 
-#include "Commands.h"
+#include "moec/reference/ReferenceCommand.h"
 
 #include "moec/reference/Npy.h"
 

@@ -15,10 +15,10 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_EMULATOR_PEERHARNESS_H
-#define MOEC_EMULATOR_PEERHARNESS_H
+#ifndef MOEC_HARNESS_PEERHARNESS_H
+#define MOEC_HARNESS_PEERHARNESS_H
 
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include <cstdint>
 #include <string>
@@ -105,4 +105,4 @@ mlir::LogicalResult runPeerLayer(const BuiltKernel &stage1,
 
 } // namespace moec::emu
 
-#endif // MOEC_EMULATOR_PEERHARNESS_H
+#endif // MOEC_HARNESS_PEERHARNESS_H

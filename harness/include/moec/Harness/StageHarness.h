@@ -16,11 +16,11 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_EMULATOR_STAGEHARNESS_H
-#define MOEC_EMULATOR_STAGEHARNESS_H
+#ifndef MOEC_HARNESS_STAGEHARNESS_H
+#define MOEC_HARNESS_STAGEHARNESS_H
 
 #include "moec/Emulator/Emulator.h"
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 #include "moec/reference/Families.h"
 #include "moec/reference/Generate.h"
 #include "moec/reference/Npy.h"
@@ -380,4 +380,4 @@ ref::Status saveArrays(const std::string &dir, const std::string &prefix,
 
 } // namespace moec::emu
 
-#endif // MOEC_EMULATOR_STAGEHARNESS_H
+#endif // MOEC_HARNESS_STAGEHARNESS_H

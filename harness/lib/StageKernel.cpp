@@ -1,6 +1,6 @@
 //===- StageKernel.cpp - stage kernels rebuilt from their specs -----------===//
 
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 
 #include "moec/Compiler/TuningTable.h"
 

@@ -1,14 +1,14 @@
 //===- LayerSetup.cpp - a table's layer ranks on a device -----------------===//
 
-#include "LayerSetup.h"
+#include "moec/Harness/LayerSetup.h"
 
 #include "moec/Compiler/StageBuilder.h"
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 #include "moec/reference/Generate.h"
 
 #include <algorithm>
 
-namespace moec::cli {
+namespace moec::harness {
 
 const char *activationName(bool gptOssSwiglu) {
   return gptOssSwiglu ? "gpt-oss-swiglu" : "silu";
@@ -255,4 +255,4 @@ rt::LayerInputs rankInputs(const Rank &rank, uint32_t m) {
   return inputs;
 }
 
-} // namespace moec::cli
+} // namespace moec::harness

@@ -9,8 +9,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_EMULATOR_STAGEKERNEL_H
-#define MOEC_EMULATOR_STAGEKERNEL_H
+#ifndef MOEC_HARNESS_STAGEKERNEL_H
+#define MOEC_HARNESS_STAGEKERNEL_H
 
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/reference/Status.h"
@@ -164,4 +164,4 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape);
 
 } // namespace moec::emu
 
-#endif // MOEC_EMULATOR_STAGEKERNEL_H
+#endif // MOEC_HARNESS_STAGEKERNEL_H

@@ -7,10 +7,10 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_EMULATOR_LIB_STAGESUPPORT_H
-#define MOEC_EMULATOR_LIB_STAGESUPPORT_H
+#ifndef MOEC_HARNESS_LIB_STAGESUPPORT_H
+#define MOEC_HARNESS_LIB_STAGESUPPORT_H
 
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include <map>
 #include <memory>
@@ -160,4 +160,4 @@ std::unique_ptr<StageHarness> makeCombineHarness(const BuiltKernel &kernel,
 
 } // namespace moec::emu
 
-#endif // MOEC_EMULATOR_LIB_STAGESUPPORT_H
+#endif // MOEC_HARNESS_LIB_STAGESUPPORT_H

@@ -11,8 +11,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_TOOLS_MOEC_EMULATEDTILECOUNTER_H
-#define MOEC_TOOLS_MOEC_EMULATEDTILECOUNTER_H
+#ifndef MOEC_HARNESS_EMULATEDTILECOUNTER_H
+#define MOEC_HARNESS_EMULATEDTILECOUNTER_H
 
 #include "moec/Compiler/CostModel.h"
 #include "moec/Compiler/StageBuilder.h"
@@ -27,7 +27,7 @@ namespace mlir {
 class MLIRContext;
 } // namespace mlir
 
-namespace moec::cli {
+namespace moec::harness {
 
 /// Seed of the data every counted tile runs on (the counts of the GEMM
 /// kernels do not depend on the values; fixing it keeps them reproducible).
@@ -65,6 +65,6 @@ private:
   std::map<std::thread::id, std::unique_ptr<mlir::MLIRContext>> contexts_;
 };
 
-} // namespace moec::cli
+} // namespace moec::harness
 
-#endif // MOEC_TOOLS_MOEC_EMULATEDTILECOUNTER_H
+#endif // MOEC_HARNESS_EMULATEDTILECOUNTER_H

@@ -15,8 +15,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_TOOLS_MOEC_DEVICETIMER_H
-#define MOEC_TOOLS_MOEC_DEVICETIMER_H
+#ifndef MOEC_HARNESS_DEVICETIMER_H
+#define MOEC_HARNESS_DEVICETIMER_H
 
 #include "moec/Compiler/Tuner.h"
 
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace moec::cli {
+namespace moec::harness {
 
 struct DeviceTimerOptions {
   /// HIP libraries tried in order (empty: rt::defaultHipLibraryCandidates(),
@@ -59,6 +59,6 @@ std::string deviceToken(const std::string &name, int ordinal);
 std::string timingMethodToken(const DeviceTimerOptions &options,
                               bool fusedDirect);
 
-} // namespace moec::cli
+} // namespace moec::harness
 
-#endif // MOEC_TOOLS_MOEC_DEVICETIMER_H
+#endif // MOEC_HARNESS_DEVICETIMER_H

@@ -1,7 +1,7 @@
 //===- DeviceTimer.cpp - `moec tune --device N`'s candidate timer ---------===//
 
-#include "DeviceTimer.h"
-#include "LayerSetup.h"
+#include "moec/Harness/DeviceTimer.h"
+#include "moec/Harness/LayerSetup.h"
 
 #include "moec/bundle.h"
 #include "moec/hip_loader.h"
@@ -16,7 +16,7 @@
 #include <memory>
 #include <tuple>
 
-namespace moec::cli {
+namespace moec::harness {
 
 std::string deviceToken(const std::string &name, int ordinal) {
   std::string token;
@@ -577,4 +577,4 @@ CandidateTimer makeDeviceTimer(int device, DeviceTimerOptions options) {
   };
 }
 
-} // namespace moec::cli
+} // namespace moec::harness

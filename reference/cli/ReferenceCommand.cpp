@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Commands.h"
+#include "moec/reference/ReferenceCommand.h"
 
 #include "moec/reference/Families.h"
 #include "moec/reference/Formats.h"
@@ -28,6 +28,9 @@
 #include <sstream>
 
 namespace {
+
+/// The exit statuses of docs/cli.md.
+enum ExitStatus : int { kSuccess = 0, kCheckFailed = 1, kBadInput = 2 };
 
 using namespace moec::ref;
 
@@ -61,13 +64,13 @@ struct ReferenceArgs {
 
 /// A failure with its exit status and one-line message.
 struct Failure {
-  int status = moec::cli::kSuccess;
+  int status = kSuccess;
   std::string message;
-  bool failed() const { return status != moec::cli::kSuccess; }
+  bool failed() const { return status != kSuccess; }
 };
 
 Failure badInput(const std::string &message) {
-  return {moec::cli::kBadInput, message};
+  return {kBadInput, message};
 }
 
 std::string joinPath(const std::string &dir, const std::string &name) {
@@ -560,8 +563,8 @@ Failure runReference(const ReferenceArgs &args) {
     if (!status)
       // Overflow is the one failure that is a check, not bad input.
       return {status.message().find("overflow") != std::string::npos
-                  ? moec::cli::kCheckFailed
-                  : moec::cli::kBadInput,
+                  ? kCheckFailed
+                  : kBadInput,
               status.message()};
     for (MegaMoeRankResult &r : megaResults) {
       rows.push_back(r.plan.numRows);
@@ -632,7 +635,7 @@ Failure runReference(const ReferenceArgs &args) {
                   joinPath(args.compare, prefix + "output.npy").c_str(),
                   relativeL2, args.tolerance, pass ? "PASS" : "FAIL");
       if (!pass && !compareFailure.failed())
-        compareFailure = {moec::cli::kCheckFailed,
+        compareFailure = {kCheckFailed,
                           joinPath(args.compare, prefix + "output.npy") +
                               ": relative L2 " + std::to_string(relativeL2) +
                               " exceeds tolerance " + std::to_string(args.tolerance)};

@@ -8,10 +8,10 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_EMULATOR_BUNDLEKERNELS_H
-#define MOEC_EMULATOR_BUNDLEKERNELS_H
+#ifndef MOEC_HARNESS_BUNDLEKERNELS_H
+#define MOEC_HARNESS_BUNDLEKERNELS_H
 
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 
 #include <cstdint>
 #include <string>
@@ -34,4 +34,4 @@ mlir::LogicalResult loadBundleKernel(mlir::MLIRContext &context,
 
 } // namespace moec::emu
 
-#endif // MOEC_EMULATOR_BUNDLEKERNELS_H
+#endif // MOEC_HARNESS_BUNDLEKERNELS_H

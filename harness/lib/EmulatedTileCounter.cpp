@@ -5,14 +5,14 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "EmulatedTileCounter.h"
+#include "moec/Harness/EmulatedTileCounter.h"
 
-#include "moec/Emulator/StageHarness.h"
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageHarness.h"
+#include "moec/Harness/StageKernel.h"
 
 #include "mlir/IR/MLIRContext.h"
 
-namespace moec::cli {
+namespace moec::harness {
 
 StageSpec oneTileSpec(const StageSpec &spec) {
   StageSpec one = spec;
@@ -143,4 +143,4 @@ bool EmulatedTileCounter::count(const StageSpec &spec, TileCounts &counts,
   return error.empty();
 }
 
-} // namespace moec::cli
+} // namespace moec::harness

@@ -1,9 +1,9 @@
 //===- PeerHarness.cpp - a MegaMoE layer over emulated EP ranks -----------===//
 
-#include "moec/Emulator/PeerHarness.h"
+#include "moec/Harness/PeerHarness.h"
 
 #include "moec/grid_rule.h"
-#include "moec/peer_protocol.h"
+#include "moec/abi/peer_protocol.h"
 #include "moec/reference/Families.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Npy.h"

@@ -9,8 +9,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_TOOLS_MOEC_LAYERSETUP_H
-#define MOEC_TOOLS_MOEC_LAYERSETUP_H
+#ifndef MOEC_HARNESS_LAYERSETUP_H
+#define MOEC_HARNESS_LAYERSETUP_H
 
 #include "moec/hip_loader.h"
 #include "moec/layer.h"
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace moec::cli {
+namespace moec::harness {
 
 /// What a table's layer and the oracle need about it, read from its
 /// kernels' attributes.
@@ -115,6 +115,6 @@ void generateBiases(uint64_t seed, int64_t rows, int64_t hidden,
 /// A forward's inputs from a rank's buffers, for `m` tokens.
 rt::LayerInputs rankInputs(const Rank &rank, uint32_t m);
 
-} // namespace moec::cli
+} // namespace moec::harness
 
-#endif // MOEC_TOOLS_MOEC_LAYERSETUP_H
+#endif // MOEC_HARNESS_LAYERSETUP_H

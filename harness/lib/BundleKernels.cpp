@@ -1,6 +1,6 @@
 //===- BundleKernels.cpp - a bundle's kernels as the emulator runs them ---===//
 
-#include "moec/Emulator/BundleKernels.h"
+#include "moec/Harness/BundleKernels.h"
 
 #include "moec/Compiler/KernelIr.h"
 #include "moec/Compiler/StageBuilder.h"

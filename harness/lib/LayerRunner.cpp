@@ -1,8 +1,8 @@
 //===- LayerRunner.cpp - a configuration's stages as one layer ------------===//
 
-#include "moec/Emulator/LayerRunner.h"
+#include "moec/Harness/LayerRunner.h"
 
-#include "moec/Emulator/PeerHarness.h"
+#include "moec/Harness/PeerHarness.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
 

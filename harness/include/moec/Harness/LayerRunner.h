@@ -17,10 +17,10 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_EMULATOR_LAYERRUNNER_H
-#define MOEC_EMULATOR_LAYERRUNNER_H
+#ifndef MOEC_HARNESS_LAYERRUNNER_H
+#define MOEC_HARNESS_LAYERRUNNER_H
 
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/StageHarness.h"
 
 #include <cstdint>
 #include <functional>
@@ -85,4 +85,4 @@ ref::Status saveLayer(const std::string &dir, const StageShape &shape,
 
 } // namespace moec::emu
 
-#endif // MOEC_EMULATOR_LAYERRUNNER_H
+#endif // MOEC_HARNESS_LAYERRUNNER_H
