@@ -419,6 +419,10 @@ CompileStatus compileTableToBundle(const std::string &tablePath,
   summary.kernelTimes = std::move(compiled.kernelTimes);
   summary.frontEndSeconds = compiled.frontEndSeconds;
   summary.jobs = compiled.jobs;
+  for (const CompiledKernel &kernel : compiled.kernels)
+    if (kernel.resources.vgprSpill || kernel.resources.sgprSpill ||
+        kernel.resources.privateSegmentBytes)
+      summary.spillingKernels.emplace_back(kernel.name, kernel.resources);
   std::ifstream written(bundlePath, std::ios::binary | std::ios::ate);
   summary.bundleBytes = written ? static_cast<uint64_t>(written.tellg()) : 0;
   return CompileStatus::Ok;

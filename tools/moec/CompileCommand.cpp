@@ -7,7 +7,7 @@
 #include "moec/Compiler/CompileCache.h"
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Compiler/TargetCheck.h"
-#include "moec/Emulator/StageKernel.h"
+#include "moec/Harness/StageKernel.h"
 #include "moec/target/target_info.h"
 
 #include <CLI/CLI.hpp>
@@ -191,8 +191,17 @@ int runCompile(const CompileArgs &args) {
   auto start = std::chrono::steady_clock::now();
   CompileOptions options;
   options.allowSpills = args.allowSpills;
-  if (args.small)
+  if (args.small) {
     options.rewriteTable = emu::smallTable;
+    // A small bundle is for the emulated device, which runs each kernel's
+    // IR, never its code object. Register allocation of a kernel that uses
+    // all 512 registers at its real shape is not stable under a shorter K
+    // loop (one shipped W13 tile spills 56, 18, 8 or 0 VGPRs at H = 512,
+    // 1024, 2048 or 3072), so the small shape's spills say nothing of the
+    // shipped kernel: they are reported, not refused. The gate holds for
+    // every compile at the real shape.
+    options.allowSpills = true;
+  }
   options.jobs = args.jobs;
   if (!args.noCache) {
     options.cacheDirectory = args.cacheDir;
@@ -239,6 +248,17 @@ int runCompile(const CompileArgs &args) {
     std::cout << " (" << summary.kernelsFromCache << " from the cache)";
   if (!args.quiet)
     std::cout << "\n";
+  if (args.small && !args.allowSpills && !summary.spillingKernels.empty()) {
+    std::cerr << "moec: --small: " << summary.spillingKernels.size()
+              << " kernel(s) spill at the small shape (allowed: the emulated "
+                 "device runs the kernel IR; the resource gate applies at "
+                 "the real shape):";
+    for (const auto &[name, r] : summary.spillingKernels)
+      std::cerr << " " << name << " (" << r.vgprSpill << " VGPRs, "
+                << r.sgprSpill << " SGPRs, " << r.privateSegmentBytes
+                << " bytes of scratch)";
+    std::cerr << "\n";
+  }
   if (summary.corruptCacheEntries)
     std::cerr << "moec: " << summary.corruptCacheEntries
               << " corrupted compile-cache entries were rebuilt\n";
@@ -303,7 +323,9 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
                 "shrink every problem to a small shape with the same knobs "
                 "(H = I = 2 x the largest tile, 4 experts per rank, top-k <= "
                 "4, 16 tokens per rank for fused kernels): bundles for the "
-                "emulated device and `moec selftest --small`");
+                "emulated device and `moec selftest --small`; spills at the "
+                "small shape are reported, not refused (the emulated device "
+                "runs the kernel IR)");
   std::vector<std::string> chips;
   for (const moec::target::TargetInfo *chip : moec::target::kKnownTargets)
     chips.push_back(chip->arch);

@@ -183,6 +183,9 @@ struct CompileSummary {
   std::vector<KernelCompileTime> kernelTimes;
   double frontEndSeconds = 0;
   unsigned jobs = 0;
+  /// Kernels that spill or use scratch, with their resources: empty unless
+  /// CompileOptions::allowSpills let them through.
+  std::vector<std::pair<std::string, rt::KernelResources>> spillingKernels;
 };
 
 /// Reads the tuning table at `tablePath`, compiles it and writes the bundle
