@@ -7,36 +7,35 @@ turns a nonzero moec_status_t into MoecError. The standard library only.
 import ctypes
 import os
 
-__all__ = ["MoecError", "lib", "library_path", "check", "has"]
+__all__ = ["MoecError", "lib", "library_path", "check", "has", "status_name"]
 
-_STATUS_NAMES = {
-    0: "MOEC_STATUS_OK",
-    1: "MOEC_STATUS_INVALID_ARGUMENT",
-    2: "MOEC_STATUS_NOT_FOUND",
-    3: "MOEC_STATUS_IO_ERROR",
-    4: "MOEC_STATUS_CORRUPT_BUNDLE",
-    5: "MOEC_STATUS_SELECTION_MISS",
-    6: "MOEC_STATUS_NO_HIP_RUNTIME",
-    7: "MOEC_STATUS_NO_DEVICE",
-    8: "MOEC_STATUS_HIP_ERROR",
-    9: "MOEC_STATUS_RESOURCE_EXCEEDED",
-    10: "MOEC_STATUS_INTERNAL",
-    11: "MOEC_STATUS_ROW_NOT_COMPILED",
-}
+# The loaded libmoec_runtime.so (set below, once _load() succeeds).
+lib = None
+
+
+def status_name(status):
+    """moec_status_name(status): the C library names its own statuses, so a
+    new one needs no copy here ("MOEC_STATUS_UNKNOWN" for a value it does
+    not know; "MOEC_STATUS_<n>" while no library is loaded)."""
+    status = int(status)
+    if lib is None:
+        return "MOEC_STATUS_%d" % status
+    return lib.moec_status_name(status).decode("ascii")  # prototype: _PROTOTYPES
 
 
 class MoecError(RuntimeError):
     """A failed moec call, or an argument moec refuses.
 
     status: the moec_status_t value (1 = MOEC_STATUS_INVALID_ARGUMENT for
-    arguments the Python layer refuses); status_name: its name;
-    message: moec_last_error_message() (or the Python layer's message);
-    what: the call or argument it concerns.
+    arguments the Python layer refuses); status_name: its name, from
+    moec_status_name (or `name`, for the one error raised before the library
+    is loaded); message: moec_last_error_message() (or the Python layer's
+    message); what: the call or argument it concerns.
     """
 
-    def __init__(self, status, message, what=""):
+    def __init__(self, status, message, what="", name=None):
         self.status = int(status)
-        self.status_name = _STATUS_NAMES.get(self.status, "MOEC_STATUS_%d" % self.status)
+        self.status_name = name or status_name(self.status)
         self.message = message
         self.what = what
         text = "%s: %s" % (self.status_name, message)
@@ -51,6 +50,10 @@ def invalid(what, message):
 
 
 # ---- Structures ---------------------------------------------------------
+# Each mirrors the C struct moec_<snake_case class name>_t of moec_runtime.h
+# (or the one a `_c_type_` attribute names), field for field;
+# test/python/test_capi_layout.py checks every structure of the package
+# against the header with the C compiler.
 
 c_u32 = ctypes.c_uint32
 c_u64 = ctypes.c_uint64
@@ -177,8 +180,10 @@ def _load():
             return ctypes.CDLL(path), path
         except OSError as error:
             errors.append("%s (%s)" % (path, error))
+    # The library that names statuses is the one that did not load.
     raise MoecError(6, "cannot load libmoec_runtime.so; tried " + "; ".join(errors) +
-                    " (set MOEC_RUNTIME_LIBRARY to its path)", "moec")
+                    " (set MOEC_RUNTIME_LIBRARY to its path)", "moec",
+                    name="MOEC_STATUS_NO_HIP_RUNTIME")
 
 
 lib, _loaded_path = _load()

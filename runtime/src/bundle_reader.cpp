@@ -55,25 +55,38 @@ Bundle::~Bundle() {
 
 std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error,
                                      const BundleOpenOptions &options) {
+  Error failure;
+  std::unique_ptr<Bundle> bundle = open(path, failure, options);
+  if (!bundle)
+    error = std::move(failure.message);
+  return bundle;
+}
+
+std::unique_ptr<Bundle> Bundle::open(const std::string &path, Error &error,
+                                     const BundleOpenOptions &options) {
   std::unique_ptr<Bundle> bundle(new Bundle());
   bundle->path_ = path;
-  auto fail = [&](const std::string &what) -> std::unique_ptr<Bundle> {
-    error = path + ": " + what;
+  // Everything after the file is mapped is a verification failure; the
+  // few failures before it pass Status::IoError.
+  auto fail = [&](const std::string &what,
+                  Status status = Status::CorruptBundle) -> std::unique_ptr<Bundle> {
+    error.fail(status, path + ": " + what);
     return nullptr;
   };
 
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return fail(std::string("cannot open: ") + std::strerror(errno));
+    return fail(std::string("cannot open: ") + std::strerror(errno), Status::IoError);
   struct stat info;
   if (::fstat(fd, &info) != 0) {
     int savedErrno = errno;
     ::close(fd);
-    return fail(std::string("cannot stat: ") + std::strerror(savedErrno));
+    return fail(std::string("cannot stat: ") + std::strerror(savedErrno),
+                Status::IoError);
   }
   if (!S_ISREG(info.st_mode)) {
     ::close(fd);
-    return fail("not a regular file");
+    return fail("not a regular file", Status::IoError);
   }
   const uint64_t actualSize = static_cast<uint64_t>(info.st_size);
   if (actualSize < kHeaderSize) {
@@ -86,7 +99,8 @@ std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error
   int mapErrno = errno;
   ::close(fd);
   if (mapping == MAP_FAILED)
-    return fail(std::string("mmap failed: ") + std::strerror(mapErrno));
+    return fail(std::string("mmap failed: ") + std::strerror(mapErrno),
+                Status::IoError);
   bundle->base_ = static_cast<const uint8_t *>(mapping);
   bundle->size_ = actualSize;
   const uint8_t *base = bundle->base_;
@@ -290,17 +304,25 @@ std::unique_ptr<Bundle> Bundle::open(const std::string &path, std::string &error
 
 bool Bundle::codeObject(uint32_t index, CodeObjectView &out,
                         std::string &error) const {
-  if (index >= codeObjects_.size()) {
-    error = path_ + ": code object " + std::to_string(index) + " out of range (" +
-            std::to_string(codeObjects_.size()) + " code objects)";
-    return false;
-  }
+  Error failure;
+  if (codeObject(index, out, failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool Bundle::codeObject(uint32_t index, CodeObjectView &out, Error &error) const {
+  if (index >= codeObjects_.size())
+    return error.fail(Status::InvalidArgument,
+                      path_ + ": code object " + std::to_string(index) +
+                          " out of range (" + std::to_string(codeObjects_.size()) +
+                          " code objects)");
   const CodeObjectEntry &object = codeObjects_[index];
   if (!verified_[index].load(std::memory_order_acquire)) {
-    if (xxh64(base_ + object.offset, object.size) != object.checksum) {
-      error = path_ + ": code object " + std::to_string(index) + " checksum mismatch";
-      return false;
-    }
+    if (xxh64(base_ + object.offset, object.size) != object.checksum)
+      return error.fail(Status::CorruptBundle, path_ + ": code object " +
+                                                   std::to_string(index) +
+                                                   " checksum mismatch");
     verified_[index].store(1, std::memory_order_release);
   }
   out.data = base_ + object.offset;
@@ -344,17 +366,24 @@ bool Bundle::applySelectionOverrides(std::string_view overrideJson,
 bool Bundle::applySelectionOverridesFile(const std::string &overridePath,
                                          OverrideReport &report,
                                          std::string &error) {
+  Error failure;
+  if (applySelectionOverridesFile(overridePath, report, failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool Bundle::applySelectionOverridesFile(const std::string &overridePath,
+                                         OverrideReport &report, Error &error) {
   std::ifstream file(overridePath, std::ios::binary);
-  if (!file) {
-    error = overridePath + ": cannot open: " + std::strerror(errno);
-    return false;
-  }
+  if (!file)
+    return error.fail(Status::IoError,
+                      overridePath + ": cannot open: " + std::strerror(errno));
   std::ostringstream text;
   text << file.rdbuf();
-  if (!applySelectionOverrides(text.str(), report, error)) {
-    error = overridePath + ": " + error;
-    return false;
-  }
+  std::string why;
+  if (!applySelectionOverrides(text.str(), report, why))
+    return error.fail(Status::InvalidArgument, overridePath + ": " + why);
   return true;
 }
 

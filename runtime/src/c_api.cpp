@@ -10,6 +10,7 @@
 #include "moec/grid_rule.h"
 #include "moec/hip_loader.h"
 #include "moec/layer.h"
+#include "moec/status.h"
 #include "moec/weights.h"
 
 #include <algorithm>
@@ -65,15 +66,34 @@ moec_status_t guarded(Body &&body) noexcept {
   }
 }
 
-moec_status_t classifyDeviceError(const std::string &message) {
-  if (message.rfind("no HIP runtime", 0) == 0 ||
-      message.find(": missing symbol ") != std::string::npos)
-    return MOEC_STATUS_NO_HIP_RUNTIME;
-  if (message.rfind("no device", 0) == 0)
-    return MOEC_STATUS_NO_DEVICE;
-  if (message.rfind("device ", 0) == 0)
-    return MOEC_STATUS_INVALID_ARGUMENT;
-  return MOEC_STATUS_HIP_ERROR;
+// The runtime's Status is moec_status_t value for value, so a failure's
+// status passes through the C API as a cast.
+#define MOEC_SAME_STATUS(name, cName)                                          \
+  static_assert(static_cast<int>(Status::name) == cName,                       \
+                "moec::rt::Status::" #name " must equal " #cName);
+MOEC_SAME_STATUS(Ok, MOEC_STATUS_OK)
+MOEC_SAME_STATUS(InvalidArgument, MOEC_STATUS_INVALID_ARGUMENT)
+MOEC_SAME_STATUS(NotFound, MOEC_STATUS_NOT_FOUND)
+MOEC_SAME_STATUS(IoError, MOEC_STATUS_IO_ERROR)
+MOEC_SAME_STATUS(CorruptBundle, MOEC_STATUS_CORRUPT_BUNDLE)
+MOEC_SAME_STATUS(SelectionMiss, MOEC_STATUS_SELECTION_MISS)
+MOEC_SAME_STATUS(NoHipRuntime, MOEC_STATUS_NO_HIP_RUNTIME)
+MOEC_SAME_STATUS(NoDevice, MOEC_STATUS_NO_DEVICE)
+MOEC_SAME_STATUS(HipError, MOEC_STATUS_HIP_ERROR)
+MOEC_SAME_STATUS(ResourceExceeded, MOEC_STATUS_RESOURCE_EXCEEDED)
+MOEC_SAME_STATUS(Internal, MOEC_STATUS_INTERNAL)
+MOEC_SAME_STATUS(RowNotCompiled, MOEC_STATUS_ROW_NOT_COMPILED)
+#undef MOEC_SAME_STATUS
+static_assert(kLastStatus == Status::RowNotCompiled,
+              "a new Status needs its moec_status_t and a check above");
+
+/// A runtime failure as the C API reports it. A failure that forgot its
+/// status is a runtime bug: INTERNAL, never a success.
+moec_status_t fail(Error &&error) {
+  const moec_status_t status = error.status == Status::Ok
+                                   ? MOEC_STATUS_INTERNAL
+                                   : static_cast<moec_status_t>(error.status);
+  return fail(status, std::move(error.message));
 }
 
 } // namespace
@@ -124,16 +144,18 @@ moec_status_t moec_bundle_open_with_flags(const char *path, uint32_t flags,
     if (flags & ~uint32_t(MOEC_BUNDLE_OPEN_VERIFY_CODE_OBJECTS_ON_FIRST_USE))
       return fail(MOEC_STATUS_INVALID_ARGUMENT,
                   "moec_bundle_open_with_flags: unknown flags " + std::to_string(flags));
+    // A path that does not exist keeps the C API's short message; every
+    // other failure's status comes from the reader.
     struct stat info;
     if (::stat(path, &info) != 0)
       return fail(MOEC_STATUS_IO_ERROR, std::string(path) + ": cannot open");
     BundleOpenOptions options;
     if (flags & MOEC_BUNDLE_OPEN_VERIFY_CODE_OBJECTS_ON_FIRST_USE)
       options.codeObjects = CodeObjectVerification::OnFirstUse;
-    std::string error;
+    Error error;
     std::unique_ptr<Bundle> bundle = Bundle::open(path, error, options);
     if (!bundle)
-      return fail(MOEC_STATUS_CORRUPT_BUNDLE, error);
+      return fail(std::move(error));
     *out_bundle = new moec_bundle_t{std::move(bundle)};
     return MOEC_STATUS_OK;
   });
@@ -149,9 +171,9 @@ moec_status_t moec_bundle_apply_overrides(moec_bundle_t *bundle,
       return fail(MOEC_STATUS_INVALID_ARGUMENT,
                   "moec_bundle_apply_overrides: null argument");
     OverrideReport report;
-    std::string error;
+    Error error;
     if (!bundle->bundle->applySelectionOverridesFile(override_path, report, error))
-      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+      return fail(std::move(error));
     if (out_rows_changed)
       *out_rows_changed = report.replaced + report.added;
     return MOEC_STATUS_OK;
@@ -269,9 +291,9 @@ moec_status_t moec_bundle_code_object(const moec_bundle_t *bundle,
       return fail(MOEC_STATUS_INVALID_ARGUMENT,
                   "code object " + std::to_string(code_object_index) + " out of range");
     CodeObjectView view;
-    std::string error;
+    Error error;
     if (!bundle->bundle->codeObject(code_object_index, view, error))
-      return fail(MOEC_STATUS_CORRUPT_BUNDLE, error);
+      return fail(std::move(error));
     *out_data = view.data;
     *out_size = view.size;
     return MOEC_STATUS_OK;
@@ -428,14 +450,14 @@ moec_status_t moec_device_create(const char *hip_library, int ordinal,
     std::vector<std::string> candidates =
         hip_library ? std::vector<std::string>{hip_library}
                     : defaultHipLibraryCandidates();
-    std::string error;
+    Error error;
     std::unique_ptr<HipLibrary> library = HipLibrary::load(candidates, error);
     if (!library)
-      return fail(classifyDeviceError(error), error);
+      return fail(std::move(error));
     std::unique_ptr<HipDevice> device =
         HipDevice::create(std::move(library), ordinal, error);
     if (!device)
-      return fail(classifyDeviceError(error), error);
+      return fail(std::move(error));
     *out_device = new moec_device_t{std::move(device)};
     return MOEC_STATUS_OK;
   });
@@ -472,14 +494,11 @@ moec_status_t loadChecked(moec_executable_t *executable, uint32_t kernel_index,
     return fail(MOEC_STATUS_INVALID_ARGUMENT,
                 "kernel " + std::to_string(kernel_index) + " out of range (" +
                     std::to_string(kernels.size()) + " kernels)");
-  std::string error;
-  if (!executable->loader.checkResources(kernels[kernel_index], error))
-    return fail(MOEC_STATUS_RESOURCE_EXCEEDED, error);
+  // loadKernel checks the kernel's resources before its first load
+  // (RESOURCE_EXCEEDED) and its code object's checksum (CORRUPT_BUNDLE).
+  Error error;
   if (!executable->loader.loadKernel(kernel_index, error))
-    return fail(error.find("checksum mismatch") != std::string::npos
-                    ? MOEC_STATUS_CORRUPT_BUNDLE
-                    : MOEC_STATUS_HIP_ERROR,
-                error);
+    return fail(std::move(error));
   return MOEC_STATUS_OK;
 }
 
@@ -524,16 +543,12 @@ moec_status_t moec_executable_launch(moec_executable_t *executable,
                     kernel.name + ": argument " + std::to_string(i) + " has an unknown kind");
       }
     }
-    std::vector<uint8_t> kernarg;
-    std::string error;
-    if (!packKernelArguments(kernel, values.data(), values.size(), kernarg, error))
-      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+    // launch packs the arguments too (INVALID_ARGUMENT when they do not
+    // match the ABI), and refuses an empty grid (INVALID_ARGUMENT).
+    Error error;
     if (!executable->loader.launch(kernel_index, {grid[0], grid[1], grid[2]},
                                    values.data(), values.size(), stream, error))
-      return fail(error.find("grid dimensions") != std::string::npos
-                      ? MOEC_STATUS_INVALID_ARGUMENT
-                      : MOEC_STATUS_HIP_ERROR,
-                  error);
+      return fail(std::move(error));
     return MOEC_STATUS_OK;
   });
 }
@@ -707,14 +722,11 @@ moec_status_t moec_layer_create(moec_executable_t *executable, moec_table_t tabl
     p.epRank = problem->ep_rank;
     p.epSize = problem->ep_size;
     p.maxTokens = problem->max_tokens;
-    std::string error;
+    Error error;
     std::unique_ptr<Layer> layer =
         Layer::create(executable->loader, TableHandle{table.index}, p, error);
     if (!layer)
-      return fail(error.find("hipModule") != std::string::npos
-                      ? MOEC_STATUS_HIP_ERROR
-                      : MOEC_STATUS_INVALID_ARGUMENT,
-                  error);
+      return fail(std::move(error));
     *out_layer = new moec_layer_t{std::move(layer)};
     return MOEC_STATUS_OK;
   });
@@ -748,12 +760,9 @@ moec_status_t moec_layer_bind_workspace(moec_layer_t *layer, void *workspace,
   return guarded([&]() -> moec_status_t {
     if (!layer)
       return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_bind_workspace: null layer");
-    std::string error;
+    Error error;
     if (!layer->layer->bindWorkspace(workspace, bytes, error))
-      return fail(error.find("failed") != std::string::npos
-                      ? MOEC_STATUS_HIP_ERROR
-                      : MOEC_STATUS_INVALID_ARGUMENT,
-                  error);
+      return fail(std::move(error));
     return MOEC_STATUS_OK;
   });
 }
@@ -847,9 +856,9 @@ moec_status_t moec_layer_read_status(moec_layer_t *layer,
     if (!layer || !out_status)
       return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_read_status: null argument");
     LayerStatus status;
-    std::string error;
+    Error error;
     if (!layer->layer->readStatus(status, error))
-      return fail(MOEC_STATUS_HIP_ERROR, error);
+      return fail(std::move(error));
     out_status->overflow_routes = status.overflowRoutes;
     out_status->forwards = status.forwards;
     return MOEC_STATUS_OK;
@@ -860,9 +869,9 @@ moec_status_t moec_layer_clear_status(moec_layer_t *layer) {
   return guarded([&]() -> moec_status_t {
     if (!layer)
       return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_layer_clear_status: null layer");
-    std::string error;
+    Error error;
     if (!layer->layer->clearStatus(error))
-      return fail(MOEC_STATUS_HIP_ERROR, error);
+      return fail(std::move(error));
     return MOEC_STATUS_OK;
   });
 }

@@ -45,6 +45,15 @@ HipLibrary::~HipLibrary() {
 
 std::unique_ptr<HipLibrary> HipLibrary::load(const std::vector<std::string> &candidates,
                                              std::string &error) {
+  Error failure;
+  std::unique_ptr<HipLibrary> library = load(candidates, failure);
+  if (!library)
+    error = std::move(failure.message);
+  return library;
+}
+
+std::unique_ptr<HipLibrary> HipLibrary::load(const std::vector<std::string> &candidates,
+                                             Error &error) {
   std::unique_ptr<HipLibrary> library(new HipLibrary());
   std::string tried;
   for (const std::string &candidate : candidates) {
@@ -58,7 +67,7 @@ std::unique_ptr<HipLibrary> HipLibrary::load(const std::vector<std::string> &can
     break;
   }
   if (!library->handle_) {
-    error = "no HIP runtime (tried: " + tried + ")";
+    error.fail(Status::NoHipRuntime, "no HIP runtime (tried: " + tried + ")");
     return nullptr;
   }
   void *handle = library->handle_;
@@ -71,7 +80,9 @@ std::unique_ptr<HipLibrary> HipLibrary::load(const std::vector<std::string> &can
   MOEC_HIP_SYMBOLS(MOEC_HIP_RESOLVE)
 #undef MOEC_HIP_RESOLVE
   if (!missing.empty()) {
-    error = library->loadedFrom_ + ": missing symbol " + missing;
+    // A library without the whole table is not a usable HIP runtime.
+    error.fail(Status::NoHipRuntime,
+               library->loadedFrom_ + ": missing symbol " + missing);
     return nullptr;
   }
   // The timing table is optional: without it the library still serves
@@ -101,29 +112,41 @@ std::string HipLibrary::describe(hip::Error status) const {
 
 std::unique_ptr<HipDevice> HipDevice::create(std::unique_ptr<HipLibrary> library,
                                              int ordinal, std::string &error) {
+  Error failure;
+  std::unique_ptr<HipDevice> device = create(std::move(library), ordinal, failure);
+  if (!device)
+    error = std::move(failure.message);
+  return device;
+}
+
+std::unique_ptr<HipDevice> HipDevice::create(std::unique_ptr<HipLibrary> library,
+                                             int ordinal, Error &error) {
   if (!library) {
-    error = "no HIP runtime";
+    error.fail(Status::NoHipRuntime, "no HIP runtime");
     return nullptr;
   }
   const HipSymbols &api = library->symbols();
   hip::Error status = api.hipInit(0);
   if (status != hip::kSuccess) {
-    error = "no device (hipInit returned " + library->describe(status) + ")";
+    error.fail(Status::NoDevice,
+               "no device (hipInit returned " + library->describe(status) + ")");
     return nullptr;
   }
   int count = 0;
   status = api.hipGetDeviceCount(&count);
   if (status != hip::kSuccess) {
-    error = "no device (hipGetDeviceCount returned " + library->describe(status) + ")";
+    error.fail(Status::NoDevice, "no device (hipGetDeviceCount returned " +
+                                     library->describe(status) + ")");
     return nullptr;
   }
   if (count <= 0) {
-    error = "no device (hipGetDeviceCount reports 0 devices)";
+    error.fail(Status::NoDevice, "no device (hipGetDeviceCount reports 0 devices)");
     return nullptr;
   }
   if (ordinal < 0 || ordinal >= count) {
-    error = "device " + std::to_string(ordinal) + " out of range (" +
-            std::to_string(count) + " devices)";
+    error.fail(Status::InvalidArgument, "device " + std::to_string(ordinal) +
+                                            " out of range (" + std::to_string(count) +
+                                            " devices)");
     return nullptr;
   }
   std::unique_ptr<HipDevice> device(new HipDevice());
@@ -143,15 +166,15 @@ std::unique_ptr<HipDevice> HipDevice::create(std::unique_ptr<HipLibrary> library
   };
   status = api.hipSetDevice(ordinal);
   if (status != hip::kSuccess) {
-    error = "hipSetDevice(" + std::to_string(ordinal) + ") failed: " +
-            library->describe(status);
+    error.fail(Status::HipError, "hipSetDevice(" + std::to_string(ordinal) +
+                                     ") failed: " + library->describe(status));
     return nullptr;
   }
   for (const auto &query : queries) {
     status = api.hipDeviceGetAttribute(query.out, query.attribute, ordinal);
     if (status != hip::kSuccess) {
-      error = std::string("hipDeviceGetAttribute(") + query.name + ") failed: " +
-              library->describe(status);
+      error.fail(Status::HipError, std::string("hipDeviceGetAttribute(") + query.name +
+                                       ") failed: " + library->describe(status));
       return nullptr;
     }
   }
@@ -304,21 +327,33 @@ bool KernelLoader::checkResources(const KernelInfo &kernel, std::string &error) 
 }
 
 bool KernelLoader::loadKernel(uint32_t kernelIndex, std::string &error) {
+  Error failure;
+  if (loadKernel(kernelIndex, failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool KernelLoader::loadKernel(uint32_t kernelIndex, Error &error) {
   const Manifest &manifest = bundle_.manifest();
-  if (kernelIndex >= manifest.kernels.size()) {
-    error = bundle_.path() + ": kernel " + std::to_string(kernelIndex) +
-            " out of range (" + std::to_string(manifest.kernels.size()) + " kernels)";
-    return false;
-  }
+  if (kernelIndex >= manifest.kernels.size())
+    return error.fail(Status::InvalidArgument,
+                      bundle_.path() + ": kernel " + std::to_string(kernelIndex) +
+                          " out of range (" + std::to_string(manifest.kernels.size()) +
+                          " kernels)");
   std::lock_guard<std::mutex> lock(mutex_);
   if (functions_[kernelIndex].load(std::memory_order_acquire))
     return true;
   const KernelInfo &kernel = manifest.kernels[kernelIndex];
-  if (!checkResources(kernel, error))
+  if (!checkResources(kernel, error.message)) {
+    error.status = Status::ResourceExceeded;
     return false;
+  }
   const HipSymbols &api = device_.hipApi();
-  if (!device_.makeCurrent(error))
+  if (!device_.makeCurrent(error.message)) {
+    error.status = Status::HipError;
     return false;
+  }
   hip::Module &module = modules_[kernel.codeObject];
   if (!module) {
     CodeObjectView view;
@@ -328,22 +363,21 @@ bool KernelLoader::loadKernel(uint32_t kernelIndex, std::string &error) {
     hip::Error status = api.hipModuleLoadData(&module, view.data);
     if (status != hip::kSuccess) {
       module = nullptr;
-      error = kernel.name + ": hipModuleLoadData failed: " +
-              device_.library().describe(status);
+      std::string message = kernel.name + ": hipModuleLoadData failed: " +
+                            device_.library().describe(status);
       if (status == hip::kErrorNoBinaryForGpu)
-        error += " (the bundle targets " + manifest.target.arch +
-                 "; this device is a different chip)";
-      return false;
+        message += " (the bundle targets " + manifest.target.arch +
+                   "; this device is a different chip)";
+      return error.fail(Status::HipError, std::move(message));
     }
   }
   hip::Function function = nullptr;
   const std::string functionName = hipFunctionName(kernel.symbol);
   hip::Error status = api.hipModuleGetFunction(&function, module, functionName.c_str());
-  if (status != hip::kSuccess || !function) {
-    error = kernel.name + ": hipModuleGetFunction(" + functionName +
-            ") failed: " + device_.library().describe(status);
-    return false;
-  }
+  if (status != hip::kSuccess || !function)
+    return error.fail(Status::HipError, kernel.name + ": hipModuleGetFunction(" +
+                                            functionName + ") failed: " +
+                                            device_.library().describe(status));
   functions_[kernelIndex].store(function, std::memory_order_release);
   return true;
 }
@@ -351,12 +385,24 @@ bool KernelLoader::loadKernel(uint32_t kernelIndex, std::string &error) {
 bool KernelLoader::launch(uint32_t kernelIndex, const std::array<uint32_t, 3> &grid,
                           const KernelArgValue *args, size_t argCount,
                           hip::Stream stream, std::string &error) {
+  Error failure;
+  if (launch(kernelIndex, grid, args, argCount, stream, failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool KernelLoader::launch(uint32_t kernelIndex, const std::array<uint32_t, 3> &grid,
+                          const KernelArgValue *args, size_t argCount,
+                          hip::Stream stream, Error &error) {
   if (!loadKernel(kernelIndex, error))
     return false;
   const KernelInfo &kernel = bundle_.manifest().kernels[kernelIndex];
   std::vector<uint8_t> kernarg;
-  if (!packKernelArguments(kernel, args, argCount, kernarg, error))
+  if (!packKernelArguments(kernel, args, argCount, kernarg, error.message)) {
+    error.status = Status::InvalidArgument;
     return false;
+  }
   return launchPacked(kernelIndex, grid, kernarg.data(), kernarg.size(), stream,
                       error);
 }
@@ -365,20 +411,31 @@ bool KernelLoader::launchPacked(uint32_t kernelIndex,
                                 const std::array<uint32_t, 3> &grid,
                                 void *kernarg, size_t kernargSize,
                                 hip::Stream stream, std::string &error) {
+  Error failure;
+  if (launchPacked(kernelIndex, grid, kernarg, kernargSize, stream, failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool KernelLoader::launchPacked(uint32_t kernelIndex,
+                                const std::array<uint32_t, 3> &grid,
+                                void *kernarg, size_t kernargSize,
+                                hip::Stream stream, Error &error) {
   const std::vector<KernelInfo> &kernels = bundle_.manifest().kernels;
   hip::Function function = kernelIndex < kernels.size()
                                ? functions_[kernelIndex].load(std::memory_order_acquire)
                                : nullptr;
-  if (!function) {
-    error = bundle_.path() + ": kernel " + std::to_string(kernelIndex) +
-            " is not loaded";
-    return false;
-  }
+  // Launching a kernel that was never loaded is the caller's mistake, not
+  // the device's.
+  if (!function)
+    return error.fail(Status::InvalidArgument, bundle_.path() + ": kernel " +
+                                                   std::to_string(kernelIndex) +
+                                                   " is not loaded");
   const KernelInfo &kernel = kernels[kernelIndex];
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) {
-    error = kernel.name + ": grid dimensions must be >= 1";
-    return false;
-  }
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0)
+    return error.fail(Status::InvalidArgument,
+                      kernel.name + ": grid dimensions must be >= 1");
   void *extra[] = {hip::kLaunchParamBufferPointer, kernarg,
                    hip::kLaunchParamBufferSize, &kernargSize, hip::kLaunchParamEnd};
   hip::Error status = device_.hipApi().hipModuleLaunchKernel(
@@ -386,11 +443,9 @@ bool KernelLoader::launchPacked(uint32_t kernelIndex,
       kernel.launch.workgroupSize[1], kernel.launch.workgroupSize[2],
       /*sharedMemBytes=*/0, stream, /*kernelParams=*/nullptr,
       kernargSize ? extra : nullptr);
-  if (status != hip::kSuccess) {
-    error = kernel.name + ": hipModuleLaunchKernel failed: " +
-            device_.library().describe(status);
-    return false;
-  }
+  if (status != hip::kSuccess)
+    return error.fail(Status::HipError, kernel.name + ": hipModuleLaunchKernel failed: " +
+                                            device_.library().describe(status));
   return true;
 }
 

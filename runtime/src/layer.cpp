@@ -11,7 +11,7 @@
 #include "moec/layer.h"
 
 #include "moec/grid_rule.h"
-#include "moec/peer_protocol.h"
+#include "moec/abi/peer_protocol.h"
 
 #include <algorithm>
 #include <cstring>
@@ -332,25 +332,36 @@ Layer::~Layer() = default;
 std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
                                      const LayerProblem &problem,
                                      std::string &error) {
+  Error failure;
+  std::unique_ptr<Layer> layer = create(loader, table, problem, failure);
+  if (!layer)
+    error = std::move(failure.message);
+  return layer;
+}
+
+std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
+                                     const LayerProblem &problem, Error &error) {
   const Bundle &bundle = loader.bundle();
   const Manifest &manifest = bundle.manifest();
   const std::vector<SelectionTable> &tables = bundle.selector().tables();
   if (table.index >= tables.size()) {
-    error = "layer: invalid table handle";
+    error.fail(Status::InvalidArgument, "layer: invalid table handle");
     return nullptr;
   }
   const SelectionTable &selection = tables[table.index];
   const std::string tableName =
       describeTableKey(selection.network, selection.ep, selection.workspace);
   if (problem.epSize != selection.ep) {
-    error = tableName + ": the layer asks for EP size " +
-            std::to_string(problem.epSize) + ", the table serves EP " +
-            std::to_string(selection.ep);
+    error.fail(Status::InvalidArgument,
+               tableName + ": the layer asks for EP size " +
+                   std::to_string(problem.epSize) + ", the table serves EP " +
+                   std::to_string(selection.ep));
     return nullptr;
   }
   if (problem.epRank >= problem.epSize) {
-    error = tableName + ": EP rank " + std::to_string(problem.epRank) +
-            " out of range for EP size " + std::to_string(problem.epSize);
+    error.fail(Status::InvalidArgument,
+               tableName + ": EP rank " + std::to_string(problem.epRank) +
+                   " out of range for EP size " + std::to_string(problem.epSize));
     return nullptr;
   }
 
@@ -388,16 +399,18 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
       const bool kernelShared = !attribute(kernel, "shared_fp8_expert").empty();
       shared = shared || kernelShared;
       if (hidden < 0 || intermediate < 0 || experts < 0 || topK < 0) {
-        error = where + ": no #moe.problem in its attributes";
+        error.fail(Status::InvalidArgument,
+                   where + ": no #moe.problem in its attributes");
         return nullptr;
       }
       // FHMoE kernels count the shared expert; the sort and combine of such
       // a configuration see the same internal counts.
       auto mismatch = [&](const char *what, int64_t kernelValue,
                           int64_t asked) {
-        error = where + ": compiled for " + what + " " +
-                std::to_string(kernelValue) + ", the layer asks for " +
-                std::to_string(asked);
+        error.fail(Status::InvalidArgument,
+                   where + ": compiled for " + what + " " +
+                       std::to_string(kernelValue) + ", the layer asks for " +
+                       std::to_string(asked));
         return nullptr;
       };
       if (hidden != problem.hidden)
@@ -410,21 +423,23 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
         plan->experts = uint32_t(experts);
         plan->topK = uint32_t(topK);
       } else if (plan->experts != experts || plan->topK != topK) {
-        error = where + ": compiled for " + std::to_string(experts) +
-                " experts, top-" + std::to_string(topK) +
-                "; other kernels of the table for " +
-                std::to_string(plan->experts) + ", top-" +
-                std::to_string(plan->topK);
+        error.fail(Status::InvalidArgument,
+                   where + ": compiled for " + std::to_string(experts) +
+                       " experts, top-" + std::to_string(topK) +
+                       "; other kernels of the table for " +
+                       std::to_string(plan->experts) + ", top-" +
+                       std::to_string(plan->topK));
         return nullptr;
       }
       if (kernel.stage == "w13") {
         const int64_t interleave =
             std::max<int64_t>(0, leadingInteger(attribute(kernel, "gate_up_interleave")));
         if (interleave13 >= 0 && interleave13 != interleave) {
-          error = where + ": gate_up_interleave " + std::to_string(interleave) +
-                  ", another W13 kernel of the table " +
-                  std::to_string(interleave13) +
-                  "; one set of weights cannot serve both";
+          error.fail(Status::InvalidArgument,
+                     where + ": gate_up_interleave " + std::to_string(interleave) +
+                         ", another W13 kernel of the table " +
+                         std::to_string(interleave13) +
+                         "; one set of weights cannot serve both");
           return nullptr;
         }
         interleave13 = interleave;
@@ -433,9 +448,10 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
       if (!layout.empty()) {
         std::string &seen = kernel.stage == "w13" ? w13Layout : w2Layout;
         if (!seen.empty() && seen != layout) {
-          error = where + ": reads its weights as " + layout +
-                  ", another configuration of the table as " + seen +
-                  "; one set of weights cannot serve both";
+          error.fail(Status::InvalidArgument,
+                     where + ": reads its weights as " + layout +
+                         ", another configuration of the table as " + seen +
+                         "; one set of weights cannot serve both");
           return nullptr;
         }
         seen = layout;
@@ -445,8 +461,9 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
         anyFused = true;
         if (fusedMaxTokens >= 0 &&
             (fusedMaxTokens != peer.maxTokens || fusedCompact != peer.compact)) {
-          error = where + ": its peer transport differs from the table's other "
-                          "fused kernels (max_tokens, transport)";
+          error.fail(Status::InvalidArgument,
+                     where + ": its peer transport differs from the table's other "
+                             "fused kernels (max_tokens, transport)");
           return nullptr;
         }
         fusedMaxTokens = peer.maxTokens;
@@ -462,21 +479,23 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
     }
   }
   if (plan->experts == 0) {
-    error = tableName + ": no kernels";
+    error.fail(Status::InvalidArgument, tableName + ": no kernels");
     return nullptr;
   }
   if (anyFused && anyUnfused) {
-    error = tableName + ": mixes fused and unfused configurations";
+    error.fail(Status::InvalidArgument,
+               tableName + ": mixes fused and unfused configurations");
     return nullptr;
   }
   const uint32_t routedExperts = plan->experts - (shared ? 1 : 0);
   const uint32_t routedTopK = plan->topK - (shared ? 1 : 0);
   if (problem.experts != routedExperts || problem.topK != routedTopK) {
-    error = tableName + ": compiled for " + std::to_string(routedExperts) +
-            " routed experts, top-" + std::to_string(routedTopK) +
-            (shared ? " (plus the shared expert)" : "") +
-            "; the layer asks for " + std::to_string(problem.experts) +
-            " experts, top-" + std::to_string(problem.topK);
+    error.fail(Status::InvalidArgument,
+               tableName + ": compiled for " + std::to_string(routedExperts) +
+                   " routed experts, top-" + std::to_string(routedTopK) +
+                   (shared ? " (plus the shared expert)" : "") +
+                   "; the layer asks for " + std::to_string(problem.experts) +
+                   " experts, top-" + std::to_string(problem.topK));
     return nullptr;
   }
   plan->localExperts = plan->experts / problem.epSize;
@@ -487,16 +506,18 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
   uint64_t tokens = problem.maxTokens ? problem.maxTokens : selection.workspace;
   if (anyFused) {
     if (problem.maxTokens && int64_t(problem.maxTokens) > fusedMaxTokens) {
-      error = tableName + ": max_tokens " + std::to_string(problem.maxTokens) +
-              " above the fused kernels' " + std::to_string(fusedMaxTokens) +
-              " tokens per rank";
+      error.fail(Status::InvalidArgument,
+                 tableName + ": max_tokens " + std::to_string(problem.maxTokens) +
+                     " above the fused kernels' " + std::to_string(fusedMaxTokens) +
+                     " tokens per rank");
       return nullptr;
     }
     tokens = std::min<uint64_t>(tokens, uint64_t(fusedMaxTokens));
   }
   if (tokens == 0 || tokens > (uint64_t(1) << 24)) {
-    error = tableName + ": max_tokens " + std::to_string(tokens) +
-            " out of range [1, 2^24]";
+    error.fail(Status::InvalidArgument,
+               tableName + ": max_tokens " + std::to_string(tokens) +
+                   " out of range [1, 2^24]");
     return nullptr;
   }
 
@@ -532,7 +553,8 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
       step.kernel = k;
       step.role = roleOf(kernel.stage, known);
       if (!known) {
-        error = where + ": stage '" + kernel.stage + "' is not one a layer runs";
+        error.fail(Status::InvalidArgument,
+                   where + ": stage '" + kernel.stage + "' is not one a layer runs");
         return nullptr;
       }
       step.peer = peerParams(kernel).present ||
@@ -542,23 +564,26 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
         ArgBinding binding;
         binding.kind = arg.kind;
         if (!sourceOf(step.role, step.peer, arg.name, binding)) {
-          error = where + ": argument '" + arg.name +
-                  "' has no binding in this runtime (a newer compiler?)";
+          error.fail(Status::InvalidArgument,
+                     where + ": argument '" + arg.name +
+                         "' has no binding in this runtime (a newer compiler?)");
           return nullptr;
         }
         const bool pointer = binding.source < Source::NumTokens;
         if (pointer != (arg.kind == ArgKind::Buffer)) {
-          error = where + ": argument '" + arg.name + "' is a " +
-                  argKindName(arg.kind) + ", expected a " +
-                  (pointer ? "buffer" : "scalar");
+          error.fail(Status::InvalidArgument,
+                     where + ": argument '" + arg.name + "' is a " +
+                         argKindName(arg.kind) + ", expected a " +
+                         (pointer ? "buffer" : "scalar"));
           return nullptr;
         }
         if (binding.source >= Source::PeerRecvA &&
             binding.source <= Source::PeerCombineRows &&
             binding.peer >= problem.epSize) {
-          error = where + ": argument '" + arg.name + "' names rank " +
-                  std::to_string(binding.peer) + " of " +
-                  std::to_string(problem.epSize);
+          error.fail(Status::InvalidArgument,
+                     where + ": argument '" + arg.name + "' names rank " +
+                         std::to_string(binding.peer) + " of " +
+                         std::to_string(problem.epSize));
           return nullptr;
         }
         layer->biasedW13_ |= binding.source == Source::W13Bias;
@@ -570,14 +595,15 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
         step.args.push_back(binding);
       }
       step.kernarg.assign(alignUp(offset, 8), 0);
-      if (!loader.loadKernel(k, error))
+      if (!loader.loadKernel(k, error)) // keeps the loader's status
         return nullptr;
       config.steps.push_back(std::move(step));
     }
     if (config.steps.empty() || config.steps.front().role != Role::Quant) {
-      error = tableName + ", config " + manifest.configs[c].id +
-              ": does not start with a quant kernel; the layer takes BF16 "
-              "hidden states (recompile the table with this compiler)";
+      error.fail(Status::InvalidArgument,
+                 tableName + ", config " + manifest.configs[c].id +
+                     ": does not start with a quant kernel; the layer takes BF16 "
+                     "hidden states (recompile the table with this compiler)");
       return nullptr;
     }
   }
@@ -638,16 +664,21 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
 const LayerProblem &Layer::problem() const { return plan_->problem; }
 
 bool Layer::bindWorkspace(void *workspace, uint64_t bytes, std::string &error) {
+  Error failure;
+  if (bindWorkspace(workspace, bytes, failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool Layer::bindWorkspace(void *workspace, uint64_t bytes, Error &error) {
   Plan &plan = *plan_;
-  if (!workspace || bytes < memory_.workspaceBytes) {
-    error = "layer workspace: " + std::to_string(bytes) + " bytes, needs " +
-            std::to_string(memory_.workspaceBytes);
-    return false;
-  }
-  if (reinterpret_cast<uintptr_t>(workspace) % kRegionAlignment) {
-    error = "layer workspace: not 256-byte aligned";
-    return false;
-  }
+  if (!workspace || bytes < memory_.workspaceBytes)
+    return error.fail(Status::InvalidArgument,
+                      "layer workspace: " + std::to_string(bytes) + " bytes, needs " +
+                          std::to_string(memory_.workspaceBytes));
+  if (reinterpret_cast<uintptr_t>(workspace) % kRegionAlignment)
+    return error.fail(Status::InvalidArgument, "layer workspace: not 256-byte aligned");
   plan.workspace = static_cast<uint8_t *>(workspace);
   plan.workspaceBound = true;
   if (sharedExpert_) {
@@ -670,10 +701,10 @@ bool Layer::bindWorkspace(void *workspace, uint64_t bytes, std::string &error) {
       status = api.hipMemcpy(plan.workspace + weightRegion.offset, weights.data(),
                              weightRegion.bytes, hip::kMemcpyHostToDevice);
     if (status != hip::kSuccess) {
-      error = "layer workspace: writing the shared expert's routes failed: " +
-              plan.loader->device().library().describe(status);
       plan.workspaceBound = false;
-      return false;
+      return error.fail(Status::HipError,
+                        "layer workspace: writing the shared expert's routes failed: " +
+                            plan.loader->device().library().describe(status));
     }
   }
   return true;
@@ -907,25 +938,29 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
 }
 
 bool Layer::readStatus(LayerStatus &out, std::string &error) {
+  Error failure;
+  if (readStatus(out, failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool Layer::readStatus(LayerStatus &out, Error &error) {
   Plan &plan = *plan_;
   const HipSymbols &api = plan.loader->device().hipApi();
   int32_t words[2] = {0, 0};
   hip::Error status = hip::kSuccess;
   if (fused_) {
-    if (!plan.peersBound) {
-      error = "layer status: no peer buffers bound";
-      return false;
-    }
+    if (!plan.peersBound)
+      return error.fail(Status::InvalidArgument, "layer status: no peer buffers bound");
     status = api.hipMemcpy(words, plan.peers[plan.problem.epRank] +
                                       memory_.peer.control +
                                       4 * MOEC_PEER_OVERFLOW,
                            4, hip::kMemcpyDeviceToHost);
     out.overflowRoutes = uint32_t(words[0]);
   } else {
-    if (!plan.workspaceBound) {
-      error = "layer status: no workspace bound";
-      return false;
-    }
+    if (!plan.workspaceBound)
+      return error.fail(Status::InvalidArgument, "layer status: no workspace bound");
     if (plan.epoch > 0)
       status = api.hipMemcpy(words, plan.workspace +
                                         plan.regions[size_t(Source::SortStatus)].offset,
@@ -935,33 +970,35 @@ bool Layer::readStatus(LayerStatus &out, std::string &error) {
     out.overflowRoutes =
         words[1] > words[0] && words[0] >= 0 ? uint64_t(words[1] - words[0]) : 0;
   }
-  if (status != hip::kSuccess) {
-    error = "layer status: hipMemcpy failed: " +
-            plan.loader->device().library().describe(status);
-    return false;
-  }
+  if (status != hip::kSuccess)
+    return error.fail(Status::HipError, "layer status: hipMemcpy failed: " +
+                                            plan.loader->device().library().describe(status));
   out.forwards = plan.epoch;
   return true;
 }
 
 bool Layer::clearStatus(std::string &error) {
+  Error failure;
+  if (clearStatus(failure))
+    return true;
+  error = std::move(failure.message);
+  return false;
+}
+
+bool Layer::clearStatus(Error &error) {
   Plan &plan = *plan_;
   if (!fused_)
     return true;
-  if (!plan.peersBound) {
-    error = "layer status: no peer buffers bound";
-    return false;
-  }
+  if (!plan.peersBound)
+    return error.fail(Status::InvalidArgument, "layer status: no peer buffers bound");
   const int32_t zero = 0;
   hip::Error status = plan.loader->device().hipApi().hipMemcpy(
       plan.peers[plan.problem.epRank] + memory_.peer.control +
           4 * MOEC_PEER_OVERFLOW,
       &zero, 4, hip::kMemcpyHostToDevice);
-  if (status != hip::kSuccess) {
-    error = "layer status: hipMemcpy failed: " +
-            plan.loader->device().library().describe(status);
-    return false;
-  }
+  if (status != hip::kSuccess)
+    return error.fail(Status::HipError, "layer status: hipMemcpy failed: " +
+                                            plan.loader->device().library().describe(status));
   return true;
 }
 

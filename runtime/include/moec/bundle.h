@@ -12,6 +12,7 @@
 
 #include "moec/manifest.h"
 #include "moec/selection.h"
+#include "moec/status.h"
 
 #include <atomic>
 #include <cstddef>
@@ -114,7 +115,13 @@ struct BundleOpenOptions {
 class Bundle {
 public:
   /// Opens and verifies `path`. On failure returns nullptr and a one-line
-  /// `error` that starts with the path: "b.moeb: manifest checksum mismatch".
+  /// message that starts with the path: "b.moeb: manifest checksum
+  /// mismatch". Status::IoError when the file cannot be opened, stat'ed or
+  /// mapped (or is not a regular file), Status::CorruptBundle when its
+  /// bytes fail verification.
+  static std::unique_ptr<Bundle> open(const std::string &path, Error &error,
+                                      const BundleOpenOptions &options = {});
+  /// open() for callers that only need the message.
   static std::unique_ptr<Bundle> open(const std::string &path, std::string &error,
                                       const BundleOpenOptions &options = {});
   ~Bundle();
@@ -134,6 +141,10 @@ public:
   /// Lazy access to code object `index` (pointer into the mmap, valid while
   /// the Bundle lives). Verifies its checksum first if not yet verified.
   /// Entries are ELF code objects or kernel IR (codeObjectEncoding).
+  /// Status::InvalidArgument for an index out of range,
+  /// Status::CorruptBundle for a checksum mismatch.
+  bool codeObject(uint32_t index, CodeObjectView &out, Error &error) const;
+  /// codeObject() for callers that only need the message.
   bool codeObject(uint32_t index, CodeObjectView &out, std::string &error) const;
 
   /// The encoding of entry `index` (kCodeObjectFlagsRawElf or
@@ -151,7 +162,12 @@ public:
   /// On failure nothing changes.
   bool applySelectionOverrides(std::string_view overrideJson,
                                OverrideReport &report, std::string &error);
-  /// Same, reading the override JSON from a file.
+  /// Same, reading the override JSON from a file: Status::IoError when it
+  /// cannot be opened, Status::InvalidArgument when its overrides are
+  /// refused.
+  bool applySelectionOverridesFile(const std::string &overridePath,
+                                   OverrideReport &report, Error &error);
+  /// applySelectionOverridesFile() for callers that only need the message.
   bool applySelectionOverridesFile(const std::string &overridePath,
                                    OverrideReport &report, std::string &error);
 

@@ -13,6 +13,7 @@
 #define MOEC_HIP_LOADER_H
 
 #include "moec/bundle.h"
+#include "moec/status.h"
 
 #include <array>
 #include <atomic>
@@ -146,8 +147,11 @@ std::vector<std::string> defaultHipLibraryCandidates();
 class HipLibrary {
 public:
   /// Tries `candidates` in order; the first that opens must export every
-  /// symbol. Errors: "no HIP runtime (tried: a, b, ...)" or
-  /// "<lib>: missing symbol hipModuleLaunchKernel".
+  /// symbol. Errors, both Status::NoHipRuntime: "no HIP runtime (tried: a,
+  /// b, ...)" or "<lib>: missing symbol hipModuleLaunchKernel".
+  static std::unique_ptr<HipLibrary> load(const std::vector<std::string> &candidates,
+                                          Error &error);
+  /// load() for callers that only need the message.
   static std::unique_ptr<HipLibrary> load(const std::vector<std::string> &candidates,
                                           std::string &error);
   ~HipLibrary();
@@ -181,9 +185,14 @@ private:
 /// limits.
 class HipDevice {
 public:
-  /// Errors: "no HIP runtime ...", "no device (hipInit returned 101: ...)",
-  /// "no device (hipGetDeviceCount returned 100: ...)", "device 3 out of
-  /// range (2 devices)".
+  /// Errors: "no HIP runtime" (a null library; Status::NoHipRuntime),
+  /// "no device (hipInit returned 101: ...)", "no device (hipGetDeviceCount
+  /// returned 100: ...)" (Status::NoDevice), "device 3 out of range (2
+  /// devices)" (Status::InvalidArgument), "hipSetDevice(0) failed: ..."
+  /// and the attribute queries' (Status::HipError).
+  static std::unique_ptr<HipDevice> create(std::unique_ptr<HipLibrary> library,
+                                           int ordinal, Error &error);
+  /// create() for callers that only need the message.
   static std::unique_ptr<HipDevice> create(std::unique_ptr<HipLibrary> library,
                                            int ordinal, std::string &error);
 
@@ -194,7 +203,8 @@ public:
   int maxSharedMemoryPerBlock() const { return maxSharedMemoryPerBlock_; }
   int maxThreadsPerBlock() const { return maxThreadsPerBlock_; }
   int warpSize() const { return warpSize_; }
-  /// Makes this device current on the calling thread.
+  /// Makes this device current on the calling thread. Its only failure is
+  /// hipSetDevice's (a Status::HipError).
   bool makeCurrent(std::string &error) const;
 
 private:
@@ -243,7 +253,8 @@ std::string hipFunctionName(std::string_view symbol);
 
 /// Packs argument values into the kernarg buffer per the kernel ABI: buffers
 /// are 8-byte pointers, i32 4 bytes, i64 8 bytes, each at its natural
-/// alignment, in ABI order. Checks count and kinds against `kernel.abi`.
+/// alignment, in ABI order. Checks count and kinds against `kernel.abi`
+/// (every failure is a Status::InvalidArgument).
 bool packKernelArguments(const KernelInfo &kernel, const KernelArgValue *args,
                          size_t argCount, std::vector<uint8_t> &kernarg,
                          std::string &error);
@@ -260,9 +271,21 @@ public:
   KernelLoader &operator=(const KernelLoader &) = delete;
 
   /// Loads (once) the module of kernel `kernelIndex` and resolves its symbol.
+  /// Status::InvalidArgument for an index out of range,
+  /// Status::ResourceExceeded when checkResources refuses the kernel,
+  /// Status::CorruptBundle when its code object fails its checksum (lazy
+  /// verification), Status::HipError when a HIP call fails.
+  bool loadKernel(uint32_t kernelIndex, Error &error);
+  /// loadKernel() for callers that only need the message.
   bool loadKernel(uint32_t kernelIndex, std::string &error);
   /// Launches kernel `kernelIndex` on `stream` (nullptr: the null stream)
   /// with the manifest's workgroup size; loads it first if needed.
+  /// loadKernel's statuses, Status::InvalidArgument for arguments that do
+  /// not match the ABI, and launchPacked's.
+  bool launch(uint32_t kernelIndex, const std::array<uint32_t, 3> &grid,
+              const KernelArgValue *args, size_t argCount, hip::Stream stream,
+              Error &error);
+  /// launch() for callers that only need the message.
   bool launch(uint32_t kernelIndex, const std::array<uint32_t, 3> &grid,
               const KernelArgValue *args, size_t argCount, hip::Stream stream,
               std::string &error);
@@ -270,12 +293,19 @@ public:
   /// launch() with the kernarg buffer already packed (packKernelArguments'
   /// layout). The kernel must have been loaded; allocation-free and
   /// lock-free, so a layer's forward can call it on its hot path.
+  /// Status::InvalidArgument for a kernel not loaded or a grid dimension of
+  /// 0, Status::HipError when hipModuleLaunchKernel fails.
+  bool launchPacked(uint32_t kernelIndex, const std::array<uint32_t, 3> &grid,
+                    void *kernarg, size_t kernargSize, hip::Stream stream,
+                    Error &error);
+  /// launchPacked() for callers that only need the message.
   bool launchPacked(uint32_t kernelIndex, const std::array<uint32_t, 3> &grid,
                     void *kernarg, size_t kernargSize, hip::Stream stream,
                     std::string &error);
 
   /// Checks a kernel's LDS, workgroup size and wavefront size against the
-  /// device limits (done by loadKernel before the first load).
+  /// device limits (done by loadKernel before the first load). Every
+  /// failure is a Status::ResourceExceeded.
   bool checkResources(const KernelInfo &kernel, std::string &error) const;
 
   const Bundle &bundle() const { return bundle_; }

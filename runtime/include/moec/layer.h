@@ -117,7 +117,12 @@ public:
   /// Plans the layer for table `table` of the loader's bundle. Checks the
   /// problem against every kernel of the table's configurations and that
   /// every argument has a binding; loads every kernel (so a forward never
-  /// loads). Errors name the table, config, kernel or argument.
+  /// loads). Errors name the table, config, kernel or argument:
+  /// Status::InvalidArgument when the problem or the table does not fit,
+  /// else KernelLoader::loadKernel's status.
+  static std::unique_ptr<Layer> create(KernelLoader &loader, TableHandle table,
+                                       const LayerProblem &problem, Error &error);
+  /// create() for callers that only need the message.
   static std::unique_ptr<Layer> create(KernelLoader &loader, TableHandle table,
                                        const LayerProblem &problem,
                                        std::string &error);
@@ -141,14 +146,21 @@ public:
   /// Binds the workspace (>= memory().workspaceBytes, 256-byte aligned).
   /// FHMoE: also writes the shared expert's constant routing slot into it
   /// (a synchronous copy), so bind before the first forward.
+  /// Status::InvalidArgument for a workspace too small or misaligned,
+  /// Status::HipError when the copy fails.
+  bool bindWorkspace(void *workspace, uint64_t bytes, Error &error);
+  /// bindWorkspace() for callers that only need the message.
   bool bindWorkspace(void *workspace, uint64_t bytes, std::string &error);
   /// Fused tables: the symmetric buffers of ranks 0..ep-1 (this rank's
-  /// included, at index epRank).
+  /// included, at index epRank). Every failure is a Status::InvalidArgument.
   bool bindPeers(void *const *bases, uint32_t count, std::string &error);
-  /// The weights the next forwards use (pointers only).
+  /// The weights the next forwards use (pointers only). Every failure is a
+  /// Status::InvalidArgument.
   bool bindWeights(const LayerWeights &weights, std::string &error);
 
-  /// Why a forward failed.
+  /// Why a forward failed: the few Status values a forward can have, each
+  /// meaning the Status of the same name (an enum of its own, so the hot
+  /// path returns it without an Error).
   enum class ForwardStatus { Ok, InvalidArgument, SelectionMiss, HipError };
   /// Selects, computes grids, packs arguments and launches on `stream`.
   /// Allocation-free on success; `error` is written only on failure.
@@ -157,9 +169,15 @@ public:
   const ForwardInfo &lastForward() const { return last_; }
 
   /// Reads the status words (a synchronous device-to-host copy: sync the
-  /// stream first).
+  /// stream first). Status::InvalidArgument when the buffer holding them is
+  /// not bound yet, Status::HipError when the copy fails.
+  bool readStatus(LayerStatus &out, Error &error);
+  /// readStatus() for callers that only need the message.
   bool readStatus(LayerStatus &out, std::string &error);
-  /// Zeroes the fused overflow word (after handling a failed layer).
+  /// Zeroes the fused overflow word (after handling a failed layer); the
+  /// statuses of readStatus.
+  bool clearStatus(Error &error);
+  /// clearStatus() for callers that only need the message.
   bool clearStatus(std::string &error);
 
   struct Plan;

@@ -1,7 +1,8 @@
 /* A stand-in for libamdhip64 used by the runtime tests (no GPU, no HIP on the
  * build machine). It implements the runtime's symbol table with recorded
  * calls; MOEC_FAKE_HIP_MODE selects failures:
- *   ok (default) | init101 | count100 | count0 | nobinary | smalllds
+ *   ok (default) | init101 | count100 | count0 | nobinary | smalllds |
+ *   memcpy1 (hipMemcpy returns hipErrorInvalidValue)
  * Built with FAKE_HIP_OMIT_LAUNCH it lacks hipModuleLaunchKernel. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -156,6 +157,8 @@ FAKE_EXPORT int hipFree(void *pointer) {
 }
 FAKE_EXPORT int hipMemcpy(void *dst, const void *src, size_t size, int kind) {
   (void)kind;
+  if (mode_is("memcpy1"))
+    return 1; /* hipErrorInvalidValue */
   memcpy(dst, src, size);
   return 0;
 }

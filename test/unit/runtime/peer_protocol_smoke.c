@@ -3,7 +3,7 @@
  * worked out by hand from docs/families.md: fixed words 0..15, two banks of
  * L counts, the compact table and cursors (2 x 2 banks of ep x L), then
  * 2 banks x 2 stages x 8 queue counters. */
-#include "moec/peer_protocol.h"
+#include "moec/abi/peer_protocol.h"
 
 #include <stdio.h>
 
