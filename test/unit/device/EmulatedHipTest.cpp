@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moec/Emulator/BundleKernels.h"
-#include "moec/Emulator/StageHarness.h"
+#include "moec/Harness/BundleKernels.h"
+#include "moec/Harness/StageHarness.h"
 #include "moec/bundle.h"
 #include "moec/emulated_hip.h"
 #include "moec/moec_runtime.h"
