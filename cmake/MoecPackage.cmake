@@ -46,4 +46,5 @@ if(TARGET moec_emulated_hip)
             ${CMAKE_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/install-tree
             $<TARGET_FILE:moec> ${PROJECT_SOURCE_DIR}
             ${CMAKE_INSTALL_LIBDIR} ${MOEC_PYTHON_INSTALL_DIR})
+  set_tests_properties(install-tree PROPERTIES LABELS "slow;install" TIMEOUT 900)
 endif()

@@ -70,13 +70,13 @@ npy(sys.argv[1] + "/u16.npy", "<u2", (1, 4), struct.pack("<4H", 1, 2, 3, 65535))
 npy(sys.argv[1] + "/f64.npy", "<f8", (0,), b"")
 PY
 
-ctest --test-dir build-san --output-on-failure -R '^san-'
+ctest --test-dir build-san --output-on-failure --no-tests=error -R '^san-'
 # Each fuzz target's executions and coverage (libFuzzer's cov: and ft:).
-ctest --test-dir build-san -V -R '^fuzz-' 2>&1 |
+ctest --test-dir build-san -V --no-tests=error -R '^fuzz-' 2>&1 |
   grep -E 'INITED|DONE|stat::number_of_executed_units|Test +#|tests passed|Failed|ERROR|SUMMARY|crash-'
 
 configure build-tsan "thread"
 "${lock[@]}" cmake --build build-tsan -j2 --target moec-runtime-tests \
   moec_fake_hip moec_fake_hip_incomplete
 MOEC_CONCURRENCY_SELECTIONS="${MOEC_CONCURRENCY_SELECTIONS:-16000000}" \
-  ctest --test-dir build-tsan --output-on-failure
+  ctest --test-dir build-tsan --output-on-failure --no-tests=error

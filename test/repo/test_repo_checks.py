@@ -1,0 +1,91 @@
+"""The repository checks find what they exist to find (run by CTest
+repo-checks-detect): each is given a small tree with one planted fault."""
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def run(script, *args):
+    return subprocess.run([sys.executable, os.path.join(HERE, script), *args],
+                          capture_output=True, text=True)
+
+
+def git_tree(tmp_path, files):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    return tmp_path
+
+
+def test_outside_paths_are_found(tmp_path):
+    tree = git_tree(tmp_path, {
+        "docs/a.md": "moec compile ../shared/data/aiter/x.csv\n",
+        "scripts/b.sh": "cd /work/main\n",
+        "ok/c.h": '#include "../ok/d.h"\n',
+        "ok/d.h": "\n",
+        "e.test": "// RUN: cat %t/work/dir/x\n",
+    })
+    result = run("check_self_contained.py", str(tree))
+    assert result.returncode == 1
+    assert "docs/a.md:1: ../shared/data/aiter/x.csv" in result.stdout
+    assert "scripts/b.sh:1: /work/main" in result.stdout
+    assert "ok/c.h" not in result.stdout  # stays inside the tree
+    assert "e.test" not in result.stdout  # a test's own temporary folder
+
+
+def test_clean_tree_passes(tmp_path):
+    tree = git_tree(tmp_path, {"a.md": "see [x](docs/x.md)\n"})
+    assert run("check_self_contained.py", str(tree)).returncode == 0
+
+
+def test_provenance_mismatch_is_found(tmp_path):
+    folder = tmp_path / "aiter"
+    shutil.copytree(os.path.join(ROOT, "tuning_tables", "aiter"), folder)
+    assert run("check_provenance.py", str(folder)).returncode == 0
+    with open(folder / "tuned_fhmoe.csv", "a") as f:
+        f.write("1,2,3\n")
+    (folder / "new_table.csv").write_text("a,b\n1,2\n")
+    result = run("check_provenance.py", str(folder))
+    assert result.returncode == 1
+    assert "tuned_fhmoe.csv: SHA-256" in result.stdout
+    assert "tuned_fhmoe.csv: 13 rows, the table says 12" in result.stdout
+    assert "no row for new_table.csv" in result.stdout
+
+
+def test_layering_violations_are_found(tmp_path):
+    files = {
+        "runtime/include/moec/manifest.h": "\n",
+        "abi/include/moec/abi/kernel_args.h": "#include <string>\n",
+        "dialect/lib/Verifiers.cpp": '#include "moec/manifest.h"\n'
+                                     '#include "moec/abi/peer_protocol.h"\n',
+        "codegen/CMakeLists.txt": "target_link_libraries(MoeCodegen PUBLIC MoeDialect moec_runtime)\n",
+        "emulator/lib/Run.cpp": '#include "moec/Compiler/TuningTable.h"\n'
+                                '#include "mlir/IR/Operation.h"\n',
+        "runtime/src/layer.cpp": '#include "llvm/ADT/StringRef.h"\n',
+        "test/unit/x/CMakeLists.txt": "add_executable(t ${ROOT}/tools/moec/DeviceTimer.cpp)\n",
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    result = run("check_layering.py", str(tmp_path))
+    assert result.returncode == 1
+    out = result.stdout
+    assert "dialect/lib/Verifiers.cpp:1: includes moec/manifest.h" in out
+    assert "peer_protocol" not in out  # the leaf is allowed
+    assert "codegen/CMakeLists.txt:1: MoeCodegen links moec_runtime" in out
+    assert "emulator/lib/Run.cpp:1: includes moec/Compiler/TuningTable.h" in out
+    assert "mlir/IR/Operation.h" not in out  # the emulator decodes MLIR
+    assert "runtime/src/layer.cpp:1: includes llvm/ADT/StringRef.h" in out
+    assert "test/unit/x/CMakeLists.txt:1: compiles a tools/ source" in out
+
+
+def test_layering_of_this_repository():
+    assert run("check_layering.py", ROOT).returncode == 0
