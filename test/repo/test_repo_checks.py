@@ -24,18 +24,24 @@ def git_tree(tmp_path, files):
     return tmp_path
 
 
+# The planted paths are assembled at run time, so this file does not name
+# them itself (the checker reads it too).
+SIBLING = "../" + "shared/data/aiter/x.csv"
+WORK_AREA = "/" + "work/main"
+
+
 def test_outside_paths_are_found(tmp_path):
     tree = git_tree(tmp_path, {
-        "docs/a.md": "moec compile ../shared/data/aiter/x.csv\n",
-        "scripts/b.sh": "cd /work/main\n",
+        "docs/a.md": f"moec compile {SIBLING}\n",
+        "scripts/b.sh": f"cd {WORK_AREA}\n",
         "ok/c.h": '#include "../ok/d.h"\n',
         "ok/d.h": "\n",
         "e.test": "// RUN: cat %t/work/dir/x\n",
     })
     result = run("check_self_contained.py", str(tree))
     assert result.returncode == 1
-    assert "docs/a.md:1: ../shared/data/aiter/x.csv" in result.stdout
-    assert "scripts/b.sh:1: /work/main" in result.stdout
+    assert f"docs/a.md:1: {SIBLING}" in result.stdout
+    assert f"scripts/b.sh:1: {WORK_AREA}" in result.stdout
     assert "ok/c.h" not in result.stdout  # stays inside the tree
     assert "e.test" not in result.stdout  # a test's own temporary folder
 
