@@ -177,14 +177,7 @@ TEST_CASE("C API: launch through the fake HIP library", "[c-api]") {
 
   int buffer[2];
   moec_kernel_arg_t args[4];
-  args[0].kind = MOEC_ARG_BUFFER;
-  args[0].value.buffer = buffer;
-  args[1].kind = MOEC_ARG_BUFFER;
-  args[1].value.buffer = buffer + 1;
-  args[2].kind = MOEC_ARG_I32;
-  args[2].value.i32 = 12;
-  args[3].kind = MOEC_ARG_I64;
-  args[3].value.i64 = 34;
+  sampleCArgs(args, buffer);
   const uint32_t grid[3] = {4, 1, 1};
   CHECK(moec_executable_launch(executable, 1, grid, args, 4, nullptr) == MOEC_STATUS_OK);
   CHECK(moec_executable_launch(executable, 1, grid, args, 2, nullptr) ==

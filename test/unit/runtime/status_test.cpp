@@ -493,14 +493,7 @@ TEST_CASE("launches: bad grids and arguments vs a failing HIP launch", "[status]
   moec_executable_t *executable = nullptr;
   REQUIRE(moec_executable_create(cDevice, handle, &executable) == MOEC_STATUS_OK);
   moec_kernel_arg_t cArgs[4];
-  cArgs[0].kind = MOEC_ARG_BUFFER;
-  cArgs[0].value.buffer = buffer;
-  cArgs[1].kind = MOEC_ARG_BUFFER;
-  cArgs[1].value.buffer = buffer + 1;
-  cArgs[2].kind = MOEC_ARG_I32;
-  cArgs[2].value.i32 = 12;
-  cArgs[3].kind = MOEC_ARG_I64;
-  cArgs[3].value.i64 = 34;
+  sampleCArgs(cArgs, buffer);
   const uint32_t emptyGrid[3] = {0, 1, 1};
   CHECK(moec_executable_launch(executable, 1, emptyGrid, cArgs, 4, nullptr) ==
         MOEC_STATUS_INVALID_ARGUMENT);

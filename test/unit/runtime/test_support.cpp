@@ -213,4 +213,15 @@ bool fileExists(const std::string &path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
+void sampleCArgs(moec_kernel_arg_t (&args)[4], int (&buffer)[2]) {
+  args[0].kind = MOEC_ARG_BUFFER;
+  args[0].value.buffer = buffer;
+  args[1].kind = MOEC_ARG_BUFFER;
+  args[1].value.buffer = buffer + 1;
+  args[2].kind = MOEC_ARG_I32;
+  args[2].value.i32 = 12;
+  args[3].kind = MOEC_ARG_I64;
+  args[3].value.i64 = 34;
+}
+
 } // namespace moec::test

@@ -2,6 +2,8 @@
 #ifndef MOEC_TEST_RUNTIME_SUPPORT_H
 #define MOEC_TEST_RUNTIME_SUPPORT_H
 
+#include "moec/moec_runtime.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -47,6 +49,10 @@ std::vector<std::vector<uint8_t>> sampleCodeObjects();
 /// A manifest of one config and one table with the given rows (m, config 0).
 nlohmann::json manifestWithRows(const std::vector<uint32_t> &ms,
                                 const std::string &aboveMax = "largest");
+
+/// The C API arguments of the sample manifest's kernels (buffer `a`, buffer
+/// `out`, i32 12, i64 34), pointing into `buffer`.
+void sampleCArgs(moec_kernel_arg_t (&args)[4], int (&buffer)[2]);
 
 std::vector<uint8_t> readFile(const std::string &path);
 void writeFile(const std::string &path, const std::vector<uint8_t> &bytes);
