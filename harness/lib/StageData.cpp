@@ -56,6 +56,29 @@ double relativeL2(double errorSquares, double referenceSquares) {
                               : std::sqrt(errorSquares);
 }
 
+void OutputDistance::merge(const OutputDistance &other) {
+  if (!(other.relL2 <= relL2))
+    relL2 = other.relL2;
+  nonFinite += other.nonFinite;
+}
+
+OutputDistance outputDistance(const std::vector<double> &got,
+                              const std::vector<float> &want) {
+  OutputDistance distance;
+  double errorSquares = 0.0, referenceSquares = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++distance.nonFinite;
+      continue;
+    }
+    const double err = got[i] - want[i];
+    errorSquares += err * err;
+    referenceSquares += double(want[i]) * want[i];
+  }
+  distance.relL2 = relativeL2(errorSquares, referenceSquares);
+  return distance;
+}
+
 bool ElementCheck::add(double got, double want, double tolerance) {
   ++outcome.elementsChecked;
   if (!std::isfinite(got)) {

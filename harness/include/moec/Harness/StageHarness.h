@@ -307,6 +307,22 @@ double ulpFp8(double x, double scale);
 /// reference is zero.
 double relativeL2(double errorSquares, double referenceSquares);
 
+/// How far a layer's output is from the oracle's: the relative L2 over the
+/// finite elements and how many elements are not finite. A NaN or infinite
+/// element is never within a bound (a max over distances would drop a NaN,
+/// so it is counted instead); `within` is false whenever one was seen.
+struct OutputDistance {
+  double relL2 = 0.0;
+  int64_t nonFinite = 0;
+  /// Merges another rank's distance: the larger relative L2, the sum of
+  /// the non-finite elements.
+  void merge(const OutputDistance &other);
+  bool within(double bound) const { return nonFinite == 0 && relL2 <= bound; }
+};
+/// The distance of `got` from `want` (the same length).
+OutputDistance outputDistance(const std::vector<double> &got,
+                              const std::vector<float> &want);
+
 /// The layer's weights, generated on demand from the seed: MXFP4 W13
 /// [routed experts, 2I, H] and W2 [routed experts, H, I] with random E8M0
 /// scales per block, indexed by global expert id, and FHMoE's shared FP8
