@@ -11,7 +11,8 @@
 ///                     finishing regions, merging lanes
 ///   MemoryAccess.cpp  address computation, access(), raw-buffer bounds, the
 ///                     LDS shadow and the race / uninitialised detectors
-///   OpSemantics.cpp   execOp: the semantics of every other op
+///   OpSemantics.cpp   execOp: the semantics of every other op, one member
+///                     function per op kind (execIntBinary, execMemLoad, ...)
 ///
 /// A wave executes all 64 lanes of an op at once; every value is uniform
 /// (one copy) or per-lane (64 copies). Control flow uses an explicit frame
@@ -294,6 +295,51 @@ private:
   Stop runWave(Workgroup &wg, Wave &wave);
   mlir::LogicalResult execOp(Workgroup &wg, Wave &wave, const POp &p,
                              uint64_t mask);
+  // The semantics of each op kind (OpSemantics.cpp), dispatched by execOp.
+  mlir::LogicalResult execConstant(Workgroup &wg, Wave &wave, const POp &p,
+                                   uint64_t mask);
+  mlir::LogicalResult execIntBinary(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask);
+  mlir::LogicalResult execCmpI(Workgroup &wg, Wave &wave, const POp &p,
+                               uint64_t mask);
+  mlir::LogicalResult execIntCast(Workgroup &wg, Wave &wave, const POp &p,
+                                  uint64_t mask);
+  mlir::LogicalResult execBitcast(Workgroup &wg, Wave &wave, const POp &p,
+                                  uint64_t mask);
+  mlir::LogicalResult execSelect(Workgroup &wg, Wave &wave, const POp &p,
+                                 uint64_t mask);
+  mlir::LogicalResult execFloatBinary(Workgroup &wg, Wave &wave, const POp &p,
+                                      uint64_t mask);
+  mlir::LogicalResult execFloatUnary(Workgroup &wg, Wave &wave, const POp &p,
+                                     uint64_t mask);
+  mlir::LogicalResult execInterleave(Workgroup &wg, Wave &wave, const POp &p,
+                                     uint64_t mask);
+  mlir::LogicalResult execFloatCast(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask);
+  mlir::LogicalResult execMemLoad(Workgroup &wg, Wave &wave, const POp &p,
+                                  uint64_t mask);
+  mlir::LogicalResult execMemStore(Workgroup &wg, Wave &wave, const POp &p,
+                                   uint64_t mask);
+  mlir::LogicalResult execGatherToLds(Workgroup &wg, Wave &wave, const POp &p,
+                                      uint64_t mask);
+  mlir::LogicalResult execAtomicRmw(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask);
+  mlir::LogicalResult execShuffle(Workgroup &wg, Wave &wave, const POp &p,
+                                  uint64_t mask);
+  mlir::LogicalResult execExtract(Workgroup &wg, Wave &wave, const POp &p,
+                                  uint64_t mask);
+  mlir::LogicalResult execInsert(Workgroup &wg, Wave &wave, const POp &p,
+                                 uint64_t mask);
+  mlir::LogicalResult execBroadcast(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask);
+  mlir::LogicalResult execThreadId(Workgroup &wg, Wave &wave, const POp &p,
+                                   uint64_t mask);
+  mlir::LogicalResult execGridQuery(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask);
+  mlir::LogicalResult execFatRawBufferCast(Workgroup &wg, Wave &wave, const POp &p,
+                                           uint64_t mask);
+  mlir::LogicalResult execScaledMfma(Workgroup &wg, Wave &wave, const POp &p,
+                                     uint64_t mask);
   mlir::LogicalResult enterIf(Wave &wave, unsigned opIndex, uint64_t mask);
   mlir::LogicalResult enterFor(Wave &wave, unsigned opIndex, uint64_t mask);
   mlir::LogicalResult enterWhile(Wave &wave, unsigned opIndex, uint64_t mask);

@@ -276,8 +276,329 @@ bool intBinaryWord(IntOp op, const RtValue &a, const RtValue &b, RtValue &r,
 
 } // namespace
 
-LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
-                               uint64_t mask) {
+LogicalResult Executor::execConstant(Workgroup &wg, Wave &wave, const POp &p,
+                                     uint64_t mask) {
+  auto &regs = wave.regs;
+  RtValue &r = regs[p.out[0]];
+  r.uniform = true;
+  r.bytes = p.constant;
+  return success();
+}
+
+LogicalResult Executor::execIntBinary(Workgroup &wg, Wave &wave, const POp &p,
+                                      uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+  RtValue &r = regs[p.out[0]];
+  const bool uni = a.uniform && b.uniform;
+  r.shapeFor(uni, ri.laneBytes, mask);
+  const unsigned w = ri.width;
+  const uint64_t m = widthMask(w);
+  const IntOp op = static_cast<IntOp>(p.sub);
+  bool divZero = false, overflow = false;
+  if (ri.count == 1 && w == ri.elemBits && (w == 64 || w == 32) &&
+      (w == 64 ? intBinaryWord<uint64_t>(op, a, b, r, uni, mask, divZero)
+               : intBinaryWord<uint32_t>(op, a, b, r, uni, mask, divZero))) {
+    if (divZero)
+      return fatal(p, "integer division by zero");
+    return success();
+  }
+  forLanes(uni, mask, [&](int l) {
+    for (unsigned e = 0; e < ri.count; ++e) {
+      const uint64_t x = getBits(a.lane(l, ri.laneBytes), ri.elemBits, e) & m;
+      const uint64_t y = getBits(b.lane(l, ri.laneBytes), ri.elemBits, e) & m;
+      const int64_t sx = signExtend(x, w), sy = signExtend(y, w);
+      uint64_t v = 0;
+      switch (op) {
+      case IntOp::Add: v = x + y; break;
+      case IntOp::Sub: v = x - y; break;
+      case IntOp::Mul: v = x * y; break;
+      case IntOp::And: v = x & y; break;
+      case IntOp::Or: v = x | y; break;
+      case IntOp::Xor: v = x ^ y; break;
+      case IntOp::MinU: v = std::min(x, y); break;
+      case IntOp::MaxU: v = std::max(x, y); break;
+      case IntOp::MinS: v = static_cast<uint64_t>(std::min(sx, sy)); break;
+      case IntOp::MaxS: v = static_cast<uint64_t>(std::max(sx, sy)); break;
+      // Shifts by the width or more are poison in arith; give 0 (or the
+      // sign fill) so a result is defined.
+      case IntOp::Shl: v = y >= w ? 0 : x << y; break;
+      case IntOp::ShrU: v = y >= w ? 0 : x >> y; break;
+      case IntOp::ShrS:
+        v = static_cast<uint64_t>(sx >> std::min<uint64_t>(y, w - 1));
+        break;
+      case IntOp::DivU: case IntOp::RemU: case IntOp::CeilDivU:
+        if (y == 0) { divZero = true; break; }
+        v = op == IntOp::DivU ? x / y : op == IntOp::RemU ? x % y
+                                                          : (x + y - 1) / y;
+        if (op == IntOp::CeilDivU)
+          v = x / y + (x % y != 0);
+        break;
+      case IntOp::DivS: case IntOp::RemS: case IntOp::FloorDivS:
+      case IntOp::CeilDivS: {
+        if (sy == 0) { divZero = true; break; }
+        if (sy == -1 && sx == signExtend(uint64_t(1) << (w - 1), w)) {
+          overflow = true;
+          break;
+        }
+        const int64_t q = sx / sy, rem = sx % sy;
+        if (op == IntOp::DivS) v = static_cast<uint64_t>(q);
+        else if (op == IntOp::RemS) v = static_cast<uint64_t>(rem);
+        else if (op == IntOp::FloorDivS)
+          v = static_cast<uint64_t>(q - ((rem != 0) && ((rem < 0) != (sy < 0))));
+        else
+          v = static_cast<uint64_t>(q + ((rem != 0) && ((rem < 0) == (sy < 0))));
+        break;
+      }
+      }
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v & m);
+    }
+  });
+  if (divZero)
+    return fatal(p, "integer division by zero");
+  if (overflow)
+    return fatal(p, "signed division overflow");
+  return success();
+}
+
+LogicalResult Executor::execCmpI(Workgroup &wg, Wave &wave, const POp &p,
+                                 uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+  RtValue &r = regs[p.out[0]];
+  const bool uni = a.uniform && b.uniform;
+  r.shapeFor(uni, ri.laneBytes, mask);
+  const unsigned w = ai.width;
+  const CmpPred pred = static_cast<CmpPred>(p.sub);
+  forLanes(uni, mask, [&](int l) {
+    for (unsigned e = 0; e < ai.count; ++e) {
+      const uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(w);
+      const uint64_t y = getBits(b.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(w);
+      const int64_t sx = signExtend(x, w), sy = signExtend(y, w);
+      bool c = false;
+      switch (pred) {
+      case CmpPred::Eq: c = x == y; break;
+      case CmpPred::Ne: c = x != y; break;
+      case CmpPred::Slt: c = sx < sy; break;
+      case CmpPred::Sle: c = sx <= sy; break;
+      case CmpPred::Sgt: c = sx > sy; break;
+      case CmpPred::Sge: c = sx >= sy; break;
+      case CmpPred::Ult: c = x < y; break;
+      case CmpPred::Ule: c = x <= y; break;
+      case CmpPred::Ugt: c = x > y; break;
+      case CmpPred::Uge: c = x >= y; break;
+      }
+      setBits(r.lane(l, ri.laneBytes), 8, e, c ? 1 : 0);
+    }
+  });
+  return success();
+}
+
+LogicalResult Executor::execIntCast(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]];
+  RtValue &r = regs[p.out[0]];
+  r.shapeFor(a.uniform, ri.laneBytes, mask);
+  forLanes(a.uniform, mask, [&](int l) {
+    for (unsigned e = 0; e < ri.count; ++e) {
+      uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(ai.width);
+      if (p.sub == 1)
+        x = static_cast<uint64_t>(signExtend(x, ai.width));
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, x & widthMask(ri.width));
+    }
+  });
+  return success();
+}
+
+LogicalResult Executor::execBitcast(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+  if (ai.laneBytes != ri.laneBytes)
+    return fatal(p, "bitcast between different sizes");
+  regs[p.out[0]].uniform = regs[p.in[0]].uniform;
+  regs[p.out[0]].bytes = regs[p.in[0]].bytes;
+  return success();
+}
+
+LogicalResult Executor::execSelect(Workgroup &wg, Wave &wave, const POp &p,
+                                   uint64_t mask) {
+  auto &regs = wave.regs;
+  const RtValue &c = regs[p.in[0]], &a = regs[p.in[1]], &b = regs[p.in[2]];
+  const ValueInfo &ri = info(p.out[0]);
+  RtValue &r = regs[p.out[0]];
+  if (ri.isMemRef) {
+    if (!c.uniform)
+      return fatal(p, "per-lane select of memrefs");
+    r = c.bytes[0] ? a : b;
+    return success();
+  }
+  const bool uni = c.uniform && a.uniform && b.uniform;
+  r.shapeFor(uni, ri.laneBytes, mask);
+  forLanes(uni, mask, [&](int l) {
+    const RtValue &pick = c.lane(l, 1)[0] ? a : b;
+    copyLane(r.lane(l, ri.laneBytes), pick.lane(l, ri.laneBytes), ri.laneBytes);
+  });
+  return success();
+}
+
+LogicalResult Executor::execFloatBinary(Workgroup &wg, Wave &wave, const POp &p,
+                                        uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+  RtValue &r = regs[p.out[0]];
+  const bool uni = a.uniform && b.uniform;
+  r.shapeFor(uni, ri.laneBytes, mask);
+  const FloatOp op = static_cast<FloatOp>(p.sub);
+  if (ri.elem == Elem::F32) {
+    // The general path's steps for F32 (decode to double, compute in
+    // float, round the double result to float) with the op chosen once.
+    auto run = [&](auto f) {
+      forLanes(uni, mask, [&](int l) {
+        const uint8_t *pa = a.lane(l, ri.laneBytes);
+        const uint8_t *pb = b.lane(l, ri.laneBytes);
+        uint8_t *pr = r.lane(l, ri.laneBytes);
+        for (unsigned e = 0; e < ri.count; ++e) {
+          float xa, ya;
+          std::memcpy(&xa, pa + 4 * e, 4);
+          std::memcpy(&ya, pb + 4 * e, 4);
+          const double x = xa, y = ya;
+          const double v = f(static_cast<float>(x), static_cast<float>(y));
+          const float out = static_cast<float>(v);
+          std::memcpy(pr + 4 * e, &out, 4);
+        }
+      });
+    };
+    switch (op) {
+    case FloatOp::Add: run([](float x, float y) -> float { return x + y; }); break;
+    case FloatOp::Sub: run([](float x, float y) -> float { return x - y; }); break;
+    case FloatOp::Mul: run([](float x, float y) -> float { return x * y; }); break;
+    case FloatOp::Div: run([](float x, float y) -> float { return x / y; }); break;
+    case FloatOp::MaxNum:
+      run([](float x, float y) -> float { return std::fmax(x, y); });
+      break;
+    case FloatOp::MinNum:
+      run([](float x, float y) -> float { return std::fmin(x, y); });
+      break;
+    case FloatOp::Maximum:
+      run([](float x, float y) -> float {
+        return static_cast<float>(ieeeMaximum(x, y));
+      });
+      break;
+    case FloatOp::Minimum:
+      run([](float x, float y) -> float {
+        return static_cast<float>(ieeeMinimum(x, y));
+      });
+      break;
+    }
+    return success();
+  }
+  forLanes(uni, mask, [&](int l) {
+    for (unsigned e = 0; e < ri.count; ++e) {
+      const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
+      const double y = decodeFloat(ri.elem, getBits(b.lane(l, ri.laneBytes), ri.elemBits, e));
+      double v = 0.0;
+      // F32 and BF16 compute in float (BF16 arithmetic is legalised to
+      // f32 then truncated), F64 in double.
+      if (ri.elem == Elem::F64) {
+        switch (op) {
+        case FloatOp::Add: v = x + y; break;
+        case FloatOp::Sub: v = x - y; break;
+        case FloatOp::Mul: v = x * y; break;
+        case FloatOp::Div: v = x / y; break;
+        case FloatOp::MaxNum: v = std::fmax(x, y); break;
+        case FloatOp::MinNum: v = std::fmin(x, y); break;
+        case FloatOp::Maximum: v = ieeeMaximum(x, y); break;
+        case FloatOp::Minimum: v = ieeeMinimum(x, y); break;
+        }
+      } else {
+        const float fx = static_cast<float>(x), fy = static_cast<float>(y);
+        float f = 0.0f;
+        switch (op) {
+        case FloatOp::Add: f = fx + fy; break;
+        case FloatOp::Sub: f = fx - fy; break;
+        case FloatOp::Mul: f = fx * fy; break;
+        case FloatOp::Div: f = fx / fy; break;
+        case FloatOp::MaxNum: f = std::fmax(fx, fy); break;
+        case FloatOp::MinNum: f = std::fmin(fx, fy); break;
+        case FloatOp::Maximum: f = static_cast<float>(ieeeMaximum(fx, fy)); break;
+        case FloatOp::Minimum: f = static_cast<float>(ieeeMinimum(fx, fy)); break;
+        }
+        v = f;
+      }
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
+    }
+  });
+  return success();
+}
+
+LogicalResult Executor::execFloatUnary(Workgroup &wg, Wave &wave, const POp &p,
+                                       uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]];
+  RtValue &r = regs[p.out[0]];
+  r.shapeFor(a.uniform, ri.laneBytes, mask);
+  const FloatUnaryOp op = static_cast<FloatUnaryOp>(p.sub);
+  forLanes(a.uniform, mask, [&](int l) {
+    for (unsigned e = 0; e < ri.count; ++e) {
+      const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
+      double v = 0.0;
+      switch (op) {
+      case FloatUnaryOp::Abs: v = std::fabs(x); break;
+      case FloatUnaryOp::Neg: v = -x; break;
+      // Correctly rounded exp2 (the double result rounded once); the
+      // hardware's v_exp_f32 is within 1 ulp of it (docs/emulator.md).
+      case FloatUnaryOp::Exp2: v = std::exp2(x); break;
+      }
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
+    }
+  });
+  return success();
+}
+
+LogicalResult Executor::execInterleave(Workgroup &wg, Wave &wave, const POp &p,
+                                       uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+  RtValue &r = regs[p.out[0]];
+  const bool uni = a.uniform && b.uniform;
+  r.shapeFor(uni, ri.laneBytes, mask);
+  forLanes(uni, mask, [&](int l) {
+    for (unsigned e = 0; e < ai.count; ++e) {
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e,
+              getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e + 1,
+              getBits(b.lane(l, ai.laneBytes), ai.elemBits, e));
+    }
+  });
+  return success();
+}
+
+LogicalResult Executor::execFloatCast(Workgroup &wg, Wave &wave, const POp &p,
+                                      uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]];
+  RtValue &r = regs[p.out[0]];
+  r.shapeFor(a.uniform, ri.laneBytes, mask);
+  forLanes(a.uniform, mask, [&](int l) {
+    for (unsigned e = 0; e < ri.count; ++e) {
+      const double x = decodeFloat(ai.elem, getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, x));
+    }
+  });
+  return success();
+}
+
+LogicalResult Executor::execMemLoad(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask) {
   auto &regs = wave.regs;
   auto allUniform = [&](size_t from, size_t to) {
     for (size_t i = from; i < to; ++i)
@@ -285,723 +606,491 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
         return false;
     return true;
   };
-
-  switch (p.kind) {
-  case Kind::Constant: {
-    RtValue &r = regs[p.out[0]];
-    r.uniform = true;
-    r.bytes = p.constant;
+  const ValueInfo &mi = info(p.in[0]), &ri = info(p.out[0]);
+  const MemRefDesc &mem = regs[p.in[0]].mem;
+  const bool uni = allUniform(1, p.in.size());
+  RtValue &r = regs[p.out[0]];
+  const unsigned bytes = ri.laneBytes;
+  if (!mask) {
+    r.shape(uni, bytes);
     return success();
   }
-  case Kind::NoOp:
-    return success();
+  r.shapeFor(uni, bytes, mask);
+  int64_t ldsAddresses[kLanes];
+  // A rank-1 memref's index is the index operand itself.
+  const RtValue *index1 = mi.shape.size() == 1 ? &regs[p.in[1]] : nullptr;
+  forLanes(uni, mask, [&](int l) {
+    const int lane = uni ? firstLane(mask) : l;
+    int64_t index;
+    if (index1)
+      std::memcpy(&index, index1->lane(lane, 8), 8);
+    else
+      index = linearIndex(mi, wave, p.in, 1, lane);
+    ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
+    const uint8_t *src =
+        access(p, wg, wave, lane, mem, index * mi.memElemBytes, bytes, false);
+    uint8_t *dst = r.lane(l, bytes);
+    if (src)
+      copyLane(dst, src, bytes);
+    else
+      std::memset(dst, 0, bytes);
+  });
+  // A uniform address is one broadcast dword set: no conflict.
+  if (mem.space == Space::Lds && !uni)
+    countBankConflicts(ldsAddresses, mask, bytes);
+  return success();
+}
 
-  case Kind::IntBinary: {
-    const ValueInfo &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-    RtValue &r = regs[p.out[0]];
-    const bool uni = a.uniform && b.uniform;
-    r.shapeFor(uni, ri.laneBytes, mask);
-    const unsigned w = ri.width;
-    const uint64_t m = widthMask(w);
-    const IntOp op = static_cast<IntOp>(p.sub);
-    bool divZero = false, overflow = false;
-    if (ri.count == 1 && w == ri.elemBits && (w == 64 || w == 32) &&
-        (w == 64 ? intBinaryWord<uint64_t>(op, a, b, r, uni, mask, divZero)
-                 : intBinaryWord<uint32_t>(op, a, b, r, uni, mask, divZero))) {
-      if (divZero)
-        return fatal(p, "integer division by zero");
-      return success();
+LogicalResult Executor::execMemStore(Workgroup &wg, Wave &wave, const POp &p,
+                                     uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
+  const RtValue &value = regs[p.in[0]];
+  const MemRefDesc &mem = regs[p.in[1]].mem;
+  const unsigned bytes = vi.laneBytes;
+  // Every active lane stores, in lane order: with one address for all
+  // lanes the highest active lane's value remains.
+  int64_t ldsAddresses[kLanes];
+  const RtValue *index1 = mi.shape.size() == 1 ? &regs[p.in[2]] : nullptr;
+  for (int l = 0; l < kLanes; ++l) {
+    if (!(mask >> l & 1))
+      continue;
+    int64_t index;
+    if (index1)
+      std::memcpy(&index, index1->lane(l, 8), 8);
+    else
+      index = linearIndex(mi, wave, p.in, 2, l);
+    ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
+    uint8_t *dst =
+        access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
+    if (!dst)
+      continue;
+    // Only a store that changes memory counts as a write: a wave that
+    // rewrites the same value while it waits cannot release anyone.
+    if (differ(dst, value.lane(l, bytes), bytes))
+      ++writes;
+    copyLane(dst, value.lane(l, bytes), bytes);
+  }
+  if (mem.space == Space::Lds)
+    countBankConflicts(ldsAddresses, mask, bytes);
+  return success();
+}
+
+LogicalResult Executor::execGatherToLds(Workgroup &wg, Wave &wave, const POp &p,
+                                        uint64_t mask) {
+  auto &regs = wave.regs;
+  // Each active lane reads `bytes` at its own source index (a raw buffer's
+  // range check gives zeros, as for a load) and the wave's results go to
+  // LDS contiguously in lane order: lane l at the base + l * bytes, with
+  // the base from one lane's destination indices. The op's definition
+  // names lane 0; the backend puts the first active lane's into M0
+  // (v_readfirstlane), so the two agree only when every active lane
+  // passes the same base, which is required here. The write happens now:
+  // the backend waits for the DMA (vmcnt) before the workgroup's next
+  // barrier and before this wave's own LDS reads of it.
+  const unsigned bytes = static_cast<unsigned>(p.ints[0]);
+  const size_t dstAt = 1 + static_cast<size_t>(p.ints[1]);
+  const ValueInfo &si = info(p.in[0]), &di = info(p.in[dstAt]);
+  const MemRefDesc &src = regs[p.in[0]].mem;
+  const MemRefDesc &dst = regs[p.in[dstAt]].mem;
+  if (!mask)
+    return success();
+  const int first = firstLane(mask);
+  const int64_t base = linearIndex(di, wave, p.in, dstAt + 1, first);
+  for (int l = first + 1; l < kLanes; ++l)
+    if ((mask >> l & 1) &&
+        linearIndex(di, wave, p.in, dstAt + 1, l) != base)
+      return fatal(p, "lanes " + std::to_string(first) + " and " +
+                          std::to_string(l) +
+                          " pass different LDS destinations; the wave "
+                          "writes from one base (lane 0's by the op's "
+                          "definition, the first active lane's on the "
+                          "hardware)");
+  uint8_t data[16];
+  for (int l = 0; l < kLanes; ++l) {
+    if (!(mask >> l & 1))
+      continue;
+    const int64_t from = linearIndex(si, wave, p.in, 1, l);
+    const uint8_t *in =
+        access(p, wg, wave, l, src, from * si.memElemBytes, bytes, false);
+    if (in)
+      std::memcpy(data, in, bytes);
+    else
+      std::memset(data, 0, bytes);
+    uint8_t *out = access(p, wg, wave, l, dst,
+                          base * di.memElemBytes + int64_t(l) * bytes, bytes,
+                          true);
+    if (!out)
+      continue;
+    if (std::memcmp(out, data, bytes) != 0)
+      ++writes;
+    std::memcpy(out, data, bytes);
+  }
+  ++result.stats.ldsDmaOps;
+  return success();
+}
+
+LogicalResult Executor::execAtomicRmw(Workgroup &wg, Wave &wave, const POp &p,
+                                      uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
+  const RtValue &value = regs[p.in[0]];
+  const MemRefDesc &mem = regs[p.in[1]].mem;
+  RtValue &r = regs[p.out[0]];
+  r.shape(false, vi.laneBytes);
+  const unsigned bytes = vi.laneBytes;
+  const AtomicOp op = static_cast<AtomicOp>(p.sub);
+  // Lanes in increasing order, each a whole read-modify-write: one valid
+  // serialisation of the hardware's atomics.
+  for (int l = 0; l < kLanes; ++l) {
+    if (!(mask >> l & 1))
+      continue;
+    const int64_t index = linearIndex(mi, wave, p.in, 2, l);
+    uint8_t *at = access(p, wg, wave, l, mem, index * mi.memElemBytes,
+                         bytes, /*isWrite=*/true, /*atomic=*/true);
+    if (!at)
+      continue; // result stays 0, as for an out-of-range raw load
+    const uint64_t old = getBits(at, vi.elemBits, 0);
+    const uint64_t operand = getBits(value.lane(l, bytes), vi.elemBits, 0);
+    const uint64_t m = widthMask(vi.width);
+    const int64_t so = signExtend(old, vi.width), sv = signExtend(operand, vi.width);
+    uint64_t next = 0;
+    auto fp = [&](double v) { return encodeFloat(vi.elem, v); };
+    const double fo = decodeFloat(vi.elem, old), fv = decodeFloat(vi.elem, operand);
+    switch (op) {
+    case AtomicOp::AddI: next = old + operand; break;
+    case AtomicOp::MulI: next = old * operand; break;
+    case AtomicOp::MaxS: next = uint64_t(std::max(so, sv)); break;
+    case AtomicOp::MinS: next = uint64_t(std::min(so, sv)); break;
+    case AtomicOp::MaxU: next = std::max(old & m, operand & m); break;
+    case AtomicOp::MinU: next = std::min(old & m, operand & m); break;
+    case AtomicOp::AndI: next = old & operand; break;
+    case AtomicOp::OrI: next = old | operand; break;
+    case AtomicOp::XorI: next = old ^ operand; break;
+    case AtomicOp::Assign: next = operand; break;
+    case AtomicOp::AddF:
+      next = vi.elem == Elem::F32 ? fp(double(float(fo) + float(fv))) : fp(fo + fv);
+      break;
+    case AtomicOp::MaximumF: next = fp(ieeeMaximum(fo, fv)); break;
+    case AtomicOp::MinimumF: next = fp(ieeeMinimum(fo, fv)); break;
+    case AtomicOp::MaxNumF: next = fp(std::fmax(fo, fv)); break;
+    case AtomicOp::MinNumF: next = fp(std::fmin(fo, fv)); break;
     }
-    forLanes(uni, mask, [&](int l) {
-      for (unsigned e = 0; e < ri.count; ++e) {
-        const uint64_t x = getBits(a.lane(l, ri.laneBytes), ri.elemBits, e) & m;
-        const uint64_t y = getBits(b.lane(l, ri.laneBytes), ri.elemBits, e) & m;
-        const int64_t sx = signExtend(x, w), sy = signExtend(y, w);
-        uint64_t v = 0;
-        switch (op) {
-        case IntOp::Add: v = x + y; break;
-        case IntOp::Sub: v = x - y; break;
-        case IntOp::Mul: v = x * y; break;
-        case IntOp::And: v = x & y; break;
-        case IntOp::Or: v = x | y; break;
-        case IntOp::Xor: v = x ^ y; break;
-        case IntOp::MinU: v = std::min(x, y); break;
-        case IntOp::MaxU: v = std::max(x, y); break;
-        case IntOp::MinS: v = static_cast<uint64_t>(std::min(sx, sy)); break;
-        case IntOp::MaxS: v = static_cast<uint64_t>(std::max(sx, sy)); break;
-        // Shifts by the width or more are poison in arith; give 0 (or the
-        // sign fill) so a result is defined.
-        case IntOp::Shl: v = y >= w ? 0 : x << y; break;
-        case IntOp::ShrU: v = y >= w ? 0 : x >> y; break;
-        case IntOp::ShrS:
-          v = static_cast<uint64_t>(sx >> std::min<uint64_t>(y, w - 1));
-          break;
-        case IntOp::DivU: case IntOp::RemU: case IntOp::CeilDivU:
-          if (y == 0) { divZero = true; break; }
-          v = op == IntOp::DivU ? x / y : op == IntOp::RemU ? x % y
-                                                            : (x + y - 1) / y;
-          if (op == IntOp::CeilDivU)
-            v = x / y + (x % y != 0);
-          break;
-        case IntOp::DivS: case IntOp::RemS: case IntOp::FloorDivS:
-        case IntOp::CeilDivS: {
-          if (sy == 0) { divZero = true; break; }
-          if (sy == -1 && sx == signExtend(uint64_t(1) << (w - 1), w)) {
-            overflow = true;
-            break;
-          }
-          const int64_t q = sx / sy, rem = sx % sy;
-          if (op == IntOp::DivS) v = static_cast<uint64_t>(q);
-          else if (op == IntOp::RemS) v = static_cast<uint64_t>(rem);
-          else if (op == IntOp::FloorDivS)
-            v = static_cast<uint64_t>(q - ((rem != 0) && ((rem < 0) != (sy < 0))));
-          else
-            v = static_cast<uint64_t>(q + ((rem != 0) && ((rem < 0) == (sy < 0))));
-          break;
-        }
-        }
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v & m);
-      }
-    });
-    if (divZero)
-      return fatal(p, "integer division by zero");
-    if (overflow)
-      return fatal(p, "signed division overflow");
-    return success();
-  }
-
-  case Kind::CmpI: {
-    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-    RtValue &r = regs[p.out[0]];
-    const bool uni = a.uniform && b.uniform;
-    r.shapeFor(uni, ri.laneBytes, mask);
-    const unsigned w = ai.width;
-    const CmpPred pred = static_cast<CmpPred>(p.sub);
-    forLanes(uni, mask, [&](int l) {
-      for (unsigned e = 0; e < ai.count; ++e) {
-        const uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(w);
-        const uint64_t y = getBits(b.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(w);
-        const int64_t sx = signExtend(x, w), sy = signExtend(y, w);
-        bool c = false;
-        switch (pred) {
-        case CmpPred::Eq: c = x == y; break;
-        case CmpPred::Ne: c = x != y; break;
-        case CmpPred::Slt: c = sx < sy; break;
-        case CmpPred::Sle: c = sx <= sy; break;
-        case CmpPred::Sgt: c = sx > sy; break;
-        case CmpPred::Sge: c = sx >= sy; break;
-        case CmpPred::Ult: c = x < y; break;
-        case CmpPred::Ule: c = x <= y; break;
-        case CmpPred::Ugt: c = x > y; break;
-        case CmpPred::Uge: c = x >= y; break;
-        }
-        setBits(r.lane(l, ri.laneBytes), 8, e, c ? 1 : 0);
-      }
-    });
-    return success();
-  }
-
-  case Kind::IntCast: {
-    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]];
-    RtValue &r = regs[p.out[0]];
-    r.shapeFor(a.uniform, ri.laneBytes, mask);
-    forLanes(a.uniform, mask, [&](int l) {
-      for (unsigned e = 0; e < ri.count; ++e) {
-        uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(ai.width);
-        if (p.sub == 1)
-          x = static_cast<uint64_t>(signExtend(x, ai.width));
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, x & widthMask(ri.width));
-      }
-    });
-    return success();
-  }
-
-  case Kind::Bitcast: {
-    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-    if (ai.laneBytes != ri.laneBytes)
-      return fatal(p, "bitcast between different sizes");
-    regs[p.out[0]].uniform = regs[p.in[0]].uniform;
-    regs[p.out[0]].bytes = regs[p.in[0]].bytes;
-    return success();
-  }
-
-  case Kind::Select: {
-    const RtValue &c = regs[p.in[0]], &a = regs[p.in[1]], &b = regs[p.in[2]];
-    const ValueInfo &ri = info(p.out[0]);
-    RtValue &r = regs[p.out[0]];
-    if (ri.isMemRef) {
-      if (!c.uniform)
-        return fatal(p, "per-lane select of memrefs");
-      r = c.bytes[0] ? a : b;
-      return success();
-    }
-    const bool uni = c.uniform && a.uniform && b.uniform;
-    r.shapeFor(uni, ri.laneBytes, mask);
-    forLanes(uni, mask, [&](int l) {
-      const RtValue &pick = c.lane(l, 1)[0] ? a : b;
-      copyLane(r.lane(l, ri.laneBytes), pick.lane(l, ri.laneBytes), ri.laneBytes);
-    });
-    return success();
-  }
-
-  case Kind::FloatBinary: {
-    const ValueInfo &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-    RtValue &r = regs[p.out[0]];
-    const bool uni = a.uniform && b.uniform;
-    r.shapeFor(uni, ri.laneBytes, mask);
-    const FloatOp op = static_cast<FloatOp>(p.sub);
-    if (ri.elem == Elem::F32) {
-      // The general path's steps for F32 (decode to double, compute in
-      // float, round the double result to float) with the op chosen once.
-      auto run = [&](auto f) {
-        forLanes(uni, mask, [&](int l) {
-          const uint8_t *pa = a.lane(l, ri.laneBytes);
-          const uint8_t *pb = b.lane(l, ri.laneBytes);
-          uint8_t *pr = r.lane(l, ri.laneBytes);
-          for (unsigned e = 0; e < ri.count; ++e) {
-            float xa, ya;
-            std::memcpy(&xa, pa + 4 * e, 4);
-            std::memcpy(&ya, pb + 4 * e, 4);
-            const double x = xa, y = ya;
-            const double v = f(static_cast<float>(x), static_cast<float>(y));
-            const float out = static_cast<float>(v);
-            std::memcpy(pr + 4 * e, &out, 4);
-          }
-        });
-      };
-      switch (op) {
-      case FloatOp::Add: run([](float x, float y) -> float { return x + y; }); break;
-      case FloatOp::Sub: run([](float x, float y) -> float { return x - y; }); break;
-      case FloatOp::Mul: run([](float x, float y) -> float { return x * y; }); break;
-      case FloatOp::Div: run([](float x, float y) -> float { return x / y; }); break;
-      case FloatOp::MaxNum:
-        run([](float x, float y) -> float { return std::fmax(x, y); });
-        break;
-      case FloatOp::MinNum:
-        run([](float x, float y) -> float { return std::fmin(x, y); });
-        break;
-      case FloatOp::Maximum:
-        run([](float x, float y) -> float {
-          return static_cast<float>(ieeeMaximum(x, y));
-        });
-        break;
-      case FloatOp::Minimum:
-        run([](float x, float y) -> float {
-          return static_cast<float>(ieeeMinimum(x, y));
-        });
-        break;
-      }
-      return success();
-    }
-    forLanes(uni, mask, [&](int l) {
-      for (unsigned e = 0; e < ri.count; ++e) {
-        const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
-        const double y = decodeFloat(ri.elem, getBits(b.lane(l, ri.laneBytes), ri.elemBits, e));
-        double v = 0.0;
-        // F32 and BF16 compute in float (BF16 arithmetic is legalised to
-        // f32 then truncated), F64 in double.
-        if (ri.elem == Elem::F64) {
-          switch (op) {
-          case FloatOp::Add: v = x + y; break;
-          case FloatOp::Sub: v = x - y; break;
-          case FloatOp::Mul: v = x * y; break;
-          case FloatOp::Div: v = x / y; break;
-          case FloatOp::MaxNum: v = std::fmax(x, y); break;
-          case FloatOp::MinNum: v = std::fmin(x, y); break;
-          case FloatOp::Maximum: v = ieeeMaximum(x, y); break;
-          case FloatOp::Minimum: v = ieeeMinimum(x, y); break;
-          }
-        } else {
-          const float fx = static_cast<float>(x), fy = static_cast<float>(y);
-          float f = 0.0f;
-          switch (op) {
-          case FloatOp::Add: f = fx + fy; break;
-          case FloatOp::Sub: f = fx - fy; break;
-          case FloatOp::Mul: f = fx * fy; break;
-          case FloatOp::Div: f = fx / fy; break;
-          case FloatOp::MaxNum: f = std::fmax(fx, fy); break;
-          case FloatOp::MinNum: f = std::fmin(fx, fy); break;
-          case FloatOp::Maximum: f = static_cast<float>(ieeeMaximum(fx, fy)); break;
-          case FloatOp::Minimum: f = static_cast<float>(ieeeMinimum(fx, fy)); break;
-          }
-          v = f;
-        }
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
-      }
-    });
-    return success();
-  }
-
-  case Kind::FloatUnary: {
-    const ValueInfo &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]];
-    RtValue &r = regs[p.out[0]];
-    r.shapeFor(a.uniform, ri.laneBytes, mask);
-    const FloatUnaryOp op = static_cast<FloatUnaryOp>(p.sub);
-    forLanes(a.uniform, mask, [&](int l) {
-      for (unsigned e = 0; e < ri.count; ++e) {
-        const double x = decodeFloat(ri.elem, getBits(a.lane(l, ri.laneBytes), ri.elemBits, e));
-        double v = 0.0;
-        switch (op) {
-        case FloatUnaryOp::Abs: v = std::fabs(x); break;
-        case FloatUnaryOp::Neg: v = -x; break;
-        // Correctly rounded exp2 (the double result rounded once); the
-        // hardware's v_exp_f32 is within 1 ulp of it (docs/emulator.md).
-        case FloatUnaryOp::Exp2: v = std::exp2(x); break;
-        }
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, v));
-      }
-    });
-    return success();
-  }
-
-  case Kind::Interleave: {
-    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-    RtValue &r = regs[p.out[0]];
-    const bool uni = a.uniform && b.uniform;
-    r.shapeFor(uni, ri.laneBytes, mask);
-    forLanes(uni, mask, [&](int l) {
-      for (unsigned e = 0; e < ai.count; ++e) {
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e,
-                getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e + 1,
-                getBits(b.lane(l, ai.laneBytes), ai.elemBits, e));
-      }
-    });
-    return success();
-  }
-
-  case Kind::FloatCast: {
-    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]];
-    RtValue &r = regs[p.out[0]];
-    r.shapeFor(a.uniform, ri.laneBytes, mask);
-    forLanes(a.uniform, mask, [&](int l) {
-      for (unsigned e = 0; e < ri.count; ++e) {
-        const double x = decodeFloat(ai.elem, getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, encodeFloat(ri.elem, x));
-      }
-    });
-    return success();
-  }
-
-  case Kind::MemLoad: {
-    const ValueInfo &mi = info(p.in[0]), &ri = info(p.out[0]);
-    const MemRefDesc &mem = regs[p.in[0]].mem;
-    const bool uni = allUniform(1, p.in.size());
-    RtValue &r = regs[p.out[0]];
-    const unsigned bytes = ri.laneBytes;
-    if (!mask) {
-      r.shape(uni, bytes);
-      return success();
-    }
-    r.shapeFor(uni, bytes, mask);
-    int64_t ldsAddresses[kLanes];
-    // A rank-1 memref's index is the index operand itself.
-    const RtValue *index1 = mi.shape.size() == 1 ? &regs[p.in[1]] : nullptr;
-    forLanes(uni, mask, [&](int l) {
-      const int lane = uni ? firstLane(mask) : l;
-      int64_t index;
-      if (index1)
-        std::memcpy(&index, index1->lane(lane, 8), 8);
-      else
-        index = linearIndex(mi, wave, p.in, 1, lane);
-      ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
-      const uint8_t *src =
-          access(p, wg, wave, lane, mem, index * mi.memElemBytes, bytes, false);
-      uint8_t *dst = r.lane(l, bytes);
-      if (src)
-        copyLane(dst, src, bytes);
-      else
-        std::memset(dst, 0, bytes);
-    });
-    // A uniform address is one broadcast dword set: no conflict.
-    if (mem.space == Space::Lds && !uni)
-      countBankConflicts(ldsAddresses, mask, bytes);
-    return success();
-  }
-
-  case Kind::MemStore: {
-    const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
-    const RtValue &value = regs[p.in[0]];
-    const MemRefDesc &mem = regs[p.in[1]].mem;
-    const unsigned bytes = vi.laneBytes;
-    // Every active lane stores, in lane order: with one address for all
-    // lanes the highest active lane's value remains.
-    int64_t ldsAddresses[kLanes];
-    const RtValue *index1 = mi.shape.size() == 1 ? &regs[p.in[2]] : nullptr;
-    for (int l = 0; l < kLanes; ++l) {
-      if (!(mask >> l & 1))
-        continue;
-      int64_t index;
-      if (index1)
-        std::memcpy(&index, index1->lane(l, 8), 8);
-      else
-        index = linearIndex(mi, wave, p.in, 2, l);
-      ldsAddresses[l] = mem.baseBytes + index * mi.memElemBytes;
-      uint8_t *dst =
-          access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
-      if (!dst)
-        continue;
-      // Only a store that changes memory counts as a write: a wave that
-      // rewrites the same value while it waits cannot release anyone.
-      if (differ(dst, value.lane(l, bytes), bytes))
+    setBits(r.lane(l, bytes), vi.elemBits, 0, old);
+    setBits(at, vi.elemBits, 0, next & m);
+    // An atomic that leaves the value as it was (a spin's fetch-add of 0)
+    // is not a write.
+    if (getBits(at, vi.elemBits, 0) != old)
+      ++writes;
+    if (mem.space != Space::Lds) {
+      uint8_t *shadow = memory.written(mem.buffer) + index * mi.memElemBytes;
+      if (std::memchr(shadow, 0, bytes))
         ++writes;
-      copyLane(dst, value.lane(l, bytes), bytes);
+      std::memset(shadow, 1, bytes);
     }
-    if (mem.space == Space::Lds)
-      countBankConflicts(ldsAddresses, mask, bytes);
-    return success();
   }
+  return success();
+}
 
-  case Kind::GatherToLds: {
-    // Each active lane reads `bytes` at its own source index (a raw buffer's
-    // range check gives zeros, as for a load) and the wave's results go to
-    // LDS contiguously in lane order: lane l at the base + l * bytes, with
-    // the base from one lane's destination indices. The op's definition
-    // names lane 0; the backend puts the first active lane's into M0
-    // (v_readfirstlane), so the two agree only when every active lane
-    // passes the same base, which is required here. The write happens now:
-    // the backend waits for the DMA (vmcnt) before the workgroup's next
-    // barrier and before this wave's own LDS reads of it.
-    const unsigned bytes = static_cast<unsigned>(p.ints[0]);
-    const size_t dstAt = 1 + static_cast<size_t>(p.ints[1]);
-    const ValueInfo &si = info(p.in[0]), &di = info(p.in[dstAt]);
-    const MemRefDesc &src = regs[p.in[0]].mem;
-    const MemRefDesc &dst = regs[p.in[dstAt]].mem;
-    if (!mask)
-      return success();
-    const int first = firstLane(mask);
-    const int64_t base = linearIndex(di, wave, p.in, dstAt + 1, first);
-    for (int l = first + 1; l < kLanes; ++l)
-      if ((mask >> l & 1) &&
-          linearIndex(di, wave, p.in, dstAt + 1, l) != base)
-        return fatal(p, "lanes " + std::to_string(first) + " and " +
-                            std::to_string(l) +
-                            " pass different LDS destinations; the wave "
-                            "writes from one base (lane 0's by the op's "
-                            "definition, the first active lane's on the "
-                            "hardware)");
-    uint8_t data[16];
-    for (int l = 0; l < kLanes; ++l) {
-      if (!(mask >> l & 1))
-        continue;
-      const int64_t from = linearIndex(si, wave, p.in, 1, l);
-      const uint8_t *in =
-          access(p, wg, wave, l, src, from * si.memElemBytes, bytes, false);
-      if (in)
-        std::memcpy(data, in, bytes);
-      else
-        std::memset(data, 0, bytes);
-      uint8_t *out = access(p, wg, wave, l, dst,
-                            base * di.memElemBytes + int64_t(l) * bytes, bytes,
-                            true);
-      if (!out)
-        continue;
-      if (std::memcmp(out, data, bytes) != 0)
-        ++writes;
-      std::memcpy(out, data, bytes);
-    }
-    ++result.stats.ldsDmaOps;
-    return success();
-  }
-
-  case Kind::AtomicRmw: {
-    const ValueInfo &vi = info(p.in[0]), &mi = info(p.in[1]);
-    const RtValue &value = regs[p.in[0]];
-    const MemRefDesc &mem = regs[p.in[1]].mem;
-    RtValue &r = regs[p.out[0]];
-    r.shape(false, vi.laneBytes);
-    const unsigned bytes = vi.laneBytes;
-    const AtomicOp op = static_cast<AtomicOp>(p.sub);
-    // Lanes in increasing order, each a whole read-modify-write: one valid
-    // serialisation of the hardware's atomics.
-    for (int l = 0; l < kLanes; ++l) {
-      if (!(mask >> l & 1))
-        continue;
-      const int64_t index = linearIndex(mi, wave, p.in, 2, l);
-      uint8_t *at = access(p, wg, wave, l, mem, index * mi.memElemBytes,
-                           bytes, /*isWrite=*/true, /*atomic=*/true);
-      if (!at)
-        continue; // result stays 0, as for an out-of-range raw load
-      const uint64_t old = getBits(at, vi.elemBits, 0);
-      const uint64_t operand = getBits(value.lane(l, bytes), vi.elemBits, 0);
-      const uint64_t m = widthMask(vi.width);
-      const int64_t so = signExtend(old, vi.width), sv = signExtend(operand, vi.width);
-      uint64_t next = 0;
-      auto fp = [&](double v) { return encodeFloat(vi.elem, v); };
-      const double fo = decodeFloat(vi.elem, old), fv = decodeFloat(vi.elem, operand);
-      switch (op) {
-      case AtomicOp::AddI: next = old + operand; break;
-      case AtomicOp::MulI: next = old * operand; break;
-      case AtomicOp::MaxS: next = uint64_t(std::max(so, sv)); break;
-      case AtomicOp::MinS: next = uint64_t(std::min(so, sv)); break;
-      case AtomicOp::MaxU: next = std::max(old & m, operand & m); break;
-      case AtomicOp::MinU: next = std::min(old & m, operand & m); break;
-      case AtomicOp::AndI: next = old & operand; break;
-      case AtomicOp::OrI: next = old | operand; break;
-      case AtomicOp::XorI: next = old ^ operand; break;
-      case AtomicOp::Assign: next = operand; break;
-      case AtomicOp::AddF:
-        next = vi.elem == Elem::F32 ? fp(double(float(fo) + float(fv))) : fp(fo + fv);
-        break;
-      case AtomicOp::MaximumF: next = fp(ieeeMaximum(fo, fv)); break;
-      case AtomicOp::MinimumF: next = fp(ieeeMinimum(fo, fv)); break;
-      case AtomicOp::MaxNumF: next = fp(std::fmax(fo, fv)); break;
-      case AtomicOp::MinNumF: next = fp(std::fmin(fo, fv)); break;
-      }
-      setBits(r.lane(l, bytes), vi.elemBits, 0, old);
-      setBits(at, vi.elemBits, 0, next & m);
-      // An atomic that leaves the value as it was (a spin's fetch-add of 0)
-      // is not a write.
-      if (getBits(at, vi.elemBits, 0) != old)
-        ++writes;
-      if (mem.space != Space::Lds) {
-        uint8_t *shadow = memory.written(mem.buffer) + index * mi.memElemBytes;
-        if (std::memchr(shadow, 0, bytes))
-          ++writes;
-        std::memset(shadow, 1, bytes);
-      }
-    }
-    return success();
-  }
-
-  case Kind::Shuffle: {
-    const ValueInfo &ai = info(p.in[0]), &bi = info(p.in[1]), &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-    RtValue &r = regs[p.out[0]];
-    const bool uni = a.uniform && b.uniform;
-    r.shapeFor(uni, ri.laneBytes, mask);
-    if (ri.elemBits % 8 == 0) {
-      // Whole bytes: element copies, or two lane copies for the common
-      // concatenation [0, 1, ..., n - 1].
-      const unsigned eb = ri.elemBits / 8;
-      bool concat = ri.count == ai.count + bi.count;
-      for (unsigned e = 0; e < ri.count && concat; ++e)
-        concat = p.ints[e] == int64_t(e);
-      forLanes(uni, mask, [&](int l) {
-        uint8_t *dst = r.lane(l, ri.laneBytes);
-        const uint8_t *pa = a.lane(l, ai.laneBytes), *pb = b.lane(l, bi.laneBytes);
-        if (concat) {
-          copyLane(dst, pa, ai.laneBytes);
-          copyLane(dst + ai.laneBytes, pb, bi.laneBytes);
-          return;
-        }
-        for (unsigned e = 0; e < ri.count; ++e) {
-          const int64_t idx = p.ints[e];
-          if (idx >= 0 && idx < int64_t(ai.count))
-            std::memcpy(dst + e * eb, pa + idx * eb, eb);
-          else if (idx >= int64_t(ai.count))
-            std::memcpy(dst + e * eb, pb + (idx - ai.count) * eb, eb);
-          else
-            std::memset(dst + e * eb, 0, eb); // a poison index (-1) reads 0
-        }
-      });
-      return success();
-    }
+LogicalResult Executor::execShuffle(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ai = info(p.in[0]), &bi = info(p.in[1]), &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
+  RtValue &r = regs[p.out[0]];
+  const bool uni = a.uniform && b.uniform;
+  r.shapeFor(uni, ri.laneBytes, mask);
+  if (ri.elemBits % 8 == 0) {
+    // Whole bytes: element copies, or two lane copies for the common
+    // concatenation [0, 1, ..., n - 1].
+    const unsigned eb = ri.elemBits / 8;
+    bool concat = ri.count == ai.count + bi.count;
+    for (unsigned e = 0; e < ri.count && concat; ++e)
+      concat = p.ints[e] == int64_t(e);
     forLanes(uni, mask, [&](int l) {
+      uint8_t *dst = r.lane(l, ri.laneBytes);
+      const uint8_t *pa = a.lane(l, ai.laneBytes), *pb = b.lane(l, bi.laneBytes);
+      if (concat) {
+        copyLane(dst, pa, ai.laneBytes);
+        copyLane(dst + ai.laneBytes, pb, bi.laneBytes);
+        return;
+      }
       for (unsigned e = 0; e < ri.count; ++e) {
         const int64_t idx = p.ints[e];
-        uint64_t v = 0; // a poison index (-1) reads 0
         if (idx >= 0 && idx < int64_t(ai.count))
-          v = getBits(a.lane(l, ai.laneBytes), ai.elemBits, unsigned(idx));
+          std::memcpy(dst + e * eb, pa + idx * eb, eb);
         else if (idx >= int64_t(ai.count))
-          v = getBits(b.lane(l, bi.laneBytes), bi.elemBits, unsigned(idx - ai.count));
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v);
+          std::memcpy(dst + e * eb, pb + (idx - ai.count) * eb, eb);
+        else
+          std::memset(dst + e * eb, 0, eb); // a poison index (-1) reads 0
       }
     });
     return success();
   }
-
-  case Kind::Extract:
-  case Kind::ExtractSlice: {
-    const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-    const RtValue &a = regs[p.in[0]];
-    RtValue &r = regs[p.out[0]];
-    if (p.ints[0] < 0 || p.ints[0] + ri.count > ai.count)
-      return fatal(p, "position out of range");
-    r.shapeFor(a.uniform, ri.laneBytes, mask);
-    if (ri.elemBits % 8 == 0) {
-      // Whole bytes: one copy per lane.
-      const size_t from = size_t(p.ints[0]) * (ri.elemBits / 8);
-      forLanes(a.uniform, mask, [&](int l) {
-        copyLane(r.lane(l, ri.laneBytes), a.lane(l, ai.laneBytes) + from,
-                 ri.laneBytes);
-      });
-      return success();
+  forLanes(uni, mask, [&](int l) {
+    for (unsigned e = 0; e < ri.count; ++e) {
+      const int64_t idx = p.ints[e];
+      uint64_t v = 0; // a poison index (-1) reads 0
+      if (idx >= 0 && idx < int64_t(ai.count))
+        v = getBits(a.lane(l, ai.laneBytes), ai.elemBits, unsigned(idx));
+      else if (idx >= int64_t(ai.count))
+        v = getBits(b.lane(l, bi.laneBytes), bi.elemBits, unsigned(idx - ai.count));
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v);
     }
+  });
+  return success();
+}
+
+LogicalResult Executor::execExtract(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
+  const RtValue &a = regs[p.in[0]];
+  RtValue &r = regs[p.out[0]];
+  if (p.ints[0] < 0 || p.ints[0] + ri.count > ai.count)
+    return fatal(p, "position out of range");
+  r.shapeFor(a.uniform, ri.laneBytes, mask);
+  if (ri.elemBits % 8 == 0) {
+    // Whole bytes: one copy per lane.
+    const size_t from = size_t(p.ints[0]) * (ri.elemBits / 8);
     forLanes(a.uniform, mask, [&](int l) {
-      for (unsigned e = 0; e < ri.count; ++e)
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e,
-                getBits(a.lane(l, ai.laneBytes), ai.elemBits,
-                        unsigned(p.ints[0]) + e));
+      copyLane(r.lane(l, ri.laneBytes), a.lane(l, ai.laneBytes) + from,
+               ri.laneBytes);
     });
     return success();
   }
+  forLanes(a.uniform, mask, [&](int l) {
+    for (unsigned e = 0; e < ri.count; ++e)
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e,
+              getBits(a.lane(l, ai.laneBytes), ai.elemBits,
+                      unsigned(p.ints[0]) + e));
+  });
+  return success();
+}
 
-  case Kind::Insert: {
-    const ValueInfo &si = info(p.in[0]), &ri = info(p.out[0]);
-    const RtValue &s = regs[p.in[0]], &dest = regs[p.in[1]];
-    if (p.ints[0] < 0 || p.ints[0] >= int64_t(ri.count))
-      return fatal(p, "position out of range");
-    // The result is the destination (every lane, active or not) with one
-    // element replaced, built in the result's own storage.
-    RtValue &r = regs[p.out[0]];
-    r.uniform = dest.uniform;
-    r.bytes.assign(dest.bytes.begin(), dest.bytes.end());
-    r.mem = dest.mem;
-    const bool uni = s.uniform && dest.uniform;
-    if (!uni)
-      r.spread(ri.laneBytes);
-    forLanes(uni, mask, [&](int l) {
-      setBits(r.lane(l, ri.laneBytes), ri.elemBits, unsigned(p.ints[0]),
-              getBits(s.lane(l, si.laneBytes), si.elemBits, 0));
-    });
-    return success();
-  }
+LogicalResult Executor::execInsert(Workgroup &wg, Wave &wave, const POp &p,
+                                   uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &si = info(p.in[0]), &ri = info(p.out[0]);
+  const RtValue &s = regs[p.in[0]], &dest = regs[p.in[1]];
+  if (p.ints[0] < 0 || p.ints[0] >= int64_t(ri.count))
+    return fatal(p, "position out of range");
+  // The result is the destination (every lane, active or not) with one
+  // element replaced, built in the result's own storage.
+  RtValue &r = regs[p.out[0]];
+  r.uniform = dest.uniform;
+  r.bytes.assign(dest.bytes.begin(), dest.bytes.end());
+  r.mem = dest.mem;
+  const bool uni = s.uniform && dest.uniform;
+  if (!uni)
+    r.spread(ri.laneBytes);
+  forLanes(uni, mask, [&](int l) {
+    setBits(r.lane(l, ri.laneBytes), ri.elemBits, unsigned(p.ints[0]),
+            getBits(s.lane(l, si.laneBytes), si.elemBits, 0));
+  });
+  return success();
+}
 
-  case Kind::Broadcast: {
-    const ValueInfo &si = info(p.in[0]), &ri = info(p.out[0]);
-    const RtValue &s = regs[p.in[0]];
-    RtValue &r = regs[p.out[0]];
-    r.shapeFor(s.uniform, ri.laneBytes, mask);
-    if (ri.elemBits % 8 == 0 && si.elemBits == ri.elemBits) {
-      // Whole bytes: the scalar's bytes copied into every element.
-      const unsigned eb = ri.elemBits / 8;
-      forLanes(s.uniform, mask, [&](int l) {
-        uint8_t *dst = r.lane(l, ri.laneBytes);
-        const uint8_t *src = s.lane(l, si.laneBytes);
-        if (ri.count == 1) {
-          copyLane(dst, src, eb);
-          return;
-        }
-        for (unsigned e = 0; e < ri.count; ++e)
-          std::memcpy(dst + e * eb, src, eb);
-      });
-      return success();
-    }
+LogicalResult Executor::execBroadcast(Workgroup &wg, Wave &wave, const POp &p,
+                                      uint64_t mask) {
+  auto &regs = wave.regs;
+  const ValueInfo &si = info(p.in[0]), &ri = info(p.out[0]);
+  const RtValue &s = regs[p.in[0]];
+  RtValue &r = regs[p.out[0]];
+  r.shapeFor(s.uniform, ri.laneBytes, mask);
+  if (ri.elemBits % 8 == 0 && si.elemBits == ri.elemBits) {
+    // Whole bytes: the scalar's bytes copied into every element.
+    const unsigned eb = ri.elemBits / 8;
     forLanes(s.uniform, mask, [&](int l) {
-      const uint64_t v = getBits(s.lane(l, si.laneBytes), si.elemBits, 0);
+      uint8_t *dst = r.lane(l, ri.laneBytes);
+      const uint8_t *src = s.lane(l, si.laneBytes);
+      if (ri.count == 1) {
+        copyLane(dst, src, eb);
+        return;
+      }
       for (unsigned e = 0; e < ri.count; ++e)
-        setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v);
+        std::memcpy(dst + e * eb, src, eb);
     });
     return success();
   }
+  forLanes(s.uniform, mask, [&](int l) {
+    const uint64_t v = getBits(s.lane(l, si.laneBytes), si.elemBits, 0);
+    for (unsigned e = 0; e < ri.count; ++e)
+      setBits(r.lane(l, ri.laneBytes), ri.elemBits, e, v);
+  });
+  return success();
+}
 
-  case Kind::ThreadId: {
-    const int dim = static_cast<int>(p.ints[0]);
-    RtValue &r = regs[p.out[0]];
-    if (block[dim] == 1) {
-      r.shape(true, 8);
-      return success();
-    }
-    r.shapeFor(false, 8, kAllLanes);
-    for (int l = 0; l < kLanes; ++l) {
-      const int64_t t = int64_t(wave.id) * kLanes + l;
-      const int64_t x = t % block[0], y = (t / block[0]) % block[1],
-                    z = t / (block[0] * block[1]);
-      setBits(r.lane(l, 8), 64, 0, uint64_t(dim == 0 ? x : dim == 1 ? y : z));
-    }
+LogicalResult Executor::execThreadId(Workgroup &wg, Wave &wave, const POp &p,
+                                     uint64_t mask) {
+  auto &regs = wave.regs;
+  const int dim = static_cast<int>(p.ints[0]);
+  RtValue &r = regs[p.out[0]];
+  if (block[dim] == 1) {
+    r.shape(true, 8);
     return success();
   }
+  r.shapeFor(false, 8, kAllLanes);
+  for (int l = 0; l < kLanes; ++l) {
+    const int64_t t = int64_t(wave.id) * kLanes + l;
+    const int64_t x = t % block[0], y = (t / block[0]) % block[1],
+                  z = t / (block[0] * block[1]);
+    setBits(r.lane(l, 8), 64, 0, uint64_t(dim == 0 ? x : dim == 1 ? y : z));
+  }
+  return success();
+}
+
+LogicalResult Executor::execGridQuery(Workgroup &wg, Wave &wave, const POp &p,
+                                      uint64_t mask) {
+  auto &regs = wave.regs;
+  const int dim = static_cast<int>(p.ints[0]);
+  RtValue &r = regs[p.out[0]];
+  r.shapeFor(true, 8, kAllLanes);
+  const int64_t v = p.kind == Kind::BlockId    ? wg.id[dim]
+                    : p.kind == Kind::BlockDim ? block[dim]
+                                               : launch.grid[dim];
+  setBits(r.bytes.data(), 64, 0, uint64_t(v));
+  return success();
+}
+
+LogicalResult Executor::execFatRawBufferCast(Workgroup &wg, Wave &wave, const POp &p,
+                                             uint64_t mask) {
+  auto &regs = wave.regs;
+  const RtValue &src = regs[p.in[0]];
+  RtValue &r = regs[p.out[0]];
+  r = src;
+  r.mem.space = Space::RawBuffer;
+  r.mem.numRecords = src.mem.extentBytes;
+  if (p.ints[0]) {
+    const RtValue &valid = regs[p.in[1]];
+    if (!valid.uniform)
+      return fatal(p, "validBytes must be uniform (a buffer descriptor is "
+                      "scalar)");
+    // num_records is a 32-bit descriptor field.
+    const uint64_t v = getBits(valid.bytes.data(), 64, 0);
+    r.mem.numRecords = static_cast<int64_t>(std::min<uint64_t>(v, 0xFFFFFFFFu));
+  }
+  return success();
+}
+
+LogicalResult Executor::execScaledMfma(Workgroup &wg, Wave &wave, const POp &p,
+                                       uint64_t mask) {
+  auto &regs = wave.regs;
+  if (mask != kAllLanes)
+    return fatal(p, "scaled_mfma needs all 64 lanes active (the emulator "
+                    "does not model MFMA under a partial EXEC mask)");
+  const auto shape = static_cast<mfma::Shape>(p.ints[0]);
+  const mfma::ShapeInfo si = mfma::shapeInfo(shape);
+  // The operands are read in place: lane l's register bytes at
+  // l * laneBytes (0 for a uniform value; FP4 uses the low 16 bytes).
+  auto source = [&](unsigned operand) {
+    const ValueInfo &vi = info(p.in[operand]);
+    const RtValue &v = regs[p.in[operand]];
+    return std::make_pair(v.bytes.data(), v.uniform ? 0u : vi.laneBytes);
+  };
+  auto gatherScale = [&](unsigned operand, int64_t select,
+                         std::array<uint8_t, kLanes> &out) {
+    const ValueInfo &vi = info(p.in[operand]);
+    const RtValue &v = regs[p.in[operand]];
+    // A scalar scale is byte 0; a vector<4> scale is the op_sel byte.
+    const unsigned byte = vi.count == 1 ? 0 : unsigned(select);
+    for (int l = 0; l < kLanes; ++l)
+      out[l] = v.lane(l, vi.laneBytes)[byte];
+  };
+  std::array<uint8_t, kLanes> aScales, bScales;
+  // amdgpu.mfma (ints[5] set) has no scale operands: every scale is 1.0.
+  if (p.ints[5]) {
+    aScales.fill(127);
+    bScales.fill(127);
+  } else {
+    gatherScale(3, p.ints[1], aScales);
+    gatherScale(4, p.ints[2], bScales);
+  }
+  const auto [aBytes, aStride] = source(0);
+  const auto [bBytes, bStride] = source(1);
+  MfmaOperand a{static_cast<mfma::OperandFormat>(p.ints[3]), aBytes, aStride,
+                aScales.data()};
+  MfmaOperand b{static_cast<mfma::OperandFormat>(p.ints[4]), bBytes, bStride,
+                bScales.data()};
+  const ValueInfo &ci = info(p.in[2]);
+  const RtValue &c = regs[p.in[2]];
+  // C per lane, lane-major; a uniform C (a zero splat) is spread first.
+  float accIn[kLanes * 16];
+  const float *cLanes = reinterpret_cast<const float *>(c.bytes.data());
+  if (c.uniform) {
+    for (int l = 0; l < kLanes; ++l)
+      std::memcpy(&accIn[size_t(l) * si.accPerLane], c.bytes.data(),
+                  size_t(si.accPerLane) * 4);
+    cLanes = accIn;
+  } else if (reinterpret_cast<uintptr_t>(cLanes) % alignof(float) != 0) {
+    std::memcpy(accIn, c.bytes.data(), size_t(kLanes) * si.accPerLane * 4);
+    cLanes = accIn;
+  }
+  RtValue &r = regs[p.out[0]];
+  if (&r == &c) {
+    std::memcpy(accIn, c.bytes.data(), size_t(kLanes) * si.accPerLane * 4);
+    cLanes = accIn;
+  }
+  r.shapeFor(false, ci.laneBytes, kAllLanes);
+  scaledMfma(shape, a, b, cLanes, reinterpret_cast<float *>(r.bytes.data()));
+  ++result.stats.mfmas;
+  return success();
+}
+
+LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
+                               uint64_t mask) {
+  // One member function per op kind (or kinds that share a body), in
+  // the order of OpKind.
+  switch (p.kind) {
+  case Kind::Constant:
+    return execConstant(wg, wave, p, mask);
+  case Kind::NoOp:
+    return success();
+  case Kind::IntBinary:
+    return execIntBinary(wg, wave, p, mask);
+  case Kind::CmpI:
+    return execCmpI(wg, wave, p, mask);
+  case Kind::IntCast:
+    return execIntCast(wg, wave, p, mask);
+  case Kind::Bitcast:
+    return execBitcast(wg, wave, p, mask);
+  case Kind::Select:
+    return execSelect(wg, wave, p, mask);
+  case Kind::FloatBinary:
+    return execFloatBinary(wg, wave, p, mask);
+  case Kind::FloatUnary:
+    return execFloatUnary(wg, wave, p, mask);
+  case Kind::Interleave:
+    return execInterleave(wg, wave, p, mask);
+  case Kind::FloatCast:
+    return execFloatCast(wg, wave, p, mask);
+  case Kind::MemLoad:
+    return execMemLoad(wg, wave, p, mask);
+  case Kind::MemStore:
+    return execMemStore(wg, wave, p, mask);
+  case Kind::GatherToLds:
+    return execGatherToLds(wg, wave, p, mask);
+  case Kind::AtomicRmw:
+    return execAtomicRmw(wg, wave, p, mask);
+  case Kind::Shuffle:
+    return execShuffle(wg, wave, p, mask);
+  case Kind::Extract:
+  case Kind::ExtractSlice:
+    return execExtract(wg, wave, p, mask);
+  case Kind::Insert:
+    return execInsert(wg, wave, p, mask);
+  case Kind::Broadcast:
+    return execBroadcast(wg, wave, p, mask);
+  case Kind::ThreadId:
+    return execThreadId(wg, wave, p, mask);
   case Kind::BlockId:
   case Kind::BlockDim:
-  case Kind::GridDim: {
-    const int dim = static_cast<int>(p.ints[0]);
-    RtValue &r = regs[p.out[0]];
-    r.shapeFor(true, 8, kAllLanes);
-    const int64_t v = p.kind == Kind::BlockId    ? wg.id[dim]
-                      : p.kind == Kind::BlockDim ? block[dim]
-                                                 : launch.grid[dim];
-    setBits(r.bytes.data(), 64, 0, uint64_t(v));
-    return success();
-  }
-
-  case Kind::FatRawBufferCast: {
-    const RtValue &src = regs[p.in[0]];
-    RtValue &r = regs[p.out[0]];
-    r = src;
-    r.mem.space = Space::RawBuffer;
-    r.mem.numRecords = src.mem.extentBytes;
-    if (p.ints[0]) {
-      const RtValue &valid = regs[p.in[1]];
-      if (!valid.uniform)
-        return fatal(p, "validBytes must be uniform (a buffer descriptor is "
-                        "scalar)");
-      // num_records is a 32-bit descriptor field.
-      const uint64_t v = getBits(valid.bytes.data(), 64, 0);
-      r.mem.numRecords = static_cast<int64_t>(std::min<uint64_t>(v, 0xFFFFFFFFu));
-    }
-    return success();
-  }
-
-  case Kind::ScaledMfma: {
-    if (mask != kAllLanes)
-      return fatal(p, "scaled_mfma needs all 64 lanes active (the emulator "
-                      "does not model MFMA under a partial EXEC mask)");
-    const auto shape = static_cast<mfma::Shape>(p.ints[0]);
-    const mfma::ShapeInfo si = mfma::shapeInfo(shape);
-    // The operands are read in place: lane l's register bytes at
-    // l * laneBytes (0 for a uniform value; FP4 uses the low 16 bytes).
-    auto source = [&](unsigned operand) {
-      const ValueInfo &vi = info(p.in[operand]);
-      const RtValue &v = regs[p.in[operand]];
-      return std::make_pair(v.bytes.data(), v.uniform ? 0u : vi.laneBytes);
-    };
-    auto gatherScale = [&](unsigned operand, int64_t select,
-                           std::array<uint8_t, kLanes> &out) {
-      const ValueInfo &vi = info(p.in[operand]);
-      const RtValue &v = regs[p.in[operand]];
-      // A scalar scale is byte 0; a vector<4> scale is the op_sel byte.
-      const unsigned byte = vi.count == 1 ? 0 : unsigned(select);
-      for (int l = 0; l < kLanes; ++l)
-        out[l] = v.lane(l, vi.laneBytes)[byte];
-    };
-    std::array<uint8_t, kLanes> aScales, bScales;
-    // amdgpu.mfma (ints[5] set) has no scale operands: every scale is 1.0.
-    if (p.ints[5]) {
-      aScales.fill(127);
-      bScales.fill(127);
-    } else {
-      gatherScale(3, p.ints[1], aScales);
-      gatherScale(4, p.ints[2], bScales);
-    }
-    const auto [aBytes, aStride] = source(0);
-    const auto [bBytes, bStride] = source(1);
-    MfmaOperand a{static_cast<mfma::OperandFormat>(p.ints[3]), aBytes, aStride,
-                  aScales.data()};
-    MfmaOperand b{static_cast<mfma::OperandFormat>(p.ints[4]), bBytes, bStride,
-                  bScales.data()};
-    const ValueInfo &ci = info(p.in[2]);
-    const RtValue &c = regs[p.in[2]];
-    // C per lane, lane-major; a uniform C (a zero splat) is spread first.
-    float accIn[kLanes * 16];
-    const float *cLanes = reinterpret_cast<const float *>(c.bytes.data());
-    if (c.uniform) {
-      for (int l = 0; l < kLanes; ++l)
-        std::memcpy(&accIn[size_t(l) * si.accPerLane], c.bytes.data(),
-                    size_t(si.accPerLane) * 4);
-      cLanes = accIn;
-    } else if (reinterpret_cast<uintptr_t>(cLanes) % alignof(float) != 0) {
-      std::memcpy(accIn, c.bytes.data(), size_t(kLanes) * si.accPerLane * 4);
-      cLanes = accIn;
-    }
-    RtValue &r = regs[p.out[0]];
-    if (&r == &c) {
-      std::memcpy(accIn, c.bytes.data(), size_t(kLanes) * si.accPerLane * 4);
-      cLanes = accIn;
-    }
-    r.shapeFor(false, ci.laneBytes, kAllLanes);
-    scaledMfma(shape, a, b, cLanes, reinterpret_cast<float *>(r.bytes.data()));
-    ++result.stats.mfmas;
-    return success();
-  }
-
+  case Kind::GridDim:
+    return execGridQuery(wg, wave, p, mask);
+  case Kind::FatRawBufferCast:
+    return execFatRawBufferCast(wg, wave, p, mask);
+  case Kind::ScaledMfma:
+    return execScaledMfma(wg, wave, p, mask);
   default:
     return fatal(p, "internal: op kind not executable here");
   }
