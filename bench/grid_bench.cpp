@@ -47,6 +47,7 @@ std::string buildBundle() {
         {{"name", name},
          {"symbol", name},
          {"code_object", 0},
+         {"stage", "w2"},
          {"launch",
           {{"workgroup_size", {256, 1, 1}},
            {"grid", {{"x", rules[k][0]}, {"y", rules[k][1]}, {"z", rules[k][2]}}}}},

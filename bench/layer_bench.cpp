@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     problem.epSize = table.ep;
     for (uint32_t k : manifest.configs[table.rows[0].config].kernels) {
       const KernelInfo &kernel = manifest.kernels[k];
-      if (kernel.stage != "w13")
+      if (kernel.stage != Stage::W13)
         continue;
       for (const auto &[name, text] : kernel.attributes) {
         auto value = [&](const char *key) {

@@ -62,6 +62,7 @@ std::string buildBundle(size_t &rowCount) {
     kernels.push_back({{"name", name},
                        {"symbol", name},
                        {"code_object", 0},
+         {"stage", "w2"},
                        {"launch", {{"workgroup_size", {256, 1, 1}}}},
                        {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}, {"max_flat_workgroup_size", 1024}}}});
     configs.push_back({{"id", "c" + std::to_string(k)}, {"kernels", {k}}});
@@ -143,6 +144,7 @@ std::string buildAiterBundle(size_t &rowCount) {
   kernels.push_back({{"name", "moe1_aiter_bench"},
                      {"symbol", "moe1_aiter_bench"},
                      {"code_object", 0},
+         {"stage", "w2"},
                      {"launch", {{"workgroup_size", {256, 1, 1}}}},
                      {"resources", {{"vgpr", 128}, {"sgpr", 40}, {"lds_bytes", 0}, {"max_flat_workgroup_size", 1024}}}});
   nlohmann::json manifestJson = {{"target", {{"arch", "gfx950"}}},

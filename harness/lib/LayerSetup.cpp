@@ -23,8 +23,8 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
   for (const rt::SelectionRow &row : table.rows)
     for (uint32_t k : manifest.configs[row.config].kernels) {
       const rt::KernelInfo &kernel = manifest.kernels[k];
-      StageSpec spec = stageSpecOfAttributes(kernel.stage, kernel.attributes);
-      if (kernel.stage != "w13" && kernel.stage != "w2")
+      StageSpec spec = stageSpecOfAttributes(rt::stageName(kernel.stage), kernel.attributes);
+      if (!abi::isGemmStage(kernel.stage))
         continue;
       // One set of biases serves the table: its GEMM kernels all take them
       // or none does.
@@ -40,7 +40,7 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
       if (firstGemmKernel.empty())
         firstGemmKernel = kernel.name;
       facts.bias = bias;
-      if (kernel.stage != "w13")
+      if (kernel.stage != rt::Stage::W13)
         continue;
       // One oracle serves the whole table, so its W13 kernels must agree on
       // the activation.

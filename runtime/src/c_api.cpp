@@ -210,7 +210,7 @@ moec_status_t moec_bundle_kernel_info(const moec_bundle_t *bundle,
   moec_kernel_info_t info;
   info.name = kernel.name.c_str();
   info.symbol = kernel.symbol.c_str();
-  info.stage = kernel.stage.c_str();
+  info.stage = stageName(kernel.stage);
   info.content_hash = kernel.contentHash.c_str();
   info.code_object = kernel.codeObject;
   for (int d = 0; d < 3; ++d)

@@ -46,11 +46,9 @@ struct ArgBinding {
   uint32_t offset = 0; ///< in the kernarg buffer
 };
 
-enum class Role : uint8_t { Quant, Sort, W13, W2, Combine };
-
 struct Step {
   uint32_t kernel = 0;
-  Role role = Role::Sort;
+  Stage role = Stage::Sort;
   bool peer = false; ///< takes part in the fused protocol: always launched
   std::vector<ArgBinding> args;
   std::vector<uint8_t> kernarg;
@@ -149,22 +147,6 @@ PeerParams peerParams(const KernelInfo &kernel) {
   return params;
 }
 
-Role roleOf(const std::string &stage, bool &known) {
-  known = true;
-  if (stage == "quant")
-    return Role::Quant;
-  if (stage == "sort")
-    return Role::Sort;
-  if (stage == "w13")
-    return Role::W13;
-  if (stage == "w2")
-    return Role::W2;
-  if (stage == "combine")
-    return Role::Combine;
-  known = false;
-  return Role::Sort;
-}
-
 /// `peer_recv_a3` -> ("peer_recv_a", 3); false without a trailing number.
 bool splitPeerIndex(std::string_view name, std::string_view &base, int &index) {
   size_t digits = name.size();
@@ -178,7 +160,7 @@ bool splitPeerIndex(std::string_view name, std::string_view &base, int &index) {
 }
 
 /// The Source of argument `name` of a kernel of role `role`.
-bool sourceOf(Role role, bool peerKernel, std::string_view name,
+bool sourceOf(Stage role, bool peerKernel, std::string_view name,
               ArgBinding &binding) {
   auto set = [&](Source source) {
     binding.source = source;
@@ -228,7 +210,7 @@ bool sourceOf(Role role, bool peerKernel, std::string_view name,
   if (name == "tile_experts")
     return set(Source::TileExperts);
   switch (role) {
-  case Role::Quant:
+  case Stage::Quant:
     if (name == "x")
       return set(Source::Hidden);
     if (name == "out")
@@ -236,13 +218,13 @@ bool sourceOf(Role role, bool peerKernel, std::string_view name,
     if (name == "out_scale")
       return set(Source::AScales);
     return false;
-  case Role::Sort:
+  case Stage::Sort:
     if (name == "topk_ids")
       return set(Source::InternalIds);
     if (name == "status")
       return set(Source::SortStatus);
     return false;
-  case Role::W13:
+  case Stage::W13:
     if (name == "a")
       return set(Source::ACodes);
     if (name == "a_scale")
@@ -266,7 +248,7 @@ bool sourceOf(Role role, bool peerKernel, std::string_view name,
     if (name == "topk_weights")
       return set(Source::InternalWeights);
     return false;
-  case Role::W2:
+  case Stage::W2:
     if (name == "a")
       return set(Source::Intermediate);
     if (name == "a_scale")
@@ -284,7 +266,7 @@ bool sourceOf(Role role, bool peerKernel, std::string_view name,
     if (name == "out")
       return set(Source::Rows);
     return false;
-  case Role::Combine:
+  case Stage::Combine:
     if (name == "rows")
       return set(peerKernel ? Source::CombineRows : Source::Rows);
     if (name == "topk_ids")
@@ -431,7 +413,7 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
                        std::to_string(plan->topK));
         return nullptr;
       }
-      if (kernel.stage == "w13") {
+      if (kernel.stage == Stage::W13) {
         const int64_t interleave =
             std::max<int64_t>(0, leadingInteger(attribute(kernel, "gate_up_interleave")));
         if (interleave13 >= 0 && interleave13 != interleave) {
@@ -446,7 +428,7 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
       }
       const std::string &layout = kernel.weightLayout;
       if (!layout.empty()) {
-        std::string &seen = kernel.stage == "w13" ? w13Layout : w2Layout;
+        std::string &seen = kernel.stage == Stage::W13 ? w13Layout : w2Layout;
         if (!seen.empty() && seen != layout) {
           error.fail(Status::InvalidArgument,
                      where + ": reads its weights as " + layout +
@@ -472,8 +454,8 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
             receiveRows, peer.compact ? uint64_t(peer.capacity)
                                       : uint64_t(peer.capacity) *
                                             uint64_t(experts / std::max<int64_t>(ep, 1)));
-      } else if (kernel.stage != "combine" || attribute(kernel, "peer_rows").empty()) {
-        if (kernel.stage != "quant")
+      } else if (kernel.stage != Stage::Combine || attribute(kernel, "peer_rows").empty()) {
+        if (kernel.stage != Stage::Quant)
           anyUnfused = true;
       }
     }
@@ -531,11 +513,11 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
     ConfigPlan &config = plan->configs[c];
     for (uint32_t k : manifest.configs[c].kernels) {
       const KernelInfo &kernel = manifest.kernels[k];
-      if (kernel.stage == "sort") {
+      if (kernel.stage == Stage::Sort) {
         config.sortTile = uint32_t(std::max<int64_t>(
             1, leadingInteger(attribute(kernel, "m_tile"))));
       }
-      if (kernel.stage == "w2" && !anyFused) {
+      if (kernel.stage == Stage::W2 && !anyFused) {
         int64_t splitK = leadingInteger(attribute(kernel, "split_k"));
         config.rowBytes = splitK > 1 ? 4 * uint64_t(splitK) * H : 2 * H;
       }
@@ -548,15 +530,9 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
     for (uint32_t k : manifest.configs[c].kernels) {
       const KernelInfo &kernel = manifest.kernels[k];
       const std::string where = tableName + ", kernel " + kernel.name;
-      bool known = false;
       Step step;
       step.kernel = k;
-      step.role = roleOf(kernel.stage, known);
-      if (!known) {
-        error.fail(Status::InvalidArgument,
-                   where + ": stage '" + kernel.stage + "' is not one a layer runs");
-        return nullptr;
-      }
+      step.role = kernel.stage;
       step.peer = peerParams(kernel).present ||
                   !attribute(kernel, "peer_rows").empty();
       uint32_t offset = 0;
@@ -599,7 +575,7 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
         return nullptr;
       config.steps.push_back(std::move(step));
     }
-    if (config.steps.empty() || config.steps.front().role != Role::Quant) {
+    if (config.steps.empty() || config.steps.front().role != Stage::Quant) {
       error.fail(Status::InvalidArgument,
                  tableName + ", config " + manifest.configs[c].id +
                      ": does not start with a quant kernel; the layer takes BF16 "
@@ -881,7 +857,7 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
       empty = empty || value == 0;
     }
     if (empty) {
-      if (step.peer && step.role != Role::Combine) {
+      if (step.peer && step.role != Stage::Combine) {
         error = kernel.name + ": empty grid for a fused stage";
         return S::InvalidArgument;
       }
@@ -918,7 +894,7 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
     }
     // Unfused expert parallel: routes of other ranks' experts must read as
     // zero rows in the combine (this rank's output is its partial sum).
-    if (step.role == Role::W2 && plan.unfusedExpertParallel) {
+    if (step.role == Stage::W2 && plan.unfusedExpertParallel) {
       hip::Error status = api.hipMemsetAsync(
           const_cast<void *>(pointers[size_t(Source::Rows)]), 0,
           routes * config.rowBytes, stream);

@@ -340,6 +340,21 @@ bool checkResources(const KernelResources &r, const std::string &arch,
   return true;
 }
 
+/// The kernel's "stage": required, one of the stages a layer runs.
+bool readStage(const Json &kernel, const std::string &kernelPath, Stage &stage,
+               std::string &error) {
+  std::string text;
+  if (!readString(kernel, "stage", kernelPath, true, text, error))
+    return false;
+  if (std::optional<Stage> parsed = abi::parseStage(text)) {
+    stage = *parsed;
+    return true;
+  }
+  error = fieldPath(kernelPath, "stage") + ": unknown stage '" + text +
+          "' (expected quant, sort, w13, w2 or combine)";
+  return false;
+}
+
 /// A launch of more lanes than the code object was compiled for cannot run
 /// (the hardware refuses it, or worse, the kernel's barriers and LDS
 /// layout assume fewer waves), so such a manifest contradicts itself and
@@ -387,7 +402,7 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
         !readString(entry, "name", where, true, kernel.name, error) ||
         !readString(entry, "symbol", where, true, kernel.symbol, error) ||
         !readU32(entry, "code_object", where, true, kernel.codeObject, error) ||
-        !readString(entry, "stage", where, false, kernel.stage, error) ||
+        !readStage(entry, where, kernel.stage, error) ||
         !readString(entry, "content_hash", where, false, kernel.contentHash, error) ||
         !readString(entry, "weight_layout", where, false, kernel.weightLayout,
                     error))
@@ -657,7 +672,7 @@ Json serializeKernel(const KernelInfo &kernel) {
       {"name", kernel.name},
       {"symbol", kernel.symbol},
       {"code_object", kernel.codeObject},
-      {"stage", kernel.stage},
+      {"stage", stageName(kernel.stage)},
       {"attributes", attributes},
       {"abi", abi},
       {"launch",

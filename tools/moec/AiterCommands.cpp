@@ -108,7 +108,7 @@ int runAiterSelect(const std::string &bundlePath, uint64_t m,
   if (json) {
     nlohmann::json kernels = nlohmann::json::array();
     for (uint32_t k : config.kernels)
-      kernels.push_back({{"stage", manifest.kernels[k].stage},
+      kernels.push_back({{"stage", rt::stageName(manifest.kernels[k].stage)},
                          {"name", manifest.kernels[k].name}});
     nlohmann::json out = {{"m", m},
                           {"token", row.token},
@@ -132,7 +132,7 @@ int runAiterSelect(const std::string &bundlePath, uint64_t m,
             << "block_m " << row.blockM << " ksplit " << row.ksplit << "\n"
             << "config " << config.id << "\n";
   for (uint32_t k : config.kernels)
-    std::cout << "  " << manifest.kernels[k].stage << ": "
+    std::cout << "  " << rt::stageName(manifest.kernels[k].stage) << ": "
               << manifest.kernels[k].name << "\n";
   for (const std::string &note : row.notes)
     std::cout << "note: " << note << "\n";

@@ -86,14 +86,14 @@ bool KernelFactsReader::read(const rt::KernelInfo &kernel, KernelFacts &facts,
       // Stage 1's first dispatch_cus arrivals produce and every workgroup
       // waits for them; a dispatch-only kernel is all producers; stage 2
       // and the W13 kernel behind a dispatch kernel produce nothing.
-      facts.producers = kernel.stage == "w13" && !waitsForKernel
+      facts.producers = kernel.stage == rt::Stage::W13 && !waitsForKernel
                             ? (dispatchOnly ? peer.getWorkgroups()
                                             : peer.getDispatchCus())
                             : 0;
       facts.residency = ResidencyNeed::FusedStage;
       facts.residencyDescription =
           std::string("fused ") +
-          (kernel.stage == "w13" ? (dispatchOnly ? "dispatch kernel"
+          (kernel.stage == rt::Stage::W13 ? (dispatchOnly ? "dispatch kernel"
                                                  : "stage 1")
                                  : "stage 2") +
           " (" + std::to_string(peer.getWorkgroups()) + " workgroups" +

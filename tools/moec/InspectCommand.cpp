@@ -219,7 +219,7 @@ int runInspect(const InspectArgs &args) {
     // `vgpr` is the unified count (.vgpr_count, AGPRs included): the VGPR
     // column is its architected part, so VGPR + AGPR is what is allocated.
     std::printf("%-*s %7s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
-                nameWidth, k.name.c_str(), k.stage.c_str(),
+                nameWidth, k.name.c_str(), moec::rt::stageName(k.stage),
                 moec::target::architectedVgprCount(r.vgpr, r.agpr), r.agpr, r.sgpr,
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);

@@ -616,7 +616,7 @@ private:
         if (name.size() > 128)
           name = name.substr(0, 125) + "...";
         out << "<text x=\"0\" y=\"" << fixed(top + 30, 1)
-            << "\" class=\"stage\">" << escape(kernel.stage) << "</text>"
+            << "\" class=\"stage\">" << escape(moec::rt::stageName(kernel.stage)) << "</text>"
             << "<text x=\"" << nameLeft << "\" y=\"" << fixed(top + 10, 1)
             << "\" class=\"kernel-name\"><title>" << escape(kernel.name)
             << "</title>" << escape(name) << "</text>";

@@ -149,7 +149,7 @@ int runSelect(const SelectArgs &args, bool haveM) {
       const KernelInfo &kernel = manifest.kernels[k];
       kernels.push_back({{"name", kernel.name},
                          {"symbol", kernel.symbol},
-                         {"stage", kernel.stage},
+                         {"stage", moec::rt::stageName(kernel.stage)},
                          {"workgroup_size", kernel.launch.workgroupSize},
                          {"grid", {kernel.launch.gridX, kernel.launch.gridY,
                                    kernel.launch.gridZ}}});
@@ -185,7 +185,7 @@ int runSelect(const SelectArgs &args, bool haveM) {
               << "\n";
   for (uint32_t k : config.kernels) {
     const KernelInfo &kernel = manifest.kernels[k];
-    std::cout << "  " << kernel.stage << ": " << kernel.name << "  grid ("
+    std::cout << "  " << moec::rt::stageName(kernel.stage) << ": " << kernel.name << "  grid ("
               << kernel.launch.gridX << ", " << kernel.launch.gridY << ", "
               << kernel.launch.gridZ << ") x " << kernel.launch.workgroupSize[0]
               << " lanes\n";

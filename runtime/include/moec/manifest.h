@@ -10,6 +10,7 @@
 #define MOEC_MANIFEST_H
 
 #include "moec/abi/kernel_args.h"
+#include "moec/abi/stage.h"
 #include "moec/grid_program.h"
 #include "moec/target/target_info.h"
 
@@ -29,6 +30,8 @@ using abi::ArgKind;
 using abi::KernelArgInfo;
 using abi::argAccessName;
 using abi::argKindName;
+using abi::Stage;
+using abi::stageName;
 
 /// Launch geometry: a fixed workgroup size and the grid rule text per
 /// dimension (evaluated by computeLaunchGrid in grid_rule.h).
@@ -71,7 +74,9 @@ struct KernelInfo {
   std::string name;       ///< readable config name with a content-hash suffix
   std::string symbol;     ///< ELF symbol in the code object
   uint32_t codeObject = 0; ///< index into the code-object table
-  std::string stage;      ///< "w13", "w2", "combine", ...
+  /// The manifest's "stage" text, parsed at open (unknown names are
+  /// refused there).
+  Stage stage = Stage::Quant;
   /// The stage op's attributes as the moe dialect prints them, sorted by
   /// name ("tile" -> "#moe.tile<m = 16, n = 64, b_cache = nt>"): the
   /// kernel can be rebuilt or inspected from them exactly.

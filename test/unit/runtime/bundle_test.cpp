@@ -80,7 +80,7 @@ TEST_CASE("bundle round trip keeps manifest fields and code-object bytes", "[bun
   CHECK(k.name == "moe2_w2_t128x256_aaaa0003");
   CHECK(k.symbol == "moe2_w2_t128x256_aaaa0003_kernel");
   CHECK(k.codeObject == 1);
-  CHECK(k.stage == "w2");
+  CHECK(k.stage == moec::rt::Stage::W2);
   CHECK(k.resources.vgpr == 200);
   CHECK(k.resources.sgpr == 40);
   CHECK(k.resources.ldsBytes == 98304);

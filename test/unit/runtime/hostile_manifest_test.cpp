@@ -419,3 +419,14 @@ TEST_CASE("threads select, verify code objects and compute grids on one bundle",
   CHECK(failures == 0);
   CHECK(checksum > 0);
 }
+
+TEST_CASE("a kernel's stage is one a layer runs, parsed at open",
+          "[bundle][hostile]") {
+  std::string error = refusal([&](nlohmann::json &m) {
+    m["kernels"][1]["stage"] = "w3";
+  });
+  CHECK(error.find("kernels[1].stage: unknown stage 'w3' (expected quant, "
+                   "sort, w13, w2 or combine)") != std::string::npos);
+  error = refusal([&](nlohmann::json &m) { m["kernels"][0].erase("stage"); });
+  CHECK(error.find("kernels[0].stage: missing") != std::string::npos);
+}
