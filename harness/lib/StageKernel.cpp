@@ -192,6 +192,13 @@ void smallConfigSpecs(std::vector<StageSpec> &specs) {
   }
 }
 
+CompileOptions smallShapeCompileOptions() {
+  CompileOptions options;
+  options.rewriteTable = smallTable;
+  options.allowSpills = true;
+  return options;
+}
+
 void smallTable(TuningTable &table) {
   static const char *const kProblemFields[] = {"hidden", "intermediate",
                                                "experts", "top_k", "ep"};

@@ -189,19 +189,11 @@ int runCompile(const CompileArgs &args) {
   if (chip != &target::defaultTarget())
     return refuseOtherTarget(args, *chip);
   auto start = std::chrono::steady_clock::now();
-  CompileOptions options;
-  options.allowSpills = args.allowSpills;
-  if (args.small) {
-    options.rewriteTable = emu::smallTable;
-    // A small bundle is for the emulated device, which runs each kernel's
-    // IR, never its code object. Register allocation of a kernel that uses
-    // all 512 registers at its real shape is not stable under a shorter K
-    // loop (one shipped W13 tile spills 56, 18, 8 or 0 VGPRs at H = 512,
-    // 1024, 2048 or 3072), so the small shape's spills say nothing of the
-    // shipped kernel: they are reported, not refused. The gate holds for
-    // every compile at the real shape.
-    options.allowSpills = true;
-  }
+  // At the small shape spills are reported, not refused
+  // (smallShapeCompileOptions says why).
+  CompileOptions options =
+      args.small ? emu::smallShapeCompileOptions() : CompileOptions();
+  options.allowSpills |= args.allowSpills;
   options.jobs = args.jobs;
   if (!args.noCache) {
     options.cacheDirectory = args.cacheDir;

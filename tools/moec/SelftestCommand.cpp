@@ -956,13 +956,10 @@ int runSelftest(const SelftestArgs &args) {
   if (!args.real) {
     // The bundle's own table at a small shape, compiled here.
     TuningTable table = tableOfManifest(original->manifest(), args.bundle);
-    emu::smallTable(table);
+    const CompileOptions options = emu::smallShapeCompileOptions();
+    options.rewriteTable(table);
     CompiledTable compiled;
     std::string error;
-    // The small shape checks numerics; register pressure there is not the
-    // bundle's (a shorter K loop can unroll differently), so spills pass.
-    CompileOptions options;
-    options.allowSpills = true;
     if (compileTable(table, options, compiled, error) !=
         CompileStatus::Ok) {
       std::cerr << "moec: " << args.bundle << ": at the small shape: " << error

@@ -4,7 +4,8 @@
 // verify"):
 //  - every kernel against the chip it targets: no VGPR/SGPR spills, no
 //    scratch, LDS within the chip's LDS per CU, the chip's wave size, a
-//    workgroup size the code object allows, a kernel that can be resident;
+//    kernel that can be resident (a launch wider than the code object
+//    allows is refused when the bundle is opened);
 //  - every table and row through the runtime's public C API (the selector an
 //    engine calls): a request for the table's workspace class resolves to
 //    it, each row's m range (derived from the rows by the documented rule)
@@ -133,13 +134,6 @@ private:
       problem(where, "was built for wave" + std::to_string(r.wavefrontSize) +
                          "; " + chip_.arch + " runs wave" +
                          std::to_string(chip_.wavefrontSize));
-    uint32_t lanes = kernel.launch.workgroupSize[0] *
-                     kernel.launch.workgroupSize[1] *
-                     kernel.launch.workgroupSize[2];
-    if (lanes > r.maxFlatWorkgroupSize || lanes > chip_.maxWorkgroupSize)
-      problem(where, "launches " + std::to_string(lanes) +
-                         " lanes per workgroup; the code object allows " +
-                         std::to_string(r.maxFlatWorkgroupSize));
     target::OccupancyEstimate occupancy =
         rt::estimateKernelOccupancy(chip_, kernel);
     if (occupancy.limiter == target::OccupancyLimiter::Invalid)

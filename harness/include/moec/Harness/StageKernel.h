@@ -13,6 +13,7 @@
 #define MOEC_HARNESS_STAGEKERNEL_H
 
 #include "moec/Compiler/StageBuilder.h"
+#include "moec/Compiler/TableCompiler.h"
 #include "moec/reference/Status.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -96,6 +97,15 @@ void smallConfigSpecs(std::vector<StageSpec> &specs);
 /// `moec compile --small` builds the bundle the emulated device and `moec
 /// selftest --small` run.
 void smallTable(TuningTable &table);
+
+/// How a table is compiled at the small shape (`moec compile --small`, the
+/// selftest's rebuild): rewritten by smallTable, and spills pass. A bundle
+/// at the small shape runs on the emulated device, which executes kernel
+/// IR, never the code object; and a tile that uses all 512 registers at
+/// its real shape can spill under a shorter K loop (one shipped W13 tile:
+/// 56, 18, 8 or 0 VGPRs at H = 512, 1024, 2048 or 3072), which says nothing
+/// of the shipped kernel. The resource gate holds for the real shape.
+CompileOptions smallShapeCompileOptions();
 
 /// smallConfigSpecs for one kernel.
 StageSpec smallStageSpec(const StageSpec &spec);
