@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Checks tuning_tables/aiter/PROVENANCE.md against the files beside it.
+"""Checks each folder's PROVENANCE.md against the CSV files beside it
+(tuning_tables/aiter: AITER's tables; tuning_tables/published: published
+measurements).
 
 Every CSV in the folder must have a row in the provenance table, with the
 file's SHA-256 and its count of data lines (the header excluded); every row
 must name a file that exists. So a table changed, added or removed without
 its provenance fails the suite.
 
-usage: check_provenance.py FOLDER     exit 0 consistent, 1 not, 2 bad usage
+usage: check_provenance.py FOLDER...  exit 0 consistent, 1 not, 2 bad usage
 """
 import hashlib
 import os
@@ -16,11 +18,8 @@ import sys
 ROW = re.compile(r"^\| (\S+\.csv) \| (\S+) \| .* \| (\d+) \| ([0-9a-f]{64}) \|$")
 
 
-def main():
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        print("usage: check_provenance.py FOLDER", file=sys.stderr)
-        return 2
-    folder = sys.argv[1]
+def check(folder):
+    """Prints each mismatch of `folder`; returns True when there is none."""
     provenance = os.path.join(folder, "PROVENANCE.md")
     listed = {}
     with open(provenance) as f:
@@ -51,10 +50,18 @@ def main():
             problems.append(f"{provenance}:{line}: {name}: no such file")
     for p in problems:
         print(p)
-    if problems:
-        return 1
-    print(f"check_provenance: {len(present)} tables match {provenance}")
-    return 0
+    if not problems:
+        print(f"check_provenance: {len(present)} tables match {provenance}")
+    return not problems
+
+
+def main():
+    folders = sys.argv[1:]
+    if not folders or not all(os.path.isdir(f) for f in folders):
+        print("usage: check_provenance.py FOLDER...", file=sys.stderr)
+        return 2
+    results = [check(folder) for folder in folders]
+    return 0 if all(results) else 1
 
 
 if __name__ == "__main__":
