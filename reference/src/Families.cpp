@@ -1,14 +1,17 @@
 //===- Families.cpp - the oracle of the three MoE kernel families ---------===//
 
 #include "moec/reference/Families.h"
+#include "moec/reference/Tolerance.h"
 
 #include "moec/reference/Formats.h"
 #include "moec/reference/Parallel.h"
 #include "moec/reference/Quantize.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace moec::ref {
 namespace {
@@ -115,35 +118,89 @@ void allocateStageArrays(int64_t rows, int64_t intermediate, int64_t hidden,
   size(results.downRows, rows * hidden);
 }
 
+/// The Euclidean norm of each listed route's dequantised FP8 row.
+std::vector<double> listedRowNorms(const ActivationRows &rows,
+                                   const SortedRoutes &sorted, int numThreads) {
+  const std::vector<int32_t> listed = listedRoutes(sorted);
+  std::vector<double> norms(listed.size());
+  parallelFor(int64_t(listed.size()), numThreads, [&](int, int64_t item) {
+    std::vector<double> row(size_t(rows.depth));
+    rows.dequantizeRow(listed[size_t(item)], row.data());
+    double sum = 0.0;
+    for (double v : row)
+      sum += v * v;
+    norms[size_t(item)] = std::sqrt(sum);
+  });
+  return norms;
+}
+
 /// W13 -> activation (-> FP8) -> W2 over `rows` GEMM rows; A of W13 is
-/// `input` with route r reading row r / routesPerARow.
+/// `input` with route r reading row r / routesPerARow. With `tolerance`
+/// (QuantFaithful), also the W2 rows' tolerance.
 Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
                      int64_t rows, const WeightSource &w13,
                      const WeightSource &w2, const GluConfig &glu,
-                     const float *w2Bias, OracleMode mode, int numThreads,
-                     StageResults &results) {
+                     const float *w2Bias, OracleMode mode, bool tolerance,
+                     int numThreads, StageResults &results) {
   const int64_t intermediate = w2.depth();
   const int64_t hidden = w2.rows();
+  const bool faithful = mode == OracleMode::QuantFaithful;
+  tolerance &= faithful;
   allocateStageArrays(rows, intermediate, hidden, mode, results);
   W13Outputs outputs;
   outputs.activation = results.activation.data();
-  if (mode == OracleMode::QuantFaithful) {
+  std::vector<double> activationBound;
+  if (faithful) {
     outputs.intermediateCodes = results.intermediateCodes.data();
     outputs.intermediateScales = results.intermediateScales.data();
+  }
+  if (tolerance) {
+    activationBound.assign(size_t(rows * intermediate), 0.0);
+    outputs.activationErrorBound = activationBound.data();
   }
   if (Status status = runW13Stage(input, routesPerARow, w13, results.routes,
                                   glu, outputs, numThreads);
       !status)
     return status;
   ActivationRows down =
-      mode == OracleMode::QuantFaithful
-          ? ActivationRows::fp8(results.intermediateCodes.data(),
-                                results.intermediateScales.data(), rows,
-                                intermediate)
-          : ActivationRows::float64(results.activation.data(), rows,
-                                    intermediate);
-  return runW2Stage(down, w2, results.routes, results.downRows.data(),
-                    numThreads, w2Bias);
+      faithful ? ActivationRows::fp8(results.intermediateCodes.data(),
+                                     results.intermediateScales.data(), rows,
+                                     intermediate)
+               : ActivationRows::float64(results.activation.data(), rows,
+                                         intermediate);
+  if (Status status = runW2Stage(down, w2, results.routes,
+                                 results.downRows.data(), numThreads, w2Bias);
+      !status || !tolerance)
+    return status;
+  results.downRowTolerance.assign(size_t(rows * hidden), 0.0);
+  return w2RowTolerance(results.activation.data(), activationBound.data(),
+                        listedRowNorms(down, results.routes, numThreads), w2,
+                        results.routes, w2Bias, results.downRows.data(),
+                        results.downRowTolerance.data(), numThreads);
+}
+
+/// StageResults::outputTolerance of `tokens` tokens: `rowOf(route)` gives
+/// the route's W2 row and its tolerance row (null for an invalid route).
+template <typename RowOf>
+std::vector<double> combinedTolerance(const TokenBatch &batch, int64_t topk,
+                                      int64_t hidden,
+                                      const std::vector<double> &sum,
+                                      RowOf rowOf) {
+  std::vector<double> tolerance(size_t(batch.tokens * hidden), 0.0);
+  for (int64_t token = 0; token < batch.tokens; ++token)
+    for (int64_t n = 0; n < hidden; ++n) {
+      CombineTolerance element;
+      for (int64_t k = 0; k < topk; ++k) {
+        const int64_t route = token * topk + k;
+        const auto [row, rowTolerance] = rowOf(route);
+        if (row)
+          element.addRoute(batch.topkWeights[size_t(route)], row[n],
+                           rowTolerance[n]);
+      }
+      tolerance[size_t(token * hidden + n)] =
+          element.finish(sum[size_t(token * hidden + n)]);
+    }
+  return tolerance;
 }
 
 /// Families 2 and 3 after the routing is final: `experts` counts every
@@ -172,7 +229,8 @@ Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
                 config.gptOssSwiglu, biasData(config.bias.w13)};
   if (Status status = runGemmStages(
           input, shape.topk, batch.tokens * shape.topk, w13, w2, glu,
-          biasData(config.bias.w2), config.mode, config.numThreads, results);
+          biasData(config.bias.w2), config.mode, config.outputTolerance,
+          config.numThreads, results);
       !status)
     return status;
   std::vector<double> sum(batch.tokens * shape.hidden, 0.0);
@@ -180,6 +238,15 @@ Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
                 batch.topkWeights.data(), batch.tokens, shape.topk, experts,
                 shape.hidden, sum.data());
   roundOutputs(sum, results);
+  if (!results.downRowTolerance.empty())
+    results.outputTolerance = combinedTolerance(
+        batch, shape.topk, shape.hidden, sum, [&](int64_t route) {
+          const bool valid = isValidExpert(batch.topkIds[size_t(route)], experts);
+          const size_t at = size_t(route * shape.hidden);
+          return std::make_pair(
+              valid ? results.downRows.data() + at : nullptr,
+              valid ? results.downRowTolerance.data() + at : nullptr);
+        });
   return Status();
 }
 
@@ -457,7 +524,8 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
     stages.routes = plan.rows;
     if (Status status = runGemmStages(input, 1, plan.numRows, w13, w2, glu,
                                       biasData(config.bias.w2), config.mode,
-                                      config.numThreads, stages);
+                                      config.outputTolerance, config.numThreads,
+                                      stages);
         !status)
       return status;
     recvCodes[dest] = {};
@@ -471,12 +539,18 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
     const int64_t routes = batch.tokens * shape.topk;
     // Where each of this rank's routes landed: (destination, receive row).
     std::vector<const double *> routeRow(routes, nullptr);
+    std::vector<const double *> routeTolerance(routes, nullptr);
     for (int64_t dest = 0; dest < ep; ++dest) {
       const ReceivePlan &plan = plans[dest];
-      for (int64_t row = 0; row < plan.numRows; ++row)
-        if (plan.sourceRank[row] == source)
-          routeRow[plan.sourceRoute[row]] =
-              out[dest].stages.downRows.data() + row * hidden;
+      const StageResults &stages = out[dest].stages;
+      for (int64_t row = 0; row < plan.numRows; ++row) {
+        if (plan.sourceRank[row] != source)
+          continue;
+        routeRow[plan.sourceRoute[row]] = stages.downRows.data() + row * hidden;
+        if (!stages.downRowTolerance.empty())
+          routeTolerance[plan.sourceRoute[row]] =
+              stages.downRowTolerance.data() + row * hidden;
+      }
     }
     std::vector<double> sum(batch.tokens * hidden, 0.0);
     for (int64_t token = 0; token < batch.tokens; ++token) {
@@ -492,6 +566,15 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
       }
     }
     roundOutputs(sum, out[source].stages);
+    if (config.outputTolerance && faithful)
+      out[source].stages.outputTolerance = combinedTolerance(
+          batch, shape.topk, hidden, sum, [&](int64_t route) {
+            const bool valid =
+                isValidExpert(batch.topkIds[size_t(route)], shape.experts);
+            return std::make_pair(valid ? routeRow[size_t(route)] : nullptr,
+                                  valid ? routeTolerance[size_t(route)]
+                                        : nullptr);
+          });
   }
   for (int64_t rank = 0; rank < ep; ++rank)
     out[rank].plan = std::move(plans[rank]);

@@ -168,24 +168,6 @@ std::vector<ExpertSegment> segmentsOf(const SortedRoutes &sorted) {
   return segments;
 }
 
-/// The listed (non-padding) route ids in list order.
-std::vector<int32_t> listedRoutes(const SortedRoutes &sorted) {
-  std::vector<int32_t> listed;
-  for (int32_t route : sorted.routeIds)
-    if (!sorted.isPadding(route))
-      listed.push_back(route);
-  return listed;
-}
-
-/// The expert of each listed route, in listedRoutes order.
-std::vector<int32_t> listedExperts(const SortedRoutes &sorted) {
-  std::vector<int32_t> experts;
-  for (size_t i = 0; i < sorted.routeIds.size(); ++i)
-    if (!sorted.isPadding(sorted.routeIds[i]))
-      experts.push_back(sorted.tileExperts[i / sorted.mTile]);
-  return experts;
-}
-
 /// Weight rows handled by one work item.
 constexpr int64_t kRowsPerItem = 64;
 /// Weight rows whose dot products run side by side.
@@ -460,6 +442,41 @@ Status groupedGemm(const ActivationRows &a, int64_t routesPerARow,
   return Status();
 }
 
+/// Largest |gatedActivation - act| over the corners of the box
+/// [gate +- dGate] x [up +- dUp].
+double activationDeviation(double gate, double up, double dGate, double dUp,
+                           double act, const GluConfig &glu) {
+  double worst = 0.0;
+  for (double sg : {-1.0, 1.0})
+    for (double su : {-1.0, 1.0})
+      worst = std::max(worst, std::fabs(gatedActivation(gate + sg * dGate,
+                                                        up + su * dUp,
+                                                        glu.clampLimit,
+                                                        glu.gptOssSwiglu) -
+                                        act));
+  return worst;
+}
+
+} // namespace
+
+/// The listed (non-padding) route ids in list order.
+std::vector<int32_t> listedRoutes(const SortedRoutes &sorted) {
+  std::vector<int32_t> listed;
+  for (int32_t route : sorted.routeIds)
+    if (!sorted.isPadding(route))
+      listed.push_back(route);
+  return listed;
+}
+
+/// The expert of each listed route, in listedRoutes order.
+std::vector<int32_t> listedExperts(const SortedRoutes &sorted) {
+  std::vector<int32_t> experts;
+  for (size_t i = 0; i < sorted.routeIds.size(); ++i)
+    if (!sorted.isPadding(sorted.routeIds[i]))
+      experts.push_back(sorted.tileExperts[i / sorted.mTile]);
+  return experts;
+}
+
 /// Euclidean norm of each of `expert`'s weight rows (dequantised).
 std::vector<double> weightRowNorms(const WeightSource &weights, int32_t expert) {
   const int64_t rows = weights.rows(), depth = weights.depth();
@@ -481,23 +498,6 @@ std::vector<double> weightRowNorms(const WeightSource &weights, int32_t expert) 
   }
   return norms;
 }
-
-/// Largest |gatedActivation - act| over the corners of the box
-/// [gate +- dGate] x [up +- dUp].
-double activationDeviation(double gate, double up, double dGate, double dUp,
-                           double act, const GluConfig &glu) {
-  double worst = 0.0;
-  for (double sg : {-1.0, 1.0})
-    for (double su : {-1.0, 1.0})
-      worst = std::max(worst, std::fabs(gatedActivation(gate + sg * dGate,
-                                                        up + su * dUp,
-                                                        glu.clampLimit,
-                                                        glu.gptOssSwiglu) -
-                                        act));
-  return worst;
-}
-
-} // namespace
 
 Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
                    const WeightSource &w13, const SortedRoutes &sorted,

@@ -18,6 +18,7 @@
 using namespace moec::ref;
 using testdata::compareWithNaive;
 using testdata::DenseLayer;
+using testdata::rankBatches;
 
 namespace {
 
@@ -250,15 +251,6 @@ struct MegaCase {
   Transport transport;
   OracleMode mode;
 };
-
-std::vector<TokenBatch> rankBatches(const MoeShape &shape, int64_t ep,
-                                    const std::vector<int64_t> &tokens,
-                                    const RoutingOptions &routing, uint64_t seed) {
-  std::vector<TokenBatch> ranks;
-  for (int64_t rank = 0; rank < ep; ++rank)
-    ranks.push_back(generateBatch(seed, rank, tokens[rank], shape, routing));
-  return ranks;
-}
 
 void checkMegaAgainstNaive(const DenseLayer &layer, const MegaMoeConfig &config,
                            const std::vector<TokenBatch> &ranks,

@@ -59,6 +59,18 @@ struct DenseLayer {
   }
 };
 
+/// One generated batch per EP rank, rank r from stream r of `seed`.
+inline std::vector<TokenBatch> rankBatches(const MoeShape &shape, int64_t ep,
+                                           const std::vector<int64_t> &tokens,
+                                           const RoutingOptions &routing,
+                                           uint64_t seed) {
+  std::vector<TokenBatch> ranks;
+  for (int64_t rank = 0; rank < ep; ++rank)
+    ranks.push_back(generateBatch(seed, uint64_t(rank), tokens[size_t(rank)],
+                                  shape, routing));
+  return ranks;
+}
+
 inline uint32_t bitsOf(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);

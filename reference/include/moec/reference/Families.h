@@ -70,6 +70,12 @@ struct StageResults {
   /// BF16 (the kernels' output type), from the double sum.
   std::vector<float> output;
   std::vector<uint16_t> outputBf16;
+  /// With `outputTolerance` set in the config (QuantFaithful only): per
+  /// element, how far a correct kernel's W2 row ([rows, H], before the
+  /// routing weight) and its BF16 layer output ([tokens, H], against
+  /// `output`) may be from the oracle's (Tolerance.h).
+  std::vector<double> downRowTolerance;
+  std::vector<double> outputTolerance;
 };
 
 /// Optional per-expert FP32 biases, as AITER's FlyDSL two-stage kernels take
@@ -104,6 +110,9 @@ struct TpMoeConfig {
   bool gptOssSwiglu = false;
   ExpertBias bias;
   OracleMode mode = OracleMode::QuantFaithful;
+  /// Also compute StageResults::downRowTolerance and outputTolerance (one
+  /// more array of the size of the W2 rows; QuantFaithful only).
+  bool outputTolerance = false;
   int numThreads = 0;
 };
 
@@ -178,6 +187,8 @@ struct MegaMoeConfig {
   /// Indexed by global expert id, as the weights.
   ExpertBias bias;
   OracleMode mode = OracleMode::QuantFaithful;
+  /// As TpMoeConfig::outputTolerance.
+  bool outputTolerance = false;
   int numThreads = 0;
 };
 

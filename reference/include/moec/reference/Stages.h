@@ -251,6 +251,13 @@ Status runW2Stage(const uint8_t *aCodes, const uint8_t *aScales,
                   int64_t numExperts, int64_t hidden, int64_t intermediate,
                   const SortedRoutes &sorted, float *out, int numThreads = 0);
 
+/// The routes `sorted` lists (padding dropped), in list order.
+std::vector<int32_t> listedRoutes(const SortedRoutes &sorted);
+/// The expert of each listed route, in listedRoutes order.
+std::vector<int32_t> listedExperts(const SortedRoutes &sorted);
+/// Euclidean norm of each of `expert`'s weight rows (dequantised).
+std::vector<double> weightRowNorms(const WeightSource &weights, int32_t expert);
+
 /// Weighted combine: out[t] = sum over k = 0..topk-1 with a valid expert id
 /// of topkWeights[t, k] * routeRows[t * topk + k], in double, in increasing
 /// k; tokens without a valid route get exactly +0. out is [numTokens, H].
