@@ -11,6 +11,7 @@
 #include "moec/reference/ReferenceCommand.h"
 
 #include "moec/reference/Families.h"
+#include "moec/reference/Tolerance.h"
 #include "moec/reference/Formats.h"
 #include "moec/reference/Generate.h"
 #include "moec/reference/Npy.h"
@@ -58,7 +59,9 @@ struct ReferenceArgs {
   bool stages = false;
   int threads = 0;
   std::string compare;
-  double tolerance = 0.10;
+  /// Relative L2 bound of --compare; negative: the mode's default
+  /// (kLayerOutputRelL2Bound for quant-faithful, 0.10 for exact).
+  double tolerance = -1.0;
   std::string output;
 };
 
@@ -439,11 +442,23 @@ Failure writeResults(Writer &writer, const std::string &prefix,
                       toFloat(r.downRows));
 }
 
-/// Relative L2 distance of DIR/<prefix>output.npy (<f4, or <u2 BF16 bits)
-/// from the oracle output.
+/// How DIR/<prefix>output.npy compares with the oracle output.
+struct Comparison {
+  double relativeL2 = 0.0;
+  /// Elements outside their per-element bound (with a tolerance vector),
+  /// and non-finite elements (always counted).
+  int64_t overBound = 0, nonFinite = 0;
+  double worstOverBound = 0.0;
+  int64_t worstElement = -1;
+};
+
+/// Compares DIR/<prefix>output.npy (<f4, or <u2 BF16 bits) with the oracle
+/// output, and element by element with `elementBound` when it is not empty
+/// (StageResults::outputTolerance).
 Failure compareOutput(const std::string &dir, const std::string &prefix,
-                      const std::vector<float> &oracle, int64_t tokens,
-                      int64_t hidden, double &relativeL2) {
+                      const std::vector<float> &oracle,
+                      const std::vector<double> &elementBound, int64_t tokens,
+                      int64_t hidden, Comparison &result) {
   std::string path = joinPath(dir, prefix + "output.npy");
   NpyArray array;
   if (Status status = readNpy(path, array); !status)
@@ -464,13 +479,28 @@ Failure compareOutput(const std::string &dir, const std::string &prefix,
                     std::to_string(tokens) + ", " + std::to_string(hidden) + ")");
   double error = 0, reference = 0;
   for (size_t i = 0; i < candidate.size(); ++i) {
+    if (!std::isfinite(candidate[i])) {
+      ++result.nonFinite;
+      continue;
+    }
     double difference = candidate[i] - oracle[i];
     error += difference * difference;
     reference += static_cast<double>(oracle[i]) * oracle[i];
+    if (elementBound.empty())
+      continue;
+    const double bound = elementBound[i];
+    if (!(std::fabs(difference) <= bound)) {
+      ++result.overBound;
+      const double ratio = bound > 0 ? std::fabs(difference) / bound : INFINITY;
+      if (result.worstElement < 0 || ratio > result.worstOverBound) {
+        result.worstOverBound = ratio;
+        result.worstElement = static_cast<int64_t>(i);
+      }
+    }
   }
-  relativeL2 = reference > 0 ? std::sqrt(error / reference) : std::sqrt(error);
-  if (!std::isfinite(relativeL2))
-    relativeL2 = INFINITY;
+  result.relativeL2 = reference > 0 ? std::sqrt(error / reference) : std::sqrt(error);
+  if (!std::isfinite(result.relativeL2))
+    result.relativeL2 = INFINITY;
   return {};
 }
 
@@ -540,6 +570,14 @@ Failure runReference(const ReferenceArgs &args) {
       return f;
 
   const MoeShape &shape = in.shape;
+  // The per-element bound holds against the quantisation-faithful oracle.
+  const bool elementBounds =
+      !args.compare.empty() && mode == OracleMode::QuantFaithful;
+  const double relL2Bound =
+      args.tolerance >= 0 ? args.tolerance
+                          : (mode == OracleMode::QuantFaithful
+                                 ? kLayerOutputRelL2Bound
+                                 : 0.10);
   auto start = std::chrono::steady_clock::now();
   std::vector<StageResults> results;
   std::vector<int64_t> rows; // GEMM rows per result (routes or receive rows)
@@ -557,6 +595,7 @@ Failure runReference(const ReferenceArgs &args) {
     config.gptOssSwiglu = gptOss;
     config.bias = in.bias;
     config.mode = mode;
+    config.outputTolerance = elementBounds;
     config.numThreads = args.threads;
     std::vector<MegaMoeRankResult> megaResults;
     status = runMegaMoe(config, *in.w13, *in.w2, in.batches, megaResults);
@@ -591,6 +630,7 @@ Failure runReference(const ReferenceArgs &args) {
     tp.gptOssSwiglu = gptOss;
     tp.bias = in.bias;
     tp.mode = mode;
+    tp.outputTolerance = elementBounds;
     tp.numThreads = args.threads;
     results.resize(1);
     if (args.family == "tp") {
@@ -625,20 +665,33 @@ Failure runReference(const ReferenceArgs &args) {
                 mega ? std::to_string(i).c_str() : args.family.c_str(),
                 static_cast<long long>(rankTokens), rms(results[i].output));
     if (!args.compare.empty()) {
-      double relativeL2 = 0;
+      Comparison c;
+      const std::string path = joinPath(args.compare, prefix + "output.npy");
       if (Failure f = compareOutput(args.compare, prefix, results[i].output,
-                                    rankTokens, shape.hidden, relativeL2);
+                                    results[i].outputTolerance, rankTokens,
+                                    shape.hidden, c);
           f.failed())
         return f;
-      bool pass = relativeL2 <= args.tolerance;
-      std::printf("  compare %s: relative L2 %.6g (tolerance %g) %s\n",
-                  joinPath(args.compare, prefix + "output.npy").c_str(),
-                  relativeL2, args.tolerance, pass ? "PASS" : "FAIL");
-      if (!pass && !compareFailure.failed())
-        compareFailure = {kCheckFailed,
-                          joinPath(args.compare, prefix + "output.npy") +
-                              ": relative L2 " + std::to_string(relativeL2) +
-                              " exceeds tolerance " + std::to_string(args.tolerance)};
+      std::string problem;
+      if (c.nonFinite > 0)
+        problem = std::to_string(c.nonFinite) + " non-finite elements";
+      else if (!(c.relativeL2 <= relL2Bound))
+        problem = "relative L2 " + std::to_string(c.relativeL2) +
+                  " exceeds tolerance " + std::to_string(relL2Bound);
+      else if (c.overBound > 0)
+        problem = std::to_string(c.overBound) +
+                  " elements over their bound (worst: element " +
+                  std::to_string(c.worstElement) + ", " +
+                  std::to_string(c.worstOverBound) + " x its bound)";
+      std::printf("  compare %s: relative L2 %.6g (tolerance %g)", path.c_str(),
+                  c.relativeL2, relL2Bound);
+      if (elementBounds)
+        std::printf(", %lld elements over their bound",
+                    static_cast<long long>(c.overBound));
+      std::printf(", %lld non-finite %s\n", static_cast<long long>(c.nonFinite),
+                  problem.empty() ? "PASS" : "FAIL");
+      if (!problem.empty() && !compareFailure.failed())
+        compareFailure = {kCheckFailed, path + ": " + problem};
     }
   }
   std::printf("oracle time %.3f s\n", seconds);
@@ -702,7 +755,9 @@ void addReferenceCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--compare", args->compare,
                   "directory with a candidate output.npy (or rankN.output.npy) to check");
   cmd->add_option("--tolerance", args->tolerance,
-                  "relative L2 bound for --compare (default 0.10)");
+                  "relative L2 bound for --compare (default: 2^-7 against the "
+                  "quant-faithful oracle, which also checks every element "
+                  "against its own bound; 0.10 with --mode exact)");
   cmd->add_option("-o,--output", args->output, "output directory")->required();
   cmd->callback([args, &exitStatus] {
     Failure failure = runReference(*args);

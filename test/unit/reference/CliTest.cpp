@@ -8,9 +8,11 @@
 #include <CLI/CLI.hpp>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 using namespace moec::ref;
@@ -94,6 +96,47 @@ TEST_CASE("moec reference: generate, write inputs, read them back", "[cli]") {
                " --compare " + perturbed);
   CHECK(run.status == 1);
   CHECK(run.errors.find("exceeds tolerance") != std::string::npos);
+
+  // The oracle's own BF16 rounding (what a kernel writes) passes the
+  // per-element bound and the 2^-7 relative L2.
+  NpyArray bf16;
+  REQUIRE(readNpy(first + "/output_bf16.npy", bf16).ok());
+  std::string rounded = freshDir("tp4");
+  fs::create_directories(rounded);
+  REQUIRE(writeNpy(rounded + "/output.npy", bf16).ok());
+  run = runCli("reference --family tp --inputs " + first + " -o " + second +
+               " --compare " + rounded);
+  CHECK(run.status == 0);
+  // One element 3 % off: the relative L2 stays far below 2^-7, the element
+  // bound (about 2^-8 of the value) catches it.
+  values = output.toVector<float>();
+  size_t largest = 0;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (std::fabs(values[i]) > std::fabs(values[largest]))
+      largest = i;
+  values[largest] *= 1.03f;
+  std::string oneOff = freshDir("tp5");
+  fs::create_directories(oneOff);
+  REQUIRE(writeNpy(oneOff + "/output.npy",
+                   NpyArray::fromVector(NpyDtype::Float32, output.shape, values))
+              .ok());
+  run = runCli("reference --family tp --inputs " + first + " -o " + second +
+               " --compare " + oneOff);
+  CHECK(run.status == 1);
+  CHECK(run.errors.find("1 elements over their bound (worst: element " +
+                        std::to_string(largest)) != std::string::npos);
+  // A NaN fails whatever the relative L2 says.
+  values = output.toVector<float>();
+  values[7] = std::numeric_limits<float>::quiet_NaN();
+  std::string withNaN = freshDir("tp6");
+  fs::create_directories(withNaN);
+  REQUIRE(writeNpy(withNaN + "/output.npy",
+                   NpyArray::fromVector(NpyDtype::Float32, output.shape, values))
+              .ok());
+  run = runCli("reference --family tp --inputs " + first + " -o " + second +
+               " --compare " + withNaN);
+  CHECK(run.status == 1);
+  CHECK(run.errors.find("1 non-finite elements") != std::string::npos);
 }
 
 TEST_CASE("moec reference: megamoe ranks, empty rank, overflow status", "[cli]") {
