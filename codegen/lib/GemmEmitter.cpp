@@ -1,6 +1,7 @@
 //===- GemmEmitter.cpp - shared machinery of the scaled-MFMA stages -------===//
 
 #include "GemmEmitter.h"
+#include "moec/abi/peer_protocol.h"
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -9,6 +10,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <map>
+#include <optional>
 #include <tuple>
 
 using namespace mlir;
@@ -444,6 +446,149 @@ Value GemmEmitter::loadColumnBias(Value bias, Value first, Value fragCol) {
     result = vector::ShuffleOp::create(b, loc, result, quad, mask);
   }
   return result;
+}
+
+FailureOr<gpu::GPUModuleOp>
+GemmEmitter::emitKernel(StringRef name, ArrayRef<Type> argTypes,
+                        const KernelAbi &abi, int64_t ldsDwords,
+                        function_ref<void(gpu::GPUFuncOp)> body) {
+  OpBuilder::InsertionGuard guard(b);
+  FailureOr<gpu::GPUFuncOp> func = createKernel(name, argTypes, abi, ldsDwords);
+  if (failed(func))
+    return failure();
+  applyTileHints(*func);
+  body(*func);
+  return (*func)->getParentOfType<gpu::GPUModuleOp>();
+}
+
+SmallVector<Type> GemmEmitter::routeListArgTypes(moe::ProblemAttr problem,
+                                                 bool shared,
+                                                 int64_t expertWeights,
+                                                 ArrayRef<Type> rest,
+                                                 int64_t biasColumns) {
+  auto [weights, weightScales] =
+      expertWeightTypes(problem, shared, expertWeights);
+  SmallVector<Type> argTypes = {
+      globalBuffer(kRouteIndexedExtent, b.getI32Type()),
+      globalBuffer(kRouteIndexedExtent, b.getI8Type()),
+      weights,
+      weightScales,
+      globalBuffer(kRouteIndexedExtent, b.getI32Type()),
+      globalBuffer(kRouteIndexedExtent, b.getI32Type())};
+  argTypes.append(rest.begin(), rest.end());
+  if (shared) {
+    argTypes.push_back(globalBuffer(expertWeights / 4, b.getI32Type()));
+    argTypes.push_back(globalBuffer(expertWeights / 32, b.getI8Type()));
+  }
+  if (biasColumns > 0)
+    argTypes.push_back(
+        globalBuffer(problem.getLocalExperts() * biasColumns, b.getF32Type()));
+  return argTypes;
+}
+
+std::pair<Type, Type> GemmEmitter::expertWeightTypes(moe::ProblemAttr problem,
+                                                    bool shared,
+                                                    int64_t expertWeights) {
+  const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
+  return {globalBuffer(routedExperts * expertWeights / 8, b.getI32Type()),
+          globalBuffer(routedExperts * expertWeights / 32, b.getI8Type())};
+}
+
+Type GemmEmitter::peerControlType(moe::ProblemAttr problem) {
+  return globalBuffer(
+      peer::controlWords(problem.getLocalExperts(), problem.getEp()),
+      b.getI32Type());
+}
+
+SmallVector<Value> GemmEmitter::fragmentARows(const ExpertTile &rows) {
+  SmallVector<Value> fragARow;
+  for (int64_t mi = 0; mi < tile.getM() / layout.dim; ++mi)
+    fragARow.push_back(rows.aRow(add(laneRow, idx(mi * layout.dim))));
+  return fragARow;
+}
+
+GemmEmitter::GemmOperands
+GemmEmitter::beginGemmOperands(const ExpertTile &rows, bool bFp8, int64_t depth) {
+  GemmOperands ops;
+  ops.aBuffer = rows.aBuf;
+  ops.aScaleBuffer = rows.aScaleBuf;
+  ops.bBuffer = asBuffer(bFp8 ? rows.bShared : rows.b, Value());
+  ops.bScaleBuffer = asBuffer(bFp8 ? rows.bSharedScale : rows.bScale, Value());
+  ops.lds = rows.lds;
+  ops.ldsADword = 0;
+  ops.ldsBDword = tile.getM() * tile.getK() / 4;
+  ops.depth = depth;
+  ops.kBegin = rows.kBegin;
+  ops.kEnd = rows.kEnd;
+  ops.bNontemporal = tile.getBCache() != moe::CachePolicy::cached;
+  ops.bFp8 = bFp8;
+  return ops;
+}
+
+SmallVector<GemmEmitter::CopySlot>
+GemmEmitter::planACopy(const ExpertTile &rows, int64_t depth) {
+  // A rows are tile.k FP8 bytes: tile.k / 16 chunks of 16 bytes.
+  return planCopy(
+      tile.getM(), tile.getK() / 16,
+      [&](Value row) { return mul(rows.aRow(row), depth / 4); },
+      /*ldsBaseDword=*/0, /*swizzle=*/tile.getASwizzle(),
+      /*direct=*/tile.getAsyncA());
+}
+
+void GemmEmitter::addAFragments(GemmOperands &ops, ArrayRef<Value> fragARow,
+                                int64_t depth) {
+  for (auto [mi, aRow] : llvm::enumerate(fragARow)) {
+    ops.aTileRow.push_back(add(laneRow, idx(int64_t(mi) * layout.dim)));
+    ops.aScaleRow.push_back(mul(aRow, depth / 32));
+  }
+}
+
+SmallVector<Value>
+GemmEmitter::emitExpertGemm(const ExpertTile &rows, bool shared,
+                            int64_t localExperts, size_t accCount,
+                            function_ref<GemmOperands(bool bFp8)> makeOperands) {
+  Value isShared;
+  if (shared)
+    isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     rows.expertI32, i32(localExperts - 1));
+  return emitGemm(isShared, accCount, makeOperands);
+}
+
+void GemmEmitter::forEachAccQuad(
+    int64_t mFrags, int64_t nFrags, Value waveCol,
+    function_ref<Value(int64_t mi, int64_t ni)> fragment,
+    function_ref<void(int64_t mi, Value fragCol, Value rowOfFour, Value quad)>
+        body) {
+  for (int64_t mi = 0; mi < mFrags; ++mi) {
+    for (int64_t ni = 0; ni < nFrags; ++ni) {
+      Value values = fragment(mi, ni);
+      Value fragCol = add(waveCol, idx(ni * layout.dim));
+      for (int64_t a = 0; a < layout.accPerLane; a += 4) {
+        // accRow(a) = (a / 4) * 4 * groups + 4 * g + a % 4.
+        Value rowOfFour =
+            add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
+        Value quad = vector::ShuffleOp::create(
+            b, loc, values, values, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
+        body(mi, fragCol, rowOfFour, quad);
+      }
+    }
+  }
+}
+
+void GemmEmitter::forEachLaneItem(int64_t count,
+                                  function_ref<void(Value)> body) {
+  for (int64_t first = 0; first < count; first += lanes) {
+    Value item = add(tid, idx(first));
+    std::optional<OpBuilder::InsertionGuard> tail;
+    if (first + lanes > count) {
+      Value active = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                           item, idx(count));
+      auto ifActive = scf::IfOp::create(b, loc, active, false);
+      tail.emplace(b);
+      b.setInsertionPointToStart(ifActive.thenBlock());
+    }
+    body(item);
+  }
 }
 
 } // namespace moec

@@ -25,6 +25,10 @@
 
 namespace moec {
 
+/// Static extent (elements) of buffers indexed by route or token: the real
+/// bound comes from the validBytes of the buffer descriptor.
+constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
+
 /// The scaled-MFMA GEMM shared by W13 and W2.
 class GemmEmitter : public KernelEmitter {
 public:
@@ -222,6 +226,91 @@ public:
   /// tile and `first` the element of the tile's column 0 (index values).
   mlir::Value loadColumnBias(mlir::Value bias, mlir::Value first,
                              mlir::Value fragCol);
+
+  // What W13 and W2 build alike around the GEMM (GemmEmitter.cpp).
+
+  /// Creates the kernel `name` as KernelEmitter::createKernel does, applies
+  /// the tile's hints, lets `body` fill it and returns its module; the
+  /// builder is back where it was.
+  mlir::FailureOr<mlir::gpu::GPUModuleOp>
+  emitKernel(llvm::StringRef name, llvm::ArrayRef<mlir::Type> argTypes,
+             const KernelAbi &abi, int64_t ldsDwords,
+             llvm::function_ref<void(mlir::gpu::GPUFuncOp)> body);
+  /// The argument types of a route-list GEMM stage in ABI order: A codes
+  /// and scales, the routed experts' E2M1 weights and scales
+  /// (`expertWeights` = rows x depth elements per expert), sorted routes,
+  /// tile experts, then `rest` (outputs and scalars); with `shared` the
+  /// shared expert's FP8 weights and scales; with `biasColumns` > 0 the f32
+  /// bias, that many columns per local expert.
+  llvm::SmallVector<mlir::Type>
+  routeListArgTypes(moe::ProblemAttr problem, bool shared,
+                    int64_t expertWeights, llvm::ArrayRef<mlir::Type> rest,
+                    int64_t biasColumns);
+  /// The types of the routed experts' E2M1 weights and of their scales,
+  /// `expertWeights` = rows x depth elements per expert.
+  std::pair<mlir::Type, mlir::Type>
+  expertWeightTypes(moe::ProblemAttr problem, bool shared,
+                    int64_t expertWeights);
+  /// The type of a rank's control buffer in a peer stage.
+  mlir::Type peerControlType(moe::ProblemAttr problem);
+
+  /// What the GEMM of one tile of W13 or W2 reads.
+  struct ExpertTile {
+    /// Local expert (index and i32) and the tile's first output column.
+    mlir::Value expert, expertI32, colBase;
+    /// Per tile row (index): the A row to read; past-the-end rows give an
+    /// out-of-range row, so their loads read zero.
+    llvm::function_ref<mlir::Value(mlir::Value)> aRow;
+    mlir::Value aBuf, aScaleBuf, lds;
+    /// Weight and scale arguments (the shared expert's may be null).
+    mlir::Value b, bScale, bShared, bSharedScale;
+    /// The reduction range of GemmOperands (null: the whole depth).
+    mlir::Value kBegin, kEnd;
+
+    /// Takes the expert and first column of a peer stage's work item.
+    void setItem(const PeerItem &item) {
+      expert = item.expert;
+      expertI32 = item.expertI32;
+      colBase = item.colBase;
+    }
+  };
+  /// The lane's A row (rows.aRow) of each M fragment.
+  llvm::SmallVector<mlir::Value> fragmentARows(const ExpertTile &rows);
+  /// GemmOperands with what W13 and W2 set alike for a reduction of `depth`:
+  /// the buffers (the shared expert's FP8 weights with `bFp8`), the LDS
+  /// placement (A tile first, B tile after it), the B cache policy.
+  GemmOperands beginGemmOperands(const ExpertTile &rows, bool bFp8,
+                                 int64_t depth);
+  /// The A tile's copy slots: tile.m rows of `depth` FP8 bytes.
+  llvm::SmallVector<CopySlot> planACopy(const ExpertTile &rows, int64_t depth);
+  /// Appends the A fragments' tile rows and scale rows (`fragARow` from
+  /// fragmentARows) for a reduction of `depth`.
+  void addAFragments(GemmOperands &ops, llvm::ArrayRef<mlir::Value> fragARow,
+                     int64_t depth);
+  /// emitGemm for a tile of `rows.expertI32`: with `shared` the last of
+  /// `localExperts` is the FP8 shared expert.
+  llvm::SmallVector<mlir::Value>
+  emitExpertGemm(const ExpertTile &rows, bool shared, int64_t localExperts,
+                 size_t accCount,
+                 llvm::function_ref<GemmOperands(bool bFp8)> makeOperands);
+  /// Walks accumulator-layout values four at a time: for M fragment mi and
+  /// N fragment ni, `fragment(mi, ni)` gives the lane's
+  /// vector<accPerLane> (emitted before the fragment's first tile column
+  /// fragCol = waveCol + ni * dim); then `body(mi, fragCol, rowOfFour,
+  /// quad)` gets each run of four values a..a+3. For b_major they are four
+  /// consecutive columns fragCol + rowOfFour of tile row laneRow + mi * dim;
+  /// for a_major four rows rowOfFour + mi * dim + j of column fragCol +
+  /// laneRow.
+  void forEachAccQuad(
+      int64_t mFrags, int64_t nFrags, mlir::Value waveCol,
+      llvm::function_ref<mlir::Value(int64_t mi, int64_t ni)> fragment,
+      llvm::function_ref<void(int64_t mi, mlir::Value fragCol,
+                              mlir::Value rowOfFour, mlir::Value quad)>
+          body);
+  /// Runs `body(item)` (an index) for items [0, count) spread over the
+  /// workgroup's lanes, item tid + k * lanes; the last round leaves out
+  /// the lanes past `count`.
+  void forEachLaneItem(int64_t count, llvm::function_ref<void(mlir::Value)> body);
 
 protected:
   /// Loads an FP8 MFMA fragment: the runs of the FP8 lane layout, each 16

@@ -32,8 +32,6 @@ using namespace mlir;
 namespace moec {
 namespace {
 
-constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
-
 enum W13Arg : unsigned {
   kA, kAScale, kB, kBScale, kSortedRoutes, kTileExperts, kOut, kOutScale,
   kNumTokens, kNumSorted, kW13ArgCount,
@@ -60,22 +58,20 @@ public:
   FailureOr<gpu::GPUModuleOp> emit();
 
 private:
-  /// Where the rows of one tile come from and go to.
-  struct TileRows {
-    /// Local expert (index and i32) and the first intermediate column.
-    Value expert, expertI32, colBase;
-    /// Per tile row (index): the A row to read and the output row to
-    /// write; past-the-end rows give an out-of-range row, so their loads
-    /// read zero and their stores are dropped.
-    function_ref<Value(Value)> aRow, outRow;
-    Value aBuf, aScaleBuf, outBuf, outScaleBuf, lds;
-    /// Weight and scale arguments (the shared expert's may be null).
-    Value b, bScale, bShared, bSharedScale;
+  /// Where the rows of one tile come from and go to (the first
+  /// intermediate column is colBase).
+  struct TileRows : ExpertTile {
+    /// Per tile row (index): the output row to write; past-the-end rows
+    /// give an out-of-range row, so their stores are dropped.
+    function_ref<Value(Value)> outRow;
+    Value outBuf, outScaleBuf;
     /// With `bias`: the f32 [local experts, 2I] bias as a raw buffer, else
     /// null.
     Value bias;
   };
 
+  /// The argument types of the fused stage 1, in W13PeerArg order.
+  SmallVector<Type> peerArgTypes(moe::PeerTransportAttr peer);
   /// The route-list kernel: one tile per workgroup from the sorted routes.
   void emitBody(gpu::GPUFuncOp func);
   /// The fused MegaMoE stage 1 (`peer`): dispatch, then W13 tiles.
@@ -95,77 +91,50 @@ private:
 };
 
 FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
+  if (moe::PeerTransportAttr peer = op.getPeerAttr())
+    return emitKernel(op.getSymName(), peerArgTypes(peer), getW13KernelAbi(op),
+                      op.getLdsBytes() / 4,
+                      [&](gpu::GPUFuncOp func) { emitPeerBody(func); });
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
-  const bool shared = op.getSharedFp8Expert();
-  const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
+  // After the shared prefix: out, out_scale, num_tokens, num_sorted.
+  SmallVector<Type> argTypes = routeListArgTypes(
+      problem, op.getSharedFp8Expert(), 2 * inter * hidden,
+      {globalBuffer(kRouteIndexedExtent, b.getI32Type()),
+       globalBuffer(kRouteIndexedExtent, b.getI8Type()), b.getI32Type(),
+       b.getI32Type()},
+      op.getBias() ? 2 * inter : 0);
+  return emitKernel(op.getSymName(), argTypes, getW13KernelAbi(op),
+                    op.getLdsBytes() / 4,
+                    [&](gpu::GPUFuncOp func) { emitBody(func); });
+}
 
-  if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
-    const int64_t rows = peer.getReceiveRows(problem.getLocalExperts());
-    const int64_t ep = problem.getEp();
-    SmallVector<Type> argTypes(kPeerFirst);
-    argTypes[kPA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-    argTypes[kPAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
-    argTypes[kPTopkIds] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-    argTypes[kPTopkWeights] = globalBuffer(kRouteIndexedExtent, b.getF32Type());
-    argTypes[kPB] =
-        globalBuffer(routedExperts * 2 * inter * hidden / 8, b.getI32Type());
-    argTypes[kPBScale] =
-        globalBuffer(routedExperts * 2 * inter * hidden / 32, b.getI8Type());
-    Type recvA = globalBuffer(rows * hidden / 4, b.getI32Type());
-    Type recvScale = globalBuffer(rows * hidden / 32, b.getI8Type());
-    Type recvMeta = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
-    Type control = globalBuffer(
-        peer::controlWords(problem.getLocalExperts(), problem.getEp()), b.getI32Type());
-    argTypes[kPRecvA] = recvA;
-    argTypes[kPRecvScale] = recvScale;
-    argTypes[kPOut] = globalBuffer(rows * inter / 4, b.getI32Type());
-    argTypes[kPOutScale] = globalBuffer(rows * inter / 32, b.getI8Type());
-    argTypes[kPControl] = control;
-    argTypes[kPNumTokens] = b.getI32Type();
-    argTypes[kPEpoch] = b.getI32Type();
-    argTypes[kPRank] = b.getI32Type();
-    for (Type type : {recvA, recvScale, recvMeta, control})
-      argTypes.append(ep, type);
-    OpBuilder::InsertionGuard guard(b);
-    FailureOr<gpu::GPUFuncOp> func = createKernel(
-        op.getSymName(), argTypes, getW13KernelAbi(op), op.getLdsBytes() / 4);
-    if (failed(func))
-      return failure();
-    applyTileHints(*func);
-    emitPeerBody(*func);
-    return (*func)->getParentOfType<gpu::GPUModuleOp>();
-  }
-
-  SmallVector<Type> argTypes(kW13ArgCount);
-  argTypes[kA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  argTypes[kAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
-  argTypes[kB] =
-      globalBuffer(routedExperts * 2 * inter * hidden / 8, b.getI32Type());
-  argTypes[kBScale] =
-      globalBuffer(routedExperts * 2 * inter * hidden / 32, b.getI8Type());
-  argTypes[kSortedRoutes] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  argTypes[kTileExperts] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  argTypes[kOut] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  argTypes[kOutScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
-  argTypes[kNumTokens] = b.getI32Type();
-  argTypes[kNumSorted] = b.getI32Type();
-  if (shared) {
-    argTypes.push_back(globalBuffer(2 * inter * hidden / 4, b.getI32Type()));
-    argTypes.push_back(globalBuffer(2 * inter * hidden / 32, b.getI8Type()));
-  }
-  if (op.getBias())
-    argTypes.push_back(
-        globalBuffer(problem.getLocalExperts() * 2 * inter, b.getF32Type()));
-
-  OpBuilder::InsertionGuard guard(b);
-  FailureOr<gpu::GPUFuncOp> func = createKernel(
-      op.getSymName(), argTypes, getW13KernelAbi(op), op.getLdsBytes() / 4);
-  if (failed(func))
-    return failure();
-  applyTileHints(*func);
-  emitBody(*func);
-  return (*func)->getParentOfType<gpu::GPUModuleOp>();
+SmallVector<Type> W13Emitter::peerArgTypes(moe::PeerTransportAttr peer) {
+  const int64_t hidden = problem.getHidden();
+  const int64_t inter = problem.getIntermediate();
+  const int64_t rows = peer.getReceiveRows(problem.getLocalExperts());
+  SmallVector<Type> argTypes(kPeerFirst);
+  argTypes[kPA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+  argTypes[kPAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
+  argTypes[kPTopkIds] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
+  argTypes[kPTopkWeights] = globalBuffer(kRouteIndexedExtent, b.getF32Type());
+  std::tie(argTypes[kPB], argTypes[kPBScale]) =
+      expertWeightTypes(problem, op.getSharedFp8Expert(), 2 * inter * hidden);
+  Type recvA = globalBuffer(rows * hidden / 4, b.getI32Type());
+  Type recvScale = globalBuffer(rows * hidden / 32, b.getI8Type());
+  Type recvMeta = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
+  Type control = peerControlType(problem);
+  argTypes[kPRecvA] = recvA;
+  argTypes[kPRecvScale] = recvScale;
+  argTypes[kPOut] = globalBuffer(rows * inter / 4, b.getI32Type());
+  argTypes[kPOutScale] = globalBuffer(rows * inter / 32, b.getI8Type());
+  argTypes[kPControl] = control;
+  argTypes[kPNumTokens] = b.getI32Type();
+  argTypes[kPEpoch] = b.getI32Type();
+  argTypes[kPRank] = b.getI32Type();
+  for (Type type : {recvA, recvScale, recvMeta, control})
+    argTypes.append(problem.getEp(), type);
+  return argTypes;
 }
 
 Value W13Emitter::physicalRow(Value column, bool up) {
@@ -260,38 +229,19 @@ void W13Emitter::emitTile(const TileRows &rows) {
   const int64_t tileM = tile.getM(), tileN = tile.getN(), tileK = tile.getK();
   const int64_t waveN = tile.getWaveN();
   const int64_t dim = layout.dim;
-  const bool shared = op.getSharedFp8Expert();
-  const int64_t sharedExpert = problem.getLocalExperts() - 1;
   Value lds = rows.lds, expert = rows.expert, colBase = rows.colBase;
 
   const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
-  SmallVector<Value> fragARow;
-  for (int64_t mi = 0; mi < mFrags; ++mi)
-    fragARow.push_back(rows.aRow(add(laneRow, idx(mi * dim))));
+  SmallVector<Value> fragARow = fragmentARows(rows);
   Value waveCol = mul(wave, waveN);
 
   auto makeOperands = [&](bool bFp8) {
-    GemmOperands ops;
-    ops.aBuffer = rows.aBuf;
-    ops.aScaleBuffer = rows.aScaleBuf;
-    ops.bBuffer = asBuffer(bFp8 ? rows.bShared : rows.b, Value());
-    ops.bScaleBuffer =
-        asBuffer(bFp8 ? rows.bSharedScale : rows.bScale, Value());
-    ops.lds = lds;
-    ops.ldsADword = 0;
-    ops.ldsBDword = tileM * tileK / 4;
-    ops.depth = hidden;
-    ops.bNontemporal = tile.getBCache() != moe::CachePolicy::cached;
-    ops.bFp8 = bFp8;
+    GemmOperands ops = beginGemmOperands(rows, bFp8, hidden);
     // The shared expert's tensor holds just its own 2I rows.
     Value expertRows = bFp8 ? idx(0) : mul(expert, 2 * inter);
     const int64_t bRowDwords = bFp8 ? hidden / 4 : hidden / 8;
     // B tile rows [0, tileN) are gate rows, [tileN, 2 tileN) up rows.
-    ops.aSlots = planCopy(
-        tileM, tileK / 16,
-        [&](Value row) { return mul(rows.aRow(row), hidden / 4); },
-        ops.ldsADword, /*swizzle=*/tile.getASwizzle(),
-        /*direct=*/tile.getAsyncA());
+    ops.aSlots = planACopy(rows, hidden);
     ops.bSlots = planCopy(
         2 * tileN, bFp8 ? tileK / 16 : tileK / 32,
         [&](Value row) {
@@ -308,10 +258,7 @@ void W13Emitter::emitTile(const TileRows &rows) {
           return mul(add(expertRows, physical), bRowDwords);
         },
         ops.ldsBDword);
-    for (int64_t mi = 0; mi < mFrags; ++mi) {
-      ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
-      ops.aScaleRow.push_back(mul(fragARow[mi], hidden / 32));
-    }
+    addAFragments(ops, fragARow, hidden);
     for (bool up : {false, true}) {
       for (int64_t ni = 0; ni < nFrags; ++ni) {
         Value localCol = add(add(waveCol, idx(ni * dim)), laneRow);
@@ -323,12 +270,9 @@ void W13Emitter::emitTile(const TileRows &rows) {
     }
     return ops;
   };
-  Value isShared;
-  if (shared)
-    isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                     rows.expertI32, i32(sharedExpert));
   SmallVector<Value> accs =
-      emitGemm(isShared, mFrags * 2 * nFrags, makeOperands);
+      emitExpertGemm(rows, op.getSharedFp8Expert(), problem.getLocalExperts(),
+                     mFrags * 2 * nFrags, makeOperands);
 
   // The bias rows of the tile's columns: gate column j at [expert, j], up
   // column j at [expert, I + j], whatever the interleave of the weights.
@@ -346,56 +290,40 @@ void W13Emitter::emitTile(const TileRows &rows) {
 
   // Activation, staged in LDS as FP32 [tileM][tileN] over the GEMM tiles
   // (the K loop ended with a barrier, so nobody reads them any more).
-  for (int64_t mi = 0; mi < mFrags; ++mi) {
-    for (int64_t ni = 0; ni < nFrags; ++ni) {
-      Value gate = accs[mi * 2 * nFrags + ni];
-      Value up = accs[mi * 2 * nFrags + nFrags + ni];
-      if (rows.bias) {
-        // AITER's order: bias on the FP32 accumulators, then the clamp.
-        gate = arith::AddFOp::create(b, loc, gate, gateBias[ni]);
-        up = arith::AddFOp::create(b, loc, up, upBias[ni]);
-      }
-      Value act = gatedActivation(gate, up);
-      Value actBits = arith::BitcastOp::create(
-          b, loc, VectorType::get({layout.accPerLane}, b.getI32Type()), act);
-      Value fragCol = add(waveCol, idx(ni * dim));
-      for (int64_t a = 0; a < layout.accPerLane; a += 4) {
-        Value rowOfFour =
-            add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
-        Value quad = vector::ShuffleOp::create(
-            b, loc, actBits, actBits, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
-        if (bMajor) {
-          // Source A was the weights: four consecutive columns of one row.
-          Value row = add(laneRow, idx(mi * dim));
-          Value col = add(fragCol, rowOfFour);
-          store16(quad, lds, add(mul(row, tileN), col));
-          continue;
-        }
-        Value col = add(fragCol, laneRow);
-        for (int64_t j = 0; j < 4; ++j) {
-          Value row = add(rowOfFour, idx(mi * dim + j));
-          memref::StoreOp::create(b, loc,
-                                  vector::ExtractOp::create(b, loc, quad, j),
-                                  lds, ValueRange{add(mul(row, tileN), col)});
-        }
-      }
+  auto activation = [&](int64_t mi, int64_t ni) -> Value {
+    Value gate = accs[mi * 2 * nFrags + ni];
+    Value up = accs[mi * 2 * nFrags + nFrags + ni];
+    if (rows.bias) {
+      // AITER's order: bias on the FP32 accumulators, then the clamp.
+      gate = arith::AddFOp::create(b, loc, gate, gateBias[ni]);
+      up = arith::AddFOp::create(b, loc, up, upBias[ni]);
     }
-  }
+    Value act = gatedActivation(gate, up);
+    return arith::BitcastOp::create(
+        b, loc, VectorType::get({layout.accPerLane}, b.getI32Type()), act);
+  };
+  forEachAccQuad(mFrags, nFrags, waveCol, activation,
+                 [&](int64_t mi, Value fragCol, Value rowOfFour, Value quad) {
+    if (bMajor) {
+      // Source A was the weights: four consecutive columns of one row.
+      Value row = add(laneRow, idx(mi * dim));
+      Value col = add(fragCol, rowOfFour);
+      store16(quad, lds, add(mul(row, tileN), col));
+      return;
+    }
+    Value col = add(fragCol, laneRow);
+    for (int64_t j = 0; j < 4; ++j) {
+      Value row = add(rowOfFour, idx(mi * dim + j));
+      memref::StoreOp::create(b, loc, vector::ExtractOp::create(b, loc, quad, j),
+                              lds, ValueRange{add(mul(row, tileN), col)});
+    }
+  });
   gpu::BarrierOp::create(b, loc);
 
   // Quantisation: one lane per (row, 32-column block).
   const int64_t blocksPerRow = tileN / 32, blocks = tileM * blocksPerRow;
   auto f32x4 = VectorType::get({4}, b.getF32Type());
-  for (int64_t first = 0; first < blocks; first += lanes) {
-    Value blockId = add(tid, idx(first));
-    std::optional<OpBuilder::InsertionGuard> guard;
-    if (first + lanes > blocks) {
-      Value active = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                           blockId, idx(blocks));
-      auto ifActive = scf::IfOp::create(b, loc, active, false);
-      guard.emplace(b);
-      b.setInsertionPointToStart(ifActive.thenBlock());
-    }
+  forEachLaneItem(blocks, [&](Value blockId) {
     Value row = divC(blockId, blocksPerRow);
     Value block = remC(blockId, blocksPerRow);
     Value stageDword = add(mul(row, tileN), mul(block, 32));
@@ -409,7 +337,7 @@ void W13Emitter::emitTile(const TileRows &rows) {
         add(mul(outRow, inter / 32), add(divC(colBase, 32), block));
     storeFp8Block(values, rows.outBuf, divC(outByte, 4), rows.outScaleBuf,
                   scaleIndex);
-  }
+  });
 }
 
 
@@ -495,9 +423,7 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   rows.bScale = arg(kPBScale);
   emitPeerTiles(peer, control, epoch, role, lds, words, experts, ep,
                 inter / tileN, /*stage=*/0, [&](const PeerItem &item) {
-    rows.expert = item.expert;
-    rows.expertI32 = item.expertI32;
-    rows.colBase = item.colBase;
+    rows.setItem(item);
     auto receiveRow = [&](Value row) { return peerReceiveRow(item, row); };
     rows.aRow = receiveRow;
     rows.outRow = receiveRow;

@@ -39,10 +39,6 @@ using namespace mlir;
 namespace moec {
 namespace {
 
-/// Static extent (elements) of buffers indexed by route: the real bound comes
-/// from the validBytes of the buffer descriptor, computed from num_routes.
-constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
-
 /// Argument positions of the W2 kernel, in ABI order.
 enum W2Arg : unsigned {
   kA, kAScale, kB, kBScale, kSortedRoutes, kTileExperts, kOut,
@@ -68,91 +64,58 @@ public:
   FailureOr<gpu::GPUModuleOp> emit();
 
 private:
-  /// What the GEMM of one tile reads.
-  struct TileRows {
-    Value expert, expertI32, colBase;
-    /// Per tile row (index): the A row, past-the-end rows out of range.
-    function_ref<Value(Value)> aRow;
-    Value aBuf, aScaleBuf, lds, kBegin, kEnd;
-    Value b, bScale, bShared, bSharedScale;
-  };
-
+  /// The argument types of the fused stage 2, in W2PeerArg order.
+  SmallVector<Type> peerArgTypes(moe::PeerTransportAttr peer);
   /// The route-list kernel.
   void emitBody(gpu::GPUFuncOp func);
   /// The fused MegaMoE stage 2 (`peer`).
   void emitPeerBody(gpu::GPUFuncOp func);
   /// The K loop of one tile; accumulators as GemmEmitter::emitGemm.
-  SmallVector<Value> emitTileGemm(const TileRows &rows);
+  SmallVector<Value> emitTileGemm(const ExpertTile &rows);
 
   moe::W2Op op;
   moe::ProblemAttr problem;
 };
 
 FailureOr<gpu::GPUModuleOp> W2Emitter::emit() {
+  if (moe::PeerTransportAttr peer = op.getPeerAttr())
+    return emitKernel(op.getSymName(), peerArgTypes(peer), getW2KernelAbi(op),
+                      op.getLdsBytes() / 4,
+                      [&](gpu::GPUFuncOp func) { emitPeerBody(func); });
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
-  const bool shared = op.getSharedFp8Expert();
-  const int64_t routedExperts = problem.getLocalExperts() - (shared ? 1 : 0);
+  // After the shared prefix: out (split-K writes FP32 partials
+  // [routes, split_k, H], else BF16 [routes, H]), num_routes, num_sorted.
+  SmallVector<Type> argTypes = routeListArgTypes(
+      problem, op.getSharedFp8Expert(), hidden * inter,
+      {globalBuffer(kRouteIndexedExtent,
+                    op.getSplitK() > 1 ? b.getF32Type() : b.getBF16Type()),
+       b.getI32Type(), b.getI32Type()},
+      op.getBias() ? hidden : 0);
+  return emitKernel(op.getSymName(), argTypes, getW2KernelAbi(op),
+                    op.getLdsBytes() / 4,
+                    [&](gpu::GPUFuncOp func) { emitBody(func); });
+}
 
-  if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
-    const int64_t rows = peer.getReceiveRows(problem.getLocalExperts());
-    const int64_t ep = problem.getEp();
-    SmallVector<Type> argTypes(kPeerFirst);
-    argTypes[kPA] = globalBuffer(rows * inter / 4, b.getI32Type());
-    argTypes[kPAScale] = globalBuffer(rows * inter / 32, b.getI8Type());
-    argTypes[kPB] =
-        globalBuffer(routedExperts * hidden * inter / 8, b.getI32Type());
-    argTypes[kPBScale] =
-        globalBuffer(routedExperts * hidden * inter / 32, b.getI8Type());
-    argTypes[kPRecvMeta] = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
-    Type control = globalBuffer(peer::controlWords(problem.getLocalExperts(), problem.getEp()),
-                                b.getI32Type());
-    argTypes[kPControl] = control;
-    argTypes[kPEpoch] = b.getI32Type();
-    argTypes.append(ep, globalBuffer(peer.getMaxTokens() * problem.getTopK() *
-                                         hidden,
-                                     b.getBF16Type()));
-    argTypes.append(ep, control);
-    OpBuilder::InsertionGuard guard(b);
-    FailureOr<gpu::GPUFuncOp> func = createKernel(
-        op.getSymName(), argTypes, getW2KernelAbi(op), op.getLdsBytes() / 4);
-    if (failed(func))
-      return failure();
-    applyTileHints(*func);
-    emitPeerBody(*func);
-    return (*func)->getParentOfType<gpu::GPUModuleOp>();
-  }
-
-  SmallVector<Type> argTypes(kW2ArgCount);
-  argTypes[kA] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  argTypes[kAScale] = globalBuffer(kRouteIndexedExtent, b.getI8Type());
-  argTypes[kB] = globalBuffer(routedExperts * hidden * inter / 8, b.getI32Type());
-  argTypes[kBScale] = globalBuffer(routedExperts * hidden * inter / 32,
-                                   b.getI8Type());
-  argTypes[kSortedRoutes] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  argTypes[kTileExperts] = globalBuffer(kRouteIndexedExtent, b.getI32Type());
-  // Split-K writes FP32 partials [routes, split_k, H]; else BF16 [routes, H].
-  argTypes[kOut] = globalBuffer(kRouteIndexedExtent, op.getSplitK() > 1
-                                                         ? b.getF32Type()
-                                                         : b.getBF16Type());
-  argTypes[kNumRoutes] = b.getI32Type();
-  argTypes[kNumSorted] = b.getI32Type();
-  if (shared) {
-    argTypes.push_back(globalBuffer(hidden * inter / 4, b.getI32Type()));
-    argTypes.push_back(globalBuffer(hidden * inter / 32, b.getI8Type()));
-  }
-  if (op.getBias())
-    argTypes.push_back(
-        globalBuffer(problem.getLocalExperts() * hidden, b.getF32Type()));
-
-  OpBuilder::InsertionGuard guard(b);
-  FailureOr<gpu::GPUFuncOp> func = createKernel(
-      op.getSymName(), argTypes, getW2KernelAbi(op), op.getLdsBytes() / 4);
-  if (failed(func))
-    return failure();
-  applyTileHints(*func);
-  emitBody(*func);
-  return (*func)->getParentOfType<gpu::GPUModuleOp>();
+SmallVector<Type> W2Emitter::peerArgTypes(moe::PeerTransportAttr peer) {
+  const int64_t hidden = problem.getHidden();
+  const int64_t inter = problem.getIntermediate();
+  const int64_t rows = peer.getReceiveRows(problem.getLocalExperts());
+  const int64_t ep = problem.getEp();
+  SmallVector<Type> argTypes(kPeerFirst);
+  argTypes[kPA] = globalBuffer(rows * inter / 4, b.getI32Type());
+  argTypes[kPAScale] = globalBuffer(rows * inter / 32, b.getI8Type());
+  std::tie(argTypes[kPB], argTypes[kPBScale]) =
+      expertWeightTypes(problem, op.getSharedFp8Expert(), hidden * inter);
+  argTypes[kPRecvMeta] = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
+  Type control = peerControlType(problem);
+  argTypes[kPControl] = control;
+  argTypes[kPEpoch] = b.getI32Type();
+  argTypes.append(
+      ep, globalBuffer(peer.getMaxTokens() * problem.getTopK() * hidden,
+                       b.getBF16Type()));
+  argTypes.append(ep, control);
+  return argTypes;
 }
 
 void W2Emitter::emitBody(gpu::GPUFuncOp func) {
@@ -218,7 +181,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     return add(mul(add(mul(route, splitK), kSlice), hidden), col);
   };
 
-  TileRows rows;
+  ExpertTile rows;
   rows.expert = expert;
   rows.expertI32 = expertI32;
   rows.colBase = colBase;
@@ -266,65 +229,47 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   Value lds = func.getWorkgroupAttributions()[0];
   auto bf16x4 = VectorType::get({4}, b.getBF16Type());
   auto i32x2 = VectorType::get({2}, b.getI32Type());
-  for (int64_t mi = 0; mi < mFrags; ++mi) {
-    for (int64_t ni = 0; ni < nFrags; ++ni) {
-      Value acc = accs[mi * nFrags + ni];
-      Value fragCol = add(waveCol, idx(ni * dim));
-      for (int64_t a = 0; a < layout.accPerLane; a += 4) {
-        // accRow(a) = (a / 4) * 4 * groups + 4 * g + a % 4.
-        Value rowOfFour =
-            add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
-        Value quad = vector::ShuffleOp::create(
-            b, loc, acc, acc, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
-        if (splitK == 1)
-          quad = arith::TruncFOp::create(b, loc, bf16x4, quad);
-        if (bMajor) {
-          // Four consecutive output columns of one row.
-          Value localCol = add(fragCol, rowOfFour);
-          if (stage) {
-            // Into the LDS tile [tileM][tileN] BF16: 8 bytes = 2 dwords.
-            Value dword = divC(add(mul(add(laneRow, idx(mi * dim)), tileN),
-                                   localCol), 2);
-            vector::StoreOp::create(
-                b, loc, vector::BitCastOp::create(b, loc, i32x2, quad), lds,
-                ValueRange{dword}, /*nontemporal=*/false, llvm::MaybeAlign(8));
-            continue;
-          }
-          vector::StoreOp::create(
-              b, loc, quad, outBuf,
-              ValueRange{outIndex(fragRoute[mi], add(colBase, localCol))},
-              /*nontemporal=*/false, llvm::MaybeAlign(splitK == 1 ? 8 : 16));
-          continue;
-        }
-        Value localCol = add(fragCol, laneRow);
-        for (int64_t j = 0; j < 4; ++j) {
-          Value row = add(rowOfFour, idx(mi * dim + j));
-          Value value = vector::ExtractOp::create(b, loc, quad, j);
-          memref::StoreOp::create(
-              b, loc, value, outBuf,
-              ValueRange{outIndex(routeOfRow(row), add(colBase, localCol))});
-        }
+  auto accumulator = [&](int64_t mi, int64_t ni) {
+    return accs[mi * nFrags + ni];
+  };
+  forEachAccQuad(mFrags, nFrags, waveCol, accumulator,
+                 [&](int64_t mi, Value fragCol, Value rowOfFour, Value quad) {
+    if (splitK == 1)
+      quad = arith::TruncFOp::create(b, loc, bf16x4, quad);
+    if (bMajor) {
+      // Four consecutive output columns of one row.
+      Value localCol = add(fragCol, rowOfFour);
+      if (stage) {
+        // Into the LDS tile [tileM][tileN] BF16: 8 bytes = 2 dwords.
+        Value dword =
+            divC(add(mul(add(laneRow, idx(mi * dim)), tileN), localCol), 2);
+        vector::StoreOp::create(
+            b, loc, vector::BitCastOp::create(b, loc, i32x2, quad), lds,
+            ValueRange{dword}, /*nontemporal=*/false, llvm::MaybeAlign(8));
+        return;
       }
+      vector::StoreOp::create(
+          b, loc, quad, outBuf,
+          ValueRange{outIndex(fragRoute[mi], add(colBase, localCol))},
+          /*nontemporal=*/false, llvm::MaybeAlign(splitK == 1 ? 8 : 16));
+      return;
     }
-  }
+    Value localCol = add(fragCol, laneRow);
+    for (int64_t j = 0; j < 4; ++j) {
+      Value row = add(rowOfFour, idx(mi * dim + j));
+      Value value = vector::ExtractOp::create(b, loc, quad, j);
+      memref::StoreOp::create(
+          b, loc, value, outBuf,
+          ValueRange{outIndex(routeOfRow(row), add(colBase, localCol))});
+    }
+  });
   if (!stage)
     return;
   // Write the staged tile back: each lane copies 16-byte chunks (8 BF16
   // columns) of whole rows.
   gpu::BarrierOp::create(b, loc);
   const int64_t chunksPerRow = tileN / 8, chunks = tileM * chunksPerRow;
-  for (int64_t first = 0; first < chunks; first += lanes) {
-    Value chunk = add(tid, idx(first));
-    std::optional<OpBuilder::InsertionGuard> tail;
-    if (first + lanes > chunks) {
-      auto ifActive = scf::IfOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, chunk,
-                                idx(chunks)),
-          /*withElseRegion=*/false);
-      tail.emplace(b);
-      b.setInsertionPointToStart(ifActive.thenBlock());
-    }
+  forEachLaneItem(chunks, [&](Value chunk) {
     Value row = divC(chunk, chunksPerRow);
     Value col = mul(remC(chunk, chunksPerRow), 8);
     Value data = load16(lds, divC(add(mul(row, tileN), col), 2));
@@ -334,7 +279,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
                     b, loc, VectorType::get({8}, b.getBF16Type()), data),
         outBuf, ValueRange{outElement}, /*nontemporal=*/false,
         llvm::MaybeAlign(16));
-  }
+  });
   emitEndOfTile();
 }
 
@@ -364,7 +309,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
                                i64(routesPerRank * hidden * 2)));
 
   emitLaneIds();
-  TileRows rows;
+  ExpertTile rows;
   rows.aBuf = asBuffer(arg(kPA), i64(rowsTotal * inter));
   rows.aScaleBuf = asBuffer(arg(kPAScale), i64(rowsTotal * inter / 32));
   rows.lds = lds;
@@ -374,9 +319,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   emitPeerTiles(peer, control, epoch, block, lds, words, experts, ep,
                 hidden / tileN, /*stage=*/1, [&](const PeerItem &item) {
-    rows.expert = item.expert;
-    rows.expertI32 = item.expertI32;
-    rows.colBase = item.colBase;
+    rows.setItem(item);
     auto receiveRow = [&](Value row) { return peerReceiveRow(item, row); };
     rows.aRow = receiveRow;
     SmallVector<Value> accs = emitTileGemm(rows);
@@ -426,27 +369,21 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
       }
     };
     Value waveCol = mul(wave, waveN);
-    for (int64_t mi = 0; mi < mFrags; ++mi) {
-      for (int64_t ni = 0; ni < nFrags; ++ni) {
-        Value acc = accs[mi * nFrags + ni];
-        Value fragCol = add(waveCol, idx(ni * dim));
-        for (int64_t a = 0; a < layout.accPerLane; a += 4) {
-          Value rowOfFour =
-              add(mul(laneGroup, 4), idx((a / 4) * 4 * layout.groups));
-          Value quad = vector::ShuffleOp::create(
-              b, loc, acc, acc, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
-          if (bMajor) {
-            storeRow(add(laneRow, idx(mi * dim)),
-                     add(rows.colBase, add(fragCol, rowOfFour)), quad);
-            continue;
-          }
-          Value column = add(rows.colBase, add(fragCol, laneRow));
-          for (int64_t j = 0; j < 4; ++j)
-            storeRow(add(rowOfFour, idx(mi * dim + j)), column,
-                     vector::ExtractOp::create(b, loc, quad, j));
-        }
+    auto accumulator = [&](int64_t mi, int64_t ni) {
+      return accs[mi * nFrags + ni];
+    };
+    forEachAccQuad(mFrags, nFrags, waveCol, accumulator,
+                   [&](int64_t mi, Value fragCol, Value rowOfFour, Value quad) {
+      if (bMajor) {
+        storeRow(add(laneRow, idx(mi * dim)),
+                 add(rows.colBase, add(fragCol, rowOfFour)), quad);
+        return;
       }
-    }
+      Value column = add(rows.colBase, add(fragCol, laneRow));
+      for (int64_t j = 0; j < 4; ++j)
+        storeRow(add(rowOfFour, idx(mi * dim + j)), column,
+                 vector::ExtractOp::create(b, loc, quad, j));
+    });
     // The next item reuses the LDS tiles.
     gpu::BarrierOp::create(b, loc);
   });
@@ -473,53 +410,30 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   gpu::ReturnOp::create(b, loc);
 }
 
-SmallVector<Value> W2Emitter::emitTileGemm(const TileRows &rows) {
+SmallVector<Value> W2Emitter::emitTileGemm(const ExpertTile &rows) {
   const int64_t inter = problem.getIntermediate();
   const int64_t hidden = problem.getHidden();
   const int64_t tileM = tile.getM(), tileK = tile.getK();
   const int64_t waveN = tile.getWaveN();
   const int64_t dim = layout.dim;
   const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
-  const bool shared = op.getSharedFp8Expert();
-  const int64_t sharedExpert = problem.getLocalExperts() - 1;
   Value waveCol = mul(wave, waveN);
-  SmallVector<Value> fragARow;
-  for (int64_t mi = 0; mi < mFrags; ++mi)
-    fragARow.push_back(rows.aRow(add(laneRow, idx(mi * dim))));
+  SmallVector<Value> fragARow = fragmentARows(rows);
   auto makeOperands = [&](bool bFp8) {
-    GemmOperands ops;
-    ops.aBuffer = rows.aBuf;
-    ops.aScaleBuffer = rows.aScaleBuf;
-    ops.bBuffer = asBuffer(bFp8 ? rows.bShared : rows.b, Value());
-    ops.bScaleBuffer = asBuffer(bFp8 ? rows.bSharedScale : rows.bScale, Value());
-    ops.lds = rows.lds;
-    ops.ldsADword = 0;
-    ops.ldsBDword = tileM * tileK / 4;
-    ops.depth = inter;
-    ops.kBegin = rows.kBegin;
-    ops.kEnd = rows.kEnd;
-    ops.bNontemporal = tile.getBCache() != moe::CachePolicy::cached;
-    ops.bFp8 = bFp8;
+    GemmOperands ops = beginGemmOperands(rows, bFp8, inter);
     // Weight row (expert, column) in rows of the [E, H, .] tensors; the
     // shared expert's tensor holds just its own rows.
     Value weightRowBase =
         bFp8 ? rows.colBase : add(mul(rows.expert, hidden), rows.colBase);
-    // A rows are tileK FP8 bytes (tileK / 16 chunks of 16 bytes); B rows
-    // tileK / 2 packed bytes (tileK / 32 chunks), or tileK FP8 bytes.
-    ops.aSlots = planCopy(
-        tileM, tileK / 16,
-        [&](Value row) { return mul(rows.aRow(row), inter / 4); },
-        ops.ldsADword, /*swizzle=*/tile.getASwizzle(),
-        /*direct=*/tile.getAsyncA());
+    // B rows are tileK / 2 packed bytes (tileK / 32 chunks of 16 bytes),
+    // or tileK FP8 bytes.
+    ops.aSlots = planACopy(rows, inter);
     const int64_t bRowDwords = bFp8 ? inter / 4 : inter / 8;
     ops.bSlots = planCopy(
         tile.getN(), bFp8 ? tileK / 16 : tileK / 32,
         [&](Value row) { return mul(add(weightRowBase, row), bRowDwords); },
         ops.ldsBDword);
-    for (int64_t mi = 0; mi < mFrags; ++mi) {
-      ops.aTileRow.push_back(add(laneRow, idx(mi * dim)));
-      ops.aScaleRow.push_back(mul(fragARow[mi], inter / 32));
-    }
+    addAFragments(ops, fragARow, inter);
     for (int64_t ni = 0; ni < nFrags; ++ni) {
       ops.bTileRow.push_back(add(add(waveCol, idx(ni * dim)), laneRow));
       ops.bScaleRow.push_back(
@@ -529,11 +443,9 @@ SmallVector<Value> W2Emitter::emitTileGemm(const TileRows &rows) {
     }
     return ops;
   };
-  Value isShared;
-  if (shared)
-    isShared = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                     rows.expertI32, i32(sharedExpert));
-  return emitGemm(isShared, mFrags * nFrags, makeOperands);
+  return emitExpertGemm(rows, op.getSharedFp8Expert(),
+                        problem.getLocalExperts(), mFrags * nFrags,
+                        makeOperands);
 }
 
 } // namespace
