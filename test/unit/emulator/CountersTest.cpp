@@ -102,9 +102,7 @@ TEST_CASE("counters: global and LDS bytes, distinct lines, bank conflicts",
   LaunchConfig launch;
   launch.grid = {2, 1, 1};
   RunResult result = runOrFail(kernel, memory,
-                               {KernelArgValue::makeBuffer(inId),
-                                KernelArgValue::makeBuffer(outId),
-                                KernelArgValue::makeBuffer(flagId)},
+                               bufferArgs({inId, outId, flagId}),
                                launch);
   REQUIRE(result.totalFindings() == 0);
   const RunStats &s = result.stats;
@@ -152,9 +150,7 @@ TEST_CASE("counters: a scaled MFMA and its operand traffic", "[counters]") {
   unsigned dId = memory.addBuffer("d", 256 * 4);
   RunResult result = runOrFail(
       kernel, memory,
-      {KernelArgValue::makeBuffer(aId), KernelArgValue::makeBuffer(bId),
-       KernelArgValue::makeBuffer(saId), KernelArgValue::makeBuffer(sbId),
-       KernelArgValue::makeBuffer(cId), KernelArgValue::makeBuffer(dId)});
+      bufferArgs({aId, bId, saId, sbId, cId, dId}));
   REQUIRE(result.totalFindings() == 0);
   const RunStats &s = result.stats;
   CHECK(s.scaledMfmas == 1);
@@ -240,9 +236,7 @@ RunResult runFindings(ParsedKernel &kernel, unsigned threads,
   launch.threads = threads;
   launch.maxFindings = 100;
   return runOrFail(kernel, memory,
-                   {KernelArgValue::makeBuffer(inId),
-                    KernelArgValue::makeBuffer(gapId),
-                    KernelArgValue::makeBuffer(outId)},
+                   bufferArgs({inId, gapId, outId}),
                    launch);
 }
 

@@ -160,26 +160,20 @@ TEST_CASE("a descriptor larger than its buffer is an out-of-bounds finding",
 }
 
 TEST_CASE("barriers order LDS traffic between waves", "[barrier]") {
-  ParsedKernel kernel =
-      parseKernel(replaceAll(kExchangeKernel, "BARRIER", "gpu.barrier"));
-  GlobalMemory memory;
-  unsigned out = memory.addBuffer("out", 512);
-  RunResult result = runOrFail(kernel, memory, {KernelArgValue::makeBuffer(out)});
+  OutputRun run(replaceAll(kExchangeKernel, "BARRIER", "gpu.barrier"), 512);
+  const RunResult &result = run.result;
   CHECK(result.totalFindings() == 0);
   CHECK(result.stats.barriers == 1);
-  std::vector<int32_t> got = readBuffer<int32_t>(memory, out);
+  std::vector<int32_t> got = readBuffer<int32_t>(run.memory, run.out);
   for (int t = 0; t < 128; ++t)
     CHECK(got[size_t(t)] == (t + 64) % 128);
 }
 
 TEST_CASE("detector: a missing barrier is an LDS race", "[detector]") {
-  ParsedKernel kernel = parseKernel(replaceAll(kExchangeKernel, "BARRIER", ""));
-  GlobalMemory memory;
-  unsigned out = memory.addBuffer("out", 512);
   LaunchConfig launch;
   launch.maxFindings = 200;
-  RunResult result =
-      runOrFail(kernel, memory, {KernelArgValue::makeBuffer(out)}, launch);
+  OutputRun run(replaceAll(kExchangeKernel, "BARRIER", ""), 512, launch);
+  const RunResult &result = run.result;
   // Wave 0 reads the half wave 1 has not written yet (never written);
   // wave 1 reads the half wave 0 wrote in the same (only) barrier interval.
   CHECK(countOf(result, FindingKind::UninitializedRead) == 64);
@@ -233,10 +227,8 @@ gpu.module @m {
   }
 }
 )mlir";
-  ParsedKernel kernel = parseKernel(text);
-  GlobalMemory memory;
-  unsigned out = memory.addBuffer("out", 512);
-  RunResult result = runOrFail(kernel, memory, {KernelArgValue::makeBuffer(out)});
+  OutputRun run(text, 512);
+  const RunResult &result = run.result;
   CHECK(countOf(result, FindingKind::LdsRace) == 64);
   REQUIRE(!result.findings.empty());
   CHECK(result.findings[0].wave == 1);
@@ -285,8 +277,7 @@ gpu.module @m {
   LaunchConfig launch;
   launch.maxFindings = 100;
   RunResult result =
-      runOrFail(kernel, memory, {KernelArgValue::makeBuffer(in),
-                                 KernelArgValue::makeBuffer(out)}, launch);
+      runOrFail(kernel, memory, bufferArgs({in, out}), launch);
   // 32 lanes read unwritten global dwords; the 32 even lanes read LDS that
   // only odd lanes wrote.
   CHECK(countOf(result, FindingKind::UninitializedRead) == 64);
@@ -323,10 +314,8 @@ gpu.module @m {
   }
 }
 )mlir";
-  ParsedKernel kernel = parseKernel(text);
-  GlobalMemory memory;
-  unsigned out = memory.addBuffer("out", 256);
-  RunResult result = runOrFail(kernel, memory, {KernelArgValue::makeBuffer(out)});
+  OutputRun run(text, 256);
+  const RunResult &result = run.result;
   // LDS: lanes 56..63 index 64..71; global: lane 63 indexes 64.
   CHECK(countOf(result, FindingKind::OutOfBounds) == 9);
   bool sawGlobal = false;
@@ -342,7 +331,7 @@ gpu.module @m {
   }
   CHECK(sawGlobal);
   // The out-of-bounds store went nowhere; the others landed.
-  std::vector<int32_t> got = readBuffer<int32_t>(memory, out);
+  std::vector<int32_t> got = readBuffer<int32_t>(run.memory, run.out);
   for (int t = 1; t < 64; ++t)
     CHECK(got[size_t(t)] == t - 1);
 }
@@ -369,24 +358,21 @@ gpu.module @m {
   LaunchConfig launch;
   launch.maxStepsPerWave = 100000;
   std::string error;
-  auto result = runKernel(kernel.func, memory, {KernelArgValue::makeBuffer(out)},
+  auto result = runKernel(kernel.func, memory, bufferArgs({out}),
                           launch, error);
   CHECK(mlir::failed(result));
   CHECK(error.find("exceeded 100000 steps") != std::string::npos);
 }
 
 TEST_CASE("many workgroups share the resident slots", "[scheduler]") {
-  ParsedKernel kernel =
-      parseKernel(replaceAll(kExchangeKernel, "BARRIER", "gpu.barrier"));
   // Every workgroup writes the same 128 outputs: what matters is that all
   // workgroups run, each with its own LDS, and none sees another's bytes.
-  GlobalMemory memory;
-  unsigned out = memory.addBuffer("out", 512);
   LaunchConfig launch;
   launch.grid = {7, 1, 1};
   launch.maxResidentWorkgroups = 3;
-  RunResult result =
-      runOrFail(kernel, memory, {KernelArgValue::makeBuffer(out)}, launch);
+  OutputRun run(replaceAll(kExchangeKernel, "BARRIER", "gpu.barrier"), 512,
+                launch);
+  const RunResult &result = run.result;
   CHECK(result.totalFindings() == 0);
   CHECK(result.stats.workgroups == 7);
   CHECK(result.stats.barriers == 7);
@@ -398,7 +384,7 @@ TEST_CASE("argument binding errors are reported", "[scheduler]") {
   unsigned buffer = memory.addBuffer("b", 256);
   std::string error;
   auto result = runKernel(kernel.func, memory,
-                          {KernelArgValue::makeBuffer(buffer)}, LaunchConfig(),
+                          bufferArgs({buffer}), LaunchConfig(),
                           error);
   CHECK(mlir::failed(result));
   CHECK(error.find("takes 4 arguments, got 1") != std::string::npos);

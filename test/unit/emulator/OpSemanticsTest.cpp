@@ -254,9 +254,7 @@ gpu.module @m {
   unsigned out = memory.addBuffer("out", 448 * 4);
   unsigned outb = memory.addBuffer("outb", 64 * 2);
   RunResult result = runOrFail(kernel, memory,
-                               {KernelArgValue::makeBuffer(inId),
-                                KernelArgValue::makeBuffer(out),
-                                KernelArgValue::makeBuffer(outb)});
+                               bufferArgs({inId, out, outb}));
   CHECK(result.totalFindings() == 0);
   std::vector<float> got = readBuffer<float>(memory, out);
   std::vector<uint16_t> gotb = readBuffer<uint16_t>(memory, outb);
@@ -320,9 +318,7 @@ gpu.module @m {
   unsigned out = memory.addBuffer("out", 1024 * 4);
   unsigned bytes = memory.addBuffer("bytes", 4096);
   RunResult result = runOrFail(kernel, memory,
-                               {KernelArgValue::makeBuffer(inId),
-                                KernelArgValue::makeBuffer(out),
-                                KernelArgValue::makeBuffer(bytes)});
+                               bufferArgs({inId, out, bytes}));
   CHECK(result.totalFindings() == 0);
   std::vector<int32_t> got = readBuffer<int32_t>(memory, out);
   for (int t = 0; t < 64; ++t) {
@@ -405,12 +401,10 @@ gpu.module @m {
   }
 }
 )mlir";
-  ParsedKernel kernel = parseKernel(text);
-  GlobalMemory memory;
-  unsigned out = memory.addBuffer("out", 192 * 4);
-  RunResult result = runOrFail(kernel, memory, {KernelArgValue::makeBuffer(out)});
+  OutputRun run(text, 192 * 4);
+  const RunResult &result = run.result;
   CHECK(result.totalFindings() == 0);
-  std::vector<int32_t> got = readBuffer<int32_t>(memory, out);
+  std::vector<int32_t> got = readBuffer<int32_t>(run.memory, run.out);
   for (int32_t t = 0; t < 64; ++t) {
     INFO("lane " << t);
     CHECK(got[size_t(t)] == (t % 3 == 0 ? t + 1000 : -t));
@@ -452,21 +446,18 @@ gpu.module @m {
   }
 }
 )mlir";
-  ParsedKernel kernel = parseKernel(text);
-  GlobalMemory memory;
-  unsigned out = memory.addBuffer("out", 4096 * 4);
   LaunchConfig launch;
   launch.grid = {3, 2, 1};
   launch.block = {40, 3, 1}; // 120 threads: two waves, the second partial
-  RunResult result =
-      runOrFail(kernel, memory, {KernelArgValue::makeBuffer(out)}, launch);
+  OutputRun run(text, 4096 * 4, launch);
+  const RunResult &result = run.result;
   CHECK(result.stats.workgroups == 6);
   CHECK(result.stats.waves == 12);
-  std::vector<int32_t> got = readBuffer<int32_t>(memory, out);
+  std::vector<int32_t> got = readBuffer<int32_t>(run.memory, run.out);
   for (int wg = 0; wg < 6; ++wg)
     for (int local = 0; local < 120; ++local)
       CHECK(got[size_t(wg * 120 + local)] == wg * 1000 + local);
-  CHECK(memory.written(out)[6 * 120 * 4] == 0);
+  CHECK(run.memory.written(run.out)[6 * 120 * 4] == 0);
 }
 
 TEST_CASE("W13 epilogue ops: maximumf/minimumf, absf, negf, exp2, FP8 "
@@ -534,10 +525,7 @@ gpu.module @m {
   unsigned fp8 = memory.addBuffer("fp8", 64);
   unsigned pairs = memory.addBuffer("pairs", 512 * 4);
   RunResult result = runOrFail(kernel, memory,
-                               {KernelArgValue::makeBuffer(inId),
-                                KernelArgValue::makeBuffer(out),
-                                KernelArgValue::makeBuffer(fp8),
-                                KernelArgValue::makeBuffer(pairs)});
+                               bufferArgs({inId, out, fp8, pairs}));
   CHECK(result.totalFindings() == 0);
   std::vector<float> got = readBuffer<float>(memory, out);
   std::vector<uint8_t> codes = readBuffer<uint8_t>(memory, fp8);
@@ -615,9 +603,7 @@ gpu.module @m {
   unsigned counts = memory.addBuffer("counts", 32);
   unsigned gmax = addInput(memory, "gmax", std::vector<int32_t>{-1000, -1});
   RunResult result = runOrFail(kernel, memory,
-                               {KernelArgValue::makeBuffer(old),
-                                KernelArgValue::makeBuffer(counts),
-                                KernelArgValue::makeBuffer(gmax)});
+                               bufferArgs({old, counts, gmax}));
   CHECK(result.totalFindings() == 0);
   std::vector<int32_t> gotCounts = readBuffer<int32_t>(memory, counts);
   for (int b = 0; b < 8; ++b)

@@ -71,24 +71,39 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
   return spec;
 }
 
-PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
-  BuiltKernel s1, s2, c;
-  std::string error;
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", k), s1, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", k), s2, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", k), c, error)));
-  PeerLayerOutcome outcome;
-  INFO(error);
-  REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error)));
-  INFO(outcome.summary);
+/// The fused stage 1, stage 2 and peer-rows combine kernels of `k`.
+struct PeerKernels {
+  explicit PeerKernels(const PeerKnobs &k) {
+    test::buildKernelOrFail(peerSpec("w13", k), stage1);
+    test::buildKernelOrFail(peerSpec("w2", k), stage2);
+    test::buildKernelOrFail(peerSpec("combine", k), combine);
+  }
+  BuiltKernel stage1, stage2, combine;
+};
+
+/// A layer that compared codes, matched the oracle and raised no finding.
+void checkLayerPasses(const PeerLayerOutcome &outcome) {
   CHECK(outcome.codesCompared > 0);
   CHECK(outcome.findings == 0);
+  CHECK(outcome.outputRelL2 <= kPeerOutputRelL2Bound);
+  CHECK(outcome.pass);
+}
+
+PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
+  PeerKernels kernels(k);
+  std::string error;
+  PeerLayerOutcome outcome;
+  const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
+                                          kernels.combine, options, outcome,
+                                          error));
+  INFO(error);
+  REQUIRE(ran);
+  INFO(outcome.summary);
+  checkLayerPasses(outcome);
   CHECK(outcome.countMismatches == 0);
   CHECK(outcome.unknownRows == 0);
   CHECK(outcome.overflows == 0);
   CHECK(outcome.outputUnwritten == 0);
-  CHECK(outcome.outputRelL2 <= kPeerOutputRelL2Bound);
-  CHECK(outcome.pass);
   return outcome;
 }
 
@@ -143,16 +158,14 @@ TEST_CASE("fused MegaMoE stage 1 with fewer resident workgroups than "
   // dispatch_cus = 2 but one workgroup resident per rank: the first
   // producer waits for the second, which can never start.
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
-  BuiltKernel s1, s2, c;
-  std::string error;
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", knobs), s1, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
+  PeerKernels kernels(knobs);
   PeerLayerOptions options;
   options.tokensPerRank = {4, 4};
   options.maxResidentWorkgroups = 1;
   PeerLayerOutcome outcome;
-  CHECK(failed(runPeerLayer(s1, s2, c, options, outcome, error)));
+  std::string error;
+  CHECK(failed(runPeerLayer(kernels.stage1, kernels.stage2, kernels.combine,
+                            options, outcome, error)));
   INFO(error);
   CHECK(error.find("epoch 1: emulator: deadlock") == 0);
   CHECK(error.find("rank 0") != std::string::npos);
@@ -206,19 +219,19 @@ TEST_CASE("a fixed-slot expert past its capacity is reported as overflow, "
   // Hot-rank routing sends every route to rank 0's 4 experts: 64 routes
   // for 4 x 16 receive rows, more than 16 for some expert.
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 16, 16, 6, 2};
-  BuiltKernel s1, s2, c;
-  std::string error;
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", knobs), s1, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
+  PeerKernels kernels(knobs);
   PeerLayerOptions options;
   options.seed = 43;
   options.tokensPerRank = {16, 16};
   options.hotRank = 0;
   options.epochs = 1;
   PeerLayerOutcome outcome;
+  std::string error;
+  const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
+                                          kernels.combine, options, outcome,
+                                          error));
   INFO(error);
-  REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error)));
+  REQUIRE(ran);
   INFO(outcome.summary);
   CHECK(outcome.summary.find("too small") != std::string::npos);
   CHECK(outcome.overflows > 0);
@@ -278,24 +291,23 @@ TEST_CASE("separate dispatch kernel, then W13, W2 and combine", "[peer]") {
     StageSpec w13Spec = peerSpec("w13", knobs);
     w13Spec.fields["dispatch"] = "none";
     BuiltKernel d, s1, s2, c;
-    std::string error;
-    REQUIRE(succeeded(buildKernelIR(test::stageContext(), dispatchSpec, d, error)));
-    REQUIRE(succeeded(buildKernelIR(test::stageContext(), w13Spec, s1, error)));
-    REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
-    REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
+    test::buildKernelOrFail(dispatchSpec, d);
+    test::buildKernelOrFail(w13Spec, s1);
+    test::buildKernelOrFail(peerSpec("w2", knobs), s2);
+    test::buildKernelOrFail(peerSpec("combine", knobs), c);
     PeerLayerOptions options;
     options.seed = 59;
     options.tokensPerRank = {12, 7};
     options.invalidFraction = 0.1;
     options.maxResidentWorkgroups = 3;
     PeerLayerOutcome outcome;
+    std::string error;
+    const bool ran =
+        succeeded(runPeerLayer(s1, s2, c, options, outcome, error, &d));
     INFO(error);
-    REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error, &d)));
+    REQUIRE(ran);
     INFO(outcome.summary);
-    CHECK(outcome.codesCompared > 0);
-    CHECK(outcome.findings == 0);
-    CHECK(outcome.outputRelL2 <= kPeerOutputRelL2Bound);
-    CHECK(outcome.pass);
+    checkLayerPasses(outcome);
   }
 }
 
@@ -327,13 +339,9 @@ TEST_CASE("fused MegaMoE layer with a leading quant kernel: stage 1 reads "
   quantSpec.stage = "quant";
   quantSpec.fields.erase("peer_rows");
   quantSpec.fields["waves"] = "1";
-  BuiltKernel s1, s2, c, quant;
-  std::string error;
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w13", knobs), s1, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("w2", knobs), s2, error)));
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), peerSpec("combine", knobs), c, error)));
-  INFO(error);
-  REQUIRE(succeeded(buildKernelIR(test::stageContext(), quantSpec, quant, error)));
+  PeerKernels kernels(knobs);
+  BuiltKernel quant;
+  test::buildKernelOrFail(quantSpec, quant);
   PeerLayerOptions options;
   options.seed = 13;
   // Rank 0: 9 tokens = 144 blocks over 64-lane workgroups (a partial last
@@ -341,16 +349,17 @@ TEST_CASE("fused MegaMoE layer with a leading quant kernel: stage 1 reads "
   options.tokensPerRank = {9, 0};
   options.invalidFraction = 0.1;
   PeerLayerOutcome outcome;
-  REQUIRE(succeeded(runPeerLayer(s1, s2, c, options, outcome, error,
-                                 /*dispatch=*/nullptr, &quant)));
+  std::string error;
+  const bool ran = succeeded(
+      runPeerLayer(kernels.stage1, kernels.stage2, kernels.combine, options,
+                   outcome, error, /*dispatch=*/nullptr, &quant));
+  INFO(error);
+  REQUIRE(ran);
   INFO(outcome.summary);
   CHECK(outcome.summary.find("quant: 0 token codes") != std::string::npos);
   CHECK(outcome.inputMismatches == 0);
   CHECK(outcome.inputUnwritten == 0);
-  CHECK(outcome.codesCompared > 0);
-  CHECK(outcome.findings == 0);
-  CHECK(outcome.outputRelL2 <= kPeerOutputRelL2Bound);
-  CHECK(outcome.pass);
+  checkLayerPasses(outcome);
   // The tokens the layer saves are the kernel's, equal to the reference
   // quantisation of the BF16 tokens.
   const RankLayerIo &io = outcome.ranks[0];

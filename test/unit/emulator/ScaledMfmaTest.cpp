@@ -136,6 +136,16 @@ std::vector<float> randomC(const Geometry &geo, uint64_t seed) {
   return c;
 }
 
+/// One E8M0 scale per lane near 1 (2^-7 .. 2^7), drawn from `random` at
+/// indices first .. first + 63.
+std::vector<uint8_t> nearUnitScales(const ref::CounterRandom &random,
+                                    uint64_t first) {
+  std::vector<uint8_t> scales(64);
+  for (uint64_t l = 0; l < 64; ++l)
+    scales[l] = static_cast<uint8_t>(120 + random.bits(first + l) % 15);
+  return scales;
+}
+
 } // namespace
 
 TEST_CASE("32x32x64: one FP8 x FP4 product lands where FACTS.md says",
@@ -146,13 +156,10 @@ TEST_CASE("32x32x64: one FP8 x FP4 product lands where FACTS.md says",
   // lane 9 + 32 = 41, byte 2 high nibble; scale (column 9, block 1) in lane
   // 41. D[5][9]: m = 5 = 8i + 4g + j gives i = 0, g = 1, j = 1: lane 41,
   // acc 1. Value 1.5 * 2^2 * -3 * 2^-1 = -9.
-  std::vector<uint8_t> aRegs(64 * 32, 0), bRegs(64 * 32, 0), aScales(64),
-      bScales(64);
-  ref::CounterRandom random(5, 5);
-  for (int l = 0; l < 64; ++l) {
-    aScales[size_t(l)] = static_cast<uint8_t>(120 + random.bits(l) % 15);
-    bScales[size_t(l)] = static_cast<uint8_t>(120 + random.bits(100 + l) % 15);
-  }
+  std::vector<uint8_t> aRegs(64 * 32, 0), bRegs(64 * 32, 0);
+  const ref::CounterRandom random(5, 5);
+  std::vector<uint8_t> aScales = nearUnitScales(random, 0);
+  std::vector<uint8_t> bScales = nearUnitScales(random, 100);
   aRegs[5 * 32 + 21] = ref::encodeFp8E4M3(1.5);
   aScales[37] = 129;
   bRegs[41 * 32 + 2] = static_cast<uint8_t>(ref::encodeE2M1(-3.0) << 4);
@@ -176,13 +183,10 @@ TEST_CASE("16x16x128: one FP8 x FP4 product lands where FACTS.md says",
   // 3 + 48 = 51. B[k=100][n=12]: g = 3, e = 4: lane 12 + 48 = 60, byte 2 low
   // nibble; scale (column 12, block 3) in lane 60. D[3][12]: m = 3 = 4g + j
   // gives g = 0, j = 3: lane 12, acc 3. Value -0.375 * 2^-3 * 6 * 2^5 = -9.
-  std::vector<uint8_t> aRegs(64 * 32, 0), bRegs(64 * 32, 0), aScales(64),
-      bScales(64);
-  ref::CounterRandom random(6, 6);
-  for (int l = 0; l < 64; ++l) {
-    aScales[size_t(l)] = static_cast<uint8_t>(120 + random.bits(l) % 15);
-    bScales[size_t(l)] = static_cast<uint8_t>(120 + random.bits(100 + l) % 15);
-  }
+  std::vector<uint8_t> aRegs(64 * 32, 0), bRegs(64 * 32, 0);
+  const ref::CounterRandom random(6, 6);
+  std::vector<uint8_t> aScales = nearUnitScales(random, 0);
+  std::vector<uint8_t> bScales = nearUnitScales(random, 100);
   aRegs[35 * 32 + 20] = ref::encodeFp8E4M3(-0.375);
   aScales[51] = 124;
   bRegs[60 * 32 + 2] = ref::encodeE2M1(6.0);
@@ -329,9 +333,7 @@ TEST_CASE("amdgpu.scaled_mfma in kernel IR, both shapes, op_sel bytes",
     unsigned dId = memory.addBuffer("d", 1024 * 4);
     RunResult result = runOrFail(
         kernel, memory,
-        {KernelArgValue::makeBuffer(aId), KernelArgValue::makeBuffer(bId),
-         KernelArgValue::makeBuffer(saId), KernelArgValue::makeBuffer(sbId),
-         KernelArgValue::makeBuffer(cId), KernelArgValue::makeBuffer(dId)});
+        bufferArgs({aId, bId, saId, sbId, cId, dId}));
     CHECK(result.stats.mfmas == 1);
     CHECK(result.totalFindings() == 0);
     std::vector<float> got = readBuffer<float>(memory, dId);
@@ -390,8 +392,7 @@ TEST_CASE("amdgpu.mfma (unscaled f8f6f4) is the scaled MFMA with unit scales",
     unsigned dId = memory.addBuffer("d", 1024 * 4);
     RunResult result = runOrFail(
         kernel, memory,
-        {KernelArgValue::makeBuffer(aId), KernelArgValue::makeBuffer(bId),
-         KernelArgValue::makeBuffer(cId), KernelArgValue::makeBuffer(dId)});
+        bufferArgs({aId, bId, cId, dId}));
     CHECK(result.stats.mfmas == 1);
     std::vector<float> got = readBuffer<float>(memory, dId);
     std::vector<float> want = expectedD(geo, a, b, c);

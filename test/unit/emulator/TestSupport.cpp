@@ -40,14 +40,19 @@ mlir::MLIRContext &stageContext() {
   return *ctx;
 }
 
+void buildKernelOrFail(const StageSpec &spec, BuiltKernel &kernel) {
+  std::string error;
+  const bool ok =
+      mlir::succeeded(buildKernelIR(stageContext(), spec, kernel, error));
+  INFO(error);
+  REQUIRE(ok);
+}
+
 BuiltStage buildStageOrFail(const StageSpec &spec) {
   BuiltStage built;
   built.kernel = std::make_unique<BuiltKernel>();
+  buildKernelOrFail(spec, *built.kernel);
   std::string error;
-  const bool ok = mlir::succeeded(
-      buildKernelIR(stageContext(), spec, *built.kernel, error));
-  INFO(error);
-  REQUIRE(ok);
   built.harness = StageHarness::create(*built.kernel, error);
   INFO(error);
   REQUIRE(built.harness);
@@ -81,5 +86,17 @@ RunResult runOrFail(ParsedKernel &kernel, GlobalMemory &memory,
     UNSCOPED_INFO(finding.str());
   return std::move(*result);
 }
+
+std::vector<KernelArgValue> bufferArgs(std::initializer_list<unsigned> ids) {
+  std::vector<KernelArgValue> args;
+  for (unsigned id : ids)
+    args.push_back(KernelArgValue::makeBuffer(id));
+  return args;
+}
+
+OutputRun::OutputRun(const std::string &text, uint64_t outBytes,
+                     LaunchConfig launch)
+    : kernel(parseKernel(text)), out(memory.addBuffer("out", outBytes)),
+      result(runOrFail(kernel, memory, bufferArgs({out}), launch)) {}
 
 } // namespace moec::emu::test

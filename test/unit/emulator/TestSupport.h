@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct BuiltStage {
   const StageShape &shape() const { return harness->shape(); }
 };
 
+/// Builds `spec`'s kernel in stageContext() into `kernel`; fails the
+/// current test with the error when it cannot be made.
+void buildKernelOrFail(const StageSpec &spec, BuiltKernel &kernel);
+
 /// Builds `spec`'s kernel in stageContext() and its harness; fails the
 /// current test with the error when either cannot be made.
 BuiltStage buildStageOrFail(const StageSpec &spec);
@@ -53,6 +58,22 @@ ParsedKernel parseKernel(const std::string &text);
 RunResult runOrFail(ParsedKernel &kernel, GlobalMemory &memory,
                     const std::vector<KernelArgValue> &args,
                     LaunchConfig launch = LaunchConfig());
+
+/// Kernel arguments that are all buffers, in order.
+std::vector<KernelArgValue> bufferArgs(std::initializer_list<unsigned> ids);
+
+/// The run most single-kernel tests make: a kernel whose only argument is
+/// an output buffer "out", run once (runOrFail).
+struct OutputRun {
+  /// Parses `text` and runs it on a fresh `outBytes`-byte buffer "out".
+  OutputRun(const std::string &text, uint64_t outBytes,
+            LaunchConfig launch = LaunchConfig());
+
+  ParsedKernel kernel;
+  GlobalMemory memory;
+  unsigned out = 0;
+  RunResult result;
+};
 
 template <typename T>
 unsigned addInput(GlobalMemory &memory, const std::string &name,

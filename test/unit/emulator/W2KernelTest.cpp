@@ -117,6 +117,34 @@ Case runCase(Built &built, const DataOptions &options) {
   return c;
 }
 
+/// The W2 kernel of the schedule tests: 16 x 128 b_major tiles of 4 waves,
+/// H = I = 512, 8 experts, top-2, EP 2.
+StageSpec scheduleSpec() {
+  return w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"}, 512, 512, 8,
+                2, 2);
+}
+
+/// Seeded data for the schedule tests: `tokens` tokens, a tenth of the
+/// routes invalid, `emptyTiles` M tiles without routes.
+DataOptions scheduleData(uint64_t seed, int64_t tokens, int64_t emptyTiles) {
+  DataOptions options;
+  options.seed = seed;
+  options.tokens = tokens;
+  options.invalidFraction = 0.1;
+  options.emptyTiles = emptyTiles;
+  return options;
+}
+
+/// A run that matches the oracle, writes every listed row exactly once and
+/// nothing else, and raises no finding.
+void checkEveryRowOnce(const StageOutcome &outcome) {
+  CHECK(outcome.pass);
+  CHECK(outcome.elementsChecked > 0);
+  CHECK(outcome.listedRowsUnwritten == 0);
+  CHECK(outcome.unlistedRowsWritten == 0);
+  CHECK(outcome.run.totalFindings() == 0);
+}
+
 /// The knob sets of tuning_tables/*.table, plus both MFMA shapes and both
 /// orientations at one tile, and other wave counts.
 const std::vector<Knobs> &knobMatrix() {
@@ -355,22 +383,13 @@ TEST_CASE("W2 with tile.group_m computes every tile exactly once", "[w2]") {
   // 40 tokens x 2 routes over 4 local experts give about 6 M tiles of 16:
   // groups of 4 leave a shorter last group.
   for (int64_t group : {2, 4}) {
-    StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
-                            512, 512, 8, 2, 2);
+    StageSpec spec = scheduleSpec();
     spec.fields["group_m"] = std::to_string(group);
     Built built = build(spec);
-    DataOptions options;
-    options.seed = 23;
-    options.tokens = 40;
-    options.invalidFraction = 0.1;
-    options.emptyTiles = 1;
-    const StageOutcome outcome = runCase(built, options).outcome;
+    const StageOutcome outcome =
+        runCase(built, scheduleData(23, 40, 1)).outcome;
     INFO("group_m " << group << ": " << outcome.summary);
-    CHECK(outcome.pass);
-    CHECK(outcome.elementsChecked > 0);
-    CHECK(outcome.listedRowsUnwritten == 0);
-    CHECK(outcome.unlistedRowsWritten == 0);
-    CHECK(outcome.run.totalFindings() == 0);
+    checkEveryRowOnce(outcome);
   }
 }
 
@@ -379,24 +398,15 @@ TEST_CASE("W2 with tile.persist_skew computes every tile exactly once",
   // 3 persistent workgroup rows over about 6 M tiles, contiguous and
   // strided, each starting at a rotated position in its own list.
   for (bool strided : {false, true}) {
-    StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
-                            512, 512, 8, 2, 2);
+    StageSpec spec = scheduleSpec();
     spec.fields["persist_cu"] = "3";
     spec.fields["persist_strided"] = strided ? "true" : "false";
     spec.fields["persist_skew"] = "1";
     Built built = build(spec);
-    DataOptions options;
-    options.seed = 29;
-    options.tokens = 40;
-    options.invalidFraction = 0.1;
-    options.emptyTiles = 1;
-    const StageOutcome outcome = runCase(built, options).outcome;
+    const StageOutcome outcome =
+        runCase(built, scheduleData(29, 40, 1)).outcome;
     INFO("strided " << strided << ": " << outcome.summary);
-    CHECK(outcome.pass);
-    CHECK(outcome.elementsChecked > 0);
-    CHECK(outcome.listedRowsUnwritten == 0);
-    CHECK(outcome.unlistedRowsWritten == 0);
-    CHECK(outcome.run.totalFindings() == 0);
+    checkEveryRowOnce(outcome);
   }
 }
 
@@ -407,23 +417,15 @@ TEST_CASE("W2 with tile.xcd_swizzle then tile.group_m computes every tile "
   // 4 N tiles x about 6 M tiles: over several token counts the workgroup
   // count is sometimes a multiple of the 8 XCDs (renumbered) and sometimes
   // not (plain order kept).
-  StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
-                          512, 512, 8, 2, 2);
+  StageSpec spec = scheduleSpec();
   spec.fields["xcd_swizzle"] = "true";
   spec.fields["group_m"] = "4";
   Built built = build(spec);
   for (int64_t tokens : {36, 40, 44, 49}) {
-    DataOptions options;
-    options.seed = 31;
-    options.tokens = tokens;
-    options.invalidFraction = 0.1;
-    const StageOutcome outcome = runCase(built, options).outcome;
+    const StageOutcome outcome =
+        runCase(built, scheduleData(31, tokens, 0)).outcome;
     INFO("tokens " << tokens << ": " << outcome.summary);
-    CHECK(outcome.pass);
-    CHECK(outcome.elementsChecked > 0);
-    CHECK(outcome.listedRowsUnwritten == 0);
-    CHECK(outcome.unlistedRowsWritten == 0);
-    CHECK(outcome.run.totalFindings() == 0);
+    checkEveryRowOnce(outcome);
   }
 }
 
@@ -433,24 +435,15 @@ TEST_CASE("W2 with sort_block_m reads M tiles inside larger sort blocks",
   // M tile must take its block's expert; a tile taking the expert of block
   // i instead of i * 16 / block would multiply by the wrong weights.
   for (int64_t block : {32, 64}) {
-    StageSpec spec = w2Spec(Knobs{16, 128, 4, "m16n16k128", "b_major", "nt"},
-                            512, 512, 8, 2, 2);
+    StageSpec spec = scheduleSpec();
     spec.fields["sort_block_m"] = std::to_string(block);
     Built built = build(spec);
     CHECK(built.harness->shape().tileM == block);
     CHECK(built.harness->shape().tilesPerSortBlock == block / 16);
-    DataOptions options;
-    options.seed = 37;
-    options.tokens = 40;
-    options.invalidFraction = 0.1;
-    options.emptyTiles = 1;
-    const StageOutcome outcome = runCase(built, options).outcome;
+    const StageOutcome outcome =
+        runCase(built, scheduleData(37, 40, 1)).outcome;
     INFO("sort block " << block << ": " << outcome.summary);
-    CHECK(outcome.pass);
-    CHECK(outcome.elementsChecked > 0);
-    CHECK(outcome.listedRowsUnwritten == 0);
-    CHECK(outcome.unlistedRowsWritten == 0);
-    CHECK(outcome.run.totalFindings() == 0);
+    checkEveryRowOnce(outcome);
   }
 }
 
