@@ -309,6 +309,355 @@ struct Layer::Plan {
   bool workspaceBound = false, weightsBound = false, peersBound = false;
 };
 
+namespace {
+
+/// What the kernels of a table's selectable configurations agree on,
+/// gathered (and checked against each other) before anything is planned.
+struct TableSurvey {
+  bool anyFused = false, anyUnfused = false, shared = false;
+  /// Internal counts: with an FHMoE shared expert, experts + 1 and topK + 1.
+  uint32_t experts = 0, topK = 0;
+  int64_t fusedMaxTokens = -1;
+  bool fusedCompact = false;
+  uint64_t receiveRows = 0;
+  std::string w13Layout, w2Layout;
+  int64_t interleave13 = -1;
+};
+
+/// The table `table` names, if it serves `problem`'s EP size and rank; its
+/// description goes to `tableName`.
+const SelectionTable *selectionFor(const Bundle &bundle, TableHandle table,
+                                   const LayerProblem &problem,
+                                   std::string &tableName, Error &error) {
+  const std::vector<SelectionTable> &tables = bundle.selector().tables();
+  if (table.index >= tables.size()) {
+    error.fail(Status::InvalidArgument, "layer: invalid table handle");
+    return nullptr;
+  }
+  const SelectionTable &selection = tables[table.index];
+  tableName = describeTableKey(selection.network, selection.ep, selection.workspace);
+  if (problem.epSize != selection.ep) {
+    error.fail(Status::InvalidArgument,
+               tableName + ": the layer asks for EP size " +
+                   std::to_string(problem.epSize) + ", the table serves EP " +
+                   std::to_string(selection.ep));
+    return nullptr;
+  }
+  if (problem.epRank >= problem.epSize) {
+    error.fail(Status::InvalidArgument,
+               tableName + ": EP rank " + std::to_string(problem.epRank) +
+                   " out of range for EP size " + std::to_string(problem.epSize));
+    return nullptr;
+  }
+  return &selection;
+}
+
+/// Checks the `#moe.problem` of `kernel` against the layer's problem and
+/// the table's other kernels (the first sets the survey's counts).
+bool surveyProblem(const KernelInfo &kernel, const std::string &where,
+                   const LayerProblem &problem, TableSurvey &survey,
+                   Error &error) {
+  std::string_view problemText = attribute(kernel, "problem");
+  const int64_t hidden = integerParameter(problemText, "hidden", -1);
+  const int64_t intermediate = integerParameter(problemText, "intermediate", -1);
+  const int64_t experts = integerParameter(problemText, "experts", -1);
+  const int64_t topK = integerParameter(problemText, "top_k", -1);
+  const int64_t ep = integerParameter(problemText, "ep", 1);
+  survey.shared = survey.shared || !attribute(kernel, "shared_fp8_expert").empty();
+  if (hidden < 0 || intermediate < 0 || experts < 0 || topK < 0)
+    return error.fail(Status::InvalidArgument,
+                      where + ": no #moe.problem in its attributes");
+  // FHMoE kernels count the shared expert; the sort and combine of such
+  // a configuration see the same internal counts.
+  auto mismatch = [&](const char *what, int64_t kernelValue, int64_t asked) {
+    return error.fail(Status::InvalidArgument,
+                      where + ": compiled for " + what + " " +
+                          std::to_string(kernelValue) + ", the layer asks for " +
+                          std::to_string(asked));
+  };
+  if (hidden != problem.hidden)
+    return mismatch("hidden", hidden, problem.hidden);
+  if (intermediate != problem.intermediate)
+    return mismatch("intermediate", intermediate, problem.intermediate);
+  if (ep != problem.epSize)
+    return mismatch("EP size", ep, problem.epSize);
+  if (survey.experts == 0) {
+    survey.experts = uint32_t(experts);
+    survey.topK = uint32_t(topK);
+  } else if (survey.experts != experts || survey.topK != topK) {
+    return error.fail(Status::InvalidArgument,
+                      where + ": compiled for " + std::to_string(experts) +
+                          " experts, top-" + std::to_string(topK) +
+                          "; other kernels of the table for " +
+                          std::to_string(survey.experts) + ", top-" +
+                          std::to_string(survey.topK));
+  }
+  return true;
+}
+
+/// Checks that `kernel` reads its weights as the table's other kernels do
+/// (gate/up interleave, weight layout): one set of weights serves them all.
+bool surveyWeights(const KernelInfo &kernel, const std::string &where,
+                   TableSurvey &survey, Error &error) {
+  if (kernel.stage == Stage::W13) {
+    const int64_t interleave =
+        std::max<int64_t>(0, leadingInteger(attribute(kernel, "gate_up_interleave")));
+    if (survey.interleave13 >= 0 && survey.interleave13 != interleave)
+      return error.fail(Status::InvalidArgument,
+                        where + ": gate_up_interleave " + std::to_string(interleave) +
+                            ", another W13 kernel of the table " +
+                            std::to_string(survey.interleave13) +
+                            "; one set of weights cannot serve both");
+    survey.interleave13 = interleave;
+  }
+  const std::string &layout = kernel.weightLayout;
+  if (!layout.empty()) {
+    std::string &seen =
+        kernel.stage == Stage::W13 ? survey.w13Layout : survey.w2Layout;
+    if (!seen.empty() && seen != layout)
+      return error.fail(Status::InvalidArgument,
+                        where + ": reads its weights as " + layout +
+                            ", another configuration of the table as " + seen +
+                            "; one set of weights cannot serve both");
+    seen = layout;
+  }
+  return true;
+}
+
+/// Records whether `kernel` is fused and, if so, checks its transport
+/// against the table's other fused kernels and sizes the receive rows.
+bool surveyTransport(const KernelInfo &kernel, const std::string &where,
+                     uint32_t epSize, TableSurvey &survey, Error &error) {
+  PeerParams peer = peerParams(kernel);
+  if (!peer.present) {
+    if ((kernel.stage != Stage::Combine || attribute(kernel, "peer_rows").empty()) &&
+        kernel.stage != Stage::Quant)
+      survey.anyUnfused = true;
+    return true;
+  }
+  survey.anyFused = true;
+  if (survey.fusedMaxTokens >= 0 && (survey.fusedMaxTokens != peer.maxTokens ||
+                                     survey.fusedCompact != peer.compact))
+    return error.fail(Status::InvalidArgument,
+                      where + ": its peer transport differs from the table's other "
+                              "fused kernels (max_tokens, transport)");
+  survey.fusedMaxTokens = peer.maxTokens;
+  survey.fusedCompact = peer.compact;
+  // surveyProblem has checked the kernel's counts against the table's.
+  const int64_t localExperts =
+      int64_t(survey.experts) / std::max<int64_t>(epSize, 1);
+  survey.receiveRows = std::max<uint64_t>(
+      survey.receiveRows, peer.compact ? uint64_t(peer.capacity)
+                                       : uint64_t(peer.capacity) * uint64_t(localExperts));
+  return true;
+}
+
+/// Surveys every kernel of the configurations marked `used`, then checks
+/// the table as a whole against `problem`.
+bool surveyTable(const Manifest &manifest, const std::vector<bool> &used,
+                 const std::string &tableName, const LayerProblem &problem,
+                 TableSurvey &survey, Error &error) {
+  for (size_t c = 0; c < manifest.configs.size(); ++c) {
+    if (!used[c])
+      continue;
+    for (uint32_t k : manifest.configs[c].kernels) {
+      const KernelInfo &kernel = manifest.kernels[k];
+      const std::string where = tableName + ", config " +
+                                manifest.configs[c].id + ", kernel " + kernel.name;
+      if (!surveyProblem(kernel, where, problem, survey, error) ||
+          !surveyWeights(kernel, where, survey, error) ||
+          !surveyTransport(kernel, where, problem.epSize, survey, error))
+        return false;
+    }
+  }
+  if (survey.experts == 0)
+    return error.fail(Status::InvalidArgument, tableName + ": no kernels");
+  if (survey.anyFused && survey.anyUnfused)
+    return error.fail(Status::InvalidArgument,
+                      tableName + ": mixes fused and unfused configurations");
+  const bool shared = survey.shared;
+  const uint32_t routedExperts = survey.experts - (shared ? 1 : 0);
+  const uint32_t routedTopK = survey.topK - (shared ? 1 : 0);
+  if (problem.experts != routedExperts || problem.topK != routedTopK)
+    return error.fail(Status::InvalidArgument,
+                      tableName + ": compiled for " + std::to_string(routedExperts) +
+                          " routed experts, top-" + std::to_string(routedTopK) +
+                          (shared ? " (plus the shared expert)" : "") +
+                          "; the layer asks for " + std::to_string(problem.experts) +
+                          " experts, top-" + std::to_string(problem.topK));
+  return true;
+}
+
+/// The largest M the layer plans for (0 after an error): the problem's
+/// max_tokens, else the table's workspace, capped by fused kernels.
+uint64_t plannedTokens(const LayerProblem &problem, const SelectionTable &selection,
+                       const TableSurvey &survey, const std::string &tableName,
+                       Error &error) {
+  uint64_t tokens = problem.maxTokens ? problem.maxTokens : selection.workspace;
+  if (survey.anyFused) {
+    if (problem.maxTokens && int64_t(problem.maxTokens) > survey.fusedMaxTokens) {
+      error.fail(Status::InvalidArgument,
+                 tableName + ": max_tokens " + std::to_string(problem.maxTokens) +
+                     " above the fused kernels' " +
+                     std::to_string(survey.fusedMaxTokens) + " tokens per rank");
+      return 0;
+    }
+    tokens = std::min<uint64_t>(tokens, uint64_t(survey.fusedMaxTokens));
+  }
+  if (tokens == 0 || tokens > (uint64_t(1) << 24)) {
+    error.fail(Status::InvalidArgument,
+               tableName + ": max_tokens " + std::to_string(tokens) +
+                   " out of range [1, 2^24]");
+    return 0;
+  }
+  return tokens;
+}
+
+/// Whether a step binds a bias (so the weights must carry it).
+struct BiasUse {
+  bool w13 = false, w2 = false;
+};
+
+/// Gives every argument of `kernel` a Source and its kernarg offset.
+bool bindArguments(const KernelInfo &kernel, const std::string &where,
+                   uint32_t epSize, Step &step, BiasUse &bias, Error &error) {
+  uint32_t offset = 0;
+  for (const KernelArgInfo &arg : kernel.abi) {
+    ArgBinding binding;
+    binding.kind = arg.kind;
+    if (!sourceOf(step.role, step.peer, arg.name, binding))
+      return error.fail(Status::InvalidArgument,
+                        where + ": argument '" + arg.name +
+                            "' has no binding in this runtime (a newer compiler?)");
+    const bool pointer = binding.source < Source::NumTokens;
+    if (pointer != (arg.kind == ArgKind::Buffer))
+      return error.fail(Status::InvalidArgument,
+                        where + ": argument '" + arg.name + "' is a " +
+                            argKindName(arg.kind) + ", expected a " +
+                            (pointer ? "buffer" : "scalar"));
+    if (binding.source >= Source::PeerRecvA &&
+        binding.source <= Source::PeerCombineRows && binding.peer >= epSize)
+      return error.fail(Status::InvalidArgument,
+                        where + ": argument '" + arg.name + "' names rank " +
+                            std::to_string(binding.peer) + " of " +
+                            std::to_string(epSize));
+    bias.w13 |= binding.source == Source::W13Bias;
+    bias.w2 |= binding.source == Source::W2Bias;
+    const uint32_t size = arg.kind == ArgKind::I32 ? 4 : 8;
+    offset = uint32_t(alignUp(offset, size));
+    binding.offset = offset;
+    offset += size;
+    step.args.push_back(binding);
+  }
+  step.kernarg.assign(alignUp(offset, 8), 0);
+  return true;
+}
+
+/// The largest sizes of the regions whose size depends on the config.
+struct ConfigRegionBytes {
+  uint64_t sorted = 0, tiles = 0, rows = 0;
+};
+
+/// Plans the steps of config `c` (binding and loading each kernel) and
+/// grows `bytes` to the config's sorted list, tile experts and rows.
+bool planConfig(KernelLoader &loader, const Manifest &manifest, size_t c,
+                const Layer::Plan &plan, const TableSurvey &survey,
+                uint64_t tokens, const std::string &tableName,
+                ConfigPlan &config, ConfigRegionBytes &bytes, BiasUse &bias,
+                Error &error) {
+  const uint64_t H = plan.problem.hidden, K = plan.topK;
+  for (uint32_t k : manifest.configs[c].kernels) {
+    const KernelInfo &kernel = manifest.kernels[k];
+    if (kernel.stage == Stage::Sort) {
+      config.sortTile = uint32_t(std::max<int64_t>(
+          1, leadingInteger(attribute(kernel, "m_tile"))));
+    }
+    if (kernel.stage == Stage::W2 && !survey.anyFused) {
+      int64_t splitK = leadingInteger(attribute(kernel, "split_k"));
+      config.rowBytes = splitK > 1 ? 4 * uint64_t(splitK) * H : 2 * H;
+    }
+  }
+  const uint64_t capacity =
+      sortedCapacity(tokens * K, plan.localExperts, config.sortTile);
+  bytes.sorted = std::max(bytes.sorted, 4 * capacity);
+  bytes.tiles = std::max(bytes.tiles, 4 * (capacity / config.sortTile));
+  bytes.rows = std::max(bytes.rows, tokens * K * config.rowBytes);
+  for (uint32_t k : manifest.configs[c].kernels) {
+    const KernelInfo &kernel = manifest.kernels[k];
+    const std::string where = tableName + ", kernel " + kernel.name;
+    Step step;
+    step.kernel = k;
+    step.role = kernel.stage;
+    step.peer = peerParams(kernel).present || !attribute(kernel, "peer_rows").empty();
+    if (!bindArguments(kernel, where, plan.problem.epSize, step, bias, error))
+      return false;
+    if (!loader.loadKernel(k, error)) // keeps the loader's status
+      return false;
+    config.steps.push_back(std::move(step));
+  }
+  if (config.steps.empty() || config.steps.front().role != Stage::Quant)
+    return error.fail(Status::InvalidArgument,
+                      tableName + ", config " + manifest.configs[c].id +
+                          ": does not start with a quant kernel; the layer takes BF16 "
+                          "hidden states (recompile the table with this compiler)");
+  return true;
+}
+
+/// Lays out the workspace regions; returns the workspace's bytes.
+uint64_t placeWorkspace(Layer::Plan &plan, const TableSurvey &survey,
+                        uint64_t tokens, const ConfigRegionBytes &bytes) {
+  const uint64_t H = plan.problem.hidden, I = plan.problem.intermediate;
+  const uint64_t K = plan.topK;
+  uint64_t cursor = 0;
+  auto place = [&](Source source, uint64_t size) {
+    Region &region = plan.regions[size_t(source)];
+    region.offset = cursor;
+    region.bytes = size;
+    cursor = alignUp(cursor + size, kRegionAlignment);
+  };
+  place(Source::ACodes, tokens * H);
+  place(Source::AScales, tokens * H / 32);
+  if (survey.shared) {
+    place(Source::InternalIds, tokens * K * 4);
+    place(Source::InternalWeights, tokens * K * 4);
+  }
+  if (!survey.anyFused) {
+    place(Source::Sorted, bytes.sorted);
+    place(Source::TileExperts, bytes.tiles);
+    place(Source::SortStatus, 8);
+    place(Source::Intermediate, tokens * K * I);
+    place(Source::IntermediateScales, tokens * K * I / 32);
+    place(Source::Rows, bytes.rows);
+  } else {
+    place(Source::Intermediate, survey.receiveRows * I);
+    place(Source::IntermediateScales, survey.receiveRows * I / 32);
+  }
+  return cursor;
+}
+
+/// Lays out the symmetric buffer every rank of a fused table has (the same
+/// layout on every rank); returns its bytes.
+uint64_t placePeerBuffer(const Layer::Plan &plan, const TableSurvey &survey,
+                         PeerLayout &peer) {
+  const uint64_t H = plan.problem.hidden, K = plan.topK;
+  const uint64_t receiveRows = survey.receiveRows;
+  uint64_t peerCursor = 0;
+  auto placePeer = [&](uint64_t &offset, uint64_t bytes) {
+    offset = peerCursor;
+    peerCursor = alignUp(peerCursor + bytes, kRegionAlignment);
+  };
+  placePeer(peer.recvA, receiveRows * H);
+  placePeer(peer.recvScale, receiveRows * H / 32);
+  placePeer(peer.recvMeta, uint64_t(moec_peer_recv_meta_bytes(int64_t(receiveRows))));
+  peer.controlBytes =
+      uint64_t(moec_peer_control_bytes(plan.localExperts, plan.problem.epSize));
+  placePeer(peer.control, peer.controlBytes);
+  placePeer(peer.combineRows, uint64_t(survey.fusedMaxTokens) * K * H * 2);
+  return peerCursor;
+}
+
+} // namespace
+
 Layer::~Layer() = default;
 
 std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
@@ -325,27 +674,11 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
                                      const LayerProblem &problem, Error &error) {
   const Bundle &bundle = loader.bundle();
   const Manifest &manifest = bundle.manifest();
-  const std::vector<SelectionTable> &tables = bundle.selector().tables();
-  if (table.index >= tables.size()) {
-    error.fail(Status::InvalidArgument, "layer: invalid table handle");
+  std::string tableName;
+  const SelectionTable *selection =
+      selectionFor(bundle, table, problem, tableName, error);
+  if (!selection)
     return nullptr;
-  }
-  const SelectionTable &selection = tables[table.index];
-  const std::string tableName =
-      describeTableKey(selection.network, selection.ep, selection.workspace);
-  if (problem.epSize != selection.ep) {
-    error.fail(Status::InvalidArgument,
-               tableName + ": the layer asks for EP size " +
-                   std::to_string(problem.epSize) + ", the table serves EP " +
-                   std::to_string(selection.ep));
-    return nullptr;
-  }
-  if (problem.epRank >= problem.epSize) {
-    error.fail(Status::InvalidArgument,
-               tableName + ": EP rank " + std::to_string(problem.epRank) +
-                   " out of range for EP size " + std::to_string(problem.epSize));
-    return nullptr;
-  }
 
   auto layer = std::unique_ptr<Layer>(new Layer());
   auto plan = std::make_unique<Plan>();
@@ -356,283 +689,42 @@ std::unique_ptr<Layer> Layer::create(KernelLoader &loader, TableHandle table,
 
   // Which configurations the table can select.
   std::vector<bool> used(manifest.configs.size(), false);
-  for (const SelectionRow &row : selection.rows)
+  for (const SelectionRow &row : selection->rows)
     used[row.config] = true;
 
-  bool anyFused = false, anyUnfused = false, shared = false;
-  int64_t fusedMaxTokens = -1;
-  bool fusedCompact = false;
-  uint64_t receiveRows = 0;
-  std::string w13Layout, w2Layout;
-  int64_t interleave13 = -1;
-  for (size_t c = 0; c < manifest.configs.size(); ++c) {
-    if (!used[c])
-      continue;
-    for (uint32_t k : manifest.configs[c].kernels) {
-      const KernelInfo &kernel = manifest.kernels[k];
-      const std::string where = tableName + ", config " +
-                                manifest.configs[c].id + ", kernel " + kernel.name;
-      std::string_view problemText = attribute(kernel, "problem");
-      const int64_t hidden = integerParameter(problemText, "hidden", -1);
-      const int64_t intermediate = integerParameter(problemText, "intermediate", -1);
-      const int64_t experts = integerParameter(problemText, "experts", -1);
-      const int64_t topK = integerParameter(problemText, "top_k", -1);
-      const int64_t ep = integerParameter(problemText, "ep", 1);
-      const bool kernelShared = !attribute(kernel, "shared_fp8_expert").empty();
-      shared = shared || kernelShared;
-      if (hidden < 0 || intermediate < 0 || experts < 0 || topK < 0) {
-        error.fail(Status::InvalidArgument,
-                   where + ": no #moe.problem in its attributes");
-        return nullptr;
-      }
-      // FHMoE kernels count the shared expert; the sort and combine of such
-      // a configuration see the same internal counts.
-      auto mismatch = [&](const char *what, int64_t kernelValue,
-                          int64_t asked) {
-        error.fail(Status::InvalidArgument,
-                   where + ": compiled for " + what + " " +
-                       std::to_string(kernelValue) + ", the layer asks for " +
-                       std::to_string(asked));
-        return nullptr;
-      };
-      if (hidden != problem.hidden)
-        return mismatch("hidden", hidden, problem.hidden);
-      if (intermediate != problem.intermediate)
-        return mismatch("intermediate", intermediate, problem.intermediate);
-      if (ep != problem.epSize)
-        return mismatch("EP size", ep, problem.epSize);
-      if (plan->experts == 0) {
-        plan->experts = uint32_t(experts);
-        plan->topK = uint32_t(topK);
-      } else if (plan->experts != experts || plan->topK != topK) {
-        error.fail(Status::InvalidArgument,
-                   where + ": compiled for " + std::to_string(experts) +
-                       " experts, top-" + std::to_string(topK) +
-                       "; other kernels of the table for " +
-                       std::to_string(plan->experts) + ", top-" +
-                       std::to_string(plan->topK));
-        return nullptr;
-      }
-      if (kernel.stage == Stage::W13) {
-        const int64_t interleave =
-            std::max<int64_t>(0, leadingInteger(attribute(kernel, "gate_up_interleave")));
-        if (interleave13 >= 0 && interleave13 != interleave) {
-          error.fail(Status::InvalidArgument,
-                     where + ": gate_up_interleave " + std::to_string(interleave) +
-                         ", another W13 kernel of the table " +
-                         std::to_string(interleave13) +
-                         "; one set of weights cannot serve both");
-          return nullptr;
-        }
-        interleave13 = interleave;
-      }
-      const std::string &layout = kernel.weightLayout;
-      if (!layout.empty()) {
-        std::string &seen = kernel.stage == Stage::W13 ? w13Layout : w2Layout;
-        if (!seen.empty() && seen != layout) {
-          error.fail(Status::InvalidArgument,
-                     where + ": reads its weights as " + layout +
-                         ", another configuration of the table as " + seen +
-                         "; one set of weights cannot serve both");
-          return nullptr;
-        }
-        seen = layout;
-      }
-      PeerParams peer = peerParams(kernel);
-      if (peer.present) {
-        anyFused = true;
-        if (fusedMaxTokens >= 0 &&
-            (fusedMaxTokens != peer.maxTokens || fusedCompact != peer.compact)) {
-          error.fail(Status::InvalidArgument,
-                     where + ": its peer transport differs from the table's other "
-                             "fused kernels (max_tokens, transport)");
-          return nullptr;
-        }
-        fusedMaxTokens = peer.maxTokens;
-        fusedCompact = peer.compact;
-        receiveRows = std::max<uint64_t>(
-            receiveRows, peer.compact ? uint64_t(peer.capacity)
-                                      : uint64_t(peer.capacity) *
-                                            uint64_t(experts / std::max<int64_t>(ep, 1)));
-      } else if (kernel.stage != Stage::Combine || attribute(kernel, "peer_rows").empty()) {
-        if (kernel.stage != Stage::Quant)
-          anyUnfused = true;
-      }
-    }
-  }
-  if (plan->experts == 0) {
-    error.fail(Status::InvalidArgument, tableName + ": no kernels");
+  TableSurvey survey;
+  if (!surveyTable(manifest, used, tableName, problem, survey, error))
     return nullptr;
-  }
-  if (anyFused && anyUnfused) {
-    error.fail(Status::InvalidArgument,
-               tableName + ": mixes fused and unfused configurations");
-    return nullptr;
-  }
-  const uint32_t routedExperts = plan->experts - (shared ? 1 : 0);
-  const uint32_t routedTopK = plan->topK - (shared ? 1 : 0);
-  if (problem.experts != routedExperts || problem.topK != routedTopK) {
-    error.fail(Status::InvalidArgument,
-               tableName + ": compiled for " + std::to_string(routedExperts) +
-                   " routed experts, top-" + std::to_string(routedTopK) +
-                   (shared ? " (plus the shared expert)" : "") +
-                   "; the layer asks for " + std::to_string(problem.experts) +
-                   " experts, top-" + std::to_string(problem.topK));
-    return nullptr;
-  }
+  plan->experts = survey.experts;
+  plan->topK = survey.topK;
   plan->localExperts = plan->experts / problem.epSize;
-  plan->unfusedExpertParallel = !anyFused && problem.epSize > 1;
-  plan->receiveRows = receiveRows;
+  plan->unfusedExpertParallel = !survey.anyFused && problem.epSize > 1;
+  plan->receiveRows = survey.receiveRows;
 
-  // The largest M.
-  uint64_t tokens = problem.maxTokens ? problem.maxTokens : selection.workspace;
-  if (anyFused) {
-    if (problem.maxTokens && int64_t(problem.maxTokens) > fusedMaxTokens) {
-      error.fail(Status::InvalidArgument,
-                 tableName + ": max_tokens " + std::to_string(problem.maxTokens) +
-                     " above the fused kernels' " + std::to_string(fusedMaxTokens) +
-                     " tokens per rank");
-      return nullptr;
-    }
-    tokens = std::min<uint64_t>(tokens, uint64_t(fusedMaxTokens));
-  }
-  if (tokens == 0 || tokens > (uint64_t(1) << 24)) {
-    error.fail(Status::InvalidArgument,
-               tableName + ": max_tokens " + std::to_string(tokens) +
-                   " out of range [1, 2^24]");
+  const uint64_t tokens =
+      plannedTokens(problem, *selection, survey, tableName, error);
+  if (tokens == 0)
     return nullptr;
-  }
 
   // Plan every step and size the regions.
-  const uint64_t H = problem.hidden, I = plan->problem.intermediate;
-  const uint64_t K = plan->topK;
-  uint64_t sortedBytes = 0, tileBytes = 0, rowsBytes = 0;
+  ConfigRegionBytes bytes;
+  BiasUse bias;
   for (size_t c = 0; c < manifest.configs.size(); ++c) {
-    if (!used[c])
-      continue;
-    ConfigPlan &config = plan->configs[c];
-    for (uint32_t k : manifest.configs[c].kernels) {
-      const KernelInfo &kernel = manifest.kernels[k];
-      if (kernel.stage == Stage::Sort) {
-        config.sortTile = uint32_t(std::max<int64_t>(
-            1, leadingInteger(attribute(kernel, "m_tile"))));
-      }
-      if (kernel.stage == Stage::W2 && !anyFused) {
-        int64_t splitK = leadingInteger(attribute(kernel, "split_k"));
-        config.rowBytes = splitK > 1 ? 4 * uint64_t(splitK) * H : 2 * H;
-      }
-    }
-    const uint64_t capacity =
-        sortedCapacity(tokens * K, plan->localExperts, config.sortTile);
-    sortedBytes = std::max(sortedBytes, 4 * capacity);
-    tileBytes = std::max(tileBytes, 4 * (capacity / config.sortTile));
-    rowsBytes = std::max(rowsBytes, tokens * K * config.rowBytes);
-    for (uint32_t k : manifest.configs[c].kernels) {
-      const KernelInfo &kernel = manifest.kernels[k];
-      const std::string where = tableName + ", kernel " + kernel.name;
-      Step step;
-      step.kernel = k;
-      step.role = kernel.stage;
-      step.peer = peerParams(kernel).present ||
-                  !attribute(kernel, "peer_rows").empty();
-      uint32_t offset = 0;
-      for (const KernelArgInfo &arg : kernel.abi) {
-        ArgBinding binding;
-        binding.kind = arg.kind;
-        if (!sourceOf(step.role, step.peer, arg.name, binding)) {
-          error.fail(Status::InvalidArgument,
-                     where + ": argument '" + arg.name +
-                         "' has no binding in this runtime (a newer compiler?)");
-          return nullptr;
-        }
-        const bool pointer = binding.source < Source::NumTokens;
-        if (pointer != (arg.kind == ArgKind::Buffer)) {
-          error.fail(Status::InvalidArgument,
-                     where + ": argument '" + arg.name + "' is a " +
-                         argKindName(arg.kind) + ", expected a " +
-                         (pointer ? "buffer" : "scalar"));
-          return nullptr;
-        }
-        if (binding.source >= Source::PeerRecvA &&
-            binding.source <= Source::PeerCombineRows &&
-            binding.peer >= problem.epSize) {
-          error.fail(Status::InvalidArgument,
-                     where + ": argument '" + arg.name + "' names rank " +
-                         std::to_string(binding.peer) + " of " +
-                         std::to_string(problem.epSize));
-          return nullptr;
-        }
-        layer->biasedW13_ |= binding.source == Source::W13Bias;
-        layer->biasedW2_ |= binding.source == Source::W2Bias;
-        const uint32_t size = arg.kind == ArgKind::I32 ? 4 : 8;
-        offset = uint32_t(alignUp(offset, size));
-        binding.offset = offset;
-        offset += size;
-        step.args.push_back(binding);
-      }
-      step.kernarg.assign(alignUp(offset, 8), 0);
-      if (!loader.loadKernel(k, error)) // keeps the loader's status
-        return nullptr;
-      config.steps.push_back(std::move(step));
-    }
-    if (config.steps.empty() || config.steps.front().role != Stage::Quant) {
-      error.fail(Status::InvalidArgument,
-                 tableName + ", config " + manifest.configs[c].id +
-                     ": does not start with a quant kernel; the layer takes BF16 "
-                     "hidden states (recompile the table with this compiler)");
+    if (used[c] && !planConfig(loader, manifest, c, *plan, survey, tokens,
+                               tableName, plan->configs[c], bytes, bias, error))
       return nullptr;
-    }
   }
+  layer->biasedW13_ = bias.w13;
+  layer->biasedW2_ = bias.w2;
 
-  // Workspace regions.
-  uint64_t cursor = 0;
-  auto place = [&](Source source, uint64_t bytes) {
-    Region &region = plan->regions[size_t(source)];
-    region.offset = cursor;
-    region.bytes = bytes;
-    cursor = alignUp(cursor + bytes, kRegionAlignment);
-  };
-  place(Source::ACodes, tokens * H);
-  place(Source::AScales, tokens * H / 32);
-  if (shared) {
-    place(Source::InternalIds, tokens * K * 4);
-    place(Source::InternalWeights, tokens * K * 4);
-  }
-  if (!anyFused) {
-    place(Source::Sorted, sortedBytes);
-    place(Source::TileExperts, tileBytes);
-    place(Source::SortStatus, 8);
-    place(Source::Intermediate, tokens * K * I);
-    place(Source::IntermediateScales, tokens * K * I / 32);
-    place(Source::Rows, rowsBytes);
-  } else {
-    place(Source::Intermediate, receiveRows * I);
-    place(Source::IntermediateScales, receiveRows * I / 32);
-  }
   LayerMemory &memory = layer->memory_;
-  memory.workspaceBytes = cursor;
+  memory.workspaceBytes = placeWorkspace(*plan, survey, tokens, bytes);
   memory.maxTokens = uint32_t(tokens);
-
-  if (anyFused) {
-    // One symmetric buffer per rank, the same layout on every rank.
-    uint64_t peerCursor = 0;
-    auto placePeer = [&](uint64_t &offset, uint64_t bytes) {
-      offset = peerCursor;
-      peerCursor = alignUp(peerCursor + bytes, kRegionAlignment);
-    };
-    PeerLayout &peer = memory.peer;
-    placePeer(peer.recvA, receiveRows * H);
-    placePeer(peer.recvScale, receiveRows * H / 32);
-    placePeer(peer.recvMeta, uint64_t(moec_peer_recv_meta_bytes(int64_t(receiveRows))));
-    peer.controlBytes = uint64_t(
-        moec_peer_control_bytes(plan->localExperts, problem.epSize));
-    placePeer(peer.control, peer.controlBytes);
-    placePeer(peer.combineRows, uint64_t(fusedMaxTokens) * K * H * 2);
-    memory.peerBytes = peerCursor;
-  }
-  layer->fused_ = anyFused;
-  layer->sharedExpert_ = shared;
-  layer->gateUpInterleave_ = uint32_t(std::max<int64_t>(0, interleave13));
+  if (survey.anyFused)
+    memory.peerBytes = placePeerBuffer(*plan, survey, memory.peer);
+  layer->fused_ = survey.anyFused;
+  layer->sharedExpert_ = survey.shared;
+  layer->gateUpInterleave_ = uint32_t(std::max<int64_t>(0, survey.interleave13));
   layer->plan_ = std::move(plan);
   return layer;
 }
