@@ -10,8 +10,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/AiterCsv.h"
+#include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/Registration.h"
 #include "moec/Compiler/StageBuilder.h"
+#include "moec/Dialect/Moe/MoeTarget.h"
 #include "moec/bundle.h"
 
 #include "mlir/IR/Builders.h"
@@ -86,13 +88,17 @@ std::string where(const std::string &file, int line, const char *column) {
   return file + ":" + std::to_string(line) + ": column '" + column + "': ";
 }
 
-/// AITER's _LEGACY_CU_NUM_TO_GFX (aiter/jit/utils/chip_info.py).
+/// AITER's _LEGACY_CU_NUM_TO_GFX (aiter/jit/utils/chip_info.py) knows three
+/// counts: 256 (MI355X) and 304 (MI300X), whose arch is that of moec's part
+/// with as many CUs, and 80 (MI308X), the same arch as MI300X. Any other
+/// count (MI350P's 128 included) gives "", as in AITER.
 std::string gfxOfCuNum(uint32_t cuNum) {
-  if (cuNum == 256)
-    return "gfx950";
-  if (cuNum == 80 || cuNum == 304)
-    return "gfx942";
-  return "";
+  constexpr uint32_t kMi308xCus = 80, kMi300xCus = 304, kMi355xCus = 256;
+  if (cuNum == kMi308xCus)
+    cuNum = kMi300xCus;
+  if (cuNum != kMi300xCus && cuNum != kMi355xCus)
+    return "";
+  return std::string(target::archOfComputeUnits(cuNum));
 }
 
 bool sameKey(const rt::AiterRowInfo &a, const rt::AiterRowInfo &b) {
@@ -552,8 +558,8 @@ bool parseAiterKernelName(const std::string &name, int stage,
 
 namespace {
 
-/// Why moec cannot compile a row whose names parsed, or "".
-std::string rowSupport(const AiterCsvRow &row) {
+/// Why moec cannot compile a row whose names parsed for `part`, or "".
+std::string rowSupport(const AiterCsvRow &row, const target::TargetInfo &part) {
   const rt::AiterRowInfo &r = row.info;
   if (!row.problem.empty())
     return row.problem;
@@ -561,8 +567,17 @@ std::string rowSupport(const AiterCsvRow &row) {
     return "cu_num " + std::to_string(r.cuNum) +
            " and no gfx column: AITER would take the arch of the machine "
            "that loads the table; give a gfx column";
-  if (r.gfx != "gfx950")
-    return "gfx " + r.gfx + ": moec compiles for gfx950 only";
+  if (r.gfx != part.arch)
+    return "gfx " + r.gfx + ": the compile is for " +
+           target::describePart(part) + " (--target)";
+  // AITER keys its rows on cu_num (aiter #5342): a row tuned for another
+  // CU count is not compiled for this part.
+  if (r.cuNum != part.computeUnits)
+    return "cu_num " + std::to_string(r.cuNum) + ": the compile is for " +
+           target::describePart(part) + ", and a " +
+           std::to_string(part.computeUnits) +
+           "-CU part never takes a row tuned for " + std::to_string(r.cuNum) +
+           " CUs (--target)";
   if (r.actType != kSilu && r.actType != kSwiglu)
     return "act_type " + r.actType + ": moec's W13 implements "
                                      "ActivationType.Silu and "
@@ -619,6 +634,7 @@ std::string knobsText(const std::map<std::string, std::string> &knobs) {
 } // namespace
 
 bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
+                     const target::TargetInfo &part,
                      const AiterCompileOptions &options, TuningTable &table,
                      std::vector<rt::AiterRowInfo> &manifestRows,
                      std::vector<std::string> &unsupported, std::string &error) {
@@ -640,6 +656,9 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
                                       [](mlir::Diagnostic &) { return mlir::success(); });
   mlir::OwningOpRef<mlir::ModuleOp> scratch =
       mlir::ModuleOp::create(mlir::UnknownLoc::get(&context));
+  // Each row's stages are verified against the part, as the compile will.
+  (*scratch)->setAttr(moe::kTargetAttrName,
+                      mlir::StringAttr::get(&context, part.name));
   auto addKernel = [&](const std::string &problem, const std::string &stage,
                        std::map<std::string, std::string> knobs,
                        const SourceLine &at) {
@@ -660,7 +679,7 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
   for (const AiterCsvRow &row : rows) {
     rt::AiterRowInfo info = row.info;
     const std::string at = row.file + ":" + std::to_string(row.line) + ": ";
-    std::string reason = rowSupport(row);
+    std::string reason = rowSupport(row, part);
     AiterStageKnobs s1, s2;
     std::string reason1, reason2;
     if (!parseAiterKernelName(info.kernelName1, 1, s1, reason1))
@@ -860,9 +879,14 @@ CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
   std::vector<AiterCsvRow> rows;
   if (!readAiterCsvs(paths, rows, aiterSummary.merge, error))
     return CompileStatus::BadInput;
+  if (!options.target) {
+    error = "compileAiterCsvsToBundle: no target part (CompileOptions::target)";
+    return CompileStatus::BadInput;
+  }
   TuningTable table;
   std::vector<rt::AiterRowInfo> manifestRows;
-  if (!buildAiterTable(rows, aiterOptions, table, manifestRows,
+  if (!buildAiterTable(rows, options.target->chip, aiterOptions, table,
+                       manifestRows,
                        aiterSummary.unsupported, error))
     return CompileStatus::BadInput;
   aiterSummary.rows = manifestRows.size();

@@ -110,10 +110,12 @@ rt::RowProvenance manifestProvenance(const RowProvenance &row) {
 
 BundleContents buildBundleContents(const TuningTable &table,
                                    const CompiledTable &compiled) {
-  const CompileTarget &target = CompileTarget::gfx950();
+  assert(compiled.target && "compileTable records the part it compiled for");
+  const CompileTarget &target = *compiled.target;
   BundleContents bundle;
   rt::Manifest &manifest = bundle.manifest;
-  manifest.target = {target.chip.arch, target.features, 6};
+  manifest.target = {target.chip.arch, target.features, 6,
+                     target.chip.computeUnits};
   manifest.compiler = {"moec", "0.1.0", LLVM_VERSION_STRING,
                        compilerFingerprint(target)};
   manifest.numerics = {

@@ -9,6 +9,7 @@
 #include "moec/Compiler/Registration.h"
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/Dialect/Moe/MoeTarget.h"
 #include "moec/bundle.h"
 #include "moec/hash.h"
 
@@ -209,9 +210,17 @@ CompileStatus compileTable(const TuningTable &table,
   });
 
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&context));
+  // The part is the module's moe.target: every op is verified against its
+  // limits and built with its facts.
+  if (options.target)
+    (*module)->setAttr(moe::kTargetAttrName,
+                       StringAttr::get(&context, options.target->chip.name));
+  const CompileTarget &target =
+      CompileTarget::of(*moe::lookupTarget(module->getOperation()));
   OpBuilder builder(&context);
   builder.setInsertionPointToEnd(module->getBody());
   compiled = CompiledTable();
+  compiled.target = &target;
 
   // Table kernel name -> its built op, for the checks across kernels.
   std::map<std::string, Operation *> ops;
@@ -265,7 +274,6 @@ CompileStatus compileTable(const TuningTable &table,
   // machine; lld is serialised inside linkHsaco), so kernels are spread
   // over threads and the results land in kernel order: the bundle is the
   // same for any number of jobs.
-  const CompileTarget &target = CompileTarget::gfx950();
   CompileCache cache(options.cacheDirectory, options.cacheMaxBytes);
   std::vector<std::string> errors(compiled.kernels.size());
   std::atomic<size_t> next{0}, done{0}, fromCache{0};
@@ -287,7 +295,8 @@ CompileStatus compileTable(const TuningTable &table,
     kernel.kernelIr = std::move(*kernelIr);
     time.irSeconds = secondsSince(phase);
     phase = Clock::now();
-    std::string description = kernel.stage + ";" + kernel.symbol;
+    std::string description = kernel.stage + ";" + kernel.symbol + ";" +
+                              target.chip.arch + target.features;
     for (const auto &[name, value] : kernel.attributes)
       description += ";" + name + "=" + value;
     const std::string key = CompileCache::key(kernel.kernelIr, description);
@@ -337,7 +346,7 @@ CompileStatus compileTable(const TuningTable &table,
     }
     if (r.ldsBytes > target.chip.ldsBytesPerCu) {
       kernelError = where + "uses " + std::to_string(r.ldsBytes) +
-                    " bytes of LDS; " + target.chip.arch + " has " +
+                    " bytes of LDS; " + target.chip.name + " has " +
                     std::to_string(target.chip.ldsBytesPerCu);
       return;
     }

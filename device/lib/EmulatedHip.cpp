@@ -50,6 +50,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -58,6 +59,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unistd.h>
 #include <unordered_map>
 #include <vector>
@@ -130,8 +132,26 @@ void *const kLaunchParamEnd = reinterpret_cast<void *>(3);
 /// HIP_IPC_HANDLE_SIZE.
 constexpr size_t kIpcHandleSize = 64;
 
-/// The chip every emulated device is: the compiler's default target.
-const moec::target::TargetInfo &chip() { return moec::target::defaultTarget(); }
+/// The chip or part every emulated device is: $MOEC_EMULATED_TARGET names it
+/// as `moec compile --target` does ("mi350p": 128 CUs); unset or empty, the
+/// default chip. A name moec has no facts for is reported once on stderr
+/// and the default chip is used, so the device still comes up.
+const moec::target::TargetInfo &chip() {
+  static const moec::target::TargetInfo &emulated =
+      []() -> const moec::target::TargetInfo & {
+    const char *name = std::getenv("MOEC_EMULATED_TARGET");
+    const std::string_view text = name ? name : "";
+    if (const moec::target::TargetInfo *part =
+            moec::target::lookupTargetInfoOrDefault(text))
+      return *part;
+    std::fprintf(stderr,
+                 "moec emulated HIP: MOEC_EMULATED_TARGET=%s is not a chip "
+                 "moec knows (%s); emulating the default chip\n",
+                 name, moec::target::knownTargetNames().c_str());
+    return *moec::target::lookupTargetInfoOrDefault("");
+  }();
+  return emulated;
+}
 
 //===----------------------------------------------------------------------===//
 // State

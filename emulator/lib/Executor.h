@@ -39,8 +39,20 @@
 
 namespace moec::emu::detail {
 
-/// Lanes of a wave: the emulator runs gfx950's wave64.
-constexpr int kLanes = static_cast<int>(target::kGfx950.wavefrontSize);
+/// Whether every chip and part moec knows runs waves of `lanes` lanes.
+constexpr bool everyKnownTargetRuns(uint32_t lanes) {
+  for (const target::TargetInfo *chip : target::kKnownTargets)
+    if (chip->wavefrontSize != lanes)
+      return false;
+  return true;
+}
+
+/// Lanes of a wave: wave64, the width of the emulator's lane masks
+/// (uint64_t), which every chip moec knows runs. A wave32 chip needs the
+/// masks and this constant to become the kernel's own.
+constexpr int kLanes = 64;
+static_assert(everyKnownTargetRuns(kLanes),
+              "the emulator's lane masks hold one wave64 of every chip");
 constexpr uint64_t kAllLanes = ~uint64_t(0);
 
 /// A memref value: which memory, where its element 0 lies, and its bounds.

@@ -19,16 +19,15 @@
 namespace moec::emu {
 
 mlir::FailureOr<unsigned>
-residentWorkgroupCap(const rt::KernelInfo &kernel, unsigned computeUnits,
-                     std::string &error) {
-  // The emulator runs kernel IR built for the default chip.
-  const target::TargetInfo &chip = target::defaultTarget();
+residentWorkgroupCap(const rt::KernelInfo &kernel,
+                     const target::TargetInfo &chip, std::string &error) {
+  const unsigned computeUnits = chip.computeUnits;
   const target::OccupancyEstimate estimate =
       rt::estimateKernelOccupancy(chip, kernel);
   if (estimate.limiter == target::OccupancyLimiter::Invalid) {
     error = std::string("emulator: ") +
             (kernel.name.empty() ? std::string() : kernel.name + ": ") +
-            "cannot launch on " + chip.arch + ": " +
+            "cannot launch on " + chip.name + ": " +
             (estimate.problem ? estimate.problem : "invalid resources");
     return mlir::failure();
   }
@@ -43,12 +42,12 @@ residentWorkgroupCap(const rt::KernelInfo &kernel, unsigned computeUnits,
 
 mlir::FailureOr<unsigned>
 residentWorkgroupCap(const rt::KernelResources &resources,
-                     unsigned workgroupSize, unsigned computeUnits,
+                     unsigned workgroupSize, const target::TargetInfo &chip,
                      std::string &error) {
   rt::KernelInfo kernel;
   kernel.resources = resources;
   kernel.launch.workgroupSize = {{workgroupSize, 1, 1}};
-  return residentWorkgroupCap(kernel, computeUnits, error);
+  return residentWorkgroupCap(kernel, chip, error);
 }
 
 } // namespace moec::emu

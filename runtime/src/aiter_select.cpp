@@ -310,8 +310,18 @@ std::string describeAiterMiss(const std::vector<AiterRowInfo> &rows,
 std::string describeAiterRefusal(const Manifest &manifest, const AiterKey &key,
                                  const AiterSelection &selection, uint64_t m) {
   std::string text = "m " + std::to_string(m);
-  if (selection.status == AiterStatus::Miss || selection.row >= manifest.aiterRows.size())
+  if (selection.status == AiterStatus::Miss || selection.row >= manifest.aiterRows.size()) {
+    // AITER keys its rows on cu_num (aiter #5342): a device of another CU
+    // count than the bundle's part never takes the part's rows.
+    const target::TargetInfo *part = partOf(manifest.target);
+    if (part && key.gfx == part->arch && key.cuNum != part->computeUnits)
+      text += ": cu_num " + std::to_string(key.cuNum) +
+              ": the bundle's rows are for " + target::describePart(*part) +
+              ", and a " + std::to_string(key.cuNum) +
+              "-CU device never takes a row tuned for " +
+              std::to_string(part->computeUnits) + " CUs";
     return text + ": " + describeAiterMiss(manifest.aiterRows, key, selection.token);
+  }
   const AiterRowInfo &row = manifest.aiterRows[selection.row];
   const std::string at =
       (row.source < manifest.sources.size() ? manifest.sources[row.source].path

@@ -314,11 +314,10 @@ bool KernelLoader::checkResources(const KernelInfo &kernel, std::string &error) 
   }
   // A kernel the occupancy model says cannot be resident at all would fail
   // or hang at launch; refuse it here with the reason.
-  if (const target::TargetInfo *target =
-          target::lookupTargetInfo(bundle_.manifest().target.arch)) {
+  if (const target::TargetInfo *target = partOf(bundle_.manifest().target)) {
     target::OccupancyEstimate estimate = estimateKernelOccupancy(*target, kernel);
     if (estimate.limiter == target::OccupancyLimiter::Invalid) {
-      error = kernel.name + ": cannot be resident on " + target->arch + ": " +
+      error = kernel.name + ": cannot be resident on " + target->name + ": " +
               estimate.problem;
       return false;
     }

@@ -83,22 +83,33 @@ bool parseTarget(const Json &root, Manifest &m, std::string &error) {
   }
   if (!expectObject(*target, "target", error) ||
       !knownFieldsOnly(*target, "target",
-                       {"arch", "features", "code_object_version"}, error))
+                       {"arch", "features", "code_object_version",
+                        "compute_units"},
+                       error))
     return false;
   if (!readString(*target, "arch", "target", true, m.target.arch, error) ||
       !readString(*target, "features", "target", false, m.target.features,
                   error) ||
       !readU32(*target, "code_object_version", "target", false,
-               m.target.codeObjectVersion, error))
+               m.target.codeObjectVersion, error) ||
+      !readU32(*target, "compute_units", "target", false,
+               m.target.computeUnits, error))
     return false;
   // The code objects are checked against the chip's facts (ELF mach,
   // register files, LDS): a chip without facts cannot be checked.
-  if (!target::lookupTargetInfo(m.target.arch)) {
+  if (!target::lookupPart(m.target.arch, 0)) {
     std::string known;
     for (const target::TargetInfo *chip : target::kKnownTargets)
-      known += std::string(known.empty() ? "" : ", ") + chip->arch;
+      if (target::lookupPart(chip->arch, 0) == chip)
+        known += std::string(known.empty() ? "" : ", ") + chip->arch;
     error = "target.arch: '" + m.target.arch + "' is not a chip moec knows (" +
             known + ")";
+    return false;
+  }
+  if (!partOf(m.target)) {
+    error = "target.compute_units: " + std::to_string(m.target.computeUnits) +
+            " is not a part of " + m.target.arch + " moec knows (" +
+            target::partComputeUnits(m.target.arch) + " CUs)";
     return false;
   }
   return true;
@@ -479,6 +490,8 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
         kernel.abi.push_back(std::move(arg));
       }
     }
+    // A manifest without wavefront_size means the wave size of its part.
+    kernel.resources.wavefrontSize = partOf(m.target)->wavefrontSize;
     if (!parseLaunch(entry, where, kernel.launch, error) ||
         !parseResources(entry, where, kernel.resources, error) ||
         !checkResources(kernel.resources, m.target.arch, where, error) ||
@@ -859,6 +872,8 @@ std::string serializeManifest(const Manifest &m) {
   root["target"] = {{"arch", m.target.arch},
                     {"features", m.target.features},
                     {"code_object_version", m.target.codeObjectVersion}};
+  if (m.target.computeUnits)
+    root["target"]["compute_units"] = m.target.computeUnits;
   root["compiler"] = {{"name", m.compiler.name},
                       {"version", m.compiler.version},
                       {"llvm", m.compiler.llvm},

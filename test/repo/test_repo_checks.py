@@ -95,3 +95,35 @@ def test_layering_violations_are_found(tmp_path):
 
 def test_layering_of_this_repository():
     assert run("check_layering.py", ROOT).returncode == 0
+
+
+# The chip names are assembled at run time, as the paths above are.
+ARCH = "gfx" + "950"
+
+
+def test_target_literals_are_found(tmp_path):
+    files = {
+        "compiler/lib/Tune.cpp": f'if (chip.arch == std::string("{ARCH}")) {{}}\n',
+        "tools/moec/Run.cpp": "const auto &chip = target::default" + "Target();\n",
+        "emulator/lib/Lanes.h": "constexpr int kLanes = target::kGfx" + "950.wavefrontSize;\n",
+        "compiler/lib/Ok.cpp": f"// the default is {ARCH}\nuse(part.arch); // \"{ARCH}\"\n",
+        "target/include/moec/target/target_info.h": f'const char *arch = "{ARCH}";\n',
+        "dialect/lib/Default.cpp": "return target::default" + "Target();\n",
+        "test/unit/x/XTest.cpp": f'CHECK(arch == "{ARCH}");\n',
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    allow = tmp_path / "allow"
+    allow.write_text("# FILE: why\ndialect/lib/Default.cpp: the intended default\n")
+    result = run("check_target_literals.py", str(tmp_path), str(allow))
+    assert result.returncode == 1
+    out = result.stdout
+    assert "compiler/lib/Tune.cpp:1: names an arch in a string literal" in out
+    assert "tools/moec/Run.cpp:1: calls the default target" in out
+    assert "emulator/lib/Lanes.h:1: names one chip's TargetInfo" in out
+    assert "Ok.cpp" not in out  # comments only
+    assert "target_info.h" not in out  # the chip facts live there
+    assert "Default.cpp" not in out  # on the allow list
+    assert "XTest.cpp" not in out  # tests name the chips they test

@@ -160,11 +160,12 @@ int64_t fusedCapacity(const rt::Manifest &manifest,
 
 const target::TargetInfo *bundleChipOrReport(const rt::Manifest &manifest,
                                              const std::string &bundlePath) {
-  const target::TargetInfo *chip =
-      target::lookupTargetInfo(manifest.target.arch);
+  const target::TargetInfo *chip = rt::partOf(manifest.target);
   if (!chip)
     std::cerr << "moec: " << bundlePath << ": target.arch '"
-              << manifest.target.arch << "' is not a chip moec knows ("
+              << manifest.target.arch << "' with "
+              << manifest.target.computeUnits
+              << " CUs is not a part moec knows ("
               << target::knownTargetNames() << ")\n";
   return chip;
 }

@@ -5,6 +5,7 @@
 #include "Commands.h"
 
 #include "moec/Compiler/CompileCache.h"
+#include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/TableCompiler.h"
 #include "moec/Compiler/TargetCheck.h"
 #include "moec/Harness/StageKernel.h"
@@ -37,8 +38,8 @@ struct CompileArgs {
   /// Further AITER CSVs, and the AITER options (docs/aiter-tables.md).
   std::vector<std::string> moreCsvs;
   moec::AiterCompileOptions aiter;
-  /// The chip to compile for (--target).
-  std::string target = moec::target::defaultTarget().arch;
+  /// The chip or part to compile for (--target); empty: the default chip.
+  std::string target;
   /// Print per-kernel compile time statistics; write every kernel's times
   /// as JSON.
   bool timings = false;
@@ -156,38 +157,31 @@ bool writeTimingsJson(const std::string &path, const CompileArgs &args,
   return moec::cli::writeFileAtomically(path, text.data(), text.size(), error);
 }
 
-/// --target naming another chip than the default: every kernel the chip
-/// cannot run is refused, one line per missing feature or exceeded limit,
-/// and nothing is written. The table compiler generates code for the
-/// default chip only, so a table that passes is refused as well.
-int refuseOtherTarget(const CompileArgs &args,
-                      const moec::target::TargetInfo &chip) {
-  using namespace moec;
+/// After a failed compile: when kernels of the table do not fit `chip`,
+/// every one of those problems, one line each (the compile stops at the
+/// first); otherwise nothing. Returns whether it printed any.
+bool reportTargetProblems(const CompileArgs &args,
+                          const moec::target::TargetInfo &chip) {
   std::vector<std::string> problems;
   std::string error;
-  if (checkTableTarget(args.table, chip, problems, error) != CompileStatus::Ok) {
-    std::cerr << "moec: " << error << "\n";
-    return cli::kBadInput;
-  }
+  if (moec::checkTableTarget(args.table, chip, problems, error) !=
+          moec::CompileStatus::Ok ||
+      problems.empty())
+    return false;
   for (const std::string &problem : problems)
     std::cerr << "moec: " << problem << "\n";
-  if (problems.empty())
-    std::cerr << "moec: " << args.table << ": every kernel fits " << chip.arch
-              << ", but code generation targets "
-              << target::defaultTarget().arch << " only\n";
-  return cli::kBadInput;
+  return true;
 }
 
 int runCompile(const CompileArgs &args) {
   using namespace moec;
-  const target::TargetInfo *chip = target::lookupTargetInfo(args.target);
+  const target::TargetInfo *chip =
+      target::lookupTargetInfoOrDefault(args.target);
   if (!chip) {
     std::cerr << "moec: --target " << args.target << ": not a chip moec knows ("
               << target::knownTargetNames() << ")\n";
     return cli::kBadInput;
   }
-  if (chip != &target::defaultTarget())
-    return refuseOtherTarget(args, *chip);
   auto start = std::chrono::steady_clock::now();
   // At the small shape spills are reported, not refused
   // (smallShapeCompileOptions says why).
@@ -195,6 +189,7 @@ int runCompile(const CompileArgs &args) {
       args.small ? emu::smallShapeCompileOptions() : CompileOptions();
   options.allowSpills |= args.allowSpills;
   options.jobs = args.jobs;
+  options.target = &CompileTarget::of(*chip);
   if (!args.noCache) {
     options.cacheDirectory = args.cacheDir;
     options.cacheMaxBytes = CompileCache::defaultMaxBytes();
@@ -224,6 +219,8 @@ int runCompile(const CompileArgs &args) {
   CompileStatus status =
       compileTableToBundle(args.table, args.output, options, summary, error);
   if (status != CompileStatus::Ok) {
+    if (reportTargetProblems(args, *chip))
+      return cli::kBadInput;
     std::cerr << "moec: " << error << "\n";
     return status == CompileStatus::BadInput ? cli::kBadInput
                                              : cli::kCheckFailed;
@@ -269,7 +266,8 @@ int runCompile(const CompileArgs &args) {
 void addCompileCommand(CLI::App &app, int &exitStatus) {
   auto args = std::make_shared<CompileArgs>();
   CLI::App *cmd = app.add_subcommand(
-      "compile", "Compile a tuning table into a bundle of gfx950 code objects");
+      "compile", "Compile a tuning table into a bundle of code objects for "
+                 "one chip or part (--target)");
   cmd->add_option("table", args->table, "tuning table (docs/table-format.md)")
       ->required();
   cmd->add_option("csvs", args->moreCsvs,
@@ -320,12 +318,13 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
                 "runs the kernel IR)");
   std::vector<std::string> chips;
   for (const moec::target::TargetInfo *chip : moec::target::kKnownTargets)
-    chips.push_back(chip->arch);
+    chips.push_back(chip->name);
   cmd->add_option("--target", args->target,
-                  "chip to compile for (docs/targets.md); another chip than " +
-                      std::string(moec::target::defaultTarget().arch) +
-                      " refuses every kernel it cannot run")
-      ->check(CLI::IsMember(chips))
-      ->capture_default_str();
+                  "chip or part to compile for (docs/targets.md; default " +
+                      std::string(
+                          moec::target::lookupTargetInfoOrDefault("")->name) +
+                      "): every kernel it cannot run is refused, one line "
+                      "each")
+      ->check(CLI::IsMember(chips));
   cmd->callback([args, &exitStatus] { exitStatus = runCompile(*args); });
 }

@@ -156,8 +156,7 @@ int runInspect(const InspectArgs &args) {
   if (!bundle)
     return moec::cli::kBadInput;
   const moec::rt::Manifest &manifest = bundle->manifest();
-  const moec::target::TargetInfo *chip =
-      moec::target::lookupTargetInfo(manifest.target.arch);
+  const moec::target::TargetInfo *chip = moec::rt::partOf(manifest.target);
   if (args.json) {
     // Each kernel's resources exactly as the manifest records them, plus
     // what inspect derives from them.
@@ -196,11 +195,16 @@ int runInspect(const InspectArgs &args) {
   for (uint32_t i = 0; i < bundle->codeObjectCount(); ++i)
     irCount += bundle->codeObjectEncoding(i) ==
                moec::rt::bundle_format::kEncodingMlirBytecode;
+  // The part: the arch with its product and CU count (MI350P: 128).
+  const std::string part =
+      manifest.target.arch +
+      (chip ? std::string(" (") + chip->product + ", " +
+                  std::to_string(chip->computeUnits) + " CUs)"
+            : std::string());
   std::printf("%s: %zu kernels, %u code objects, %u kernel IR, target %s, "
               "%llu bytes\n",
               args.bundle.c_str(), manifest.kernels.size(),
-              bundle->codeObjectCount() - irCount, irCount,
-              manifest.target.arch.c_str(),
+              bundle->codeObjectCount() - irCount, irCount, part.c_str(),
               static_cast<unsigned long long>(bundle->fileSize()));
   int nameWidth = 6;
   for (const moec::rt::KernelInfo &k : manifest.kernels)

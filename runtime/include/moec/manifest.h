@@ -52,8 +52,9 @@ struct KernelResources {
   uint32_t privateSegmentBytes = 0;
   uint32_t vgprSpill = 0;
   uint32_t sgprSpill = 0;
-  /// Absent in a manifest: the default chip's wave size.
-  uint32_t wavefrontSize = target::defaultTarget().wavefrontSize;
+  /// The code object's `.wavefront_size`; absent in a manifest: the wave
+  /// size of the manifest's part (parseManifest fills it in). 0: not known.
+  uint32_t wavefrontSize = 0;
   uint32_t maxFlatWorkgroupSize = 0;
 };
 
@@ -159,7 +160,18 @@ struct TargetDescription {
   std::string arch;
   std::string features;
   uint32_t codeObjectVersion = 0;
+  /// CUs of the part the bundle was compiled for ("compute_units": 256 for
+  /// MI355X, 128 for MI350P); 0 when the manifest does not say, which a
+  /// bundle written before parts were recorded means: the arch's first
+  /// part (256 CUs for gfx950).
+  uint32_t computeUnits = 0;
 };
+
+/// The part a manifest's target names (its arch and CU count;
+/// target::lookupPart), or nullptr when moec knows no such part.
+inline const target::TargetInfo *partOf(const TargetDescription &target) {
+  return target::lookupPart(target.arch, target.computeUnits);
+}
 
 struct CompilerDescription {
   std::string name;

@@ -8,7 +8,7 @@
 // CHECK: moe.w2 @w2
 // CHECK: moe.w13 @w13
 // CHECK: moe.sort @sort
-// UNKNOWN: moe-verify-target: chip 'gfx1100' is not a chip moec knows (gfx950, gfx942)
+// UNKNOWN: moe-verify-target: chip 'gfx1100' is not a chip moec knows (gfx950, gfx942, mi350p)
 
 // expected-error @+2 {{gfx942 has no MXFP4 scaled MFMA (V_MFMA_SCALE_F32_32X32X64_F8F6F4)}}
 // expected-error @+1 {{gfx942 has no 16-byte LDS DMA (tile.async_a needs BUFFER_LOAD_DWORDX4 with LDS; at most 4 bytes per lane)}}

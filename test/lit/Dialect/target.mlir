@@ -35,6 +35,6 @@ module attributes {moe.target = "gfx942"} {
 
 // -----
 module attributes {moe.target = "gfx1100"} {
-  // expected-error @+1 {{moe.target = "gfx1100" is not a chip moec knows (gfx950, gfx942)}}
+  // expected-error @+1 {{moe.target = "gfx1100" is not a chip moec knows (gfx950, gfx942, mi350p)}}
   moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 0>)
 }

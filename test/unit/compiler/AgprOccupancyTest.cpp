@@ -100,7 +100,8 @@ Measured compileAndMeasure(const std::string &name, const std::string &tile) {
   auto module = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
   REQUIRE(module);
   REQUIRE(mlir::succeeded(moec::lowerToKernelIR(*module)));
-  const moec::CompileTarget &target = moec::CompileTarget::gfx950();
+  const moec::CompileTarget &target =
+      moec::CompileTarget::of(moec::target::kGfx950);
   // moec::compileKernel, step by step, to keep the optimised LLVM IR.
   REQUIRE(mlir::succeeded(moec::lowerKernelIRToLLVM(*module, target)));
   auto gpuModule = module->lookupSymbol<mlir::gpu::GPUModuleOp>(name);

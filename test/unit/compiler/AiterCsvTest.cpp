@@ -153,3 +153,63 @@ TEST_CASE("AITER CSV merge: tags, duplicates, gfx from cu_num", "[aiter]") {
   std::remove((dir + "_a.csv").c_str());
   std::remove((dir + "_b.csv").c_str());
 }
+
+// AITER keys its tuned rows on cu_num (aiter #5342): a compile for MI350P
+// (gfx950, 128 CUs) takes the cu_num 128 row and refuses the 256 one, and a
+// compile for MI355X the reverse, each naming cu_num and both counts.
+TEST_CASE("AITER rows compile for the part with their cu_num only",
+          "[aiter][part]") {
+  const std::string key =
+      "ActivationType.Silu,torch.bfloat16,torch.float8_e4m3fn,"
+      "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
+  const std::string names =
+      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8,"
+      "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic";
+  const std::string csv =
+      "gfx,cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,"
+      "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,"
+      "kernelName1,kernelName2\n"
+      "gfx950,256,8,7168,512,384,6," + key + ",32,0," + names + "\n" +
+      "gfx950,128,8,7168,512,384,6," + key + ",32,0," + names + "\n";
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  REQUIRE(parseAiterCsv("parts.csv", csv, rows, error));
+  REQUIRE(rows.size() == 2);
+
+  AiterCompileOptions options;
+  options.skipUnsupported = true;
+  auto build = [&](const target::TargetInfo &part,
+                   std::vector<rt::AiterRowInfo> &manifestRows,
+                   std::vector<std::string> &unsupported) {
+    TuningTable table;
+    INFO(error);
+    REQUIRE(buildAiterTable(rows, part, options, table, manifestRows,
+                            unsupported, error));
+    REQUIRE(manifestRows.size() == 2);
+    REQUIRE(unsupported.size() == 1);
+  };
+
+  std::vector<rt::AiterRowInfo> mi350p, mi355x;
+  std::vector<std::string> refused350p, refused355x;
+  build(target::kMi350p, mi350p, refused350p);
+  build(target::kGfx950, mi355x, refused355x);
+  // The key keeps each row's cu_num; only the part's own compiles.
+  CHECK(mi350p[0].cuNum == 256);
+  CHECK_FALSE(mi350p[0].compiled());
+  CHECK(mi350p[1].cuNum == 128);
+  CHECK(mi350p[1].compiled());
+  CHECK(mi355x[0].compiled());
+  CHECK_FALSE(mi355x[1].compiled());
+  CHECK_THAT(refused350p[0],
+             Catch::Contains("parts.csv:2: ") &&
+                 Catch::Contains("cu_num 256") &&
+                 Catch::Contains("mi350p (MI350P, 128 CUs)") &&
+                 Catch::Contains("a 128-CU part never takes a row tuned for "
+                                 "256 CUs"));
+  CHECK_THAT(mi350p[0].skipped, Catch::Contains("cu_num 256"));
+  CHECK_THAT(refused355x[0],
+             Catch::Contains("parts.csv:3: ") &&
+                 Catch::Contains("cu_num 128") &&
+                 Catch::Contains("a 256-CU part never takes a row tuned for "
+                                 "128 CUs"));
+}

@@ -49,7 +49,7 @@ std::vector<uint8_t> compileToHsaco(const std::string &mlir,
   auto module = mlir::parseSourceString<mlir::ModuleOp>(mlir, &context);
   REQUIRE(module);
   REQUIRE(mlir::succeeded(lowerToKernelIR(*module)));
-  auto hsaco = compileKernel(*module, name, CompileTarget::gfx950());
+  auto hsaco = compileKernel(*module, name, CompileTarget::of(target::kGfx950));
   if (!static_cast<bool>(hsaco)) {
     std::string message = llvm::toString(hsaco.takeError());
     FAIL(message);

@@ -298,8 +298,9 @@ TEST_CASE("the AITER table builder writes the Mapped knobs and only those",
     rows.insert(rows.end(), more.begin(), more.end());
     std::vector<rt::AiterRowInfo> manifestRows;
     std::vector<std::string> unsupported;
-    const bool built = buildAiterTable(rows, AiterCompileOptions(), table,
-                                       manifestRows, unsupported, error);
+    const bool built =
+        buildAiterTable(rows, target::kGfx950, AiterCompileOptions(), table,
+                        manifestRows, unsupported, error);
     INFO(error << " " << joined(unsupported));
     REQUIRE(built);
     REQUIRE(unsupported.empty());

@@ -20,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <map>
@@ -161,6 +162,36 @@ TEST_CASE("the emulated device reports gfx950's facts", "[device]") {
         MOEC_STATUS_OK);
   CHECK_THAT(std::string(moec_last_error_message()),
              Catch::Contains("out of range (1 devices)"));
+}
+
+// The part comes from $MOEC_EMULATED_TARGET, read once per process: CTest
+// runs this case again as device-part-mi350p with MOEC_EMULATED_TARGET=mi350p.
+TEST_CASE("the emulated device is the part MOEC_EMULATED_TARGET names",
+          "[device][part]") {
+  EmulatedHip hip;
+  REQUIRE(hip.complete());
+  const char *name = std::getenv("MOEC_EMULATED_TARGET");
+  const std::string partName = name ? name : "";
+  const moec::target::TargetInfo *part =
+      moec::target::lookupTargetInfoOrDefault(partName);
+  REQUIRE(part);
+  moec_device_t *device = nullptr;
+  REQUIRE(moec_device_create(MOEC_EMULATED_HIP_LIBRARY, 0, &device) ==
+          MOEC_STATUS_OK);
+  uint32_t computeUnits = 0;
+  REQUIRE(moec_device_compute_units(device, &computeUnits) == MOEC_STATUS_OK);
+  CHECK(computeUnits == part->computeUnits);
+  int multiprocessors = 0, warp = 0;
+  REQUIRE(hip.deviceGetAttribute(&multiprocessors, 63, 0) == 0);
+  REQUIRE(hip.deviceGetAttribute(&warp, 87, 0) == 0);
+  CHECK(uint32_t(multiprocessors) == part->computeUnits);
+  CHECK(uint32_t(warp) == part->wavefrontSize);
+  // MI350P is half of MI355X: four of the eight XCDs (docs/targets.md).
+  if (partName == "mi350p")
+    CHECK(computeUnits == 128);
+  else
+    CHECK(computeUnits == 256);
+  moec_device_release(device);
 }
 
 TEST_CASE("a bundle's W2 kernel runs through the runtime and matches the "

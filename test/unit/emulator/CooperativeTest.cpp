@@ -12,6 +12,7 @@
 #include "TestSupport.h"
 
 #include "moec/manifest.h"
+#include "moec/target/target_info.h"
 
 #include <catch2/catch.hpp>
 
@@ -37,6 +38,14 @@ mlir::gpu::GPUFuncOp funcNamed(ParsedKernel &kernel, llvm::StringRef name) {
 
 bool contains(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
+}
+
+/// gfx950's facts on `computeUnits` CUs: a device small enough that the
+/// residency cap bites in a test.
+moec::target::TargetInfo chipWithCus(unsigned computeUnits) {
+  moec::target::TargetInfo chip = moec::target::kGfx950;
+  chip.computeUnits = computeUnits;
+  return chip;
 }
 
 /// Lane t (of 128) loops t % 5 times. The condition forwards three values
@@ -346,7 +355,7 @@ TEST_CASE("a workgroup spins until another workgroup raises a flag",
   resources.ldsBytes = 100 * 1024;
   const unsigned computeUnits = GENERATE(1u, 2u);
   mlir::FailureOr<unsigned> cap =
-      residentWorkgroupCap(resources, 64, computeUnits, error);
+      residentWorkgroupCap(resources, 64, chipWithCus(computeUnits), error);
   INFO(error);
   REQUIRE(mlir::succeeded(cap));
   REQUIRE(*cap == computeUnits);
@@ -576,10 +585,15 @@ TEST_CASE("the residency cap follows the occupancy model", "[residency]") {
   moec::rt::KernelResources vgprBound;
   vgprBound.vgpr = 128;
   vgprBound.sgpr = 64;
-  mlir::FailureOr<unsigned> cap = residentWorkgroupCap(vgprBound, 256, 256, error);
+  mlir::FailureOr<unsigned> cap =
+      residentWorkgroupCap(vgprBound, 256, moec::target::kGfx950, error);
   REQUIRE(mlir::succeeded(cap));
   CHECK(*cap == 4 * 256);
-  cap = residentWorkgroupCap(vgprBound, 256, 2, error);
+  // MI350P: the same per-CU occupancy on half the CUs.
+  cap = residentWorkgroupCap(vgprBound, 256, moec::target::kMi350p, error);
+  REQUIRE(mlir::succeeded(cap));
+  CHECK(*cap == 4 * 128);
+  cap = residentWorkgroupCap(vgprBound, 256, chipWithCus(2), error);
   REQUIRE(mlir::succeeded(cap));
   CHECK(*cap == 8);
 
@@ -591,7 +605,7 @@ TEST_CASE("the residency cap follows the occupancy model", "[residency]") {
   agprBound.agpr = 128;
   agprBound.sgpr = 90;
   agprBound.ldsBytes = 40000;
-  cap = residentWorkgroupCap(agprBound, 512, 256, error);
+  cap = residentWorkgroupCap(agprBound, 512, moec::target::kGfx950, error);
   REQUIRE(mlir::succeeded(cap));
   CHECK(*cap == 256);
 
@@ -602,7 +616,7 @@ TEST_CASE("the residency cap follows the occupancy model", "[residency]") {
   ldsBound.resources.sgpr = 32;
   ldsBound.resources.ldsBytes = 65536;
   ldsBound.launch.workgroupSize = {{64, 1, 1}};
-  cap = residentWorkgroupCap(ldsBound, 256, error);
+  cap = residentWorkgroupCap(ldsBound, moec::target::kGfx950, error);
   REQUIRE(mlir::succeeded(cap));
   CHECK(*cap == 512);
 
@@ -610,7 +624,7 @@ TEST_CASE("the residency cap follows the occupancy model", "[residency]") {
   moec::rt::KernelResources tooBig;
   tooBig.vgpr = 32;
   tooBig.ldsBytes = 200 * 1024;
-  cap = residentWorkgroupCap(tooBig, 64, 256, error);
+  cap = residentWorkgroupCap(tooBig, 64, moec::target::kGfx950, error);
   CHECK(mlir::failed(cap));
   CHECK(contains(error, "LDS use exceeds the LDS per CU"));
 }

@@ -401,3 +401,43 @@ TEST_CASE("C API moec_bundle_select_aiter: hit, miss, skipped row, bad keys",
         MOEC_STATUS_NOT_FOUND);
   moec_bundle_close(bundle);
 }
+
+// AITER keys its rows on cu_num (aiter #5342): on a bundle for MI355X (256
+// CUs) a 128-CU device's key finds no row, and the refusal says why, naming
+// cu_num and both counts; on a bundle for MI350P the reverse.
+TEST_CASE("a device of another CU count never takes the bundle's rows",
+          "[aiter][part]") {
+  Manifest mi355x;
+  mi355x.target = {"gfx950", "", 6, 256};
+  mi355x.aiterRows = {makeRow(4, kSilu, 6, 2, 0)};
+  AiterKey key = keyOf(kSilu, 6);
+  CHECK(selectAiter(mi355x.aiterRows, key, 4).status == AiterStatus::Hit);
+  key.cuNum = 128;
+  AiterSelection selection = selectAiter(mi355x.aiterRows, key, 4);
+  REQUIRE(selection.status == AiterStatus::Miss);
+  const std::string refusal = describeAiterRefusal(mi355x, key, selection, 4);
+  CHECK_THAT(refusal,
+             Catch::StartsWith("m 4: cu_num 128: the bundle's rows are for "
+                               "gfx950 (MI355X, 256 CUs), and a 128-CU "
+                               "device never takes a row tuned for 256 CUs"));
+  CHECK_THAT(refusal, Catch::Contains("cu_num=256 (key has 128)"));
+
+  // A bundle written before manifests recorded the part means 256 CUs.
+  Manifest old = mi355x;
+  old.target.computeUnits = 0;
+  CHECK(describeAiterRefusal(old, key, selection, 4) == refusal);
+
+  Manifest mi350p;
+  mi350p.target = {"gfx950", "", 6, 128};
+  AiterRowInfo row = makeRow(4, kSilu, 6, 2, 0);
+  row.cuNum = 128;
+  mi350p.aiterRows = {row};
+  CHECK(selectAiter(mi350p.aiterRows, key, 4).status == AiterStatus::Hit);
+  key.cuNum = 256;
+  selection = selectAiter(mi350p.aiterRows, key, 4);
+  REQUIRE(selection.status == AiterStatus::Miss);
+  CHECK_THAT(describeAiterRefusal(mi350p, key, selection, 4),
+             Catch::Contains("the bundle's rows are for mi350p (MI350P, 128 "
+                             "CUs), and a 256-CU device never takes a row "
+                             "tuned for 128 CUs"));
+}

@@ -363,6 +363,12 @@ TEST_CASE("every code object is an AMDGPU ELF for the bundle's chip",
   other["target"]["arch"] = "gfx1100";
   CHECK(contains(openText(other.dump()),
                  "manifest: target.arch: 'gfx1100' is not a chip moec knows (gfx950, gfx942)"));
+  // A part is an arch with a CU count moec has facts for (docs/targets.md).
+  nlohmann::json part = nlohmann::json::parse(canonical);
+  part["target"]["compute_units"] = 96;
+  CHECK(contains(openText(part.dump()),
+                 "manifest: target.compute_units: 96 is not a part of gfx950 "
+                 "moec knows (256, 128 CUs)"));
 }
 
 #include "moec/grid_rule.h"

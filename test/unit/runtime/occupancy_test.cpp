@@ -30,7 +30,40 @@ TEST_CASE("gfx950 facts", "[occupancy]") {
   CHECK(lookupTargetInfo("gfx950:sramecc+:xnack-") == &t);
   CHECK(lookupTargetInfo("gfx942") == &kGfx942);
   CHECK(lookupTargetInfo("gfx90a") == nullptr);
-  CHECK(knownTargetNames() == "gfx950, gfx942");
+  CHECK(knownTargetNames() == "gfx950, gfx942, mi350p");
+}
+
+TEST_CASE("MI350P: gfx950 on four XCDs, 128 CUs", "[occupancy][part]") {
+  const TargetInfo &t = kMi350p;
+  CHECK(std::string(t.name) == "mi350p");
+  CHECK(std::string(t.arch) == "gfx950");
+  CHECK(t.computeUnits == 128);
+  CHECK(t.xcds == 4);
+  CHECK(t.hbmBytesPerSecond == 4.0e12);
+  CHECK(lookupTargetInfo("mi350p") == &t);
+  // Its arch alone means the first part, MI355X.
+  CHECK(lookupTargetInfo("gfx950") == &kGfx950);
+  CHECK(lookupPart("gfx950", 128) == &t);
+  CHECK(lookupPart("gfx950:sramecc+:xnack-", 256) == &kGfx950);
+  CHECK(lookupPart("gfx950", 0) == &kGfx950);
+  CHECK(lookupPart("gfx942", 128) == nullptr);
+  CHECK(lookupTargetInfoOrDefault("") == &defaultTarget());
+  CHECK(lookupTargetInfoOrDefault("mi350p") == &t);
+  CHECK(lookupTargetInfoOrDefault("gfx90a") == nullptr);
+  CHECK(archOfComputeUnits(128) == "gfx950");
+  CHECK(archOfComputeUnits(304) == "gfx942");
+  CHECK(archOfComputeUnits(80).empty());
+  CHECK(partComputeUnits("gfx950") == "256, 128");
+  CHECK(describePart(t) == "mi350p (MI350P, 128 CUs)");
+  // Per CU it is gfx950: the same kernel fits as often on each CU, and
+  // the chip keeps half as many waves resident.
+  KernelResourceUse use;
+  use.vgprs = 128;
+  use.sgprs = 64;
+  use.workgroupSize = 256;
+  CHECK(estimateOccupancy(t, use).workgroupsPerCu ==
+        estimateOccupancy(kGfx950, use).workgroupsPerCu);
+  CHECK(t.maxResidentWaves() * 2 == kGfx950.maxResidentWaves());
 }
 
 TEST_CASE("gfx942 facts", "[occupancy]") {

@@ -103,15 +103,19 @@ struct AiterCompileOptions {
   bool bias = false;
 };
 
-/// The tuning table for the merged rows plus the manifest rows. Every row
-/// moec cannot compile is listed in `unsupported` ("FILE:LINE: reason");
-/// it is an error unless options.skipUnsupported.
+/// The tuning table for the merged rows plus the manifest rows, for `part`:
+/// a row compiles only when its gfx is the part's arch and its cu_num the
+/// part's CU count. Every row moec cannot compile is listed in
+/// `unsupported` ("FILE:LINE: reason"); it is an error unless
+/// options.skipUnsupported.
 bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
+                     const target::TargetInfo &part,
                      const AiterCompileOptions &options, TuningTable &table,
                      std::vector<rt::AiterRowInfo> &manifestRows,
                      std::vector<std::string> &unsupported, std::string &error);
 
-/// The whole of `moec compile A.csv [B.csv ...] -o B.moeb`.
+/// The whole of `moec compile A.csv [B.csv ...] -o B.moeb`, for the part
+/// CompileOptions::target names (required).
 struct AiterCompileSummary {
   size_t rows = 0, compiledRows = 0, skippedRows = 0;
   AiterMergeReport merge;

@@ -3,7 +3,8 @@
 /// \file
 /// The code-generation view of a target: the chip facts (moec/target,
 /// shared with the dialect, the codegen and the runtime) plus the LLVM
-/// triple and subtarget features.
+/// triple and subtarget features. Parts of one ISA (gfx950 and mi350p)
+/// share the processor name the backend is given, `chip.arch`.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +13,7 @@
 
 #include "moec/target/target_info.h"
 
+#include <cassert>
 #include <string_view>
 #include <vector>
 
@@ -24,24 +26,27 @@ struct CompileTarget {
   /// reports ECC-protected LDS the same way the HIP loader expects.
   const char *features;
 
-  /// The compile target of a chip moec has facts for (moec/target), or
-  /// nullptr.
-  static const CompileTarget *lookup(std::string_view arch) {
-    static const std::vector<CompileTarget> all = [] {
-      std::vector<CompileTarget> targets;
-      for (const target::TargetInfo *chip : target::kKnownTargets)
-        targets.push_back(forChip(*chip));
-      return targets;
-    }();
-    const target::TargetInfo *chip = target::lookupTargetInfo(arch);
-    for (const CompileTarget &compileTarget : all)
-      if (&compileTarget.chip == chip)
-        return &compileTarget;
-    return nullptr;
+  /// The compile target of a chip or part moec has facts for, by the name
+  /// users pass (target::lookupTargetInfo: "gfx950", "mi350p"), or nullptr.
+  static const CompileTarget *lookup(std::string_view name) {
+    const target::TargetInfo *chip = target::lookupTargetInfo(name);
+    return chip ? &of(*chip) : nullptr;
   }
 
-  /// gfx950 (MI355X / MI350X), the default chip.
-  static const CompileTarget &gfx950() { return *lookup(target::kGfx950.arch); }
+  /// The compile target of `chip`, one of target::kKnownTargets.
+  static const CompileTarget &of(const target::TargetInfo &chip) {
+    static const std::vector<CompileTarget> all = [] {
+      std::vector<CompileTarget> targets;
+      for (const target::TargetInfo *known : target::kKnownTargets)
+        targets.push_back(forChip(*known));
+      return targets;
+    }();
+    for (const CompileTarget &compileTarget : all)
+      if (&compileTarget.chip == &chip)
+        return compileTarget;
+    assert(false && "a TargetInfo that is not one of kKnownTargets");
+    return all.front();
+  }
 
 private:
   /// Every chip goes through the amdhsa ABI with the same pinned features.

@@ -26,6 +26,8 @@ class Operation;
 
 namespace moec {
 
+struct CompileTarget;
+
 /// One unique kernel of a table, compiled.
 struct CompiledKernel {
   /// The table kernels that resolved to this binary (deduplicated).
@@ -69,6 +71,9 @@ struct KernelCompileTime {
 };
 
 struct CompiledTable {
+  /// The chip or part the kernels were compiled for (CompileOptions::target
+  /// or the module's default); the manifest records it.
+  const CompileTarget *target = nullptr;
   std::vector<CompiledKernel> kernels;
   /// Table kernel name -> index into kernels.
   std::map<std::string, size_t> kernelIndex;
@@ -125,6 +130,11 @@ std::string hashHex(const void *data, size_t size);
 enum class CompileStatus { Ok = 0, CheckFailed = 1, BadInput = 2 };
 
 struct CompileOptions {
+  /// The chip or part to compile for (`moec compile --target`): it becomes
+  /// the module's `moe.target`, so the verifiers check its limits and the
+  /// codegen uses its facts, and the manifest records it. nullptr: the chip
+  /// a module without `moe.target` is compiled for (MoeTarget.h).
+  const CompileTarget *target = nullptr;
   /// Accept kernels that spill registers (the resource gate otherwise fails).
   bool allowSpills = false;
   /// Applied by compileTableToBundle to the table as read, before anything

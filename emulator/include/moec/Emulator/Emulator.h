@@ -38,6 +38,10 @@ struct KernelInfo;
 struct KernelResources;
 } // namespace moec::rt
 
+namespace moec::target {
+struct TargetInfo;
+} // namespace moec::target
+
 namespace moec::emu {
 
 /// Host buffers the kernel sees as global memory. Each byte carries a shadow
@@ -235,21 +239,21 @@ mlir::FailureOr<RunResult> runKernel(mlir::gpu::GPUFuncOp func,
                                      const LaunchConfig &launch,
                                      std::string &error);
 
-/// Workgroups of one kernel that gfx950 keeps resident at once on
-/// `computeUnits` CUs: the occupancy model of moec/target (over the default
-/// chip's TargetInfo) gives the workgroups per CU for the kernel's
-/// registers, LDS and `workgroupSize` threads, times `computeUnits`. Use it
-/// as LaunchConfig::maxResidentWorkgroups to emulate the residency hazard of
-/// a kernel that waits on other workgroups. Fails, naming the reason, when
+/// Workgroups of one kernel that `chip` (a chip or part of moec/target)
+/// keeps resident at once: the occupancy model gives the workgroups per CU
+/// for the kernel's registers, LDS and `workgroupSize` threads, times the
+/// part's CUs (MI350P: 128; a test may pass a copy with fewer). Use it as
+/// LaunchConfig::maxResidentWorkgroups to emulate the residency hazard of a
+/// kernel that waits on other workgroups. Fails, naming the reason, when
 /// the kernel cannot launch at all.
 mlir::FailureOr<unsigned>
 residentWorkgroupCap(const moec::rt::KernelResources &resources,
-                     unsigned workgroupSize, unsigned computeUnits,
-                     std::string &error);
+                     unsigned workgroupSize,
+                     const moec::target::TargetInfo &chip, std::string &error);
 /// The same for a manifest kernel (its resources and launch workgroup size).
 mlir::FailureOr<unsigned>
-residentWorkgroupCap(const moec::rt::KernelInfo &kernel, unsigned computeUnits,
-                     std::string &error);
+residentWorkgroupCap(const moec::rt::KernelInfo &kernel,
+                     const moec::target::TargetInfo &chip, std::string &error);
 
 } // namespace moec::emu
 

@@ -26,7 +26,13 @@ struct CachePolicyBits {
 
 /// Hardware facts of one GPU target.
 struct TargetInfo {
-  /// LLVM processor name, e.g. "gfx950".
+  /// The name users pass (`moec compile --target`, `moe.target`,
+  /// MOEC_EMULATED_TARGET): the arch for the first part of a chip
+  /// ("gfx950"), the product in lower case for a further part of the same
+  /// ISA ("mi350p").
+  const char *name;
+  /// LLVM processor name, e.g. "gfx950": the ISA, which every part of a
+  /// chip shares and its code objects carry.
   const char *arch;
   /// The product it is sold as, e.g. "MI355X".
   const char *product;
@@ -102,6 +108,7 @@ struct TargetInfo {
 
 /// gfx950: Instinct MI355X / MI350X (CDNA4).
 inline constexpr TargetInfo kGfx950 = {
+    /*name=*/"gfx950",
     /*arch=*/"gfx950",
     /*product=*/"MI355X",
     /*computeUnits=*/256,
@@ -133,10 +140,26 @@ inline constexpr TargetInfo kGfx950 = {
     /*scaledMfma32x32x64Fp8Cycles=*/64,
 };
 
+/// mi350p: Instinct MI350P, the PCIe part of the gfx950 ISA (CDNA4): four
+/// of MI355X's eight XCDs, so 128 CUs, half the HBM bandwidth (4 TB/s) and
+/// a 2.2 GHz peak clock; every per-CU fact is gfx950's. AITER keys its tuned
+/// rows on this CU count (cu_num 128).
+inline constexpr TargetInfo kMi350p = [] {
+  TargetInfo part = kGfx950;
+  part.name = "mi350p";
+  part.product = "MI350P";
+  part.computeUnits = 128;
+  part.xcds = 4;
+  part.hbmBytesPerSecond = 4.0e12;
+  part.peakClockHz = 2.2e9;
+  return part;
+}();
+
 /// gfx942: Instinct MI300X / MI325X (CDNA3). Same register files, wave
 /// slots and cache-policy bits as gfx950; more CUs, less LDS, no scaled
 /// MFMA, FNUZ FP8 and 4-byte LDS DMA.
 inline constexpr TargetInfo kGfx942 = {
+    /*name=*/"gfx942",
     /*arch=*/"gfx942",
     /*product=*/"MI300X",
     /*computeUnits=*/304,
@@ -178,28 +201,83 @@ inline constexpr uint32_t kElfMachMask = 0x0ff;
 /// must fit.
 inline constexpr uint64_t kMaxBufferBytes = 0xffffffffu;
 
-/// Every chip moec has facts for, the default first.
-inline constexpr const TargetInfo *kKnownTargets[] = {&kGfx950, &kGfx942};
+/// Every chip (and part) moec has facts for, the default first; the first
+/// part of each arch is the one a bare arch name means.
+inline constexpr const TargetInfo *kKnownTargets[] = {&kGfx950, &kGfx942,
+                                                       &kMi350p};
 
 /// The chip moec compiles for when nothing names one: gfx950.
 constexpr const TargetInfo &defaultTarget() noexcept { return kGfx950; }
 
-/// The TargetInfo for `arch` ("gfx950", also a target id with features such
-/// as "gfx950:sramecc+:xnack-"), or nullptr when moec has no facts for it.
-inline const TargetInfo *lookupTargetInfo(std::string_view arch) noexcept {
-  const std::string_view base = arch.substr(0, arch.find(':'));
+/// The TargetInfo named `name`: a part's name ("mi350p") or an arch, also
+/// as a target id with features ("gfx950:sramecc+:xnack-"), which means the
+/// arch's first part. nullptr when moec has no facts for it.
+inline const TargetInfo *lookupTargetInfo(std::string_view name) noexcept {
+  const std::string_view base = name.substr(0, name.find(':'));
   for (const TargetInfo *target : kKnownTargets)
-    if (base == target->arch)
+    if (base == target->name)
       return target;
   return nullptr;
 }
 
-/// The known chip names, comma-separated ("gfx950, gfx942"), for messages.
+/// lookupTargetInfo, where an empty name means the default chip: the rule
+/// for a command-line option or environment variable that names no chip.
+inline const TargetInfo *lookupTargetInfoOrDefault(
+    std::string_view name) noexcept {
+  return name.empty() ? &defaultTarget() : lookupTargetInfo(name);
+}
+
+/// The part of `arch` (features allowed, as in lookupTargetInfo) with
+/// `computeUnits` CUs; 0 CUs means the arch's first part (a bundle written
+/// before manifests recorded the part). nullptr when moec knows no such
+/// part.
+inline const TargetInfo *lookupPart(std::string_view arch,
+                                    uint32_t computeUnits) noexcept {
+  const std::string_view base = arch.substr(0, arch.find(':'));
+  for (const TargetInfo *target : kKnownTargets)
+    if (base == target->arch &&
+        (computeUnits == 0 || computeUnits == target->computeUnits))
+      return target;
+  return nullptr;
+}
+
+/// The arch of the parts moec knows with `computeUnits` CUs ("" when none
+/// or when parts of different archs share the count).
+inline std::string_view archOfComputeUnits(uint32_t computeUnits) noexcept {
+  std::string_view arch;
+  for (const TargetInfo *target : kKnownTargets)
+    if (target->computeUnits == computeUnits) {
+      if (!arch.empty() && arch != target->arch)
+        return {};
+      arch = target->arch;
+    }
+  return arch;
+}
+
+/// The CU counts of `arch`'s parts, comma-separated ("256, 128"), for
+/// messages.
+inline std::string partComputeUnits(std::string_view arch) {
+  std::string counts;
+  for (const TargetInfo *target : kKnownTargets)
+    if (arch.substr(0, arch.find(':')) == target->arch)
+      counts += (counts.empty() ? "" : ", ") +
+                std::to_string(target->computeUnits);
+  return counts;
+}
+
+/// The known chip names, comma-separated ("gfx950, gfx942, mi350p"), for
+/// messages.
 inline std::string knownTargetNames() {
   std::string names;
   for (const TargetInfo *target : kKnownTargets)
-    names += (names.empty() ? "" : ", ") + std::string(target->arch);
+    names += (names.empty() ? "" : ", ") + std::string(target->name);
   return names;
+}
+
+/// The part in words, for messages: "gfx950 (MI355X, 256 CUs)".
+inline std::string describePart(const TargetInfo &target) {
+  return std::string(target.name) + " (" + target.product + ", " +
+         std::to_string(target.computeUnits) + " CUs)";
 }
 
 } // namespace moec::target
