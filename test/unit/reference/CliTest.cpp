@@ -80,20 +80,24 @@ TEST_CASE("moec reference: generate, write inputs, read them back", "[cli]") {
   REQUIRE(run.status == 0);
   CHECK(fileBytes(first + "/output.npy") == fileBytes(second + "/output.npy"));
 
-  // --compare: identical output passes; a perturbed one fails with status 1.
-  run = runCli("reference --family tp --inputs " + first + " -o " + second +
-               " --compare " + first);
-  CHECK(run.status == 0);
+  // --compare DIR with `candidate` written as DIR/output.npy.
+  auto compareWith = [&](const std::string &name, const NpyArray &candidate) {
+    std::string dir = freshDir(name);
+    fs::create_directories(dir);
+    REQUIRE(writeNpy(dir + "/output.npy", candidate).ok());
+    return runCli("reference --family tp --inputs " + first + " -o " + second +
+                  " --compare " + dir);
+  };
+  auto floats = [&](const std::vector<float> &values) {
+    return NpyArray::fromVector(NpyDtype::Float32, output.shape, values);
+  };
+
+  // Identical output passes; a perturbed one fails with status 1.
+  CHECK(compareWith("tp3", output).status == 0);
   std::vector<float> values = output.toVector<float>();
   for (float &value : values)
     value *= 1.5f;
-  std::string perturbed = freshDir("tp3");
-  fs::create_directories(perturbed);
-  REQUIRE(writeNpy(perturbed + "/output.npy",
-                   NpyArray::fromVector(NpyDtype::Float32, output.shape, values))
-              .ok());
-  run = runCli("reference --family tp --inputs " + first + " -o " + second +
-               " --compare " + perturbed);
+  run = compareWith("tp3", floats(values));
   CHECK(run.status == 1);
   CHECK(run.errors.find("exceeds tolerance") != std::string::npos);
 
@@ -101,12 +105,7 @@ TEST_CASE("moec reference: generate, write inputs, read them back", "[cli]") {
   // per-element bound and the 2^-7 relative L2.
   NpyArray bf16;
   REQUIRE(readNpy(first + "/output_bf16.npy", bf16).ok());
-  std::string rounded = freshDir("tp4");
-  fs::create_directories(rounded);
-  REQUIRE(writeNpy(rounded + "/output.npy", bf16).ok());
-  run = runCli("reference --family tp --inputs " + first + " -o " + second +
-               " --compare " + rounded);
-  CHECK(run.status == 0);
+  CHECK(compareWith("tp4", bf16).status == 0);
   // One element 3 % off: the relative L2 stays far below 2^-7, the element
   // bound (about 2^-8 of the value) catches it.
   values = output.toVector<float>();
@@ -115,26 +114,14 @@ TEST_CASE("moec reference: generate, write inputs, read them back", "[cli]") {
     if (std::fabs(values[i]) > std::fabs(values[largest]))
       largest = i;
   values[largest] *= 1.03f;
-  std::string oneOff = freshDir("tp5");
-  fs::create_directories(oneOff);
-  REQUIRE(writeNpy(oneOff + "/output.npy",
-                   NpyArray::fromVector(NpyDtype::Float32, output.shape, values))
-              .ok());
-  run = runCli("reference --family tp --inputs " + first + " -o " + second +
-               " --compare " + oneOff);
+  run = compareWith("tp4", floats(values));
   CHECK(run.status == 1);
   CHECK(run.errors.find("1 elements over their bound (worst: element " +
                         std::to_string(largest)) != std::string::npos);
   // A NaN fails whatever the relative L2 says.
   values = output.toVector<float>();
   values[7] = std::numeric_limits<float>::quiet_NaN();
-  std::string withNaN = freshDir("tp6");
-  fs::create_directories(withNaN);
-  REQUIRE(writeNpy(withNaN + "/output.npy",
-                   NpyArray::fromVector(NpyDtype::Float32, output.shape, values))
-              .ok());
-  run = runCli("reference --family tp --inputs " + first + " -o " + second +
-               " --compare " + withNaN);
+  run = compareWith("tp4", floats(values));
   CHECK(run.status == 1);
   CHECK(run.errors.find("1 non-finite elements") != std::string::npos);
 }
