@@ -174,6 +174,30 @@ private:
   FailureOr<int> decodeBlock(Block &block);
   LogicalResult decodeOp(Operation *op, POp &p);
   LogicalResult decodeConstant(arith::ConstantOp op, POp &p);
+  // One decoder per op family: the decoded op (or why not), or nullopt
+  // when `op` is not of the family. Operand and result slots are set.
+  std::optional<LogicalResult> decodeArith(Operation *op, POp &p);
+  std::optional<LogicalResult> decodeMemory(Operation *op, POp &p);
+  std::optional<LogicalResult> decodeVector(Operation *op, POp &p);
+  std::optional<LogicalResult> decodeGpu(Operation *op, POp &p);
+  std::optional<LogicalResult> decodeAmdgpu(Operation *op, POp &p);
+  std::optional<LogicalResult> decodeScf(Operation *op, POp &p);
+  /// Float arithmetic runs on F32, F64 and BF16 slots.
+  bool floatOk(unsigned slot) const;
+  /// Conversions also reach FP8 E4M3FN (the W13 epilogue's quantisation).
+  bool convertible(unsigned slot) const;
+  LogicalResult floatUnary(Operation *o, POp &p, FloatUnaryOp which);
+  LogicalResult floatBinary(Operation *o, POp &p, FloatOp which);
+  LogicalResult intBinary(POp &p, IntOp which);
+  LogicalResult intCast(POp &p, bool signExtend);
+  LogicalResult gpuDim(POp &p, Kind kind, gpu::Dimension dim);
+  /// A gfx950 f8f6f4 MFMA, scaled or not (amdgpu.mfma has no scale
+  /// operands and means every scale 1.0): ints = shape, scale byte of A and
+  /// B, the operand formats, unit scales.
+  LogicalResult f8f6f4Mfma(Operation *o, POp &p, int64_t m, int64_t n,
+                           int64_t k, Value a, Value b, Value c,
+                           int64_t scaleByteA, int64_t scaleByteB,
+                           bool unitScales);
 
   Program &program;
   std::string &error;
@@ -272,394 +296,434 @@ LogicalResult Decoder::decodeOp(Operation *op, POp &p) {
       return failure();
     p.out.push_back(*slot);
   }
-  auto floatOk = [&](unsigned slot) {
-    Elem e = program.values[slot].elem;
-    return e == Elem::F32 || e == Elem::F64 || e == Elem::BF16;
-  };
-  // Conversions also reach FP8 E4M3FN (the W13 epilogue's quantisation).
-  auto convertible = [&](unsigned slot) {
-    return floatOk(slot) || program.values[slot].elem == Elem::F8E4M3FN;
-  };
-  auto floatUnary = [&](Operation *o, FloatUnaryOp which) -> LogicalResult {
-    if (!floatOk(p.out[0]))
-      return fail(o, "float arithmetic on this element type");
-    p.kind = Kind::FloatUnary;
-    p.sub = static_cast<uint8_t>(which);
-    return success();
-  };
-  auto intBinary = [&](IntOp which) {
-    p.kind = Kind::IntBinary;
-    p.sub = static_cast<uint8_t>(which);
-    return success();
-  };
-  auto floatBinary = [&](Operation *o, FloatOp which) -> LogicalResult {
-    if (!floatOk(p.out[0]))
-      return fail(o, "float arithmetic on this element type");
-    p.kind = Kind::FloatBinary;
-    p.sub = static_cast<uint8_t>(which);
-    return success();
-  };
-  auto intCast = [&](bool signExtend) {
-    p.kind = Kind::IntCast;
-    p.sub = signExtend ? 1 : 0;
-    return success();
-  };
-  auto gpuDim = [&](Kind kind, gpu::Dimension dim) {
-    p.kind = kind;
-    p.ints = {static_cast<int64_t>(dim)};
-    return success();
-  };
+  // One decoder per op family, as the executor dispatches them.
+  for (auto decodeFamily :
+       {&Decoder::decodeArith, &Decoder::decodeMemory, &Decoder::decodeVector,
+        &Decoder::decodeGpu, &Decoder::decodeAmdgpu, &Decoder::decodeScf})
+    if (std::optional<LogicalResult> decoded = (this->*decodeFamily)(op, p))
+      return *decoded;
+  return fail(op, "no emulator semantics for this op");
+}
 
-  // A gfx950 f8f6f4 MFMA, scaled or not (amdgpu.mfma has no scale operands
-  // and means every scale 1.0): ints = shape, scale byte of A and B, the
-  // operand formats, unit scales.
-  auto f8f6f4Mfma = [&](Operation *o, int64_t m, int64_t n, int64_t k,
-                        Value a, Value b, Value c, int64_t scaleByteA,
-                        int64_t scaleByteB, bool unitScales) -> LogicalResult {
-    const bool is16 = m == 16 && n == 16 && k == 128;
-    const bool is32 = m == 32 && n == 32 && k == 64;
-    if (!is16 && !is32)
-      return fail(o, "only the f8f6f4 shapes 16x16x128 and 32x32x64");
-    auto format = [&](Value source) -> int {
-      auto vector = dyn_cast<VectorType>(source.getType());
-      Type element = vector ? vector.getElementType() : Type();
-      if (element && isa<Float8E4M3FNType>(element))
-        return static_cast<int>(mfma::OperandFormat::Fp8);
-      if (element && isa<Float4E2M1FNType>(element))
-        return static_cast<int>(mfma::OperandFormat::Fp4);
-      return -1;
-    };
-    const int fa = format(a), fb = format(b);
-    if (fa < 0 || fb < 0)
-      return fail(o, "operands other than f8E4M3FN and f4E2M1FN");
-    if (!cast<VectorType>(c.getType()).getElementType().isF32())
-      return fail(o, "accumulators other than f32");
-    p.kind = Kind::ScaledMfma;
-    p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
-                                        : mfma::Shape::M32N32K64),
-              scaleByteA, scaleByteB, fa, fb, unitScales ? 1 : 0};
-    return success();
-  };
+bool Decoder::floatOk(unsigned slot) const {
+  Elem e = program.values[slot].elem;
+  return e == Elem::F32 || e == Elem::F64 || e == Elem::BF16;
+}
 
-  LogicalResult result =
-      llvm::TypeSwitch<Operation *, LogicalResult>(op)
-          .Case([&](arith::ConstantOp o) {
-            p.kind = Kind::Constant;
-            return decodeConstant(o, p);
-          })
-          .Case([&](arith::AddIOp) { return intBinary(IntOp::Add); })
-          .Case([&](arith::SubIOp) { return intBinary(IntOp::Sub); })
-          .Case([&](arith::MulIOp) { return intBinary(IntOp::Mul); })
-          .Case([&](arith::DivUIOp) { return intBinary(IntOp::DivU); })
-          .Case([&](arith::DivSIOp) { return intBinary(IntOp::DivS); })
-          .Case([&](arith::RemUIOp) { return intBinary(IntOp::RemU); })
-          .Case([&](arith::RemSIOp) { return intBinary(IntOp::RemS); })
-          .Case([&](arith::CeilDivUIOp) { return intBinary(IntOp::CeilDivU); })
-          .Case([&](arith::CeilDivSIOp) { return intBinary(IntOp::CeilDivS); })
-          .Case([&](arith::FloorDivSIOp) { return intBinary(IntOp::FloorDivS); })
-          .Case([&](arith::MinUIOp) { return intBinary(IntOp::MinU); })
-          .Case([&](arith::MaxUIOp) { return intBinary(IntOp::MaxU); })
-          .Case([&](arith::MinSIOp) { return intBinary(IntOp::MinS); })
-          .Case([&](arith::MaxSIOp) { return intBinary(IntOp::MaxS); })
-          .Case([&](arith::AndIOp) { return intBinary(IntOp::And); })
-          .Case([&](arith::OrIOp) { return intBinary(IntOp::Or); })
-          .Case([&](arith::XOrIOp) { return intBinary(IntOp::Xor); })
-          .Case([&](arith::ShLIOp) { return intBinary(IntOp::Shl); })
-          .Case([&](arith::ShRUIOp) { return intBinary(IntOp::ShrU); })
-          .Case([&](arith::ShRSIOp) { return intBinary(IntOp::ShrS); })
-          .Case([&](arith::CmpIOp o) {
-            p.kind = Kind::CmpI;
-            p.sub = static_cast<uint8_t>(o.getPredicate());
-            return success();
-          })
-          .Case([&](arith::ExtUIOp) { return intCast(false); })
-          .Case([&](arith::ExtSIOp) { return intCast(true); })
-          .Case([&](arith::TruncIOp) { return intCast(false); })
-          .Case([&](arith::IndexCastOp) { return intCast(true); })
-          .Case([&](arith::IndexCastUIOp) { return intCast(false); })
-          .Case([&](arith::BitcastOp) {
-            p.kind = Kind::Bitcast;
-            return success();
-          })
-          .Case([&](arith::SelectOp o) -> LogicalResult {
-            if (isa<VectorType>(o.getCondition().getType()))
-              return fail(o, "vector conditions");
-            p.kind = Kind::Select;
-            return success();
-          })
-          .Case([&](arith::AddFOp o) { return floatBinary(o, FloatOp::Add); })
-          .Case([&](arith::SubFOp o) { return floatBinary(o, FloatOp::Sub); })
-          .Case([&](arith::MulFOp o) { return floatBinary(o, FloatOp::Mul); })
-          .Case([&](arith::DivFOp o) { return floatBinary(o, FloatOp::Div); })
-          .Case([&](arith::MaxNumFOp o) {
-            return floatBinary(o, FloatOp::MaxNum);
-          })
-          .Case([&](arith::MinNumFOp o) {
-            return floatBinary(o, FloatOp::MinNum);
-          })
-          .Case([&](arith::MaximumFOp o) {
-            return floatBinary(o, FloatOp::Maximum);
-          })
-          .Case([&](arith::MinimumFOp o) {
-            return floatBinary(o, FloatOp::Minimum);
-          })
-          .Case([&](arith::NegFOp o) {
-            return floatUnary(o, FloatUnaryOp::Neg);
-          })
-          .Case([&](math::AbsFOp o) {
-            return floatUnary(o, FloatUnaryOp::Abs);
-          })
-          .Case([&](math::Exp2Op o) {
-            return floatUnary(o, FloatUnaryOp::Exp2);
-          })
-          .Case([&](vector::InterleaveOp) {
-            p.kind = Kind::Interleave;
-            return success();
-          })
-          .Case([&](arith::ExtFOp o) -> LogicalResult {
-            if (!convertible(p.in[0]) || !convertible(p.out[0]))
-              return fail(o, "extf between these types");
-            p.kind = Kind::FloatCast;
-            return success();
-          })
-          .Case([&](arith::TruncFOp o) -> LogicalResult {
-            if (!convertible(p.in[0]) || !convertible(p.out[0]))
-              return fail(o, "truncf between these types");
-            if (o.getRoundingmode() &&
-                *o.getRoundingmode() != arith::RoundingMode::to_nearest_even)
-              return fail(o, "rounding modes other than to_nearest_even");
-            p.kind = Kind::FloatCast;
-            return success();
-          })
-          .Case([&](memref::LoadOp) {
-            p.kind = Kind::MemLoad;
-            return success();
-          })
-          .Case([&](memref::StoreOp) {
-            p.kind = Kind::MemStore;
-            return success();
-          })
-          .Case([&](memref::AtomicRMWOp o) -> LogicalResult {
-            using K = arith::AtomicRMWKind;
-            std::optional<AtomicOp> which;
-            switch (o.getKind()) {
-            case K::addi: which = AtomicOp::AddI; break;
-            case K::muli: which = AtomicOp::MulI; break;
-            case K::maxs: which = AtomicOp::MaxS; break;
-            case K::maxu: which = AtomicOp::MaxU; break;
-            case K::mins: which = AtomicOp::MinS; break;
-            case K::minu: which = AtomicOp::MinU; break;
-            case K::andi: which = AtomicOp::AndI; break;
-            case K::ori: which = AtomicOp::OrI; break;
-            case K::xori: which = AtomicOp::XorI; break;
-            case K::assign: which = AtomicOp::Assign; break;
-            case K::addf: which = AtomicOp::AddF; break;
-            case K::maximumf: which = AtomicOp::MaximumF; break;
-            case K::minimumf: which = AtomicOp::MinimumF; break;
-            case K::maxnumf: which = AtomicOp::MaxNumF; break;
-            case K::minnumf: which = AtomicOp::MinNumF; break;
-            default: break;
-            }
-            if (!which)
-              return fail(o, "atomic kind " + arith::stringifyAtomicRMWKind(o.getKind()));
-            const Elem e = program.values[p.out[0]].elem;
-            const bool isFloat = *which >= AtomicOp::AddF;
-            if (isFloat ? !(e == Elem::F32 || e == Elem::F64) : e != Elem::Int)
-              return fail(o, "atomic kind on this element type");
-            p.kind = Kind::AtomicRmw;
-            p.sub = static_cast<uint8_t>(*which);
-            return success();
-          })
-          .Case([&](vector::LoadOp) {
-            p.kind = Kind::MemLoad;
-            return success();
-          })
-          .Case([&](vector::StoreOp) {
-            p.kind = Kind::MemStore;
-            return success();
-          })
-          .Case([&](vector::ShuffleOp o) {
-            p.kind = Kind::Shuffle;
-            p.ints.assign(o.getMask().begin(), o.getMask().end());
-            return success();
-          })
-          .Case([&](vector::BitCastOp) {
-            p.kind = Kind::Bitcast;
-            return success();
-          })
-          .Case([&](vector::ExtractOp o) -> LogicalResult {
-            if (!o.getDynamicPosition().empty() ||
-                o.getStaticPosition().size() != 1 ||
-                isa<VectorType>(o.getResult().getType()))
-              return fail(o, "only a static position into a 1-D vector");
-            p.kind = Kind::Extract;
-            p.ints = {o.getStaticPosition()[0]};
-            return success();
-          })
-          .Case([&](vector::InsertOp o) -> LogicalResult {
-            if (!o.getDynamicPosition().empty() ||
-                o.getStaticPosition().size() != 1 ||
-                isa<VectorType>(o.getValueToStore().getType()))
-              return fail(o, "only a static position into a 1-D vector");
-            p.kind = Kind::Insert;
-            p.ints = {o.getStaticPosition()[0]};
-            return success();
-          })
-          .Case([&](vector::ExtractStridedSliceOp o) -> LogicalResult {
-            auto offsets = o.getOffsets().getValue();
-            auto strides = o.getStrides().getValue();
-            if (offsets.size() != 1 ||
-                cast<IntegerAttr>(strides[0]).getInt() != 1)
-              return fail(o, "only unit-stride 1-D slices");
-            p.kind = Kind::ExtractSlice;
-            p.ints = {cast<IntegerAttr>(offsets[0]).getInt()};
-            return success();
-          })
-          .Case([&](vector::BroadcastOp o) -> LogicalResult {
-            if (isa<VectorType>(o.getSource().getType()))
-              return fail(o, "only scalar sources");
-            p.kind = Kind::Broadcast;
-            return success();
-          })
-          .Case([&](gpu::ThreadIdOp o) {
-            return gpuDim(Kind::ThreadId, o.getDimension());
-          })
-          .Case([&](gpu::BlockIdOp o) {
-            return gpuDim(Kind::BlockId, o.getDimension());
-          })
-          .Case([&](gpu::BlockDimOp o) {
-            return gpuDim(Kind::BlockDim, o.getDimension());
-          })
-          .Case([&](gpu::GridDimOp o) {
-            return gpuDim(Kind::GridDim, o.getDimension());
-          })
-          .Case([&](gpu::BarrierOp) {
-            p.kind = Kind::Barrier;
-            return success();
-          })
-          .Case([&](amdgpu::LDSBarrierOp) {
-            p.kind = Kind::Barrier;
-            return success();
-          })
-          .Case([&](amdgpu::SchedBarrierOp) {
-            p.kind = Kind::NoOp;
-            return success();
-          })
-          .Case([&](gpu::ReturnOp o) -> LogicalResult {
-            if (o->getNumOperands() != 0)
-              return fail(o, "kernels return nothing");
-            if (!isa<gpu::GPUFuncOp>(o->getParentOp()))
-              return fail(o, "gpu.return must end the kernel body");
-            p.kind = Kind::Return;
-            return success();
-          })
-          .Case([&](amdgpu::FatRawBufferCastOp o) -> LogicalResult {
-            if (o.getResetOffset())
-              return fail(o, "resetOffset");
-            if (program.values[p.in[0]].space != Space::Global)
-              return fail(o, "the source must be a global memref");
-            p.kind = Kind::FatRawBufferCast;
-            // Operand order: source, [validBytes], [cacheSwizzleStride].
-            p.ints = {o.getValidBytes() ? 1 : 0};
-            return success();
-          })
-          .Case([&](amdgpu::GatherToLDSOp o) -> LogicalResult {
-            const Space from = program.values[p.in[0]].space;
-            if (from != Space::Global && from != Space::RawBuffer)
-              return fail(o, "the source must be a global or fat_raw_buffer "
-                             "memref");
-            const unsigned dst = p.in[1 + o.getSrcIndices().size()];
-            if (program.values[dst].space != Space::Lds)
-              return fail(o, "the destination must be a workgroup memref");
-            ValueInfo transfer;
-            std::string why;
-            if (!classifyType(o.getTransferType(), transfer, why) ||
-                transfer.isMemRef)
-              return fail(o, "transfer type: " + why);
-            // The instruction moves 1, 2, 4, 12 or 16 bytes per lane;
-            // narrower ones are widened to a dword in LDS, which is not
-            // modelled.
-            if (transfer.laneBytes != 4 && transfer.laneBytes != 16)
-              return fail(o, "only 4- and 16-byte transfers");
-            p.kind = Kind::GatherToLds;
-            p.ints = {transfer.laneBytes,
-                      static_cast<int64_t>(o.getSrcIndices().size())};
-            return success();
-          })
-          .Case([&](amdgpu::MemoryCounterWaitOp) {
-            // gather_to_lds writes LDS when it executes (OpSemantics.cpp), so
-            // waiting for it changes nothing the emulator can observe.
-            p.kind = Kind::NoOp;
-            return success();
-          })
-          .Case([&](amdgpu::MFMAOp o) -> LogicalResult {
-            if (o.getBlocks() != 1 || o.getCbsz() != 0 || o.getAbid() != 0 ||
-                o.getBlgp() != amdgpu::MFMAPermB::none || o.getNegateA() ||
-                o.getNegateB() || o.getNegateC())
-              return fail(o, "blocks, cbsz, abid, blgp or negation");
-            // Operands: sourceA, sourceB, destC.
-            return f8f6f4Mfma(o, o.getM(), o.getN(), o.getK(), o.getSourceA(),
-                              o.getSourceB(), o.getDestC(), 0, 0,
-                              /*unitScales=*/true);
-          })
-          .Case([&](amdgpu::ScaledMFMAOp o) -> LogicalResult {
-            // Operands: sourceA, sourceB, destC, scalesA, scalesB.
-            return f8f6f4Mfma(o, o.getM(), o.getN(), o.getK(), o.getSourceA(),
-                              o.getSourceB(), o.getDestC(), o.getScalesIdxA(),
-                              o.getScalesIdxB(), /*unitScales=*/false);
-          })
-          .Case([&](scf::IfOp o) -> LogicalResult {
-            p.kind = Kind::If;
-            FailureOr<int> thenBlock = decodeBlock(o.getThenRegion().front());
-            if (failed(thenBlock))
-              return failure();
-            p.regions[0] = *thenBlock;
-            if (!o.getElseRegion().empty()) {
-              FailureOr<int> elseBlock = decodeBlock(o.getElseRegion().front());
-              if (failed(elseBlock))
-                return failure();
-              p.regions[1] = *elseBlock;
-            }
-            return success();
-          })
-          .Case([&](scf::ForOp o) -> LogicalResult {
-            if (o.getUnsignedCmp())
-              return fail(o, "unsigned loop comparison");
-            p.kind = Kind::For;
-            FailureOr<int> body = decodeBlock(*o.getBody());
-            if (failed(body))
-              return failure();
-            p.regions[0] = *body;
-            return success();
-          })
-          .Case([&](scf::WhileOp o) -> LogicalResult {
-            p.kind = Kind::While;
-            FailureOr<int> before = decodeBlock(o.getBefore().front());
-            if (failed(before))
-              return failure();
-            FailureOr<int> after = decodeBlock(o.getAfter().front());
-            if (failed(after))
-              return failure();
-            p.regions[0] = *before;
-            p.regions[1] = *after;
-            return success();
-          })
-          .Case([&](scf::ConditionOp) {
-            p.kind = Kind::Condition;
-            return success();
-          })
-          .Case([&](scf::YieldOp) {
-            p.kind = Kind::Yield;
-            return success();
-          })
-          .Case([&](ROCDL::SSleepOp) {
-            p.kind = Kind::Sleep;
-            return success();
-          })
-          .Default([&](Operation *o) {
-            return fail(o, "no emulator semantics for this op");
-          });
-  return result;
+bool Decoder::convertible(unsigned slot) const {
+  return floatOk(slot) || program.values[slot].elem == Elem::F8E4M3FN;
+}
+
+LogicalResult Decoder::floatUnary(Operation *o, POp &p, FloatUnaryOp which) {
+  if (!floatOk(p.out[0]))
+    return fail(o, "float arithmetic on this element type");
+  p.kind = Kind::FloatUnary;
+  p.sub = static_cast<uint8_t>(which);
+  return success();
+}
+
+LogicalResult Decoder::floatBinary(Operation *o, POp &p, FloatOp which) {
+  if (!floatOk(p.out[0]))
+    return fail(o, "float arithmetic on this element type");
+  p.kind = Kind::FloatBinary;
+  p.sub = static_cast<uint8_t>(which);
+  return success();
+}
+
+LogicalResult Decoder::intBinary(POp &p, IntOp which) {
+  p.kind = Kind::IntBinary;
+  p.sub = static_cast<uint8_t>(which);
+  return success();
+}
+
+LogicalResult Decoder::intCast(POp &p, bool signExtend) {
+  p.kind = Kind::IntCast;
+  p.sub = signExtend ? 1 : 0;
+  return success();
+}
+
+LogicalResult Decoder::gpuDim(POp &p, Kind kind, gpu::Dimension dim) {
+  p.kind = kind;
+  p.ints = {static_cast<int64_t>(dim)};
+  return success();
+}
+
+LogicalResult Decoder::f8f6f4Mfma(Operation *o, POp &p, int64_t m, int64_t n,
+                                  int64_t k, Value a, Value b, Value c,
+                                  int64_t scaleByteA, int64_t scaleByteB,
+                                  bool unitScales) {
+  const bool is16 = m == 16 && n == 16 && k == 128;
+  const bool is32 = m == 32 && n == 32 && k == 64;
+  if (!is16 && !is32)
+    return fail(o, "only the f8f6f4 shapes 16x16x128 and 32x32x64");
+  auto format = [&](Value source) -> int {
+    auto vector = dyn_cast<VectorType>(source.getType());
+    Type element = vector ? vector.getElementType() : Type();
+    if (element && isa<Float8E4M3FNType>(element))
+      return static_cast<int>(mfma::OperandFormat::Fp8);
+    if (element && isa<Float4E2M1FNType>(element))
+      return static_cast<int>(mfma::OperandFormat::Fp4);
+    return -1;
+  };
+  const int fa = format(a), fb = format(b);
+  if (fa < 0 || fb < 0)
+    return fail(o, "operands other than f8E4M3FN and f4E2M1FN");
+  if (!cast<VectorType>(c.getType()).getElementType().isF32())
+    return fail(o, "accumulators other than f32");
+  p.kind = Kind::ScaledMfma;
+  p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
+                                      : mfma::Shape::M32N32K64),
+            scaleByteA, scaleByteB, fa, fb, unitScales ? 1 : 0};
+  return success();
+}
+
+std::optional<LogicalResult> Decoder::decodeArith(Operation *op, POp &p) {
+  // arith and math: scalars and elementwise vectors.
+  return llvm::TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
+      .Case([&](arith::ConstantOp o) {
+        p.kind = Kind::Constant;
+        return decodeConstant(o, p);
+      })
+      .Case([&](arith::AddIOp) { return intBinary(p, IntOp::Add); })
+      .Case([&](arith::SubIOp) { return intBinary(p, IntOp::Sub); })
+      .Case([&](arith::MulIOp) { return intBinary(p, IntOp::Mul); })
+      .Case([&](arith::DivUIOp) { return intBinary(p, IntOp::DivU); })
+      .Case([&](arith::DivSIOp) { return intBinary(p, IntOp::DivS); })
+      .Case([&](arith::RemUIOp) { return intBinary(p, IntOp::RemU); })
+      .Case([&](arith::RemSIOp) { return intBinary(p, IntOp::RemS); })
+      .Case([&](arith::CeilDivUIOp) { return intBinary(p, IntOp::CeilDivU); })
+      .Case([&](arith::CeilDivSIOp) { return intBinary(p, IntOp::CeilDivS); })
+      .Case([&](arith::FloorDivSIOp) { return intBinary(p, IntOp::FloorDivS); })
+      .Case([&](arith::MinUIOp) { return intBinary(p, IntOp::MinU); })
+      .Case([&](arith::MaxUIOp) { return intBinary(p, IntOp::MaxU); })
+      .Case([&](arith::MinSIOp) { return intBinary(p, IntOp::MinS); })
+      .Case([&](arith::MaxSIOp) { return intBinary(p, IntOp::MaxS); })
+      .Case([&](arith::AndIOp) { return intBinary(p, IntOp::And); })
+      .Case([&](arith::OrIOp) { return intBinary(p, IntOp::Or); })
+      .Case([&](arith::XOrIOp) { return intBinary(p, IntOp::Xor); })
+      .Case([&](arith::ShLIOp) { return intBinary(p, IntOp::Shl); })
+      .Case([&](arith::ShRUIOp) { return intBinary(p, IntOp::ShrU); })
+      .Case([&](arith::ShRSIOp) { return intBinary(p, IntOp::ShrS); })
+      .Case([&](arith::CmpIOp o) {
+        p.kind = Kind::CmpI;
+        p.sub = static_cast<uint8_t>(o.getPredicate());
+        return success();
+      })
+      .Case([&](arith::ExtUIOp) { return intCast(p, false); })
+      .Case([&](arith::ExtSIOp) { return intCast(p, true); })
+      .Case([&](arith::TruncIOp) { return intCast(p, false); })
+      .Case([&](arith::IndexCastOp) { return intCast(p, true); })
+      .Case([&](arith::IndexCastUIOp) { return intCast(p, false); })
+      .Case([&](arith::BitcastOp) {
+        p.kind = Kind::Bitcast;
+        return success();
+      })
+      .Case([&](arith::SelectOp o) -> LogicalResult {
+        if (isa<VectorType>(o.getCondition().getType()))
+          return fail(o, "vector conditions");
+        p.kind = Kind::Select;
+        return success();
+      })
+      .Case([&](arith::AddFOp o) { return floatBinary(o, p, FloatOp::Add); })
+      .Case([&](arith::SubFOp o) { return floatBinary(o, p, FloatOp::Sub); })
+      .Case([&](arith::MulFOp o) { return floatBinary(o, p, FloatOp::Mul); })
+      .Case([&](arith::DivFOp o) { return floatBinary(o, p, FloatOp::Div); })
+      .Case([&](arith::MaxNumFOp o) {
+        return floatBinary(o, p, FloatOp::MaxNum);
+      })
+      .Case([&](arith::MinNumFOp o) {
+        return floatBinary(o, p, FloatOp::MinNum);
+      })
+      .Case([&](arith::MaximumFOp o) {
+        return floatBinary(o, p, FloatOp::Maximum);
+      })
+      .Case([&](arith::MinimumFOp o) {
+        return floatBinary(o, p, FloatOp::Minimum);
+      })
+      .Case([&](arith::NegFOp o) {
+        return floatUnary(o, p, FloatUnaryOp::Neg);
+      })
+      .Case([&](arith::ExtFOp o) -> LogicalResult {
+        if (!convertible(p.in[0]) || !convertible(p.out[0]))
+          return fail(o, "extf between these types");
+        p.kind = Kind::FloatCast;
+        return success();
+      })
+      .Case([&](arith::TruncFOp o) -> LogicalResult {
+        if (!convertible(p.in[0]) || !convertible(p.out[0]))
+          return fail(o, "truncf between these types");
+        if (o.getRoundingmode() &&
+            *o.getRoundingmode() != arith::RoundingMode::to_nearest_even)
+          return fail(o, "rounding modes other than to_nearest_even");
+        p.kind = Kind::FloatCast;
+        return success();
+      })
+      .Case([&](math::AbsFOp o) {
+        return floatUnary(o, p, FloatUnaryOp::Abs);
+      })
+      .Case([&](math::Exp2Op o) {
+        return floatUnary(o, p, FloatUnaryOp::Exp2);
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+std::optional<LogicalResult> Decoder::decodeMemory(Operation *op, POp &p) {
+  // memref and vector loads, stores and atomics.
+  return llvm::TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
+      .Case([&](memref::LoadOp) {
+        p.kind = Kind::MemLoad;
+        return success();
+      })
+      .Case([&](memref::StoreOp) {
+        p.kind = Kind::MemStore;
+        return success();
+      })
+      .Case([&](memref::AtomicRMWOp o) -> LogicalResult {
+        using K = arith::AtomicRMWKind;
+        std::optional<AtomicOp> which;
+        switch (o.getKind()) {
+        case K::addi: which = AtomicOp::AddI; break;
+        case K::muli: which = AtomicOp::MulI; break;
+        case K::maxs: which = AtomicOp::MaxS; break;
+        case K::maxu: which = AtomicOp::MaxU; break;
+        case K::mins: which = AtomicOp::MinS; break;
+        case K::minu: which = AtomicOp::MinU; break;
+        case K::andi: which = AtomicOp::AndI; break;
+        case K::ori: which = AtomicOp::OrI; break;
+        case K::xori: which = AtomicOp::XorI; break;
+        case K::assign: which = AtomicOp::Assign; break;
+        case K::addf: which = AtomicOp::AddF; break;
+        case K::maximumf: which = AtomicOp::MaximumF; break;
+        case K::minimumf: which = AtomicOp::MinimumF; break;
+        case K::maxnumf: which = AtomicOp::MaxNumF; break;
+        case K::minnumf: which = AtomicOp::MinNumF; break;
+        default: break;
+        }
+        if (!which)
+          return fail(o, "atomic kind " + arith::stringifyAtomicRMWKind(o.getKind()));
+        const Elem e = program.values[p.out[0]].elem;
+        const bool isFloat = *which >= AtomicOp::AddF;
+        if (isFloat ? !(e == Elem::F32 || e == Elem::F64) : e != Elem::Int)
+          return fail(o, "atomic kind on this element type");
+        p.kind = Kind::AtomicRmw;
+        p.sub = static_cast<uint8_t>(*which);
+        return success();
+      })
+      .Case([&](vector::LoadOp) {
+        p.kind = Kind::MemLoad;
+        return success();
+      })
+      .Case([&](vector::StoreOp) {
+        p.kind = Kind::MemStore;
+        return success();
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+std::optional<LogicalResult> Decoder::decodeVector(Operation *op, POp &p) {
+  // vector shuffles, casts and element moves.
+  return llvm::TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
+      .Case([&](vector::InterleaveOp) {
+        p.kind = Kind::Interleave;
+        return success();
+      })
+      .Case([&](vector::ShuffleOp o) {
+        p.kind = Kind::Shuffle;
+        p.ints.assign(o.getMask().begin(), o.getMask().end());
+        return success();
+      })
+      .Case([&](vector::BitCastOp) {
+        p.kind = Kind::Bitcast;
+        return success();
+      })
+      .Case([&](vector::ExtractOp o) -> LogicalResult {
+        if (!o.getDynamicPosition().empty() ||
+            o.getStaticPosition().size() != 1 ||
+            isa<VectorType>(o.getResult().getType()))
+          return fail(o, "only a static position into a 1-D vector");
+        p.kind = Kind::Extract;
+        p.ints = {o.getStaticPosition()[0]};
+        return success();
+      })
+      .Case([&](vector::InsertOp o) -> LogicalResult {
+        if (!o.getDynamicPosition().empty() ||
+            o.getStaticPosition().size() != 1 ||
+            isa<VectorType>(o.getValueToStore().getType()))
+          return fail(o, "only a static position into a 1-D vector");
+        p.kind = Kind::Insert;
+        p.ints = {o.getStaticPosition()[0]};
+        return success();
+      })
+      .Case([&](vector::ExtractStridedSliceOp o) -> LogicalResult {
+        auto offsets = o.getOffsets().getValue();
+        auto strides = o.getStrides().getValue();
+        if (offsets.size() != 1 ||
+            cast<IntegerAttr>(strides[0]).getInt() != 1)
+          return fail(o, "only unit-stride 1-D slices");
+        p.kind = Kind::ExtractSlice;
+        p.ints = {cast<IntegerAttr>(offsets[0]).getInt()};
+        return success();
+      })
+      .Case([&](vector::BroadcastOp o) -> LogicalResult {
+        if (isa<VectorType>(o.getSource().getType()))
+          return fail(o, "only scalar sources");
+        p.kind = Kind::Broadcast;
+        return success();
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+std::optional<LogicalResult> Decoder::decodeGpu(Operation *op, POp &p) {
+  // gpu ids, barrier and return; rocdl.s.sleep.
+  return llvm::TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
+      .Case([&](gpu::ThreadIdOp o) {
+        return gpuDim(p, Kind::ThreadId, o.getDimension());
+      })
+      .Case([&](gpu::BlockIdOp o) {
+        return gpuDim(p, Kind::BlockId, o.getDimension());
+      })
+      .Case([&](gpu::BlockDimOp o) {
+        return gpuDim(p, Kind::BlockDim, o.getDimension());
+      })
+      .Case([&](gpu::GridDimOp o) {
+        return gpuDim(p, Kind::GridDim, o.getDimension());
+      })
+      .Case([&](gpu::BarrierOp) {
+        p.kind = Kind::Barrier;
+        return success();
+      })
+      .Case([&](gpu::ReturnOp o) -> LogicalResult {
+        if (o->getNumOperands() != 0)
+          return fail(o, "kernels return nothing");
+        if (!isa<gpu::GPUFuncOp>(o->getParentOp()))
+          return fail(o, "gpu.return must end the kernel body");
+        p.kind = Kind::Return;
+        return success();
+      })
+      .Case([&](ROCDL::SSleepOp) {
+        p.kind = Kind::Sleep;
+        return success();
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+std::optional<LogicalResult> Decoder::decodeAmdgpu(Operation *op, POp &p) {
+  // amdgpu buffers, LDS DMA, waits and MFMAs.
+  return llvm::TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
+      .Case([&](amdgpu::LDSBarrierOp) {
+        p.kind = Kind::Barrier;
+        return success();
+      })
+      .Case([&](amdgpu::SchedBarrierOp) {
+        p.kind = Kind::NoOp;
+        return success();
+      })
+      .Case([&](amdgpu::FatRawBufferCastOp o) -> LogicalResult {
+        if (o.getResetOffset())
+          return fail(o, "resetOffset");
+        if (program.values[p.in[0]].space != Space::Global)
+          return fail(o, "the source must be a global memref");
+        p.kind = Kind::FatRawBufferCast;
+        // Operand order: source, [validBytes], [cacheSwizzleStride].
+        p.ints = {o.getValidBytes() ? 1 : 0};
+        return success();
+      })
+      .Case([&](amdgpu::GatherToLDSOp o) -> LogicalResult {
+        const Space from = program.values[p.in[0]].space;
+        if (from != Space::Global && from != Space::RawBuffer)
+          return fail(o, "the source must be a global or fat_raw_buffer "
+                         "memref");
+        const unsigned dst = p.in[1 + o.getSrcIndices().size()];
+        if (program.values[dst].space != Space::Lds)
+          return fail(o, "the destination must be a workgroup memref");
+        ValueInfo transfer;
+        std::string why;
+        if (!classifyType(o.getTransferType(), transfer, why) ||
+            transfer.isMemRef)
+          return fail(o, "transfer type: " + why);
+        // The instruction moves 1, 2, 4, 12 or 16 bytes per lane;
+        // narrower ones are widened to a dword in LDS, which is not
+        // modelled.
+        if (transfer.laneBytes != 4 && transfer.laneBytes != 16)
+          return fail(o, "only 4- and 16-byte transfers");
+        p.kind = Kind::GatherToLds;
+        p.ints = {transfer.laneBytes,
+                  static_cast<int64_t>(o.getSrcIndices().size())};
+        return success();
+      })
+      .Case([&](amdgpu::MemoryCounterWaitOp) {
+        // gather_to_lds writes LDS when it executes (OpSemantics.cpp), so
+        // waiting for it changes nothing the emulator can observe.
+        p.kind = Kind::NoOp;
+        return success();
+      })
+      .Case([&](amdgpu::MFMAOp o) -> LogicalResult {
+        if (o.getBlocks() != 1 || o.getCbsz() != 0 || o.getAbid() != 0 ||
+            o.getBlgp() != amdgpu::MFMAPermB::none || o.getNegateA() ||
+            o.getNegateB() || o.getNegateC())
+          return fail(o, "blocks, cbsz, abid, blgp or negation");
+        // Operands: sourceA, sourceB, destC.
+        return f8f6f4Mfma(o, p, o.getM(), o.getN(), o.getK(), o.getSourceA(),
+                          o.getSourceB(), o.getDestC(), 0, 0,
+                          /*unitScales=*/true);
+      })
+      .Case([&](amdgpu::ScaledMFMAOp o) -> LogicalResult {
+        // Operands: sourceA, sourceB, destC, scalesA, scalesB.
+        return f8f6f4Mfma(o, p, o.getM(), o.getN(), o.getK(), o.getSourceA(),
+                          o.getSourceB(), o.getDestC(), o.getScalesIdxA(),
+                          o.getScalesIdxB(), /*unitScales=*/false);
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+std::optional<LogicalResult> Decoder::decodeScf(Operation *op, POp &p) {
+  // scf control flow: regions decode as blocks.
+  return llvm::TypeSwitch<Operation *, std::optional<LogicalResult>>(op)
+      .Case([&](scf::IfOp o) -> LogicalResult {
+        p.kind = Kind::If;
+        FailureOr<int> thenBlock = decodeBlock(o.getThenRegion().front());
+        if (failed(thenBlock))
+          return failure();
+        p.regions[0] = *thenBlock;
+        if (!o.getElseRegion().empty()) {
+          FailureOr<int> elseBlock = decodeBlock(o.getElseRegion().front());
+          if (failed(elseBlock))
+            return failure();
+          p.regions[1] = *elseBlock;
+        }
+        return success();
+      })
+      .Case([&](scf::ForOp o) -> LogicalResult {
+        if (o.getUnsignedCmp())
+          return fail(o, "unsigned loop comparison");
+        p.kind = Kind::For;
+        FailureOr<int> body = decodeBlock(*o.getBody());
+        if (failed(body))
+          return failure();
+        p.regions[0] = *body;
+        return success();
+      })
+      .Case([&](scf::WhileOp o) -> LogicalResult {
+        p.kind = Kind::While;
+        FailureOr<int> before = decodeBlock(o.getBefore().front());
+        if (failed(before))
+          return failure();
+        FailureOr<int> after = decodeBlock(o.getAfter().front());
+        if (failed(after))
+          return failure();
+        p.regions[0] = *before;
+        p.regions[1] = *after;
+        return success();
+      })
+      .Case([&](scf::ConditionOp) {
+        p.kind = Kind::Condition;
+        return success();
+      })
+      .Case([&](scf::YieldOp) {
+        p.kind = Kind::Yield;
+        return success();
+      })
+      .Default([](Operation *) { return std::nullopt; });
 }
 
 LogicalResult Decoder::decodeFunc(gpu::GPUFuncOp func) {

@@ -10,10 +10,12 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <sstream>
 
 using namespace mlir;
@@ -126,44 +128,23 @@ void checkInputQuantisation(const GlobalMemory &memory,
   }
 }
 
-} // namespace
+/// The kernels of one run: the three fused stages and the optional
+/// separate dispatch and leading quant kernels.
+struct PeerKernels {
+  const BuiltKernel &stage1, &stage2, &combine;
+  const BuiltKernel *dispatch, *quant;
+};
 
-LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
-                           const BuiltKernel &combine,
-                           const PeerLayerOptions &options,
-                           PeerLayerOutcome &outcome, std::string &error,
-                           const BuiltKernel *dispatch,
-                           const BuiltKernel *quant) {
-  outcome = PeerLayerOutcome();
-  PeerShape shape;
-  if (failed(parsePeerShape(stage1, stage2, combine, shape, error)))
-    return failure();
-  const int64_t H = shape.hidden, I = shape.intermediate, ep = shape.ep;
-  const int64_t L = shape.localExperts, C = shape.capacity, K = shape.topK;
-  const int64_t rows = shape.rows();
-  if (int64_t(options.tokensPerRank.size()) != ep) {
-    error = "peer harness: tokensPerRank has " +
-            std::to_string(options.tokensPerRank.size()) + " entries, ep is " +
-            std::to_string(ep);
-    return failure();
-  }
-  for (int64_t tokens : options.tokensPerRank)
-    if (tokens < 0 || tokens > shape.maxTokens) {
-      error = "peer harness: " + std::to_string(tokens) +
-              " tokens on a rank exceed max_tokens " +
-              std::to_string(shape.maxTokens);
-      return failure();
-    }
-
-  // Weights over all experts; rank r holds experts [r L, (r + 1) L).
-  ref::MoeShape moeShape{H, I, shape.experts, K};
-  const LayerWeights weights(options.seed, shape.stage1);
-  const ref::WeightSource &w13 = weights.w13(), &w2 = weights.w2();
-  // Every launch's tokens up front: only experts some route names are
-  // generated and copied in; the others stay poisoned, so a kernel that
-  // reads them is a finding (and real shapes stay affordable).
+/// Every launch's tokens up front: only experts some route names are
+/// generated and copied in; the others stay poisoned, so a kernel that
+/// reads them is a finding (and real shapes stay affordable). `used` gets
+/// the experts some route names.
+std::vector<std::vector<ref::TokenBatch>>
+generateLaunches(const PeerShape &shape, const PeerLayerOptions &options,
+                 std::vector<bool> &used) {
+  const int64_t ep = shape.ep, K = shape.topK;
   std::vector<std::vector<ref::TokenBatch>> launches(size_t(options.epochs));
-  std::vector<bool> used(size_t(shape.experts), false);
+  used.assign(size_t(shape.experts), false);
   ref::RoutingOptions routing;
   routing.invalidFraction = options.invalidFraction;
   if (options.hotRank >= 0) {
@@ -190,13 +171,97 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
           used[size_t(id)] = true;
     }
   }
+  return launches;
+}
 
+/// Sums of one epoch's comparison over the ranks.
+struct EpochErrors {
+  double interErr = 0, interRef = 0, outErr = 0, outRef = 0;
+  int64_t overTolerance = 0;
+};
+
+/// One run of the fused layer: the ranks' buffers in one global memory,
+/// and per epoch the oracle, the launches and the comparison.
+class PeerLayerRun {
+public:
+  PeerLayerRun(const PeerShape &shape, const PeerLayerOptions &options,
+               const ref::WeightSource &w13, const ref::WeightSource &w2,
+               PeerLayerOutcome &outcome)
+      : shape(shape), options(options), w13(w13), w2(w2), outcome(outcome) {}
+
+  /// Every rank's buffers: the weights of its `used` experts written,
+  /// the control words zeroed, the rest allocated.
+  void allocate(const std::vector<bool> &used);
+  /// The oracle of launch `epoch`; with a fixed-slot capacity too small for
+  /// the routing, planned with room for every route (the kernels must then
+  /// report overflow).
+  LogicalResult runOracle(int epoch, const std::vector<ref::TokenBatch> &batches,
+                          std::vector<ref::MegaMoeRankResult> &oracle,
+                          std::string &error);
+  /// Inputs: the BF16 tokens for the quant kernel, or else the oracle's
+  /// quantised tokens (the source-side 1x32 step that precedes stage 1);
+  /// receive rows, outputs and combine rows poisoned.
+  void writeInputs(const std::vector<ref::TokenBatch> &batches,
+                   const std::vector<ref::MegaMoeRankResult> &oracle,
+                   bool quant);
+  /// The launches of `epoch` in three phases: quant; dispatch and stage 1;
+  /// stage 2 and combine.
+  LogicalResult planLaunches(int epoch,
+                             const std::vector<ref::TokenBatch> &batches,
+                             const PeerKernels &kernels,
+                             std::vector<KernelLaunch> (&phases)[3],
+                             std::string &error);
+  /// Runs the phases in order, summing stats and findings; checks the quant
+  /// kernel's tokens after phase 0.
+  LogicalResult runPhases(int epoch, std::vector<KernelLaunch> (&phases)[3],
+                          const std::vector<ref::TokenBatch> &batches,
+                          const std::vector<ref::MegaMoeRankResult> &oracle,
+                          std::string &error);
+  /// Compares rank `r`'s receive counts, intermediate rows and output with
+  /// the oracle.
+  void compareRank(int epoch, int64_t r, int64_t tokens,
+                   const ref::MegaMoeRankResult &want, EpochErrors &errors);
+  /// The last epoch's tokens and outputs per rank (outcome.ranks).
+  void recordRankIo(const std::vector<ref::TokenBatch> &batches,
+                    const std::vector<ref::MegaMoeRankResult> &oracle,
+                    bool quant);
+  /// options.saveDir: each rank's receive metadata and intermediate.
+  LogicalResult saveRankArrays(std::string &error);
+
+  std::ostringstream summary;
+
+private:
+  /// Rows per local expert as the kernels counted them in launch `epoch`,
+  /// and where each expert's rows start (compact: packed in expert order).
+  void receiveCounts(int epoch, const int32_t *control,
+                     std::vector<int64_t> &counts,
+                     std::vector<int64_t> &firstRow) const;
+  LaunchConfig launchOf(int64_t grid) const {
+    LaunchConfig launch;
+    launch.grid = {grid, 1, 1};
+    launch.maxResidentWorkgroups = options.maxResidentWorkgroups
+                                       ? options.maxResidentWorkgroups
+                                       : unsigned(grid);
+    return launch;
+  }
+
+  const PeerShape &shape;
+  const PeerLayerOptions &options;
+  const ref::WeightSource &w13, &w2;
+  PeerLayerOutcome &outcome;
   GlobalMemory memory;
+  std::vector<RankBuffers> buffers;
+};
+
+void PeerLayerRun::allocate(const std::vector<bool> &used) {
+  const int64_t H = shape.hidden, I = shape.intermediate, ep = shape.ep;
+  const int64_t L = shape.localExperts, K = shape.topK;
+  const int64_t rows = shape.rows();
   auto addBuffer = [&](const std::string &name, size_t bytes) {
     // Empty ranks still pass valid pointers.
     return memory.addBuffer(name, std::max<size_t>(bytes, 16));
   };
-  std::vector<RankBuffers> buffers(ep);
+  buffers.resize(size_t(ep));
   for (int64_t r = 0; r < ep; ++r) {
     RankBuffers &rb = buffers[r];
     const std::string p = "rank" + std::to_string(r) + ".";
@@ -237,307 +302,398 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     rb.combineRows = addBuffer(p + "combine_rows", size_t(shape.maxTokens * K * H * 2));
     rb.out = addBuffer(p + "out", size_t(shape.maxTokens * H * 2));
   }
+}
 
+LogicalResult
+PeerLayerRun::runOracle(int epoch, const std::vector<ref::TokenBatch> &batches,
+                        std::vector<ref::MegaMoeRankResult> &oracle,
+                        std::string &error) {
+  ref::MegaMoeConfig config;
+  config.shape = ref::MoeShape{shape.hidden, shape.intermediate, shape.experts,
+                               shape.topK};
+  config.ep = shape.ep;
+  config.transport =
+      shape.compact ? ref::Transport::Compact : ref::Transport::FixedSlot;
+  config.mTile = shape.tileM;
+  if (!shape.compact)
+    config.slotCapacity = shape.capacity;
+  config.swigluLimit = shape.swigluLimit;
+  config.mode = ref::OracleMode::QuantFaithful;
+  ref::Status status = ref::runMegaMoe(config, w13, w2, batches, oracle);
+  if (!status && !shape.compact) {
+    // The kernels' capacity is too small for this routing: plan the
+    // oracle with room for every route; the kernels must report overflow.
+    summary << "epoch " << epoch << ": fixed-slot capacity " << shape.capacity
+            << " is too small for this routing (" << status.message()
+            << "): the kernels must report overflow\n";
+    config.slotCapacity = shape.ep * shape.maxTokens * shape.topK;
+    status = ref::runMegaMoe(config, w13, w2, batches, oracle);
+  }
+  if (!status) {
+    error = "peer harness: oracle: " + status.message();
+    return failure();
+  }
+  return success();
+}
+
+void PeerLayerRun::writeInputs(const std::vector<ref::TokenBatch> &batches,
+                               const std::vector<ref::MegaMoeRankResult> &oracle,
+                               bool quant) {
+  for (int64_t r = 0; r < shape.ep; ++r) {
+    RankBuffers &rb = buffers[r];
+    const ref::StageResults &st = oracle[r].stages;
+    const ref::TokenBatch &batch = batches[r];
+    for (unsigned id : {rb.x, rb.a, rb.aScale, rb.ids, rb.weights, rb.recvA,
+                        rb.recvScale, rb.recvMeta, rb.inter, rb.interScale,
+                        rb.combineRows, rb.out})
+      memory.poison(id);
+    if (batch.tokens > 0) {
+      if (quant) {
+        memory.write(rb.x, 0, batch.hiddenBf16.data(),
+                     batch.hiddenBf16.size() * 2);
+      } else {
+        memory.write(rb.a, 0, st.inputCodes.data(), st.inputCodes.size());
+        memory.write(rb.aScale, 0, st.inputScales.data(),
+                     st.inputScales.size());
+      }
+      memory.write(rb.ids, 0, batch.topkIds.data(), batch.topkIds.size() * 4);
+      memory.write(rb.weights, 0, batch.topkWeights.data(),
+                   batch.topkWeights.size() * 4);
+    }
+  }
+}
+
+LogicalResult
+PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batches,
+                           const PeerKernels &kernels,
+                           std::vector<KernelLaunch> (&phases)[3],
+                           std::string &error) {
+  const int64_t H = shape.hidden, ep = shape.ep;
   auto func = [](const BuiltKernel &kernel) {
     return cast<gpu::GPUFuncOp>(kernel.func);
   };
   auto buffer = [](unsigned id) { return KernelArgValue::makeBuffer(id); };
   auto scalar = [](int64_t v) { return KernelArgValue::makeScalar(v); };
-  auto launchOf = [&](int64_t grid) {
-    LaunchConfig launch;
-    launch.grid = {grid, 1, 1};
-    launch.maxResidentWorkgroups = options.maxResidentWorkgroups
-                                       ? options.maxResidentWorkgroups
-                                       : unsigned(grid);
-    return launch;
-  };
-
-  std::ostringstream summary;
-  bool pass = true;
-  outcome.ranks.resize(size_t(ep));
-  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
-    const std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
-    ref::MegaMoeConfig config;
-    config.shape = moeShape;
-    config.ep = ep;
-    config.transport =
-        shape.compact ? ref::Transport::Compact : ref::Transport::FixedSlot;
-    config.mTile = shape.tileM;
-    if (!shape.compact)
-      config.slotCapacity = C;
-    config.swigluLimit = shape.swigluLimit;
-    config.mode = ref::OracleMode::QuantFaithful;
-    std::vector<ref::MegaMoeRankResult> oracle;
-    ref::Status status = ref::runMegaMoe(config, w13, w2, batches, oracle);
-    if (!status && !shape.compact) {
-      // The kernels' capacity is too small for this routing: plan the
-      // oracle with room for every route; the kernels must report overflow.
-      summary << "epoch " << epoch << ": fixed-slot capacity " << C
-              << " is too small for this routing (" << status.message()
-              << "): the kernels must report overflow\n";
-      config.slotCapacity = ep * shape.maxTokens * K;
-      status = ref::runMegaMoe(config, w13, w2, batches, oracle);
+  for (int64_t r = 0; r < ep; ++r) {
+    const RankBuffers &rb = buffers[r];
+    if (kernels.quant) {
+      // Every rank launches it, also without tokens (grid >= 1).
+      const rt::RuleVariable variables[] = {{"num_tokens", batches[r].tokens},
+                                            {"H", H}};
+      int64_t grid = 0;
+      if (!rt::evaluateGridRule(kernels.quant->description.abi.gridX, variables,
+                                std::size(variables), grid, error))
+        return failure();
+      KernelLaunch q;
+      q.func = func(*kernels.quant);
+      q.label = "rank " + std::to_string(r) + " quant";
+      q.launch = launchOf(grid);
+      q.args = {buffer(rb.x), buffer(rb.a), buffer(rb.aScale),
+                scalar(batches[r].tokens)};
+      phases[0].push_back(std::move(q));
     }
-    if (!status) {
-      error = "peer harness: oracle: " + status.message();
+    KernelLaunch s1;
+    s1.func = func(kernels.stage1);
+    s1.label = "rank " + std::to_string(r);
+    s1.launch = launchOf(shape.workgroups1);
+    s1.args = {buffer(rb.a), buffer(rb.aScale), buffer(rb.ids),
+               buffer(rb.weights), buffer(rb.w13), buffer(rb.w13Scale),
+               buffer(rb.recvA), buffer(rb.recvScale), buffer(rb.inter),
+               buffer(rb.interScale), buffer(rb.control),
+               scalar(batches[r].tokens), scalar(epoch), scalar(r)};
+    for (int kind = 0; kind < 4; ++kind)
+      for (int64_t d = 0; d < ep; ++d) {
+        const RankBuffers &db = buffers[d];
+        unsigned ids[] = {db.recvA, db.recvScale, db.recvMeta, db.control};
+        s1.args.push_back(buffer(ids[kind]));
+      }
+    if (kernels.dispatch) {
+      // The separate dispatch kernel: the same arguments, its own grid.
+      KernelLaunch d = s1;
+      d.func = func(*kernels.dispatch);
+      d.label = "rank " + std::to_string(r) + " dispatch";
+      d.launch = launchOf(fixedGrid(*kernels.dispatch, 1));
+      phases[1].push_back(std::move(d));
+    }
+    phases[1].push_back(std::move(s1));
+
+    KernelLaunch s2;
+    s2.func = func(kernels.stage2);
+    s2.label = "rank " + std::to_string(r);
+    s2.launch = launchOf(shape.workgroups2);
+    s2.args = {buffer(rb.inter), buffer(rb.interScale), buffer(rb.w2),
+               buffer(rb.w2Scale), buffer(rb.recvMeta), buffer(rb.control),
+               scalar(epoch)};
+    for (int64_t s = 0; s < ep; ++s)
+      s2.args.push_back(buffer(buffers[s].combineRows));
+    for (int64_t s = 0; s < ep; ++s)
+      s2.args.push_back(buffer(buffers[s].control));
+    phases[2].push_back(std::move(s2));
+    // A rank without tokens launches no combine workgroup (grid 0).
+    if (batches[r].tokens > 0) {
+      KernelLaunch c;
+      c.func = func(kernels.combine);
+      c.label = "rank " + std::to_string(r) + " combine";
+      c.launch = launchOf((batches[r].tokens + shape.combineWaves - 1) /
+                          shape.combineWaves);
+      c.args = {buffer(rb.combineRows), buffer(rb.ids), buffer(rb.weights),
+                buffer(rb.out), scalar(batches[r].tokens),
+                buffer(rb.control), scalar(epoch)};
+      phases[2].push_back(std::move(c));
+    }
+  }
+  return success();
+}
+
+LogicalResult
+PeerLayerRun::runPhases(int epoch, std::vector<KernelLaunch> (&phases)[3],
+                        const std::vector<ref::TokenBatch> &batches,
+                        const std::vector<ref::MegaMoeRankResult> &oracle,
+                        std::string &error) {
+  for (std::vector<KernelLaunch> &phase : phases) {
+    if (phase.empty())
+      continue;
+    FailureOr<RunResult> run = runKernels(phase, memory, error);
+    if (failed(run)) {
+      error = "epoch " + std::to_string(epoch) + ": " + error;
       return failure();
     }
+    accumulate(outcome.stats, run->stats);
+    for (size_t i = 0; i < phase.size(); ++i)
+      addKernelStats(outcome.kernelStats, phase[i].func.getName().str(),
+                     run->launchStats[i]);
+    outcome.findings += run->totalFindings();
+    if (run->totalFindings() && !run->findings.empty())
+      summary << "finding: " << run->findings.front().str() << "\n";
+    if (&phase == &phases[0])
+      checkInputQuantisation(memory, buffers, batches, oracle, shape.hidden,
+                             outcome);
+  }
+  return success();
+}
 
-    // Inputs: the BF16 tokens for the quant kernel, or else the oracle's
-    // quantised tokens (the source-side 1x32 step that precedes stage 1);
-    // receive rows, outputs and combine rows poisoned.
-    for (int64_t r = 0; r < ep; ++r) {
-      RankBuffers &rb = buffers[r];
-      const ref::StageResults &st = oracle[r].stages;
-      const ref::TokenBatch &batch = batches[r];
-      for (unsigned id : {rb.x, rb.a, rb.aScale, rb.ids, rb.weights, rb.recvA,
-                          rb.recvScale, rb.recvMeta, rb.inter, rb.interScale,
-                          rb.combineRows, rb.out})
-        memory.poison(id);
-      if (batch.tokens > 0) {
-        if (quant) {
-          memory.write(rb.x, 0, batch.hiddenBf16.data(),
-                       batch.hiddenBf16.size() * 2);
-        } else {
-          memory.write(rb.a, 0, st.inputCodes.data(), st.inputCodes.size());
-          memory.write(rb.aScale, 0, st.inputScales.data(),
-                       st.inputScales.size());
-        }
-        memory.write(rb.ids, 0, batch.topkIds.data(), batch.topkIds.size() * 4);
-        memory.write(rb.weights, 0, batch.topkWeights.data(),
-                     batch.topkWeights.size() * 4);
-      }
-    }
-
-    std::vector<KernelLaunch> phase0, phase1, phase2;
-    for (int64_t r = 0; r < ep; ++r) {
-      const RankBuffers &rb = buffers[r];
-      if (quant) {
-        // Every rank launches it, also without tokens (grid >= 1).
-        const rt::RuleVariable variables[] = {{"num_tokens", batches[r].tokens},
-                                              {"H", H}};
-        int64_t grid = 0;
-        if (!rt::evaluateGridRule(quant->description.abi.gridX, variables,
-                                  std::size(variables), grid, error))
-          return failure();
-        KernelLaunch q;
-        q.func = func(*quant);
-        q.label = "rank " + std::to_string(r) + " quant";
-        q.launch = launchOf(grid);
-        q.args = {buffer(rb.x), buffer(rb.a), buffer(rb.aScale),
-                  scalar(batches[r].tokens)};
-        phase0.push_back(std::move(q));
-      }
-      KernelLaunch s1;
-      s1.func = func(stage1);
-      s1.label = "rank " + std::to_string(r);
-      s1.launch = launchOf(shape.workgroups1);
-      s1.args = {buffer(rb.a), buffer(rb.aScale), buffer(rb.ids),
-                 buffer(rb.weights), buffer(rb.w13), buffer(rb.w13Scale),
-                 buffer(rb.recvA), buffer(rb.recvScale), buffer(rb.inter),
-                 buffer(rb.interScale), buffer(rb.control),
-                 scalar(batches[r].tokens), scalar(epoch), scalar(r)};
-      for (int kind = 0; kind < 4; ++kind)
-        for (int64_t d = 0; d < ep; ++d) {
-          const RankBuffers &db = buffers[d];
-          unsigned ids[] = {db.recvA, db.recvScale, db.recvMeta, db.control};
-          s1.args.push_back(buffer(ids[kind]));
-        }
-      if (dispatch) {
-        // The separate dispatch kernel: the same arguments, its own grid.
-        KernelLaunch d = s1;
-        d.func = func(*dispatch);
-        d.label = "rank " + std::to_string(r) + " dispatch";
-        d.launch = launchOf(fixedGrid(*dispatch, 1));
-        phase1.push_back(std::move(d));
-      }
-      phase1.push_back(std::move(s1));
-
-      KernelLaunch s2;
-      s2.func = func(stage2);
-      s2.label = "rank " + std::to_string(r);
-      s2.launch = launchOf(shape.workgroups2);
-      s2.args = {buffer(rb.inter), buffer(rb.interScale), buffer(rb.w2),
-                 buffer(rb.w2Scale), buffer(rb.recvMeta), buffer(rb.control),
-                 scalar(epoch)};
+void PeerLayerRun::receiveCounts(int epoch, const int32_t *control,
+                                 std::vector<int64_t> &counts,
+                                 std::vector<int64_t> &firstRow) const {
+  const int64_t L = shape.localExperts, ep = shape.ep;
+  counts.assign(static_cast<size_t>(L), 0);
+  firstRow.assign(static_cast<size_t>(L), 0);
+  int64_t packedRows = 0;
+  for (int64_t e = 0; e < L; ++e) {
+    if (shape.compact) {
       for (int64_t s = 0; s < ep; ++s)
-        s2.args.push_back(buffer(buffers[s].combineRows));
-      for (int64_t s = 0; s < ep; ++s)
-        s2.args.push_back(buffer(buffers[s].control));
-      phase2.push_back(std::move(s2));
-      // A rank without tokens launches no combine workgroup (grid 0).
-      if (batches[r].tokens > 0) {
-        KernelLaunch c;
-        c.func = func(combine);
-        c.label = "rank " + std::to_string(r) + " combine";
-        c.launch = launchOf((batches[r].tokens + shape.combineWaves - 1) /
-                            shape.combineWaves);
-        c.args = {buffer(rb.combineRows), buffer(rb.ids), buffer(rb.weights),
-                  buffer(rb.out), scalar(batches[r].tokens),
-                  buffer(rb.control), scalar(epoch)};
-        phase2.push_back(std::move(c));
-      }
+        counts[e] += control[peer::sourceCountWord(epoch, s, e, L, ep)];
+      firstRow[e] = packedRows;
+      packedRows += counts[e];
+    } else {
+      counts[e] = control[peer::countBank(epoch, L) + e];
+      firstRow[e] = e * shape.capacity;
     }
-    for (auto *phase : {&phase0, &phase1, &phase2}) {
-      if (phase->empty())
+  }
+}
+
+void PeerLayerRun::compareRank(int epoch, int64_t r, int64_t tokens,
+                               const ref::MegaMoeRankResult &want,
+                               EpochErrors &errors) {
+  const int64_t H = shape.hidden, I = shape.intermediate;
+  const int64_t L = shape.localExperts, C = shape.capacity;
+  const int64_t rows = shape.rows();
+  const RankBuffers &rb = buffers[r];
+  const int32_t *control =
+      reinterpret_cast<const int32_t *>(memory.data(rb.control));
+  if (control[peer::kOverflow] != 0)
+    ++outcome.overflows;
+  std::map<std::pair<int32_t, int32_t>, int64_t> oracleRow;
+  for (int64_t row = 0; row < want.plan.numRows; ++row)
+    if (want.plan.sourceRank[row] >= 0)
+      oracleRow[{want.plan.sourceRank[row], want.plan.sourceRoute[row]}] = row;
+  const int32_t *meta =
+      reinterpret_cast<const int32_t *>(memory.data(rb.recvMeta));
+  const uint8_t *codes = memory.data(rb.inter);
+  const uint8_t *scales = memory.data(rb.interScale);
+  const int64_t routesPerRank = shape.maxTokens * shape.topK;
+  std::vector<int64_t> counts, firstRow;
+  receiveCounts(epoch, control, counts, firstRow);
+  for (int64_t e = 0; e < L; ++e) {
+    const int64_t count = counts[e];
+    if (count != want.plan.expertCounts[e])
+      ++outcome.countMismatches;
+    const int64_t used = shape.compact ? std::min(count, rows - firstRow[e])
+                                       : std::min(count, C);
+    for (int64_t slot = 0; slot < used; ++slot) {
+      const int64_t row = firstRow[e] + slot;
+      const int32_t packed = meta[row * peer::kMetaWords + 1] - 1;
+      auto it = oracleRow.find({int32_t(packed / routesPerRank),
+                                int32_t(packed % routesPerRank)});
+      if (packed < 0 || it == oracleRow.end()) {
+        ++outcome.unknownRows;
         continue;
-      FailureOr<RunResult> run = runKernels(*phase, memory, error);
-      if (failed(run)) {
-        error = "epoch " + std::to_string(epoch) + ": " + error;
-        return failure();
       }
-      accumulate(outcome.stats, run->stats);
-      for (size_t i = 0; i < phase->size(); ++i)
-        addKernelStats(outcome.kernelStats,
-                       (*phase)[i].func.getName().str(), run->launchStats[i]);
-      outcome.findings += run->totalFindings();
-      if (run->totalFindings() && !run->findings.empty())
-        summary << "finding: " << run->findings.front().str() << "\n";
-      if (phase == &phase0)
-        checkInputQuantisation(memory, buffers, batches, oracle, H, outcome);
+      const int64_t oRow = it->second;
+      for (int64_t c = 0; c < I; ++c) {
+        const double scale = ref::decodeE8M0(scales[row * I / 32 + c / 32]);
+        const double got = ref::decodeFp8E4M3(codes[row * I + c]) * scale;
+        const double act = want.stages.activation[oRow * I + c];
+        errors.interErr += (got - act) * (got - act);
+        errors.interRef += act * act;
+        ++outcome.codesCompared;
+        outcome.codesEqual +=
+            codes[row * I + c] == want.stages.intermediateCodes[oRow * I + c];
+        if (std::fabs(got - act) > ulpFp8(act, scale))
+          ++errors.overTolerance;
+      }
     }
+  }
+  const uint16_t *out = reinterpret_cast<const uint16_t *>(memory.data(rb.out));
+  const uint8_t *written = memory.written(rb.out);
+  for (int64_t i = 0; i < tokens * H; ++i) {
+    if (!written[2 * i] || !written[2 * i + 1]) {
+      ++outcome.outputUnwritten;
+      continue;
+    }
+    const double got = ref::decodeBf16(out[i]);
+    const double ref = want.stages.output[i];
+    errors.outErr += (got - ref) * (got - ref);
+    errors.outRef += ref * ref;
+  }
+}
 
-    // Compare.
-    double interErr = 0, interRef = 0, outErr = 0, outRef = 0;
-    int64_t overTolerance = 0;
-    for (int64_t r = 0; r < ep; ++r) {
-      const RankBuffers &rb = buffers[r];
-      const ref::MegaMoeRankResult &want = oracle[r];
-      const int32_t *control =
-          reinterpret_cast<const int32_t *>(memory.data(rb.control));
-      if (control[peer::kOverflow] != 0)
-        ++outcome.overflows;
-      std::map<std::pair<int32_t, int32_t>, int64_t> oracleRow;
-      for (int64_t row = 0; row < want.plan.numRows; ++row)
-        if (want.plan.sourceRank[row] >= 0)
-          oracleRow[{want.plan.sourceRank[row], want.plan.sourceRoute[row]}] = row;
-      const int32_t *meta =
-          reinterpret_cast<const int32_t *>(memory.data(rb.recvMeta));
-      const uint8_t *codes = memory.data(rb.inter);
-      const uint8_t *scales = memory.data(rb.interScale);
-      const int64_t routesPerRank = shape.maxTokens * K;
-      // Rows per local expert as the kernels counted them, and where each
-      // expert's rows start (compact: packed in expert order).
-      std::vector<int64_t> counts(static_cast<size_t>(L), 0),
-          firstRow(static_cast<size_t>(L), 0);
-      int64_t packedRows = 0;
-      for (int64_t e = 0; e < L; ++e) {
-        if (shape.compact) {
-          for (int64_t s = 0; s < ep; ++s)
-            counts[e] += control[peer::sourceCountWord(epoch, s, e, L, ep)];
-          firstRow[e] = packedRows;
-          packedRows += counts[e];
-        } else {
-          counts[e] = control[peer::countBank(epoch, L) + e];
-          firstRow[e] = e * C;
-        }
-      }
-      for (int64_t e = 0; e < L; ++e) {
-        const int64_t count = counts[e];
-        if (count != want.plan.expertCounts[e])
-          ++outcome.countMismatches;
-        const int64_t used = shape.compact ? std::min(count, rows - firstRow[e])
-                                           : std::min(count, C);
-        for (int64_t slot = 0; slot < used; ++slot) {
-          const int64_t row = firstRow[e] + slot;
-          const int32_t packed = meta[row * peer::kMetaWords + 1] - 1;
-          auto it = oracleRow.find({int32_t(packed / routesPerRank),
-                                    int32_t(packed % routesPerRank)});
-          if (packed < 0 || it == oracleRow.end()) {
-            ++outcome.unknownRows;
-            continue;
-          }
-          const int64_t oRow = it->second;
-          for (int64_t c = 0; c < I; ++c) {
-            const double scale = ref::decodeE8M0(scales[row * I / 32 + c / 32]);
-            const double got = ref::decodeFp8E4M3(codes[row * I + c]) * scale;
-            const double act = want.stages.activation[oRow * I + c];
-            interErr += (got - act) * (got - act);
-            interRef += act * act;
-            ++outcome.codesCompared;
-            outcome.codesEqual +=
-                codes[row * I + c] == want.stages.intermediateCodes[oRow * I + c];
-            if (std::fabs(got - act) > ulpFp8(act, scale))
-              ++overTolerance;
-          }
-        }
-      }
-      const int64_t tokens = batches[r].tokens;
-      const uint16_t *out = reinterpret_cast<const uint16_t *>(memory.data(rb.out));
-      const uint8_t *written = memory.written(rb.out);
-      for (int64_t i = 0; i < tokens * H; ++i) {
-        if (!written[2 * i] || !written[2 * i + 1]) {
-          ++outcome.outputUnwritten;
-          continue;
-        }
-        const double got = ref::decodeBf16(out[i]);
-        const double ref = want.stages.output[i];
-        outErr += (got - ref) * (got - ref);
-        outRef += ref * ref;
-      }
+void PeerLayerRun::recordRankIo(const std::vector<ref::TokenBatch> &batches,
+                                const std::vector<ref::MegaMoeRankResult> &oracle,
+                                bool quant) {
+  const int64_t H = shape.hidden;
+  for (int64_t r = 0; r < shape.ep; ++r) {
+    RankLayerIo &io = outcome.ranks[size_t(r)];
+    io.batch = batches[r];
+    const int64_t tokens = batches[r].tokens;
+    // The tokens stage 1 read: the quant kernel's, else the oracle's.
+    if (quant) {
+      const uint8_t *codes = memory.data(buffers[r].a);
+      const uint8_t *scales = memory.data(buffers[r].aScale);
+      io.tokens.codes.assign(codes, codes + tokens * H);
+      io.tokens.scales.assign(scales, scales + tokens * H / 32);
+    } else {
+      io.tokens.codes = oracle[r].stages.inputCodes;
+      io.tokens.scales = oracle[r].stages.inputScales;
     }
-    if (epoch == options.epochs) {
-      for (int64_t r = 0; r < ep; ++r) {
-        RankLayerIo &io = outcome.ranks[size_t(r)];
-        io.batch = batches[r];
-        const int64_t tokens = batches[r].tokens;
-        // The tokens stage 1 read: the quant kernel's, else the oracle's.
-        if (quant) {
-          const uint8_t *codes = memory.data(buffers[r].a);
-          const uint8_t *scales = memory.data(buffers[r].aScale);
-          io.tokens.codes.assign(codes, codes + tokens * H);
-          io.tokens.scales.assign(scales, scales + tokens * H / 32);
-        } else {
-          io.tokens.codes = oracle[r].stages.inputCodes;
-          io.tokens.scales = oracle[r].stages.inputScales;
-        }
-        io.outBits.resize(size_t(tokens * H));
-        std::memcpy(io.outBits.data(), memory.data(buffers[r].out),
-                    io.outBits.size() * 2);
-        io.oracleOut.assign(oracle[r].stages.output.begin(),
-                            oracle[r].stages.output.end());
-      }
+    io.outBits.resize(size_t(tokens * H));
+    std::memcpy(io.outBits.data(), memory.data(buffers[r].out),
+                io.outBits.size() * 2);
+    io.oracleOut.assign(oracle[r].stages.output.begin(),
+                        oracle[r].stages.output.end());
+  }
+}
+
+LogicalResult PeerLayerRun::saveRankArrays(std::string &error) {
+  const int64_t I = shape.intermediate, rows = shape.rows();
+  std::error_code ec;
+  std::filesystem::create_directories(options.saveDir, ec);
+  auto bytesOf = [&](unsigned id, size_t size) {
+    return std::vector<uint8_t>(memory.data(id), memory.data(id) + size);
+  };
+  for (int64_t r = 0; r < shape.ep; ++r) {
+    const RankBuffers &rb = buffers[r];
+    std::vector<int32_t> meta(size_t(rows * peer::kMetaWords));
+    std::memcpy(meta.data(), memory.data(rb.recvMeta), meta.size() * 4);
+    if (ref::Status status = saveArrays(
+            options.saveDir, "rank" + std::to_string(r) + "_",
+            {{"recv_meta", npyOf({rows, peer::kMetaWords}, meta)},
+             {"intermediate_codes",
+              npyOf({rows, I}, bytesOf(rb.inter, size_t(rows * I)))},
+             {"intermediate_scales",
+              npyOf({rows, I / 32},
+                    bytesOf(rb.interScale, size_t(rows * I / 32)))}});
+        !status) {
+      error = "peer harness: " + status.message();
+      return failure();
     }
-    if (!options.saveDir.empty() && epoch == options.epochs) {
-      std::error_code ec;
-      std::filesystem::create_directories(options.saveDir, ec);
-      auto bytesOf = [&](unsigned id, size_t size) {
-        return std::vector<uint8_t>(memory.data(id), memory.data(id) + size);
-      };
-      for (int64_t r = 0; r < ep; ++r) {
-        const RankBuffers &rb = buffers[r];
-        std::vector<int32_t> meta(size_t(rows * peer::kMetaWords));
-        std::memcpy(meta.data(), memory.data(rb.recvMeta), meta.size() * 4);
-        if (ref::Status status = saveArrays(
-                options.saveDir, "rank" + std::to_string(r) + "_",
-                {{"recv_meta", npyOf({rows, peer::kMetaWords}, meta)},
-                 {"intermediate_codes",
-                  npyOf({rows, I}, bytesOf(rb.inter, size_t(rows * I)))},
-                 {"intermediate_scales",
-                  npyOf({rows, I / 32},
-                        bytesOf(rb.interScale, size_t(rows * I / 32)))}});
-            !status) {
-          error = "peer harness: " + status.message();
-          return failure();
-        }
-      }
+  }
+  return success();
+}
+
+/// Checks that options.tokensPerRank has one count per rank, each within
+/// max_tokens.
+LogicalResult checkTokensPerRank(const PeerShape &shape,
+                                 const PeerLayerOptions &options,
+                                 std::string &error) {
+  if (int64_t(options.tokensPerRank.size()) != shape.ep) {
+    error = "peer harness: tokensPerRank has " +
+            std::to_string(options.tokensPerRank.size()) + " entries, ep is " +
+            std::to_string(shape.ep);
+    return failure();
+  }
+  for (int64_t tokens : options.tokensPerRank)
+    if (tokens < 0 || tokens > shape.maxTokens) {
+      error = "peer harness: " + std::to_string(tokens) +
+              " tokens on a rank exceed max_tokens " +
+              std::to_string(shape.maxTokens);
+      return failure();
     }
-    const double interRel = relativeL2(interErr, interRef);
-    const double outRel = relativeL2(outErr, outRef);
+  return success();
+}
+
+} // namespace
+
+LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
+                           const BuiltKernel &combine,
+                           const PeerLayerOptions &options,
+                           PeerLayerOutcome &outcome, std::string &error,
+                           const BuiltKernel *dispatch,
+                           const BuiltKernel *quant) {
+  outcome = PeerLayerOutcome();
+  PeerShape shape;
+  if (failed(parsePeerShape(stage1, stage2, combine, shape, error)) ||
+      failed(checkTokensPerRank(shape, options, error)))
+    return failure();
+
+  // Weights over all experts; rank r holds experts [r L, (r + 1) L).
+  const LayerWeights weights(options.seed, shape.stage1);
+  std::vector<bool> used;
+  const std::vector<std::vector<ref::TokenBatch>> launches =
+      generateLaunches(shape, options, used);
+  PeerLayerRun run(shape, options, weights.w13(), weights.w2(), outcome);
+  run.allocate(used);
+  const PeerKernels kernels{stage1, stage2, combine, dispatch, quant};
+
+  bool pass = true;
+  outcome.ranks.resize(size_t(shape.ep));
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    const std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
+    std::vector<ref::MegaMoeRankResult> oracle;
+    if (failed(run.runOracle(epoch, batches, oracle, error)))
+      return failure();
+    run.writeInputs(batches, oracle, quant != nullptr);
+    std::vector<KernelLaunch> phases[3];
+    if (failed(run.planLaunches(epoch, batches, kernels, phases, error)) ||
+        failed(run.runPhases(epoch, phases, batches, oracle, error)))
+      return failure();
+
+    EpochErrors errors;
+    for (int64_t r = 0; r < shape.ep; ++r)
+      run.compareRank(epoch, r, batches[r].tokens, oracle[r], errors);
+    if (epoch == options.epochs)
+      run.recordRankIo(batches, oracle, quant != nullptr);
+    if (!options.saveDir.empty() && epoch == options.epochs &&
+        failed(run.saveRankArrays(error)))
+      return failure();
+    const double interRel = relativeL2(errors.interErr, errors.interRef);
+    const double outRel = relativeL2(errors.outErr, errors.outRef);
     outcome.intermediateRelL2 = std::max(outcome.intermediateRelL2, interRel);
     outcome.outputRelL2 = std::max(outcome.outputRelL2, outRel);
     const bool epochPass =
         outcome.findings == 0 && outcome.overflows == 0 &&
         outcome.countMismatches == 0 && outcome.unknownRows == 0 &&
         outcome.outputUnwritten == 0 && outcome.inputMismatches == 0 &&
-        outcome.inputUnwritten == 0 && overTolerance == 0 &&
+        outcome.inputUnwritten == 0 && errors.overTolerance == 0 &&
         interRel <= kW13RelL2Bound && outRel <= kPeerOutputRelL2Bound;
     pass &= epochPass;
-    summary << "epoch " << epoch << ": intermediate rel L2 " << interRel
-            << " (" << overTolerance << " elements over one FP8 ulp), output rel L2 "
-            << outRel << " (bound " << kPeerOutputRelL2Bound << ")"
-            << (epochPass ? " PASS" : " FAIL") << "\n";
+    run.summary << "epoch " << epoch << ": intermediate rel L2 " << interRel
+                << " (" << errors.overTolerance
+                << " elements over one FP8 ulp), output rel L2 " << outRel
+                << " (bound " << kPeerOutputRelL2Bound << ")"
+                << (epochPass ? " PASS" : " FAIL") << "\n";
   }
+  std::ostringstream &summary = run.summary;
   if (quant)
     summary << "quant: " << outcome.inputMismatches
             << " token codes and scales differ from the oracle's, "
