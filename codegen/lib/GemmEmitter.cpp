@@ -171,42 +171,8 @@ GemmEmitter::emitGemm(Value isShared, size_t accCount,
                             branch.getResults().end());
 }
 
-SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
-  const int64_t tileK = tile.getK();
-  const int64_t mfmaK = layout.k, dim = layout.dim;
-  const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
-
-  auto accType = VectorType::get({layout.accPerLane}, b.getF32Type());
-  Value accZero = arith::ConstantOp::create(
-      b, loc, accType, DenseElementsAttr::get(accType, 0.0f));
-  SmallVector<Value> accInit(mFrags * bFrags, accZero);
-  Value kFirst = ops.kBegin ? ops.kBegin : idx(0);
-  const int64_t bDwordsPerK = ops.bFp8 ? 4 : 8;
-  // With tile.b_prefetch the next K step's weights are loaded into
-  // registers while this step's MFMAs run, and carried through the loop.
-  const bool prefetch = tile.getBPrefetch();
-  SmallVector<Value> loopInit = accInit;
-  if (prefetch)
-    for (const CopySlot &slot : ops.bSlots)
-      loopInit.push_back(load16(ops.bBuffer,
-                                add(slot.globalDword, divC(kFirst, bDwordsPerK)),
-                                ops.bNontemporal));
-  // Scales are loaded by the word (see scaleWord below); lane group g
-  // shifts its words right by 8 g bits.
-  assert(tileK % 128 == 0 && ops.depth % 128 == 0 &&
-         "scale rows and K steps must be whole words (the tile verifier)");
-  Value scaleShift = arith::IndexCastOp::create(b, loc, b.getI32Type(),
-                                                mul(laneGroup, 8));
-  auto kLoop = scf::ForOp::create(b, loc, kFirst,
-                                  ops.kEnd ? ops.kEnd : idx(ops.depth),
-                                  idx(tileK), loopInit);
-  OpBuilder::InsertionGuard loopGuard(b);
-  b.setInsertionPointToStart(kLoop.getBody());
-  Value k0 = kLoop.getInductionVar();
-  auto iterArgs = kLoop.getRegionIterArgs();
-  SmallVector<Value> accs(iterArgs.begin(), iterArgs.begin() + accInit.size());
-  SmallVector<Value> bRegs(iterArgs.begin() + accInit.size(), iterArgs.end());
-
+void GemmEmitter::emitTileCopies(const GemmOperands &ops, Value k0,
+                                 ArrayRef<Value> bRegs) {
   /// Runs `body` for a slot, under its scf.if when some lanes are idle.
   auto forSlot = [&](const CopySlot &slot, function_ref<void()> body) {
     if (!slot.active) {
@@ -226,8 +192,7 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
         store16(data, ops.lds, slot.ldsDword);
       });
   };
-  const bool asyncA = tile.getAsyncA();
-  if (asyncA) {
+  if (tile.getAsyncA()) {
     // tile.async_a: each lane's 16-byte chunk goes from the raw buffer
     // straight into LDS (buffer_load_dwordx4 ... lds on gfx950). The wave's
     // chunks land at its lane 0's LDS index + 16 bytes * lane, which is
@@ -244,44 +209,162 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   } else {
     emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
   }
-  const bool bDirect = tile.getBDirect();
-  if (prefetch) {
+  if (tile.getBPrefetch()) {
     for (size_t i = 0; i < ops.bSlots.size(); ++i)
       forSlot(ops.bSlots[i],
               [&] { store16(bRegs[i], ops.lds, ops.bSlots[i].ldsDword); });
-  } else if (!bDirect) {
-    emitCopy(ops.bSlots, ops.bBuffer, divC(k0, bDwordsPerK), ops.bNontemporal);
+  } else if (!tile.getBDirect()) {
+    emitCopy(ops.bSlots, ops.bBuffer, divC(k0, ops.bFp8 ? 4 : 8),
+             ops.bNontemporal);
   }
+}
+
+SmallVector<SmallVector<Value>>
+GemmEmitter::loadDirectBFragments(const GemmOperands &ops, Value k0) {
   // tile.b_direct: this K step's weight fragments, per sub-step and B
   // fragment, straight from global memory into registers. Each lane reads
   // the same 16 bytes (FP4) or two runs of 16 (FP8) it would have read
   // from the LDS tile; all are requested here, before the barrier.
+  const int64_t mfmaK = layout.k;
   const mfma::OperandLayout fp4 =
       mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
   auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
   SmallVector<SmallVector<Value>> directB;
-  if (bDirect) {
-    assert(ops.bRowDword.size() == bFrags && "b_direct needs bRowDword");
-    for (int64_t kk = 0; kk < tileK / mfmaK; ++kk) {
-      SmallVector<Value> &frags = directB.emplace_back();
-      for (size_t bi = 0; bi < bFrags; ++bi) {
-        if (ops.bFp8) {
-          frags.push_back(loadFp8Fragment(ops.bBuffer,
-                                          add(ops.bRowDword[bi], divC(k0, 4)),
-                                          kk * mfmaK, /*swizzleRow=*/Value(),
-                                          ops.bNontemporal));
-          continue;
-        }
-        const mfma::KRun &r = fp4.runs[0];
-        Value kElem = add(add(k0, mul(laneGroup, r.kPerGroup)),
-                          idx(kk * mfmaK + r.kBase));
-        Value data = load16(ops.bBuffer, add(ops.bRowDword[bi], divC(kElem, 8)),
-                            ops.bNontemporal);
-        frags.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
+  assert(ops.bRowDword.size() == ops.bTileRow.size() &&
+         "b_direct needs bRowDword");
+  for (int64_t kk = 0; kk < tile.getK() / mfmaK; ++kk) {
+    SmallVector<Value> &frags = directB.emplace_back();
+    for (size_t bi = 0; bi < ops.bTileRow.size(); ++bi) {
+      if (ops.bFp8) {
+        frags.push_back(loadFp8Fragment(ops.bBuffer,
+                                        add(ops.bRowDword[bi], divC(k0, 4)),
+                                        kk * mfmaK, /*swizzleRow=*/Value(),
+                                        ops.bNontemporal));
+        continue;
       }
+      const mfma::KRun &r = fp4.runs[0];
+      Value kElem = add(add(k0, mul(laneGroup, r.kPerGroup)),
+                        idx(kk * mfmaK + r.kBase));
+      Value data = load16(ops.bBuffer, add(ops.bRowDword[bi], divC(kElem, 8)),
+                          ops.bNontemporal);
+      frags.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
     }
   }
-  if (asyncA) {
+  return directB;
+}
+
+SmallVector<Value> GemmEmitter::loadNextBTile(const GemmOperands &ops,
+                                              Value k0) {
+  // The last step reloads its own K range rather than reading past it:
+  // rows beyond belong to another expert (possibly one nobody uploaded)
+  // and would only cost bandwidth.
+  const int64_t tileK = tile.getK();
+  SmallVector<Value> bNext;
+  Value kLast = arith::SubIOp::create(
+      b, loc, ops.kEnd ? ops.kEnd : idx(ops.depth), idx(tileK));
+  Value kNext = arith::MinUIOp::create(b, loc, add(k0, idx(tileK)), kLast);
+  Value kNextDwords = divC(kNext, ops.bFp8 ? 4 : 8);
+  for (const CopySlot &slot : ops.bSlots)
+    bNext.push_back(load16(ops.bBuffer, add(slot.globalDword, kNextDwords),
+                           ops.bNontemporal));
+  return bNext;
+}
+
+void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
+                                  ArrayRef<Value> aScale,
+                                  ArrayRef<Value> bScale,
+                                  ArrayRef<Value> directB,
+                                  MutableArrayRef<Value> accs) {
+  const int64_t tileK = tile.getK();
+  const int64_t mfmaK = layout.k, dim = layout.dim;
+  const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
+  const int64_t scaleByte = kk * (layout.k / 32) % 4;
+  const mfma::OperandLayout fp4 =
+      mfma::operandLayout(shape, mfma::OperandFormat::Fp4);
+  auto fp4Type = VectorType::get({32}, b.getType<Float4E2M1FNType>());
+  auto accType = VectorType::get({layout.accPerLane}, b.getF32Type());
+  SmallVector<Value> aFrag, bFrag;
+  // Fragments follow the run table: each run is 16 bytes of one row.
+  for (size_t mi = 0; mi < mFrags; ++mi) {
+    Value rowDword = add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
+    aFrag.push_back(loadFp8Fragment(
+        ops.lds, rowDword, kk * mfmaK,
+        tile.getASwizzle() ? ops.aTileRow[mi] : Value()));
+  }
+  for (size_t bi = 0; bi < bFrags; ++bi) {
+    if (!directB.empty()) {
+      bFrag.push_back(directB[bi]);
+    } else if (ops.bFp8) {
+      Value rowDword =
+          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 4));
+      bFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK,
+                                      /*swizzleRow=*/Value()));
+    } else {
+      const mfma::KRun &r = fp4.runs[0];
+      Value kElem = add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
+      Value rowDword =
+          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
+      Value data = load16(ops.lds, add(rowDword, divC(kElem, 8)));
+      bFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
+    }
+  }
+  for (size_t mi = 0; mi < mFrags; ++mi) {
+    for (size_t bi = 0; bi < bFrags; ++bi) {
+      Value &acc = accs[mi * bFrags + bi];
+      if (bMajor)
+        acc = amdgpu::ScaledMFMAOp::create(
+            b, loc, accType, dim, dim, mfmaK, bFrag[bi], aFrag[mi], acc,
+            bScale[bi], aScale[mi], /*scalesIdxA=*/scaleByte,
+            /*scalesIdxB=*/scaleByte);
+      else
+        acc = amdgpu::ScaledMFMAOp::create(
+            b, loc, accType, dim, dim, mfmaK, aFrag[mi], bFrag[bi], acc,
+            aScale[mi], bScale[bi], /*scalesIdxA=*/scaleByte,
+            /*scalesIdxB=*/scaleByte);
+    }
+  }
+}
+
+SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
+  const int64_t tileK = tile.getK();
+  const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
+
+  auto accType = VectorType::get({layout.accPerLane}, b.getF32Type());
+  Value accZero = arith::ConstantOp::create(
+      b, loc, accType, DenseElementsAttr::get(accType, 0.0f));
+  SmallVector<Value> accInit(mFrags * bFrags, accZero);
+  Value kFirst = ops.kBegin ? ops.kBegin : idx(0);
+  // With tile.b_prefetch the next K step's weights are loaded into
+  // registers while this step's MFMAs run, and carried through the loop.
+  const bool prefetch = tile.getBPrefetch();
+  SmallVector<Value> loopInit = accInit;
+  if (prefetch)
+    for (const CopySlot &slot : ops.bSlots)
+      loopInit.push_back(load16(ops.bBuffer,
+                                add(slot.globalDword,
+                                    divC(kFirst, ops.bFp8 ? 4 : 8)),
+                                ops.bNontemporal));
+  // Scales are loaded by the word (see scaleWord below); lane group g
+  // shifts its words right by 8 g bits.
+  assert(tileK % 128 == 0 && ops.depth % 128 == 0 &&
+         "scale rows and K steps must be whole words (the tile verifier)");
+  Value scaleShift = arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                                mul(laneGroup, 8));
+  auto kLoop = scf::ForOp::create(b, loc, kFirst,
+                                  ops.kEnd ? ops.kEnd : idx(ops.depth),
+                                  idx(tileK), loopInit);
+  OpBuilder::InsertionGuard loopGuard(b);
+  b.setInsertionPointToStart(kLoop.getBody());
+  Value k0 = kLoop.getInductionVar();
+  auto iterArgs = kLoop.getRegionIterArgs();
+  SmallVector<Value> accs(iterArgs.begin(), iterArgs.begin() + accInit.size());
+  SmallVector<Value> bRegs(iterArgs.begin() + accInit.size(), iterArgs.end());
+
+  emitTileCopies(ops, k0, bRegs);
+  SmallVector<SmallVector<Value>> directB;
+  if (tile.getBDirect())
+    directB = loadDirectBFragments(ops, k0);
+  if (tile.getAsyncA()) {
     // The LDS DMA is counted by vmcnt, not lgkmcnt, and each wave's copies
     // must be complete before the barrier lets other waves read them.
     // Found with LLVM 22 (llvm-objdump-22 -d --mcpu=gfx950): the backend
@@ -346,66 +429,16 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
     for (int64_t kk = 0; kk < subSteps; ++kk)
       loadScales(kk, earlyA[kk], earlyB[kk]);
   gpu::BarrierOp::create(b, loc);
-  // The next step's weights. The last step reloads its own K range rather
-  // than reading past it: rows beyond belong to another expert (possibly
-  // one nobody uploaded) and would only cost bandwidth.
   SmallVector<Value> bNext;
-  if (prefetch) {
-    Value kLast = arith::SubIOp::create(
-        b, loc, ops.kEnd ? ops.kEnd : idx(ops.depth), idx(tileK));
-    Value kNext = arith::MinUIOp::create(b, loc, add(k0, idx(tileK)), kLast);
-    Value kNextDwords = divC(kNext, bDwordsPerK);
-    for (const CopySlot &slot : ops.bSlots)
-      bNext.push_back(load16(ops.bBuffer, add(slot.globalDword, kNextDwords),
-                             ops.bNontemporal));
-  }
+  if (prefetch)
+    bNext = loadNextBTile(ops, k0);
 
   for (int64_t kk = 0; kk < subSteps; ++kk) {
-    SmallVector<Value> aFrag, bFrag, aScale = earlyA[kk], bScale = earlyB[kk];
-    const int64_t scaleByte = kk * blocksPerMfma % 4;
+    SmallVector<Value> aScale = earlyA[kk], bScale = earlyB[kk];
     if (!tile.getScalePrefetch())
       loadScales(kk, aScale, bScale);
-    // Fragments follow the run table: each run is 16 bytes of one row.
-    for (size_t mi = 0; mi < mFrags; ++mi) {
-      Value rowDword =
-          add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
-      aFrag.push_back(loadFp8Fragment(
-          ops.lds, rowDword, kk * mfmaK,
-          tile.getASwizzle() ? ops.aTileRow[mi] : Value()));
-    }
-    for (size_t bi = 0; bi < bFrags; ++bi) {
-      if (bDirect) {
-        bFrag.push_back(directB[kk][bi]);
-      } else if (ops.bFp8) {
-        Value rowDword =
-            add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 4));
-        bFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK,
-                                        /*swizzleRow=*/Value()));
-      } else {
-        const mfma::KRun &r = fp4.runs[0];
-        Value kElem =
-            add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
-        Value rowDword =
-            add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
-        Value data = load16(ops.lds, add(rowDword, divC(kElem, 8)));
-        bFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
-      }
-    }
-    for (size_t mi = 0; mi < mFrags; ++mi) {
-      for (size_t bi = 0; bi < bFrags; ++bi) {
-        Value &acc = accs[mi * bFrags + bi];
-        if (bMajor)
-          acc = amdgpu::ScaledMFMAOp::create(
-              b, loc, accType, dim, dim, mfmaK, bFrag[bi], aFrag[mi], acc,
-              bScale[bi], aScale[mi], /*scalesIdxA=*/scaleByte,
-              /*scalesIdxB=*/scaleByte);
-        else
-          acc = amdgpu::ScaledMFMAOp::create(
-              b, loc, accType, dim, dim, mfmaK, aFrag[mi], bFrag[bi], acc,
-              aScale[mi], bScale[bi], /*scalesIdxA=*/scaleByte,
-              /*scalesIdxB=*/scaleByte);
-      }
-    }
+    emitMfmaSubStep(ops, kk, aScale, bScale,
+                    directB.empty() ? ArrayRef<Value>() : directB[kk], accs);
   }
   // The next iteration overwrites the tiles every wave is reading.
   gpu::BarrierOp::create(b, loc);

@@ -321,6 +321,28 @@ protected:
   mlir::Value loadFp8Fragment(mlir::Value memref, mlir::Value rowDword,
                               int64_t kOffset, mlir::Value swizzleRow,
                               bool nontemporal = false);
+  // The steps of emitKLoop's body, at K step `k0` (index).
+
+  /// Copies the A tile (through registers, or by LDS DMA with
+  /// tile.async_a) and the B tile (from `bRegs` with tile.b_prefetch; none
+  /// with tile.b_direct) into LDS.
+  void emitTileCopies(const GemmOperands &operands, mlir::Value k0,
+                      llvm::ArrayRef<mlir::Value> bRegs);
+  /// tile.b_direct: the B fragments of each MFMA sub-step, from global
+  /// memory, indexed [sub-step][B fragment].
+  llvm::SmallVector<llvm::SmallVector<mlir::Value>>
+  loadDirectBFragments(const GemmOperands &operands, mlir::Value k0);
+  /// tile.b_prefetch: the next K step's B tile (the last step's own again),
+  /// per copy slot.
+  llvm::SmallVector<mlir::Value> loadNextBTile(const GemmOperands &operands,
+                                               mlir::Value k0);
+  /// Sub-step `kk`: reads the A and B fragments (B from `directB` when
+  /// given) and issues the scaled MFMAs into `accs`.
+  void emitMfmaSubStep(const GemmOperands &operands, int64_t kk,
+                       llvm::ArrayRef<mlir::Value> aScale,
+                       llvm::ArrayRef<mlir::Value> bScale,
+                       llvm::ArrayRef<mlir::Value> directB,
+                       llvm::MutableArrayRef<mlir::Value> accs);
   /// Chunk index `chunk` of tile row `row` after the A swizzle.
   mlir::Value swizzleChunk(mlir::Value chunk, mlir::Value row);
   /// Loads `words` aligned words of E8M0 scales (four a word) from
@@ -338,6 +360,27 @@ protected:
   /// `scf.if` on `expertI32` in [0, localExperts): the body goes into the
   /// returned block, the builder is moved there; gpu.return follows the if.
   mlir::Block *emitExpertGuard(mlir::Value expertI32, int64_t localExperts);
+
+  // The steps of emitPeerDispatch (PeerDispatch.cpp), on the state they
+  // share.
+  struct DispatchState;
+  /// The first producer clears the control banks the next launch uses.
+  void emitDispatchClear(DispatchState &s, mlir::Value isFirst,
+                         mlir::Value nextEpoch);
+  /// Compact: the planners count this rank's routes per destination expert
+  /// into every destination's source-count table and signal it.
+  void emitDispatchPlan(DispatchState &s);
+  /// Compact: each producer's starts of this rank's rows per destination
+  /// expert, in LDS.
+  void emitDispatchStarts(DispatchState &s);
+  /// Every producer wave's routes: each to its destination rank.
+  void emitDispatchRoutes(DispatchState &s);
+  /// One valid route to destination rank `d`: takes its receive row and
+  /// copies the token's row, scales and metadata there, or counts an
+  /// overflow.
+  void emitRouteToRank(DispatchState &s, int64_t d, mlir::Value expert,
+                       mlir::Value token, mlir::Value weight,
+                       mlir::Value source);
 
   moe::TileAttr tile;
   mfma::Shape shape;

@@ -69,6 +69,21 @@ public:
 
 private:
   void emitBody(gpu::GPUFuncOp func);
+  /// 1. Each local expert's routes, counted in LDS.
+  void emitCounts();
+  /// 2. Each expert's start (an exclusive scan of the padded counts) and
+  /// the used and needed lengths, by lane 0.
+  void emitStarts();
+  /// 3. Tile experts and padding entries, one expert per lane; then -1 for
+  /// every tile past the used ones.
+  void emitTileExperts();
+  /// 4. Stable scatter of the routes, one chunk of lanes at a time.
+  void emitScatter();
+  /// Local expert of route `route`, or -1 when the route is not ours (or
+  /// invalid).
+  Value localExpertOf(Value route);
+  /// LDS word `offset` of the region at dword `base`.
+  Value ldsAt(int64_t base, Value offset) { return add(idx(base), offset); }
   /// for (base = 0; base < limit; base += lanes) body(base + tid, inRange)
   /// with a uniform trip count; the body sees whether its index is < limit.
   void forEachStrided(Value limit,
@@ -82,7 +97,15 @@ private:
   moe::SortOp op;
   moe::ProblemAttr problem;
   int64_t experts, lanes, mTile;
+  /// LDS: counts[experts], cursor[experts], one expert id per lane, and
+  /// the used length.
+  int64_t countsBase = 0, cursorBase = 0, idsBase = 0, usedSlot = 0;
   Value tid;
+  // Set by emitBody for its steps: the buffers, the LDS, the counts (i32
+  // and index), the expert offset and the constants 0 and 1 (i32).
+  Value ids, sorted, tileExperts, status, lds;
+  Value numRoutesI32, capacityI32, numRoutes, capacity, expertOffset;
+  Value zero32, one32;
 };
 
 void SortEmitter::forEachStrided(
@@ -105,37 +128,45 @@ void SortEmitter::emitBody(gpu::GPUFuncOp func) {
   const int64_t topK = problem.getTopK();
   auto arg = [&](SortArg which) { return func.getArgument(which); };
   Value numTokensI32 = arg(kNumTokens);
-  Value numRoutesI32 = arith::MulIOp::create(b, loc, numTokensI32, i32(topK));
-  Value capacityI32 = arg(kCapacity);
-  Value ids = asBuffer(arg(kTopkIds), bytesOf(numRoutesI32, 4));
-  Value sorted = asBuffer(arg(kSortedRoutes), bytesOf(capacityI32, 4));
-  Value tileExperts =
+  numRoutesI32 = arith::MulIOp::create(b, loc, numTokensI32, i32(topK));
+  capacityI32 = arg(kCapacity);
+  ids = asBuffer(arg(kTopkIds), bytesOf(numRoutesI32, 4));
+  sorted = asBuffer(arg(kSortedRoutes), bytesOf(capacityI32, 4));
+  tileExperts =
       asBuffer(arg(kTileExperts),
                bytesOf(arith::DivUIOp::create(b, loc, capacityI32, i32(mTile)), 4));
-  Value status = asBuffer(arg(kStatus), Value());
-  Value lds = func.getWorkgroupAttributions()[0];
-  const int64_t countsBase = 0, cursorBase = experts, idsBase = 2 * experts,
-                usedSlot = 2 * experts + lanes;
+  status = asBuffer(arg(kStatus), Value());
+  lds = func.getWorkgroupAttributions()[0];
+  countsBase = 0;
+  cursorBase = experts;
+  idsBase = 2 * experts;
+  usedSlot = 2 * experts + lanes;
 
-  Value numRoutes = toIndex(numRoutesI32);
-  Value capacity = toIndex(capacityI32);
-  Value expertOffset = arg(kExpertOffset);
+  numRoutes = toIndex(numRoutesI32);
+  capacity = toIndex(capacityI32);
+  expertOffset = arg(kExpertOffset);
   tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  Value zero32 = i32(0), one32 = i32(1);
-  // Local expert of route r, or -1 when the route is not ours (or invalid).
-  auto localExpertOf = [&](Value route) {
-    Value id = memref::LoadOp::create(b, loc, ids, ValueRange{route});
-    Value local = arith::SubIOp::create(b, loc, id, expertOffset);
-    Value isLocal = arith::AndIOp::create(
-        b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, local, zero32),
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, local,
-                              i32(experts)));
-    return arith::SelectOp::create(b, loc, isLocal, local, i32(-1));
-  };
-  auto ldsAt = [&](int64_t base, Value offset) { return add(idx(base), offset); };
+  zero32 = i32(0);
+  one32 = i32(1);
+  emitCounts();
+  emitStarts();
+  emitTileExperts();
+  emitScatter();
+  gpu::ReturnOp::create(b, loc);
+}
 
-  // 1. Counts.
+Value SortEmitter::localExpertOf(Value route) {
+  Value id = memref::LoadOp::create(b, loc, ids, ValueRange{route});
+  Value local = arith::SubIOp::create(b, loc, id, expertOffset);
+  Value isLocal = arith::AndIOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, local, zero32),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, local,
+                            i32(experts)));
+  return arith::SelectOp::create(b, loc, isLocal, local, i32(-1));
+}
+
+void SortEmitter::emitCounts() {
   forEachStrided(idx(experts), [&](Value e, Value inRange) {
     when(inRange, [&] {
       memref::StoreOp::create(b, loc, zero32, lds,
@@ -156,8 +187,9 @@ void SortEmitter::emitBody(gpu::GPUFuncOp func) {
     });
   });
   gpu::BarrierOp::create(b, loc);
+}
 
-  // 2. Starts: an exclusive scan of the padded counts, by lane 0.
+void SortEmitter::emitStarts() {
   when(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, idx(0)),
        [&] {
          auto scan = scf::ForOp::create(b, loc, idx(0), idx(experts), idx(1),
@@ -188,9 +220,9 @@ void SortEmitter::emitBody(gpu::GPUFuncOp func) {
          memref::StoreOp::create(b, loc, needed, status, ValueRange{idx(1)});
        });
   gpu::BarrierOp::create(b, loc);
+}
 
-  // 3. Tile experts and padding, one expert per lane; then -1 for every
-  // tile past the used ones.
+void SortEmitter::emitTileExperts() {
   Value capacityTiles = divC(capacity, mTile);
   forEachStrided(idx(experts), [&](Value e, Value inRange) {
     when(inRange, [&] {
@@ -235,8 +267,9 @@ void SortEmitter::emitBody(gpu::GPUFuncOp func) {
     });
   }
   gpu::BarrierOp::create(b, loc);
+}
 
-  // 4. Stable scatter, one chunk of lanes at a time.
+void SortEmitter::emitScatter() {
   forEachStrided(numRoutes, [&](Value route, Value inRange) {
     Value local = arith::SelectOp::create(
         b, loc, inRange,
@@ -296,7 +329,6 @@ void SortEmitter::emitBody(gpu::GPUFuncOp func) {
     });
     gpu::BarrierOp::create(b, loc);
   });
-  gpu::ReturnOp::create(b, loc);
 }
 
 } // namespace
