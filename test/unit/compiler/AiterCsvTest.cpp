@@ -9,6 +9,23 @@
 
 using namespace moec;
 
+namespace {
+
+/// A tuned CSV's columns, a supported Silu key after act_type, and a pair of
+/// FlyDSL kernel names moec compiles.
+constexpr const char *kHeader =
+    "gfx,cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,"
+    "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,"
+    "kernelName1,kernelName2";
+constexpr const char *kSiluKey =
+    "ActivationType.Silu,torch.bfloat16,torch.float8_e4m3fn,"
+    "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
+constexpr const char *kNames =
+    "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8,"
+    "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic";
+
+} // namespace
+
 TEST_CASE("AITER stage-1 names: the interleaved N tile is 2x the columns",
           "[aiter]") {
   AiterStageKnobs k;
@@ -110,17 +127,11 @@ TEST_CASE("AITER stage-2 names", "[aiter]") {
 TEST_CASE("AITER CSV merge: tags, duplicates, gfx from cu_num", "[aiter]") {
   const std::string dir = "aiter_csv_test_tmp";
   std::remove((dir + "_a.csv").c_str());
-  const std::string key =
-      "ActivationType.Silu,torch.bfloat16,torch.float8_e4m3fn,"
-      "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
-  const std::string names =
-      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8,"
-      "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic";
+  const std::string key = kSiluKey;
+  const std::string names = kNames;
   {
     std::ofstream a(dir + "_a.csv");
-    a << "gfx,cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,"
-         "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,"
-         "kernelName1,kernelName2,_tag\n"
+    a << kHeader << ",_tag\n"
       << "gfx950,256,8,7168,512,384,6," << key << ",32,0," << names
       << ",flydsl_fallback\n"
       << "gfx950,256,8,7168,512,384,6," << key << ",32,0," << names << ",\n";
@@ -159,18 +170,11 @@ TEST_CASE("AITER CSV merge: tags, duplicates, gfx from cu_num", "[aiter]") {
 // compile for MI355X the reverse, each naming cu_num and both counts.
 TEST_CASE("AITER rows compile for the part with their cu_num only",
           "[aiter][part]") {
-  const std::string key =
-      "ActivationType.Silu,torch.bfloat16,torch.float8_e4m3fn,"
-      "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
-  const std::string names =
-      "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8,"
-      "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic";
+  const std::string key = kSiluKey;
   const std::string csv =
-      "gfx,cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,"
-      "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,"
-      "kernelName1,kernelName2\n"
-      "gfx950,256,8,7168,512,384,6," + key + ",32,0," + names + "\n" +
-      "gfx950,128,8,7168,512,384,6," + key + ",32,0," + names + "\n";
+      std::string(kHeader) + "\n" + "gfx950,256,8,7168,512,384,6," + key +
+      ",32,0," + kNames + "\n" + "gfx950,128,8,7168,512,384,6," + key +
+      ",32,0," + kNames + "\n";
   std::vector<AiterCsvRow> rows;
   std::string error;
   REQUIRE(parseAiterCsv("parts.csv", csv, rows, error));
