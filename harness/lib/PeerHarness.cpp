@@ -376,6 +376,7 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
   auto scalar = [](int64_t v) { return KernelArgValue::makeScalar(v); };
   for (int64_t r = 0; r < ep; ++r) {
     const RankBuffers &rb = buffers[r];
+    const std::string rank = "rank " + std::to_string(r);
     if (kernels.quant) {
       // Every rank launches it, also without tokens (grid >= 1).
       const rt::RuleVariable variables[] = {{"num_tokens", batches[r].tokens},
@@ -384,23 +385,18 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
       if (!rt::evaluateGridRule(kernels.quant->description.abi.gridX, variables,
                                 std::size(variables), grid, error))
         return failure();
-      KernelLaunch q;
-      q.func = func(*kernels.quant);
-      q.label = "rank " + std::to_string(r) + " quant";
-      q.launch = launchOf(grid);
-      q.args = {buffer(rb.x), buffer(rb.a), buffer(rb.aScale),
-                scalar(batches[r].tokens)};
-      phases[0].push_back(std::move(q));
+      phases[0].push_back({func(*kernels.quant),
+                           {buffer(rb.x), buffer(rb.a), buffer(rb.aScale),
+                            scalar(batches[r].tokens)},
+                           launchOf(grid), rank + " quant"});
     }
-    KernelLaunch s1;
-    s1.func = func(kernels.stage1);
-    s1.label = "rank " + std::to_string(r);
-    s1.launch = launchOf(shape.workgroups1);
-    s1.args = {buffer(rb.a), buffer(rb.aScale), buffer(rb.ids),
-               buffer(rb.weights), buffer(rb.w13), buffer(rb.w13Scale),
-               buffer(rb.recvA), buffer(rb.recvScale), buffer(rb.inter),
-               buffer(rb.interScale), buffer(rb.control),
-               scalar(batches[r].tokens), scalar(epoch), scalar(r)};
+    KernelLaunch s1{func(kernels.stage1),
+                    {buffer(rb.a), buffer(rb.aScale), buffer(rb.ids),
+                     buffer(rb.weights), buffer(rb.w13), buffer(rb.w13Scale),
+                     buffer(rb.recvA), buffer(rb.recvScale), buffer(rb.inter),
+                     buffer(rb.interScale), buffer(rb.control),
+                     scalar(batches[r].tokens), scalar(epoch), scalar(r)},
+                    launchOf(shape.workgroups1), rank};
     for (int kind = 0; kind < 4; ++kind)
       for (int64_t d = 0; d < ep; ++d) {
         const RankBuffers &db = buffers[d];
@@ -411,36 +407,32 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
       // The separate dispatch kernel: the same arguments, its own grid.
       KernelLaunch d = s1;
       d.func = func(*kernels.dispatch);
-      d.label = "rank " + std::to_string(r) + " dispatch";
+      d.label = rank + " dispatch";
       d.launch = launchOf(fixedGrid(*kernels.dispatch, 1));
       phases[1].push_back(std::move(d));
     }
     phases[1].push_back(std::move(s1));
 
-    KernelLaunch s2;
-    s2.func = func(kernels.stage2);
-    s2.label = "rank " + std::to_string(r);
-    s2.launch = launchOf(shape.workgroups2);
-    s2.args = {buffer(rb.inter), buffer(rb.interScale), buffer(rb.w2),
-               buffer(rb.w2Scale), buffer(rb.recvMeta), buffer(rb.control),
-               scalar(epoch)};
+    KernelLaunch s2{func(kernels.stage2),
+                    {buffer(rb.inter), buffer(rb.interScale), buffer(rb.w2),
+                     buffer(rb.w2Scale), buffer(rb.recvMeta),
+                     buffer(rb.control), scalar(epoch)},
+                    launchOf(shape.workgroups2), rank};
     for (int64_t s = 0; s < ep; ++s)
       s2.args.push_back(buffer(buffers[s].combineRows));
     for (int64_t s = 0; s < ep; ++s)
       s2.args.push_back(buffer(buffers[s].control));
     phases[2].push_back(std::move(s2));
     // A rank without tokens launches no combine workgroup (grid 0).
-    if (batches[r].tokens > 0) {
-      KernelLaunch c;
-      c.func = func(kernels.combine);
-      c.label = "rank " + std::to_string(r) + " combine";
-      c.launch = launchOf((batches[r].tokens + shape.combineWaves - 1) /
-                          shape.combineWaves);
-      c.args = {buffer(rb.combineRows), buffer(rb.ids), buffer(rb.weights),
-                buffer(rb.out), scalar(batches[r].tokens),
-                buffer(rb.control), scalar(epoch)};
-      phases[2].push_back(std::move(c));
-    }
+    if (batches[r].tokens > 0)
+      phases[2].push_back(
+          {func(kernels.combine),
+           {buffer(rb.combineRows), buffer(rb.ids), buffer(rb.weights),
+            buffer(rb.out), scalar(batches[r].tokens), buffer(rb.control),
+            scalar(epoch)},
+           launchOf((batches[r].tokens + shape.combineWaves - 1) /
+                    shape.combineWaves),
+           rank + " combine"});
   }
   return success();
 }
