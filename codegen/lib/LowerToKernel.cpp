@@ -6,8 +6,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#include "moec/Codegen/KernelBuilders.h"
 #include "moec/Codegen/Passes.h"
+#include "moec/Codegen/StageKernelInterface.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
@@ -19,7 +19,6 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 namespace moec {
 #define GEN_PASS_DEF_MOELOWERTOKERNEL
@@ -35,30 +34,22 @@ struct MoeLowerToKernelPass final
     : impl::MoeLowerToKernelBase<MoeLowerToKernelPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    SmallVector<Operation *> stages;
-    module.walk([&](Operation *op) {
-      if (isa<moe::W2Op, moe::W13Op, moe::CombineOp, moe::SortOp,
-              moe::QuantOp>(op))
-        stages.push_back(op);
-    });
+    SmallVector<moe::StageOpInterface> stages;
+    module.walk([&](moe::StageOpInterface op) { stages.push_back(op); });
     if (stages.empty())
       return;
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     UnitAttr::get(&getContext()));
     OpBuilder builder(&getContext());
-    for (Operation *op : stages) {
+    for (moe::StageOpInterface op : stages) {
+      auto stageKernel = dyn_cast<StageKernelInterface>(op.getOperation());
+      if (!stageKernel) {
+        op->emitOpError("has no kernel builder: the moe dialect was loaded "
+                        "without registerStageKernelInterfaceModels");
+        return signalPassFailure();
+      }
       builder.setInsertionPoint(op);
-      FailureOr<gpu::GPUModuleOp> kernel =
-          llvm::TypeSwitch<Operation *, FailureOr<gpu::GPUModuleOp>>(op)
-              .Case([&](moe::W2Op w2) { return buildW2Kernel(builder, w2); })
-              .Case([&](moe::W13Op w13) { return buildW13Kernel(builder, w13); })
-              .Case([&](moe::CombineOp combine) {
-                return buildCombineKernel(builder, combine);
-              })
-              .Case([&](moe::SortOp sort) { return buildSortKernel(builder, sort); })
-              .Case([&](moe::QuantOp quant) {
-                return buildQuantKernel(builder, quant);
-              });
+      FailureOr<gpu::GPUModuleOp> kernel = stageKernel.buildKernel(builder);
       if (failed(kernel))
         return signalPassFailure();
       op->erase();

@@ -40,10 +40,7 @@ struct MoeVerifyTargetPass final
       }
     }
     bool failedAny = false;
-    module.walk([&](Operation *op) {
-      if (!isa<moe::W2Op, moe::W13Op, moe::CombineOp, moe::SortOp,
-               moe::QuantOp>(op))
-        return;
+    module.walk([&](moe::StageOpInterface op) {
       const target::TargetInfo *onChip = forced;
       if (!onChip) {
         FailureOr<const target::TargetInfo *> own = moe::getTarget(op);
@@ -53,7 +50,7 @@ struct MoeVerifyTargetPass final
         }
         onChip = *own;
       }
-      failedAny |= failed(moe::verifyOnTarget(op, *onChip));
+      failedAny |= failed(op.verifyOnTarget(*onChip));
     });
     if (failedAny)
       signalPassFailure();

@@ -15,7 +15,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/KnobDecisions.h"
+#include "moec/Dialect/Moe/MoeKnobs.h"
 
+#include <algorithm>
 #include <iterator>
 
 namespace moec {
@@ -505,6 +507,36 @@ const KnobDecision *lookupKnobDecision(std::string_view stage,
     if (stage == row.stage && knob == row.knob)
       return &row;
   return nullptr;
+}
+
+std::vector<std::string> knobDecisionProblems(const KnobDecision *begin,
+                                              const KnobDecision *end) {
+  std::vector<std::string> problems;
+  auto rowsOf = [&](std::string_view stage, std::string_view knob) {
+    return std::count_if(begin, end, [&](const KnobDecision &row) {
+      return stage == row.stage && knob == row.knob;
+    });
+  };
+  for (const moe::StageKnobs *s = moe::stageKnobsBegin();
+       s != moe::stageKnobsEnd(); ++s)
+    for (const moe::KnobInfo &knob : *s) {
+      const std::string where = std::string(s->stage) + "." + knob.name;
+      const auto rows = rowsOf(s->stage, knob.name);
+      if (rows == 0)
+        problems.push_back(where + ": no decision row");
+      else if (rows > 1)
+        problems.push_back(where + ": " + std::to_string(rows) + " rows");
+    }
+  for (const KnobDecision *row = begin; row != end; ++row) {
+    const moe::StageKnobs *stage = moe::lookupStageKnobs(row->stage);
+    if (!stage)
+      problems.push_back(std::string(row->stage) + "." + row->knob +
+                         ": no such stage");
+    else if (!stage->find(row->knob))
+      problems.push_back(std::string(row->stage) + "." + row->knob +
+                         ": no such knob");
+  }
+  return problems;
 }
 
 const char *tunerDecisionName(TunerDecision decision) {

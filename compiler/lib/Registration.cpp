@@ -2,6 +2,7 @@
 
 #include "moec/Compiler/Registration.h"
 #include "moec/Codegen/Passes.h"
+#include "moec/Codegen/StageKernelInterface.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Conversion/Passes.h"
@@ -38,6 +39,7 @@ void moec::registerMoecDialects(mlir::DialectRegistry &registry) {
                   mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
                   mlir::memref::MemRefDialect, mlir::ROCDL::ROCDLDialect,
                   mlir::scf::SCFDialect, mlir::vector::VectorDialect>();
+  registerStageKernelInterfaceModels(registry);
   mlir::arith::registerConvertArithToLLVMInterface(registry);
   mlir::cf::registerConvertControlFlowToLLVMInterface(registry);
   mlir::registerConvertFuncToLLVMInterface(registry);

@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/StageBuilder.h"
-#include "moec/Codegen/KernelBuilders.h"
+#include "moec/Codegen/StageKernelInterface.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/Dialect/Moe/MoeKnobs.h"
 
@@ -20,7 +20,6 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
-#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -64,20 +63,25 @@ struct FirstDiagnostic {
 /// The element types of a stage's problem, implied by the stage: quant
 /// turns the BF16 tokens into the FP8 rows W13 reads, W13 reads FP8 and
 /// writes the FP8 intermediate, W2 writes BF16, sort and combine move BF16
-/// rows.
-std::map<std::string, std::string> stageTypes(const std::string &stage) {
-  if (stage == "w13")
+/// rows. A switch over the enum, so a new stage is a compiler warning here.
+std::map<std::string, std::string> stageTypes(moe::Stage stage) {
+  switch (stage) {
+  case moe::Stage::w13:
     return {{"activation", "f8E4M3FN"},
             {"weight", "f4E2M1FN"},
             {"output", "f8E4M3FN"}};
-  if (stage == "quant")
+  case moe::Stage::quant:
     return {{"activation", "bf16"},
             {"weight", "f4E2M1FN"},
             {"output", "f8E4M3FN"}};
-  if (stage == "w2")
+  case moe::Stage::w2:
     return {{"activation", "f8E4M3FN"},
             {"weight", "f4E2M1FN"},
             {"output", "bf16"}};
+  case moe::Stage::sort:
+  case moe::Stage::combine:
+    break;
+  }
   return {{"activation", "bf16"}, {"weight", "f4E2M1FN"}, {"output", "bf16"}};
 }
 
@@ -181,7 +185,8 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   MLIRContext *context = builder.getContext();
   const std::string where = wherePrefix(spec);
   const moe::StageKnobs *knobs = moe::lookupStageKnobs(spec.stage);
-  if (!knobs) {
+  const std::optional<moe::Stage> stage = moe::symbolizeStage(spec.stage);
+  if (!knobs || !stage) {
     error = where + "field 'stage': unsupported stage '" + spec.stage +
             "' (expected " + stageList() + ")";
     return nullptr;
@@ -216,7 +221,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       structs[knob.owner].syntax = knob.ownerSyntax;
   if (structs.count("problem")) {
     StructText &problem = structs["problem"];
-    for (const auto &[name, type] : stageTypes(spec.stage))
+    for (const auto &[name, type] : stageTypes(*stage))
       if (!spec.fields.count(name))
         problem.knobs.push_back({name, type});
   }
@@ -287,12 +292,15 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   }
   description.symbol = moe::getKernelSymbol(op);
   op->setAttr("sym_name", builder.getStringAttr(description.symbol));
-  description.abi = llvm::TypeSwitch<Operation *, KernelAbi>(op)
-                        .Case<moe::W13Op>(getW13KernelAbi)
-                        .Case<moe::W2Op>(getW2KernelAbi)
-                        .Case<moe::SortOp>(getSortKernelAbi)
-                        .Case<moe::CombineOp>(getCombineKernelAbi)
-                        .Case<moe::QuantOp>(getQuantKernelAbi);
+  auto stageKernel = dyn_cast<StageKernelInterface>(op);
+  if (!stageKernel) {
+    error = where + "'" + spec.stage +
+            "' has no kernel ABI: the moe dialect was loaded without "
+            "registerStageKernelInterfaceModels (registerMoecDialects)";
+    op->erase();
+    return nullptr;
+  }
+  description.abi = stageKernel.getKernelAbi();
   description.opAttributes = op->getAttrDictionary();
   description.attributes.clear();
   for (NamedAttribute attr : op->getAttrs()) {

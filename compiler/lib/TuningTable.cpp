@@ -289,8 +289,8 @@ bool TableParser::parseKernel(const std::string &name,
   // message.
   const moe::StageKnobs *knobs = moe::lookupStageKnobs(k.stage);
   if (!knobs)
-    return fail("stage", "unsupported stage '" + k.stage +
-                             "' (expected quant, sort, w13, w2 or combine)");
+    return fail("stage", "unsupported stage '" + k.stage + "' (expected " +
+                             moe::stageNameList() + ")");
   for (const Field &f : fields) {
     if (std::string old = oldKnobSpelling(k.stage, f.key, f.value); !old.empty())
       return fail("", old);

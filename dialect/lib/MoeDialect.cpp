@@ -1,6 +1,7 @@
 //===- MoeDialect.cpp - moe dialect registration --------------------------===//
 
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/Dialect/Moe/MoeKnobs.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -15,8 +16,39 @@ using namespace moec::moe;
 #define GET_ATTRDEF_CLASSES
 #include "moec/Dialect/Moe/MoeAttrs.cpp.inc"
 
+#include "moec/Dialect/Moe/MoeInterfaces.cpp.inc"
+
 #define GET_OP_CLASSES
 #include "moec/Dialect/Moe/MoeOps.cpp.inc"
+
+// The ODS stage enum and the runtime's abi::Stage (which stays free of
+// tblgen) must agree value for value; the names are checked by the
+// compiler test [stage].
+static_assert(getMaxEnumValForStage() + 1 == moec::abi::kStages.size(),
+              "moe::Stage and abi::Stage list different stages");
+static_assert(toAbiStage(Stage::quant) == moec::abi::Stage::Quant &&
+                  toAbiStage(Stage::sort) == moec::abi::Stage::Sort &&
+                  toAbiStage(Stage::w13) == moec::abi::Stage::W13 &&
+                  toAbiStage(Stage::w2) == moec::abi::Stage::W2 &&
+                  toAbiStage(Stage::combine) == moec::abi::Stage::Combine,
+              "moe::Stage and abi::Stage disagree on a value");
+
+std::string moec::moe::stageNameList() {
+  std::string list;
+  for (uint32_t value = 0; value <= getMaxEnumValForStage(); ++value) {
+    if (value > 0)
+      list += value == getMaxEnumValForStage() ? " or " : ", ";
+    list += stringifyStage(static_cast<Stage>(value)).str();
+  }
+  return list;
+}
+
+Stage moec::moe::stageOfOpName(StringRef opName) {
+  std::optional<Stage> stage = symbolizeStage(
+      opName.drop_front(MoeDialect::getDialectNamespace().size() + 1));
+  assert(stage && "a stage op's mnemonic is the name of its stage");
+  return stage.value_or(Stage::quant);
+}
 
 void MoeDialect::initialize() {
   addAttributes<

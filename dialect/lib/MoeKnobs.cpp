@@ -2,6 +2,9 @@
 
 #include "moec/Dialect/Moe/MoeKnobs.h"
 
+#include <cassert>
+#include <charconv>
+#include <cstring>
 #include <iterator>
 
 namespace moec::moe {
@@ -16,6 +19,15 @@ const KnobInfo *StageKnobs::find(std::string_view name) const {
   return nullptr;
 }
 
+int64_t KnobInfo::integerDefault() const {
+  assert(kind == KnobKind::Integer && *defaultValue &&
+         "an Integer knob with an ODS default");
+  int64_t value = 0;
+  std::from_chars(defaultValue, defaultValue + std::strlen(defaultValue),
+                  value);
+  return value;
+}
+
 const StageKnobs *stageKnobsBegin() { return std::begin(kStageKnobs); }
 const StageKnobs *stageKnobsEnd() { return std::end(kStageKnobs); }
 
@@ -23,6 +35,20 @@ const StageKnobs *lookupStageKnobs(std::string_view stage) {
   for (const StageKnobs &knobs : kStageKnobs)
     if (stage == knobs.stage)
       return &knobs;
+  return nullptr;
+}
+
+const KnobInfo *lookupKnob(std::string_view stage, std::string_view knob) {
+  const StageKnobs *knobs = lookupStageKnobs(stage);
+  return knobs ? knobs->find(knob) : nullptr;
+}
+
+const KnobInfo *lookupOwnedKnob(std::string_view ownerSyntax,
+                                std::string_view knob) {
+  for (const StageKnobs &knobs : kStageKnobs)
+    if (const KnobInfo *info = knobs.find(knob);
+        info && ownerSyntax == info->ownerSyntax)
+      return info;
   return nullptr;
 }
 

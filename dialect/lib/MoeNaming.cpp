@@ -4,18 +4,58 @@
 /// One readable symbol per stage kernel. The symbol is also the ELF symbol
 /// of the code object and the first part of the kernel's name in a bundle,
 /// so this spelling is stable: a knob appears only when it differs from its
-/// ODS default.
+/// ODS default, which is read from the knob table generated from ODS
+/// (MoeKnobs.h), never restated here.
 ///
 //===----------------------------------------------------------------------===//
 
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "moec/Dialect/Moe/MoeKnobs.h"
 
-#include "llvm/ADT/TypeSwitch.h"
+#include <cstdlib>
 
 using namespace mlir;
 
 namespace moec::moe {
 namespace {
+
+/// The generated knob table's entry for parameter `knob` of the struct
+/// attribute spelled `owner` ("#moe.tile", "#moe.peer").
+const KnobInfo &ownedKnob(const char *owner, const char *knob) {
+  const KnobInfo *info = lookupOwnedKnob(owner, knob);
+  assert(info && "a parameter of the knob table");
+  return *info;
+}
+int64_t tileDefault(const char *knob) {
+  return ownedKnob("#moe.tile", knob).integerDefault();
+}
+bool tileFlagDefault(const char *knob) {
+  return ownedKnob("#moe.tile", knob).boolDefault();
+}
+int64_t peerDefault(const char *knob) {
+  return ownedKnob("#moe.peer", knob).integerDefault();
+}
+/// The default of op attribute `knob` of `stage`'s op.
+const KnobInfo &opKnob(Stage stage, const char *knob) {
+  const KnobInfo *info = lookupKnob(stringifyStage(stage), knob);
+  assert(info && "an attribute of the knob table");
+  return *info;
+}
+int64_t opDefault(Stage stage, const char *knob) {
+  return opKnob(stage, knob).integerDefault();
+}
+bool opFlagDefault(Stage stage, const char *knob) {
+  return opKnob(stage, knob).boolDefault();
+}
+/// The default of enum parameter `knob` of `owner`, parsed by the enum's
+/// generated `symbolize` function.
+template <typename EnumT>
+EnumT enumDefault(const char *owner, const char *knob,
+                  std::optional<EnumT> (*symbolize)(llvm::StringRef)) {
+  std::optional<EnumT> value = symbolize(ownedKnob(owner, knob).defaultValue);
+  assert(value && "an enum default the enum spells");
+  return *value;
+}
 
 /// `_e{local experts}_h{H}_i{I}`: the problem part every GEMM symbol shares.
 std::string problemPart(ProblemAttr problem) {
@@ -31,36 +71,39 @@ std::string tilePart(TileAttr tile) {
                   std::to_string(tile.getN()) + "x" +
                   std::to_string(tile.getK()) + "_w" +
                   std::to_string(tile.getWaves());
-  if (tile.getMfma() == MfmaShape::m32n32k64)
+  if (tile.getMfma() != enumDefault("#moe.tile", "mfma", symbolizeMfmaShape))
     s += "_mfma32";
-  if (tile.getOrientation() == MfmaOrientation::b_major)
+  if (tile.getOrientation() !=
+      enumDefault("#moe.tile", "orientation", symbolizeMfmaOrientation))
     s += "_bmajor";
-  if (tile.getBCache() != CachePolicy::cached)
+  if (tile.getBCache() !=
+      enumDefault("#moe.tile", "b_cache", symbolizeCachePolicy))
     s += "_b" + stringifyCachePolicy(tile.getBCache()).str();
-  if (tile.getWavesPerEu() > 0)
+  if (tile.getWavesPerEu() != tileDefault("waves_per_eu"))
     s += "_wpe" + std::to_string(tile.getWavesPerEu());
-  if (tile.getXcdSwizzle())
+  if (tile.getXcdSwizzle() != tileFlagDefault("xcd_swizzle"))
     s += "_xcd";
-  if (tile.getASwizzle())
+  if (tile.getASwizzle() != tileFlagDefault("a_swizzle"))
     s += "_aswz";
-  if (tile.getPersistCu() > 0)
-    s += (tile.getPersistStrided() ? "_pers" : "_per") +
-         std::to_string(tile.getPersistCu());
-  else if (tile.getPersistStrided())
+  const bool strided =
+      tile.getPersistStrided() != tileFlagDefault("persist_strided");
+  if (tile.getPersistCu() != tileDefault("persist_cu"))
+    s += (strided ? "_pers" : "_per") + std::to_string(tile.getPersistCu());
+  else if (strided)
     s += "_strided";
-  if (tile.getBPrefetch())
+  if (tile.getBPrefetch() != tileFlagDefault("b_prefetch"))
     s += "_bpf";
-  if (tile.getScalePrefetch())
+  if (tile.getScalePrefetch() != tileFlagDefault("scale_prefetch"))
     s += "_spf";
-  if (tile.getPersistSkew() > 0)
+  if (tile.getPersistSkew() != tileDefault("persist_skew"))
     s += "_skew" + std::to_string(tile.getPersistSkew());
-  if (tile.getGroupM() > 0)
+  if (tile.getGroupM() != tileDefault("group_m"))
     s += "_gm" + std::to_string(tile.getGroupM());
-  if (tile.getAsyncA())
+  if (tile.getAsyncA() != tileFlagDefault("async_a"))
     s += "_async";
-  if (tile.getBDirect())
+  if (tile.getBDirect() != tileFlagDefault("b_direct"))
     s += "_bdir";
-  if (tile.getResidencyCap() > 0)
+  if (tile.getResidencyCap() != tileDefault("residency_cap"))
     s += "_rc" + std::to_string(tile.getResidencyCap());
   return s;
 }
@@ -76,13 +119,14 @@ std::string peerPart(PeerTransportAttr peer, bool stageOne) {
                   std::to_string(peer.getWorkgroups());
   if (stageOne)
     s += "_d" + std::to_string(peer.getDispatchCus());
-  if (peer.getWorkShards() > 0)
+  if (peer.getWorkShards() != peerDefault("work_shards"))
     s += "_ws" + std::to_string(peer.getWorkShards());
-  if (peer.getPlanCus() > 1)
+  if (peer.getPlanCus() != peerDefault("plan_cus"))
     s += "_pl" + std::to_string(peer.getPlanCus());
-  if (peer.getChunkRoutes() > 1)
+  if (peer.getChunkRoutes() != peerDefault("chunk_routes"))
     s += "_ch" + std::to_string(peer.getChunkRoutes());
-  if (peer.getDispatch() != PeerDispatch::fused)
+  if (peer.getDispatch() !=
+      enumDefault("#moe.peer", "dispatch", symbolizePeerDispatch))
     s += "_dispatch_" + stringifyPeerDispatch(peer.getDispatch()).str();
   return s;
 }
@@ -93,10 +137,11 @@ std::string w13Symbol(W13Op op) {
   std::string s = "moe1_afp8_wfp4_fp8" + problemPart(problem) +
                   tilePart(op.getTile()) + "_k" +
                   std::to_string(problem.getTopK());
-  if (op.getGateUpInterleave() > 0)
+  if (op.getGateUpInterleave() != opDefault(Stage::w13, "gate_up_interleave"))
     s += "_gui" + std::to_string(op.getGateUpInterleave());
   const float limit = op.getSwigluLimit().convertToFloat();
-  if (limit > 0) {
+  if (limit !=
+      std::strtof(opKnob(Stage::w13, "swiglu_limit").defaultValue, nullptr)) {
     // Tables write the limit as an integer (DeepSeek V4: 10); a fractional
     // limit keeps its digits apart from the next token.
     const auto whole = static_cast<int64_t>(limit);
@@ -104,11 +149,11 @@ std::string w13Symbol(W13Op op) {
     if (static_cast<float>(whole) != limit)
       s += "p" + std::to_string(static_cast<int64_t>((limit - whole) * 1e6));
   }
-  if (op.getGptOssSwiglu())
+  if (op.getGptOssSwiglu() != opFlagDefault(Stage::w13, "gpt_oss_swiglu"))
     s += "_gptoss";
-  if (op.getSharedFp8Expert())
+  if (op.getSharedFp8Expert() != opFlagDefault(Stage::w13, "shared_fp8_expert"))
     s += "_shfp8";
-  if (op.getBias())
+  if (op.getBias() != opFlagDefault(Stage::w13, "bias"))
     s += "_bias";
   return s + peerPart(op.getPeerAttr(), /*stageOne=*/true);
 }
@@ -116,15 +161,15 @@ std::string w13Symbol(W13Op op) {
 std::string w2Symbol(W2Op op) {
   std::string s = "moe2_afp8_wfp4_bf16" + problemPart(op.getProblem()) +
                   tilePart(op.getTile());
-  if (op.getSharedFp8Expert())
+  if (op.getSharedFp8Expert() != opFlagDefault(Stage::w2, "shared_fp8_expert"))
     s += "_shfp8";
-  if (op.getSplitK() > 1)
+  if (op.getSplitK() != opDefault(Stage::w2, "split_k"))
     s += "_sk" + std::to_string(op.getSplitK());
-  if (op.getBf16Lds())
+  if (op.getBf16Lds() != opFlagDefault(Stage::w2, "bf16_lds"))
     s += "_ldsout";
-  if (op.getSortBlockM() > 0)
+  if (op.getSortBlockM() != opDefault(Stage::w2, "sort_block_m"))
     s += "_sbm" + std::to_string(op.getSortBlockM());
-  if (op.getBias())
+  if (op.getBias() != opFlagDefault(Stage::w2, "bias"))
     s += "_bias";
   return s + peerPart(op.getPeerAttr(), /*stageOne=*/false);
 }
@@ -155,23 +200,25 @@ std::string combineSymbol(CombineOp op) {
                   std::to_string(problem.getTopK()) + "_b" +
                   std::to_string(op.getTile().getBlocks()) + "_w" +
                   std::to_string(op.getTile().getWaves());
-  if (op.getSplitK() > 1)
+  if (op.getSplitK() != opDefault(Stage::combine, "split_k"))
     s += "_sk" + std::to_string(op.getSplitK());
-  if (op.getPeerRows())
+  if (op.getPeerRows() != opFlagDefault(Stage::combine, "peer_rows"))
     s += "_ep" + std::to_string(problem.getEp()) + "_peer";
   return s;
 }
 
 } // namespace
 
+std::string W13Op::getKernelSymbol() { return w13Symbol(*this); }
+std::string W2Op::getKernelSymbol() { return w2Symbol(*this); }
+std::string SortOp::getKernelSymbol() { return sortSymbol(*this); }
+std::string QuantOp::getKernelSymbol() { return quantSymbol(*this); }
+std::string CombineOp::getKernelSymbol() { return combineSymbol(*this); }
+
 std::string getKernelSymbol(Operation *op) {
-  return llvm::TypeSwitch<Operation *, std::string>(op)
-      .Case<W13Op>(w13Symbol)
-      .Case<W2Op>(w2Symbol)
-      .Case<SortOp>(sortSymbol)
-      .Case<CombineOp>(combineSymbol)
-      .Case<QuantOp>(quantSymbol)
-      .Default([](Operation *) { return std::string(); });
+  if (auto stage = dyn_cast<StageOpInterface>(op))
+    return stage.getKernelSymbol();
+  return "";
 }
 
 } // namespace moec::moe

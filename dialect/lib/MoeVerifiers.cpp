@@ -525,6 +525,21 @@ const TargetInfo &moec::moe::getVerifiedTarget(Operation *op) {
   return chip ? *chip : moec::target::defaultTarget();
 }
 
+/// The sort's LDS on `chip`: the per-expert counts and cursors, next to
+/// one id per lane.
+static int64_t sortLdsBytes(SortOp sort, const TargetInfo &chip) {
+  return 4 * (2 * sort.getProblem().getLocalExperts() +
+              chip.wavefrontSize * sort.getWaves() + 1);
+}
+
+int64_t SortOp::getLdsBytes() {
+  return sortLdsBytes(*this, getVerifiedTarget(*this));
+}
+
+// The quant and the combine keep everything in registers.
+int64_t QuantOp::getLdsBytes() { return 0; }
+int64_t CombineOp::getLdsBytes() { return 0; }
+
 namespace {
 
 /// Collects every problem of one op on one chip, each as its own error.
@@ -610,11 +625,8 @@ public:
   }
 
   void checkSort(SortOp sort) {
-    // The per-expert counts and cursors live in LDS, next to one id per
-    // lane.
     const int64_t experts = sort.getProblem().getLocalExperts();
-    const int64_t ldsBytes =
-        4 * (2 * experts + chip.wavefrontSize * sort.getWaves() + 1);
+    const int64_t ldsBytes = sortLdsBytes(sort, chip);
     if (ldsBytes > int64_t(chip.ldsBytesPerCu))
       opProblem("problem.experts / problem.ep (")
           << experts << " local experts) needs " << ldsBytes
@@ -655,22 +667,43 @@ private:
 
 } // namespace
 
-LogicalResult moec::moe::verifyOnTarget(Operation *op, const TargetInfo &chip) {
-  TargetChecker checker(op, chip);
-  if (auto w2 = dyn_cast<W2Op>(op))
-    checker.checkGemm(w2.getProblem(), w2.getTile(), w2.getPeerAttr(),
-                      w2.getLdsBytes(), /*gateAndUp=*/false,
-                      w2.getTile().getAsyncA(), /*writesFp8=*/false);
-  else if (auto w13 = dyn_cast<W13Op>(op))
-    checker.checkGemm(
-        w13.getProblem(), w13.getTile(), w13.getPeerAttr(), w13.getLdsBytes(),
-        /*gateAndUp=*/true, w13.getTile().getAsyncA(),
-        /*writesFp8=*/isa<Float8E4M3FNType>(w13.getProblem().getOutput()));
-  else if (auto combine = dyn_cast<CombineOp>(op))
-    checker.checkCombine(combine);
-  else if (auto sort = dyn_cast<SortOp>(op))
-    checker.checkSort(sort);
-  else if (auto quant = dyn_cast<QuantOp>(op))
-    checker.checkQuant(quant);
+LogicalResult W2Op::verifyOnTarget(const TargetInfo &chip) {
+  TargetChecker checker(*this, chip);
+  checker.checkGemm(getProblem(), getTile(), getPeerAttr(), getLdsBytes(),
+                    /*gateAndUp=*/false, getTile().getAsyncA(),
+                    /*writesFp8=*/false);
   return checker.result();
+}
+
+LogicalResult W13Op::verifyOnTarget(const TargetInfo &chip) {
+  TargetChecker checker(*this, chip);
+  checker.checkGemm(
+      getProblem(), getTile(), getPeerAttr(), getLdsBytes(),
+      /*gateAndUp=*/true, getTile().getAsyncA(),
+      /*writesFp8=*/isa<Float8E4M3FNType>(getProblem().getOutput()));
+  return checker.result();
+}
+
+LogicalResult CombineOp::verifyOnTarget(const TargetInfo &chip) {
+  TargetChecker checker(*this, chip);
+  checker.checkCombine(*this);
+  return checker.result();
+}
+
+LogicalResult SortOp::verifyOnTarget(const TargetInfo &chip) {
+  TargetChecker checker(*this, chip);
+  checker.checkSort(*this);
+  return checker.result();
+}
+
+LogicalResult QuantOp::verifyOnTarget(const TargetInfo &chip) {
+  TargetChecker checker(*this, chip);
+  checker.checkQuant(*this);
+  return checker.result();
+}
+
+LogicalResult moec::moe::verifyOnTarget(Operation *op, const TargetInfo &chip) {
+  if (auto stage = dyn_cast<StageOpInterface>(op))
+    return stage.verifyOnTarget(chip);
+  return success();
 }

@@ -28,7 +28,9 @@
 #define MOEC_COMPILER_KNOBDECISIONS_H
 
 #include <cstddef>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace moec {
 
@@ -95,6 +97,15 @@ size_t knobDecisionCount();
 /// The row of (`stage`, `knob`), or nullptr.
 const KnobDecision *lookupKnobDecision(std::string_view stage,
                                        std::string_view knob);
+
+/// What is wrong with the decision rows [`begin`, `end`) against the knob
+/// table generated from ODS, one line each, naming the stage and knob:
+/// "w2.split_k: no decision row" for a knob without one, "w2.foo: no such
+/// knob" (or stage) for a row the table lacks, "w2.m: two rows". Empty when
+/// every knob has exactly one row. The [knobs] test runs it on the real
+/// rows and on planted faults.
+std::vector<std::string> knobDecisionProblems(const KnobDecision *begin,
+                                              const KnobDecision *end);
 
 /// "Grid", "Refined", "SelectionWide", "NotSearched", "Fixed".
 const char *tunerDecisionName(TunerDecision decision);

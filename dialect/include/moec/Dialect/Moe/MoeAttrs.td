@@ -57,6 +57,20 @@ def Moe_PeerKind : I32EnumAttr<"PeerKind",
   let genSpecializedAttr = 0;
 }
 
+// The values are abi::Stage's (abi/include/moec/abi/stage.h), in pipeline
+// order, and the spellings the stage ops' mnemonics; MoeDialect.cpp
+// static_asserts the values, the compiler test [stage] the names.
+def Moe_Stage : I32EnumAttr<"Stage", "a kernel stage of a MoE layer", [
+    I32EnumAttrCase<"quant", 0>,
+    I32EnumAttrCase<"sort", 1>,
+    I32EnumAttrCase<"w13", 2>,
+    I32EnumAttrCase<"w2", 3>,
+    I32EnumAttrCase<"combine", 4>
+  ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+
 def Moe_ProblemAttr : Moe_Attr<"Problem", "problem"> {
   let summary = "shape and data types of one MoE layer";
   let description = [{

@@ -15,6 +15,8 @@
 #define MOEC_DIALECT_MOE_MOEKNOBS_H
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace moec::moe {
@@ -48,6 +50,15 @@ struct KnobInfo {
   bool optionalOwner;
   /// The spellings of an Enum knob ("m16n16k128, m32n32k64"), else "".
   const char *choices;
+  /// The ODS default as a table writes it ("256", "false", "a_major",
+  /// "0.0"; a Flag's is "false"), or "" when the knob has none (a required
+  /// knob, a type). The one home of every default outside ODS itself.
+  const char *defaultValue;
+
+  /// The default of an Integer knob; asserts that it has one.
+  int64_t integerDefault() const;
+  /// The default of a Bool or Flag knob.
+  bool boolDefault() const { return std::string_view(defaultValue) == "true"; }
 };
 
 /// The knobs of one stage op.
@@ -71,6 +82,19 @@ const StageKnobs *stageKnobsEnd();
 
 /// The knobs of `stage` ("w13", "w2", "sort", "combine"), or nullptr.
 const StageKnobs *lookupStageKnobs(std::string_view stage);
+
+/// Every stage's name in pipeline order, spelled from the dialect's stage
+/// enum (MoeDialect.cpp), for messages: "quant, sort, w13, w2 or combine".
+std::string stageNameList();
+
+/// Knob `knob` of `stage`, or nullptr.
+const KnobInfo *lookupKnob(std::string_view stage, std::string_view knob);
+
+/// The knob that is parameter `knob` of the struct attribute spelled
+/// `ownerSyntax` ("#moe.tile", "#moe.peer"), which is the same on every
+/// stage that takes it; or nullptr.
+const KnobInfo *lookupOwnedKnob(std::string_view ownerSyntax,
+                                std::string_view knob);
 
 } // namespace moec::moe
 

@@ -4,9 +4,15 @@
 #define MOEC_DIALECT_MOE_MOEOPS_TD
 
 include "moec/Dialect/Moe/MoeAttrs.td"
+include "moec/Dialect/Moe/MoeInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 
-def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
+/// An op that declares one kernel stage: a symbol and a StageOpInterface.
+class Moe_StageOp<string mnemonic>
+    : Moe_Op<mnemonic,
+             [Symbol, DeclareOpInterfaceMethods<Moe_StageOpInterface>]>;
+
+def Moe_W2Op : Moe_StageOp<"w2"> {
   let summary = "down-projection (W2) GEMM over expert-sorted routes";
   let description = [{
     Declares one W2 kernel: FP8 E4M3 activations with one E8M0 scale per
@@ -97,10 +103,9 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Bytes of LDS the kernel stages per K step (A tile plus B tile; the
-    /// B tile of FP8 shared-expert rows is twice as large), plus
-    /// getPeerLdsBytes().
-    int64_t getLdsBytes();
+    // getLdsBytes() (StageOpInterface): the A and B tiles of a K step (the
+    // B tile of FP8 shared-expert rows is twice as large), plus
+    // getPeerLdsBytes().
     /// With `peer`: LDS words after the GEMM's for the work list (a count
     /// and a tile prefix per local expert, plus the total) and one word per
     /// wave and per workgroup to broadcast atomics' results; else 0.
@@ -108,7 +113,7 @@ def Moe_W2Op : Moe_Op<"w2", [Symbol]> {
   }];
 }
 
-def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
+def Moe_W13Op : Moe_StageOp<"w13"> {
   let summary = "gate/up (W13) GEMM, SwiGLU and FP8 quantisation of the intermediate";
   let description = [{
     Declares one W13 kernel: FP8 E4M3 token rows (1x32 E8M0 scales) times
@@ -184,16 +189,15 @@ def Moe_W13Op : Moe_Op<"w13", [Symbol]> {
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Bytes of LDS: the A and B tiles of a K step, reused afterwards to
-    /// stage the FP32 activation tile for quantisation, plus
-    /// getPeerLdsBytes().
-    int64_t getLdsBytes();
+    // getLdsBytes() (StageOpInterface): the A and B tiles of a K step,
+    // reused afterwards to stage the FP32 activation tile for
+    // quantisation, plus getPeerLdsBytes().
     /// With `peer`: the work-list and broadcast words (see moe.w2).
     int64_t getPeerLdsBytes();
   }];
 }
 
-def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
+def Moe_CombineOp : Moe_StageOp<"combine"> {
   let summary = "weighted sum of each token's top-k routed rows";
   let description = [{
     Declares one combine kernel: `out[t] = sum over k with a valid expert id
@@ -237,7 +241,7 @@ def Moe_CombineOp : Moe_Op<"combine", [Symbol]> {
   let hasVerifier = 1;
 }
 
-def Moe_SortOp : Moe_Op<"sort", [Symbol]> {
+def Moe_SortOp : Moe_StageOp<"sort"> {
   let summary = "group routes by expert into the tile-padded sorted route list";
   let description = [{
     Declares one routing-sort kernel: from `topk_ids` it builds the sorted
@@ -279,7 +283,7 @@ def Moe_SortOp : Moe_Op<"sort", [Symbol]> {
   let hasVerifier = 1;
 }
 
-def Moe_QuantOp : Moe_Op<"quant", [Symbol]> {
+def Moe_QuantOp : Moe_StageOp<"quant"> {
   let summary = "FP8 1x32 quantisation of the layer's BF16 input tokens";
   let description = [{
     Declares one input-quantisation kernel: the layer's BF16 hidden states
