@@ -212,6 +212,7 @@ _PROTOTYPES = {
     "moec_bundle_close": (None, [vp]),
     "moec_bundle_apply_overrides": (S, [vp, ctypes.c_char_p, P(c_u32)]),
     "moec_bundle_target_arch": (S, [vp, P(ctypes.c_char_p)]),
+    "moec_bundle_target_compute_units": (S, [vp, P(c_u32)]),
     "moec_bundle_kernel_count": (S, [vp, P(c_u32)]),
     "moec_bundle_kernel_info": (S, [vp, c_u32, P(KernelInfo)]),
     "moec_bundle_find_kernel": (S, [vp, ctypes.c_char_p, P(c_u32)]),

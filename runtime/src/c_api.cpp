@@ -188,6 +188,17 @@ moec_status_t moec_bundle_target_arch(const moec_bundle_t *bundle,
   return MOEC_STATUS_OK;
 }
 
+moec_status_t moec_bundle_target_compute_units(const moec_bundle_t *bundle,
+                                               uint32_t *out_compute_units) {
+  if (!bundle || !out_compute_units)
+    return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                "moec_bundle_target_compute_units: null argument");
+  // parseManifest refuses a bundle whose part moec does not know.
+  *out_compute_units =
+      moec::rt::partOf(bundle->bundle->manifest().target)->computeUnits;
+  return MOEC_STATUS_OK;
+}
+
 moec_status_t moec_bundle_kernel_count(const moec_bundle_t *bundle,
                                        uint32_t *out_count) {
   if (!bundle || !out_count)

@@ -80,6 +80,14 @@ MOEC_API moec_status_t moec_bundle_apply_overrides(moec_bundle_t *bundle,
 MOEC_API moec_status_t moec_bundle_target_arch(const moec_bundle_t *bundle,
                                                const char **out_arch);
 
+/** CUs of the part the bundle was compiled for: 256 for gfx950 (MI355X),
+ *  128 for MI350P (manifest target.compute_units; a bundle that does not
+ *  record it is its arch's first part). Compare with
+ *  moec_device_compute_units: AITER rows and persistent grids are tuned for
+ *  this count. */
+MOEC_API moec_status_t moec_bundle_target_compute_units(
+    const moec_bundle_t *bundle, uint32_t *out_compute_units);
+
 MOEC_API moec_status_t moec_bundle_kernel_count(const moec_bundle_t *bundle,
                                                 uint32_t *out_count);
 

@@ -15,6 +15,28 @@ std::string lastError() { return moec_last_error_message(); }
 
 } // namespace
 
+TEST_CASE("C API: a bundle names the part it was compiled for",
+          "[c-api][part]") {
+  TempDir dir;
+  nlohmann::json manifest = sampleManifest();
+  manifest["target"]["compute_units"] = 128;
+  std::string error;
+  REQUIRE(moec::rt::writeBundle(dir.file("p.moeb"), manifest.dump(),
+                                sampleCodeObjects(), error));
+  moec_bundle_t *bundle = nullptr;
+  REQUIRE(moec_bundle_open(dir.file("p.moeb").c_str(), &bundle) ==
+          MOEC_STATUS_OK);
+  const char *arch = nullptr;
+  uint32_t computeUnits = 0;
+  REQUIRE(moec_bundle_target_arch(bundle, &arch) == MOEC_STATUS_OK);
+  REQUIRE(moec_bundle_target_compute_units(bundle, &computeUnits) ==
+          MOEC_STATUS_OK);
+  // MI350P: the gfx950 ISA on 128 CUs.
+  CHECK(std::string(arch) == "gfx950");
+  CHECK(computeUnits == 128);
+  moec_bundle_close(bundle);
+}
+
 TEST_CASE("C API: open, inspect, select, code objects", "[c-api]") {
   TempDir dir;
   std::string error;
@@ -27,6 +49,13 @@ TEST_CASE("C API: open, inspect, select, code objects", "[c-api]") {
   const char *arch = nullptr;
   REQUIRE(moec_bundle_target_arch(bundle, &arch) == MOEC_STATUS_OK);
   CHECK(std::string(arch) == "gfx950");
+  // The sample manifest records no part: gfx950's first, MI355X.
+  uint32_t computeUnits = 0;
+  REQUIRE(moec_bundle_target_compute_units(bundle, &computeUnits) ==
+          MOEC_STATUS_OK);
+  CHECK(computeUnits == 256);
+  CHECK(moec_bundle_target_compute_units(bundle, nullptr) ==
+        MOEC_STATUS_INVALID_ARGUMENT);
 
   uint32_t count = 0;
   REQUIRE(moec_bundle_kernel_count(bundle, &count) == MOEC_STATUS_OK);
