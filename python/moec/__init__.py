@@ -18,7 +18,7 @@ from .runtime import (AiterSelection, Bundle, Device, DeviceBuffer, Layer, Table
 from .weights import (AITER, CHECKPOINT, PreparedWeights, WeightLayout,
                       has_weight_preparation, prepare_expert_weights, prepare_shared_expert,
                       weight_sizes)
-from . import npy, weights
+from . import aiter_compat, npy, weights
 
 __version__ = "0.1.0"
 
@@ -26,4 +26,4 @@ __all__ = ["MoecError", "Bundle", "AiterSelection", "select_aiter", "Device", "D
            "fused_moe", "use", "current_layers", "emulated_hip_library", "library_path",
            "WeightLayout", "PreparedWeights", "weight_sizes", "prepare_expert_weights",
            "prepare_shared_expert", "has_weight_preparation", "CHECKPOINT", "AITER", "npy",
-           "weights"]
+           "weights", "aiter_compat"]

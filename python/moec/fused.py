@@ -1,5 +1,6 @@
 """moec.fused_moe: aiter.fused_moe's call, run by a moec layer."""
 
+import ctypes
 import threading
 
 from ._capi import invalid
@@ -7,10 +8,14 @@ from .runtime import DeviceBuffer, Layer, pointer_of
 
 __all__ = ["fused_moe", "use", "current_layers"]
 
-# AITER's enums (aiter/ops/enum.py): ActivationType.Silu = 0,
-# QuantType.per_1x32 = 3 (MXFP4 weights with E8M0 1x32 scales).
-_ACTIVATION_SILU = 0
+# AITER's enums (aiter/ops/enum.py, csrc/include/aiter_enum.h).
+_ACTIVATIONS = {"No": -1, "Silu": 0, "Gelu": 1, "Swiglu": 2}
+_QUANT_TYPES = {"No": 0, "per_Tensor": 1, "per_Token": 2, "per_1x32": 3, "per_1x128": 4,
+                "per_128x128": 5}
 _QUANT_PER_1X32 = 3
+# Layer.activation -> the ActivationType whose function its W13 kernels
+# compute (aiter.fused_moe's default, None, is Silu).
+_LAYER_ACTIVATIONS = {"silu": _ACTIVATIONS["Silu"], "gpt-oss-swiglu": _ACTIVATIONS["Swiglu"]}
 
 _lock = threading.Lock()
 _default_layers = []
@@ -88,37 +93,31 @@ def _numel(shape):
     return n
 
 
-def _refuse_unsupported(expert_mask, activation, quant_type, doweight_stage1, a1_scale,
-                        a2_scale, block_size_M, num_local_tokens, moe_sorting_dispatch_policy,
-                        dtype, hidden_pad, intermediate_pad, bias1, bias2, splitk):
-    if expert_mask is not None:
-        raise invalid("expert_mask", "not supported: moec takes expert parallelism from the "
-                      "layer (moec.Layer(..., ep=N, ep_rank=r)) with global expert ids in "
-                      "topk_ids")
-    act = _enum_value(activation, "activation", {"Silu": 0, "Gelu": 1, "Swiglu": 2, "No": -1})
-    if act not in (None, _ACTIVATION_SILU):
-        raise invalid("activation", "%r is not supported: moec runs SiLU-and-mul (clamped "
-                      "as the table was compiled: layer.swiglu_limit); pass "
-                      "ActivationType.Silu or leave it out" % (activation,))
-    quant = _enum_value(quant_type, "quant_type",
-                        {"No": 0, "per_Tensor": 1, "per_Token": 2, "per_1x32": 3,
-                         "per_1x128": 4, "per_128x128": 5})
+def _activation_name(value):
+    return {v: "ActivationType.%s" % k for k, v in _ACTIVATIONS.items()}.get(value, repr(value))
+
+
+def _refuse_unsupported(quant_type, doweight_stage1, a1_scale, a2_scale, block_size_M,
+                        num_local_tokens, moe_sorting_dispatch_policy, dtype, hidden_pad,
+                        intermediate_pad, splitk):
+    """The aiter.fused_moe arguments moec refuses whatever the layer."""
+    quant = _enum_value(quant_type, "quant_type", _QUANT_TYPES)
     if quant not in (None, _QUANT_PER_1X32):
         raise invalid("quant_type", "%r is not supported: moec runs MXFP4 weights with E8M0 "
                       "1x32 scales (QuantType.per_1x32) and quantises the activations to "
                       "FP8 1x32 itself" % (quant_type,))
     if doweight_stage1:
-        raise invalid("doweight_stage1", "not supported: moec applies the routing weights "
-                      "after W2 (in the combine); pass False")
-    for name, value in (("a1_scale", a1_scale), ("a2_scale", a2_scale), ("bias1", bias1),
-                        ("bias2", bias2), ("num_local_tokens", num_local_tokens)):
+        raise invalid("doweight_stage1", "not supported: moec's kernels apply the routing "
+                      "weight once, to each route's W2 output in the combine; AITER's "
+                      "doweight_stage1 applies it in stage 1 (W13), before the intermediate "
+                      "is quantised to FP8, which no moec kernel does, and moving it would "
+                      "round differently; pass False (for top_k = 1 an engine may scale "
+                      "hidden_states itself and pass ones, as SGLang's AITER runner does)")
+    for name, value in (("a1_scale", a1_scale), ("a2_scale", a2_scale),
+                        ("num_local_tokens", num_local_tokens)):
         if value is not None:
             reason = {"a1_scale": "moec quantises the input on the device (per 1x32)",
                       "a2_scale": "moec quantises the intermediate on the device (per 1x32)",
-                      "bias1": "fused_moe binds no biases (a table compiled with bias "
-                               "takes them through Layer.bind_bias)",
-                      "bias2": "fused_moe binds no biases (a table compiled with bias "
-                               "takes them through Layer.bind_bias)",
                       "num_local_tokens": "moec takes the token count from hidden_states "
                                           "(or m=) and ids of -1 for padding rows"}[name]
             raise invalid(name, "not supported: %s; pass None" % reason)
@@ -139,13 +138,140 @@ def _refuse_unsupported(expert_mask, activation, quant_type, doweight_stage1, a1
             raise invalid(name, "not supported (%r): %s; pass 0" % (value, reason))
 
 
-def _pick_layer(layer, H, I, E, K):
+def _check_activation(layer, activation):
+    """The call's ActivationType must be the one the layer's W13 kernels
+    compute: moec never runs a table as another activation."""
+    wanted = _enum_value(activation, "activation", _ACTIVATIONS)
+    if wanted is None:
+        wanted = _ACTIVATIONS["Silu"]  # aiter.fused_moe's default
+    served = _LAYER_ACTIVATIONS.get(layer.activation)
+    if wanted != served:
+        raise invalid("activation", "%s (%r) is not what the layer serves: %r computes %s%s; "
+                      "moec never runs a table as another activation" %
+                      (_activation_name(wanted), activation, layer,
+                       _activation_name(served) if served is not None else
+                       "different activations in different rows",
+                       " (%s)" % layer.activation if served is not None else ""))
+
+
+def _host_values(tensor, what):
+    """A small tensor's values as a list of ints (torch, NumPy or a
+    sequence); a device tensor is copied to the host."""
+    if hasattr(tensor, "detach"):
+        return [int(v) for v in tensor.detach().to("cpu").reshape(-1).tolist()]
+    if hasattr(tensor, "tolist"):
+        return [int(v) for v in tensor.reshape(-1).tolist()]
+    if isinstance(tensor, (list, tuple)):
+        return [int(v) for v in tensor]
+    raise invalid(what, "expected a tensor of 0/1 per global expert (AITER's expert_mask), "
+                  "got %s: a device pointer carries no length" % type(tensor).__name__)
+
+
+_mask_cache = {}
+
+
+def _expert_mask_placement(layer, expert_mask):
+    """vLLM's expert_mask (determine_expert_map(..., return_expert_mask=True):
+    int32 [global experts + fused shared experts + 1], 1 for the experts of
+    this EP rank, the last entry 0) checked against the layer. Returns None
+    when the mask selects the layer's own block of experts (topk_ids pass
+    unchanged), or the mask's local experts in order when they are vLLM's
+    round-robin placement of the layer's rank (topk_ids are renumbered)."""
+    key = (id(layer), id(expert_mask), getattr(expert_mask, "_version", None))
+    if key in _mask_cache:
+        return _mask_cache[key][1]
+    mask = _host_values(expert_mask, "expert_mask")
+    E, L, ep, rank = layer.experts, layer.local_experts, layer.ep, layer.ep_rank
+    if len(mask) < E:
+        raise invalid("expert_mask", "%d entries, but the layer routes %d experts (%r)" %
+                      (len(mask), E, layer))
+    extra = [i for i in range(E, len(mask)) if mask[i]]
+    if extra:
+        raise invalid("expert_mask", "marks ids %s beyond the layer's %d routed experts "
+                      "(fused shared experts): moec's FHMoE binds its shared expert with "
+                      "Layer.bind_weights(shared_...=) and adds it to every token" %
+                      (extra, E))
+    local = [i for i in range(E) if mask[i]]
+    block = list(range(rank * L, rank * L + L))
+    round_robin = list(range(rank, E, ep))
+    if local == block:
+        placement = None
+    elif ep > 1 and local == round_robin:
+        placement = local
+    else:
+        raise invalid("expert_mask", "selects experts %s, but the layer is EP rank %d of %d "
+                      "and serves experts %s (linear placement) or %s (round robin)" %
+                      (local, rank, ep, block, round_robin))
+    if len(_mask_cache) > 64:
+        _mask_cache.clear()
+    _mask_cache[key] = (expert_mask, placement)  # holding the mask keeps its id unique
+    return placement
+
+
+def _renumbered_ids(layer, topk_ids, placement, m):
+    """topk_ids with the round-robin experts of this rank renumbered to the
+    layer's block (rank * local + j) and every other id -1: a torch tensor
+    on topk_ids' device, or for a CPU tensor (the emulated device, whose
+    memory is host memory) one over device memory the layer keeps."""
+    if not _is_tensor(topk_ids) or not hasattr(topk_ids, "new_full"):
+        raise invalid("expert_mask", "a round-robin placement renumbers topk_ids, which "
+                      "needs them as a torch tensor (got a device pointer)")
+    import torch
+    E, L = layer.experts, layer.local_experts
+    lookup = torch.full((E + 1,), -1, dtype=torch.int32, device=topk_ids.device)
+    lookup[torch.tensor(placement, dtype=torch.long, device=topk_ids.device)] = torch.arange(
+        layer.ep_rank * L, layer.ep_rank * L + L, dtype=torch.int32, device=topk_ids.device)
+    ids = topk_ids.to(torch.long)
+    ids = torch.where((ids >= 0) & (ids < E), ids, torch.full_like(ids, E))
+    if getattr(topk_ids, "is_cuda", False):
+        return lookup[ids]
+    # The emulated device: copied in through the device, which tracks what
+    # was written (a kernel reading bytes nobody wrote is an error there).
+    layer.device.synchronize()
+    buffer = _ids_scratch(layer, m)
+    layer.device.copy_to_device(buffer.ptr, lookup[ids].contiguous(), "expert_mask ids")
+    return _cpu_tensor_over(buffer, tuple(topk_ids.shape), torch.int32)
+
+
+def _cpu_tensor_over(buffer, shape, dtype):
+    """A torch CPU tensor over a DeviceBuffer of the emulated device (whose
+    memory is host memory, and which CPU tensors stand for); it keeps the
+    buffer alive."""
+    import torch
+    count = _numel(shape) * torch.empty((), dtype=dtype).element_size()
+    raw = (ctypes.c_uint8 * count).from_address(buffer.ptr)
+    tensor = torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
+    tensor._moec_buffer = buffer
+    return tensor
+
+
+def _check_biases(layer, bias1, bias2):
+    """AITER's bias1 / bias2 are for a layer whose kernels take them
+    (Layer.bind_bias); refused by name for one whose kernels do not."""
+    for name, value, takes, cols in (
+            ("bias1", bias1, layer.facts.w13_bias, 2 * layer.intermediate),
+            ("bias2", bias2, layer.facts.w2_bias, layer.hidden)):
+        if value is None and takes:
+            raise invalid(name, "required: %r's kernels were compiled with AITER's biases" %
+                          (layer,))
+        if value is not None and not takes:
+            raise invalid(name, "not supported: %r's kernels take no bias (a table compiled "
+                          "with bias=true does); pass None" % (layer,))
+        if value is not None:
+            _check_dtype(value, name, ("torch.float32",))
+            shape = _shape(value)
+            if shape is not None and _numel(shape) != layer.local_experts * cols:
+                raise invalid(name, "shape %s, expected [%d, %d] (FP32 per local expert)" %
+                              (shape, layer.local_experts, cols))
+
+
+def _pick_layer(layer, layers, H, I, E, K, activation):
     if layer is not None:
         if not isinstance(layer, Layer):
             raise invalid("layer", "expected a moec.Layer, got %s" % type(layer).__name__)
         candidates = [layer]
     else:
-        candidates = current_layers()
+        candidates = current_layers() if layers is None else list(layers)
         if not candidates:
             raise invalid("layer", "no layer: pass layer=moec.Layer(...) or call "
                           "moec.use(layer) first")
@@ -155,14 +281,23 @@ def _pick_layer(layer, H, I, E, K):
             raise invalid("layer", "raw pointers carry no shapes and %d layers are in use; "
                           "pass layer=" % len(candidates))
         return candidates[0]
-    for candidate in candidates:
-        if ((candidate.hidden, candidate.intermediate, candidate.local_experts) == (H, I, E)
-                and (K is None or K == candidate.top_k)):
+    matching = [c for c in candidates
+                if (c.hidden, c.intermediate, c.local_experts) == (H, I, E)
+                and (K is None or K == c.top_k)]
+    if not matching:
+        have = "; ".join("%r" % c for c in candidates)
+        raise invalid("layer" if layer is not None else "hidden_states",
+                      "no layer for H=%d I=%d experts=%d top_k=%s (w1 [E, 2I, H/2], w2 [E, "
+                      "H, I/2], topk_ids [M, top_k]); in use: %s" % (H, I, E, K, have))
+    # Layers of one shape may differ in activation (a SiLU and a GPT-OSS
+    # table): the call's ActivationType picks; _check_activation refuses
+    # a shape none of whose layers computes it.
+    wanted = _enum_value(activation, "activation", _ACTIVATIONS)
+    wanted = _ACTIVATIONS["Silu"] if wanted is None else wanted
+    for candidate in matching:
+        if _LAYER_ACTIVATIONS.get(candidate.activation) == wanted:
             return candidate
-    have = "; ".join("%r" % c for c in candidates)
-    raise invalid("layer" if layer is not None else "hidden_states",
-                  "no layer for H=%d I=%d experts=%d top_k=%s (w1 [E, 2I, H/2], w2 [E, H, "
-                  "I/2], topk_ids [M, top_k]); in use: %s" % (H, I, E, K, have))
+    return matching[0]
 
 
 def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
@@ -178,15 +313,70 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
     w2_scale their E8M0 scales; topk_weight FP32 [M, top_k]; topk_ids
     int32 [M, top_k], global expert ids (-1: no route). Torch tensors
     (their data_ptr; the current stream of a GPU tensor) or device pointers
-    (ints: then m= is required). Keyword-only, moec's own: layer= (default:
-    moec.use), out= (BF16 [M, H]; default a new tensor like hidden_states,
-    or a new moec.DeviceBuffer for raw pointers), m=, stream=.
+    (ints: then m= is required). activation must be the layer's
+    (Layer.activation: ActivationType.Silu, the default, or Swiglu for a
+    GPT-OSS table); expert_mask (vLLM's, under expert parallelism) must
+    select the layer's experts; bias1 / bias2 go to a table compiled with
+    biases. Keyword-only, moec's own: layer= (default: moec.use), out=
+    (BF16 [M, H]; default a new tensor like hidden_states, or a new
+    moec.DeviceBuffer for raw pointers), m=, stream=.
     Returns out. Any aiter argument moec does not support, given a value
     other than its default, raises moec.MoecError naming it.
     """
-    _refuse_unsupported(expert_mask, activation, quant_type, doweight_stage1, a1_scale,
-                        a2_scale, block_size_M, num_local_tokens, moe_sorting_dispatch_policy,
-                        dtype, hidden_pad, intermediate_pad, bias1, bias2, splitk)
+    call = _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation,
+                 quant_type, doweight_stage1, w1_scale, w2_scale, a1_scale, a2_scale,
+                 block_size_M, num_local_tokens, moe_sorting_dispatch_policy, dtype,
+                 hidden_pad, intermediate_pad, bias1, bias2, splitk, layer=layer, out=out,
+                 m=m)
+    return call.run(stream)
+
+
+class _Call:
+    """One checked fused_moe call: everything is verified, nothing is
+    launched or bound until run()."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def run(self, stream=None):
+        layer, m, H, out = self.layer, self.m, self.H, self.out
+        topk_ids = self.topk_ids
+        if self.placement is not None:
+            topk_ids = _renumbered_ids(layer, topk_ids, self.placement, m)
+        if out is None:
+            if _is_tensor(self.hidden_states) and getattr(self.hidden_states, "is_cuda", False):
+                import torch
+                out = torch.empty((m, H), dtype=torch.bfloat16,
+                                  device=self.hidden_states.device)
+            elif _is_tensor(self.hidden_states):
+                import torch
+                out = _cpu_tensor_over(DeviceBuffer(layer.device, m * H * 2), (m, H),
+                                       torch.bfloat16)
+            else:
+                out = DeviceBuffer(layer.device, m * H * 2)
+        if (stream is None and _is_tensor(self.hidden_states)
+                and getattr(self.hidden_states, "is_cuda", False)):
+            import torch
+            stream = torch.cuda.current_stream(self.hidden_states.device).cuda_stream
+        if self.bias1 is not None or self.bias2 is not None:
+            layer.bind_bias(self.bias1, self.bias2)
+        layer.bind_weights(w13=pointer_of(self.w1, "w1"),
+                           w13_scale=pointer_of(self.w1_scale, "w1_scale"),
+                           w2=pointer_of(self.w2, "w2"),
+                           w2_scale=pointer_of(self.w2_scale, "w2_scale"))
+        layer.forward(m, self.hidden_states, topk_ids, self.topk_weight, out, stream)
+        return out
+
+
+def _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation, quant_type,
+          doweight_stage1, w1_scale, w2_scale, a1_scale, a2_scale, block_size_M,
+          num_local_tokens, moe_sorting_dispatch_policy, dtype, hidden_pad, intermediate_pad,
+          bias1, bias2, splitk, *, layer=None, layers=None, out=None, m=None):
+    """fused_moe's checks: a _Call, or MoecError naming the argument.
+    layers: the candidates instead of moec.use's."""
+    _refuse_unsupported(quant_type, doweight_stage1, a1_scale, a2_scale, block_size_M,
+                        num_local_tokens, moe_sorting_dispatch_policy, dtype, hidden_pad,
+                        intermediate_pad, splitk)
     if w1_scale is None:
         raise invalid("w1_scale", "required: the E8M0 scales of w1 (MXFP4)")
     if w2_scale is None:
@@ -234,25 +424,32 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
             if shape is not None and _numel(shape) != count:
                 raise invalid(name, "%d elements, expected %d (E8M0, one per 32 along K)" %
                               (_numel(shape), count))
-    chosen = _pick_layer(layer, H, I, E, K)
+    chosen = _pick_layer(layer, layers, H, I, E, K, activation)
+    _check_activation(chosen, activation)
+    _check_biases(chosen, bias1, bias2)
+    placement = None
+    if expert_mask is not None:
+        placement = _expert_mask_placement(chosen, expert_mask)
     if H is None:
         H = chosen.hidden
-
-    if out is None:
-        if _is_tensor(hidden_states):
-            import torch
-            out = torch.empty((m, H), dtype=torch.bfloat16, device=hidden_states.device)
-        else:
-            out = DeviceBuffer(chosen.device, m * H * 2)
-    elif _is_tensor(out):
+    if _is_tensor(out):
         _check_dtype(out, "out", ("torch.bfloat16",))
         if _shape(out) != (m, H):
             raise invalid("out", "expected [%d, %d], got shape %s" % (m, H, _shape(out)))
-    if stream is None and _is_tensor(hidden_states) and getattr(hidden_states, "is_cuda", False):
-        import torch
-        stream = torch.cuda.current_stream(hidden_states.device).cuda_stream
+    return _Call(layer=chosen, m=m, H=H, out=out, placement=placement,
+                 hidden_states=hidden_states, w1=w1, w2=w2, w1_scale=w1_scale,
+                 w2_scale=w2_scale, topk_ids=topk_ids, topk_weight=topk_weight, bias1=bias1,
+                 bias2=bias2)
 
-    chosen.bind_weights(w13=pointer_of(w1, "w1"), w13_scale=pointer_of(w1_scale, "w1_scale"),
-                        w2=pointer_of(w2, "w2"), w2_scale=pointer_of(w2_scale, "w2_scale"))
-    chosen.forward(m, hidden_states, topk_ids, topk_weight, out, stream)
-    return out
+
+
+
+def _ids_scratch(layer, m):
+    """Device memory for renumbered topk_ids of a CPU tensor (emulated
+    device), kept on the layer and grown to the largest m seen."""
+    need = m * layer.top_k * 4
+    buffer = getattr(layer, "_moec_ids_scratch", None)
+    if buffer is None or buffer.nbytes < need:
+        buffer = DeviceBuffer(layer.device, need)
+        layer._moec_ids_scratch = buffer
+    return buffer

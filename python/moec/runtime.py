@@ -78,7 +78,11 @@ class TableFacts:
     """What a selection table's kernels were compiled for, read from the
     bundle's manifest: hidden, intermediate, experts (routed, all EP ranks),
     top_k (routed), ep, workspace, family, gate_up_interleave,
-    swiglu_limit, shared_expert (FHMoE), fused (MegaMoE peer kernels)."""
+    swiglu_limit, shared_expert (FHMoE), fused (MegaMoE peer kernels),
+    activation (over every W13 kernel of the table: "silu", or
+    "gpt-oss-swiglu" for AITER's ActivationType.Swiglu, or "mixed" when
+    its rows disagree), w13_bias and w2_bias (the kernels take AITER's
+    bias1 / bias2)."""
 
     def __init__(self, **values):
         self.__dict__.update(values)
@@ -191,25 +195,32 @@ class Bundle:
         table = self.resolve_table(network, ep, workspace)
         manifest = self.manifest()
         entry = manifest["selection"][table.index]
+        stages = {"w13": [], "w2": []}
         for row in entry["rows"]:
             for k in manifest["configs"][row["config"]]["kernels"]:
                 kernel = manifest["kernels"][k]
-                if kernel["stage"] != "w13":
-                    continue
-                attrs = kernel["attributes"]
-                problem = _parse_attr(attrs["problem"])
-                shared = "shared_fp8_expert" in attrs
-                return TableFacts(
-                    network=entry["network"], ep=entry["ep"], workspace=entry["workspace"],
-                    family=entry["family"], hidden=int(problem["hidden"]),
-                    intermediate=int(problem["intermediate"]),
-                    experts=int(problem["experts"]) - (1 if shared else 0),
-                    top_k=int(problem["top_k"]) - (1 if shared else 0),
-                    gate_up_interleave=_attr_number(attrs.get("gate_up_interleave", "0")),
-                    swiglu_limit=float(_attr_number(attrs.get("swiglu_limit", "0"))),
-                    shared_expert=shared, fused="peer" in attrs)
-        raise invalid("network", "table %s ep%d ws%d has no W13 kernel" %
-                      (network, ep, workspace))
+                if kernel["stage"] in stages:
+                    stages[kernel["stage"]].append(kernel["attributes"])
+        if not stages["w13"]:
+            raise invalid("network", "table %s ep%d ws%d has no W13 kernel" %
+                          (network, ep, workspace))
+        attrs = stages["w13"][0]
+        problem = _parse_attr(attrs["problem"])
+        shared = "shared_fp8_expert" in attrs
+        activations = {"gpt-oss-swiglu" if "gpt_oss_swiglu" in a else "silu"
+                       for a in stages["w13"]}
+        return TableFacts(
+            network=entry["network"], ep=entry["ep"], workspace=entry["workspace"],
+            family=entry["family"], hidden=int(problem["hidden"]),
+            intermediate=int(problem["intermediate"]),
+            experts=int(problem["experts"]) - (1 if shared else 0),
+            top_k=int(problem["top_k"]) - (1 if shared else 0),
+            gate_up_interleave=_attr_number(attrs.get("gate_up_interleave", "0")),
+            swiglu_limit=float(_attr_number(attrs.get("swiglu_limit", "0"))),
+            shared_expert=shared, fused="peer" in attrs,
+            activation=activations.pop() if len(activations) == 1 else "mixed",
+            w13_bias=any("bias" in a for a in stages["w13"]),
+            w2_bias=any("bias" in a for a in stages["w2"]))
 
 
 # ---- Devices ------------------------------------------------------------------
@@ -471,6 +482,7 @@ class Layer:
     shared_expert = property(lambda self: bool(self.memory.shared_expert))
     gate_up_interleave = property(lambda self: self.facts.gate_up_interleave)
     swiglu_limit = property(lambda self: self.facts.swiglu_limit)
+    activation = property(lambda self: self.facts.activation)
 
     @property
     def local_experts(self):

@@ -1,11 +1,13 @@
 """Fixtures of the moec Python tests (CTest python-moec).
 
 Environment (set by CTest): PYTHONPATH=build/python, MOEC_TEST_MOEC (the
-moec CLI), MOEC_TEST_TABLES (tuning_tables/), MOEC_TEST_WORKDIR. The
+moec CLI), MOEC_TEST_TABLES (tuning_tables/), MOEC_TEST_WORKDIR,
+MOEC_REQUIRE_TORCH=1 (a test needing torch fails instead of skipping). The
 tables are compiled with `moec compile --small` once per session; the
 oracle is `moec reference` (--write-inputs, then --inputs/--compare).
 """
 
+import ctypes
 import os
 import re
 import subprocess
@@ -109,3 +111,34 @@ def oracle(workdir, request):
 
 def bf16_to_float(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def require_torch():
+    """torch, or a skip; with MOEC_REQUIRE_TORCH=1 (CTest) a failure."""
+    try:
+        import torch
+    except ImportError as error:
+        if os.environ.get("MOEC_REQUIRE_TORCH") == "1":
+            pytest.fail("torch is required (MOEC_REQUIRE_TORCH=1) but cannot be imported (%s): "
+                        "run scripts/install-deps.sh (Debian's python3-torch)" % error)
+        pytest.skip("torch is not installed")
+    return torch
+
+
+@pytest.fixture
+def torch():
+    return require_torch()
+
+
+def torch_on_device(device, array, dtype):
+    """A torch CPU tensor of `dtype` over emulated device memory holding
+    `array`'s bytes (the emulated device's allocations are host memory);
+    the tensor keeps its DeviceBuffer in ._moec_buffer."""
+    import torch as torch_module
+    array = np.ascontiguousarray(array)
+    buffer = device.upload(array)
+    raw = (ctypes.c_uint8 * buffer.nbytes).from_address(buffer.ptr)
+    tensor = torch_module.frombuffer(raw, dtype=torch_module.uint8)
+    tensor = tensor.view(dtype).reshape(array.shape)  # same element size as `array`
+    tensor._moec_buffer = buffer
+    return tensor

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import moec
-from conftest import bf16_to_float
+from conftest import bf16_to_float, torch_on_device
 
 POISON = 0xFF  # outputs are poisoned before each forward: BF16 0xFFFF is NaN
 
@@ -254,32 +254,25 @@ def test_prepare_checks_shapes_and_matches_python(bundle_path, device):
 
 # ---- torch tensors (only where torch is installed) -------------------------------
 
-def test_torch_tensors(bundle_path, device, oracle):
+def test_torch_tensors(bundle_path, device, oracle, torch):
     """torch CPU tensors over emulated device memory (the emulated device's
-    allocations are host memory): fused_moe takes their data_ptr and shapes."""
-    torch = pytest.importorskip("torch")
+    allocations are host memory): fused_moe takes their data_ptr and shapes.
+    W13 and W2 are torch.float4_e2m1fn_x2 where torch has it, else uint8."""
     layer = moec.Layer(moec.Bundle(bundle_path("flash_tp4")), device, "flash-tp4")
     H, I, E, K, m = layer.hidden, layer.intermediate, layer.experts, layer.top_k, 12
     o = oracle("tp", H, I, E, K, m, 9, interleave=0)
     a = o.arrays
-    import ctypes
-
-    def on_device(array, dtype):
-        buffer = device.upload(np.ascontiguousarray(array))
-        raw = (ctypes.c_uint8 * buffer.nbytes).from_address(buffer.ptr)
-        tensor = torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(array.shape)
-        tensor._moec_buffer = buffer
-        return tensor
-
+    packed = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
     prepared = prepare_checkpoint(layer, a["w13"], a["w13_scale"], a["w2"], a["w2_scale"])
-    w = {n: on_device(np.frombuffer(bytes(getattr(v, "data", v)), np.uint8).reshape(shape),
-                      torch.uint8)
+    w = {n: torch_on_device(device, np.frombuffer(bytes(getattr(v, "data", v)),
+                                                  np.uint8).reshape(shape),
+                            packed if n in ("w13", "w2") else torch.uint8)
          for (n, v), shape in zip(prepared.items(), ((E, 2 * I, H // 2), (E, 2 * I, H // 32),
                                                     (E, H, I // 2), (E, H, I // 32)))}
-    hidden = on_device(a["hidden_states"], torch.bfloat16)
-    ids = on_device(a["topk_ids"], torch.int32)
-    weights = on_device(a["topk_weights"], torch.float32)
-    out = on_device(np.full((m, H), 0xFFFF, np.uint16), torch.bfloat16)
+    hidden = torch_on_device(device, a["hidden_states"], torch.bfloat16)
+    ids = torch_on_device(device, a["topk_ids"], torch.int32)
+    weights = torch_on_device(device, a["topk_weights"], torch.float32)
+    out = torch_on_device(device, np.full((m, H), 0xFFFF, np.uint16), torch.bfloat16)
     with moec.use(layer):
         result = moec.fused_moe(hidden, w["w13"], w["w2"], weights, ids, w1_scale=w["w13_scale"],
                                 w2_scale=w["w2_scale"], out=out)
@@ -319,9 +312,12 @@ def test_supported_aiter_values_accepted(bundle_path, device):
 
     class ActivationType:
         name, value = "Silu", 0
-    from moec.fused import _refuse_unsupported
-    _refuse_unsupported(None, ActivationType(), QuantType(), False, None, None, None, None, 0,
-                        None, 0, 0, None, None, 0)
+    from moec.fused import _check_activation, _refuse_unsupported
+    _refuse_unsupported(QuantType(), False, None, None, None, None, 0, None, 0, 0, 0)
+    layer = _tp_layer(bundle_path, device)
+    assert layer.activation == "silu"
+    for activation in (ActivationType(), 0, "Silu", None):
+        _check_activation(layer, activation)
 
 
 _layers = {}
