@@ -46,7 +46,65 @@ TileCounts countTile(const GemmStageShape &s) {
   return c;
 }
 
-TileGrid tileGrid(const GemmStageShape &s, int64_t m) {
+bool costModelParameters(const std::string &name,
+                         CostModelParameters &parameters) {
+  if (name == "moec-cost-2") {
+    parameters = CostModelParameters();
+    return true;
+  }
+  if (name == "moec-cost-3") {
+    // Fitted by `moec model-check --fit` on the training part of the
+    // published figures (docs/cost-model.md, "moec-cost-3").
+    parameters = CostModelParameters();
+    parameters.launchOverheadUs = 3.97597;
+    parameters.hbmEfficiency = 1;
+    parameters.cuBytesPerSecond = 4.33936e10;
+    parameters.tileRoundUs = 0.354647;
+    parameters.otherIssuePerSimdCycle = 1;
+    parameters.ldsThroughputScale = 3.528;
+    parameters.peerBytesPerSecond = 1.90036e11;
+    parameters.exchangeFixedUs = 148.988;
+    parameters.randomRouting = false;
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+/// E[ceil(X / tile)] for X ~ Binomial(n, p): the expected M tiles of one
+/// expert under random routing. The pmf is walked outwards from its mode
+/// (where it cannot underflow) to 12 standard deviations either side.
+double expectedTilesOfBinomial(double n, double p, double tile) {
+  if (n <= 0)
+    return 0;
+  if (p >= 1)
+    return std::ceil(n / tile - 1e-9);
+  const double mean = n * p, sd = std::sqrt(n * p * (1 - p));
+  const double low = std::max(0.0, std::floor(mean - 12 * sd - 1));
+  const double high = std::min(n, std::ceil(mean + 12 * sd + 1));
+  const double mode = std::min(high, std::max(low, std::floor((n + 1) * p)));
+  const double atMode =
+      std::exp(std::lgamma(n + 1) - std::lgamma(mode + 1) -
+               std::lgamma(n - mode + 1) + mode * std::log(p) +
+               (n - mode) * std::log1p(-p));
+  const double odds = p / (1 - p);
+  double expected = 0, pmf = atMode;
+  for (double x = mode; x <= high; ++x) {
+    expected += pmf * std::ceil(x / tile - 1e-9);
+    pmf *= (n - x) / (x + 1) * odds;
+  }
+  pmf = atMode;
+  for (double x = mode; x > low; --x) {
+    pmf *= x / (n - x + 1) / odds;
+    expected += pmf * std::ceil((x - 1) / tile - 1e-9);
+  }
+  return expected;
+}
+
+} // namespace
+
+TileGrid tileGrid(const GemmStageShape &s, int64_t m, bool randomRouting) {
   TileGrid g;
   const double ep = double(std::max<int64_t>(1, s.ep));
   const double experts = double(std::max<int64_t>(1, s.experts));
@@ -60,6 +118,9 @@ TileGrid tileGrid(const GemmStageShape &s, int64_t m) {
   const double tilesPerExpert =
       std::max(1.0, std::ceil(g.rowsPerExpert / double(s.tileM) - 1e-9));
   g.mTiles = m == 0 ? 0 : std::ceil(g.activeExperts) * tilesPerExpert;
+  if (randomRouting && m > 0)
+    g.mTiles = local * expectedTilesOfBinomial(routes, 1.0 / experts,
+                                               double(s.tileM));
   g.paddedRows = g.mTiles * double(s.tileM);
   const double columns = double(s.stage == "w13" ? s.intermediate : s.hidden);
   g.nTiles = std::ceil(columns / double(s.tileN));
@@ -73,7 +134,7 @@ StagePrediction predictStage(const GemmStageShape &shape,
                              const target::TargetInfo &chip,
                              const TileCounts *counted) {
   StagePrediction out;
-  out.grid = tileGrid(shape, m);
+  out.grid = tileGrid(shape, m, p.randomRouting);
   const TileCounts tile = counted ? *counted : countTile(shape);
   const target::OccupancyEstimate occupancy =
       target::estimateOccupancy(chip, resourceUse(resources, workgroupSize));
@@ -86,8 +147,9 @@ StagePrediction predictStage(const GemmStageShape &shape,
     return out;
   }
   // HBM: every tile's bytes (no L2 reuse assumed across tiles).
-  out.hbmUs = tiles * (tile.globalBytesRead + tile.globalBytesWritten) /
-              chip.hbmBytesPerSecond * us;
+  const double tileBytes = tile.globalBytesRead + tile.globalBytesWritten;
+  out.hbmUs =
+      tiles * tileBytes / (chip.hbmBytesPerSecond * p.hbmEfficiency) * us;
   // Tiles go round-robin over the CUs; a CU runs up to workgroupsPerCu at
   // once, and its MFMAs issue on the SIMDs its resident waves occupy.
   const double tilesPerCu = std::ceil(tiles / chip.computeUnits);
@@ -107,10 +169,29 @@ StagePrediction predictStage(const GemmStageShape &shape,
               ((tile.ldsBytesRead + tile.ldsBytesWritten) /
                    chip.ldsBytesPerCuCycle +
                tile.ldsBankConflicts) /
-              chip.peakClockHz * us;
-  out.totalUs = std::max({out.hbmUs, out.ldsUs, out.mfmaUs + out.issueUs}) +
-                out.launchUs;
+              chip.peakClockHz * us / p.ldsThroughputScale;
+  // A CU's tiles share what one CU can stream; each round of resident
+  // tiles pays its fixed prologue and epilogue.
+  if (p.cuBytesPerSecond > 0)
+    out.cuMemoryUs = tilesPerCu * tileBytes / p.cuBytesPerSecond * us;
+  out.tileRoundsUs = std::ceil(tilesPerCu / residentTiles - 1e-9) * p.tileRoundUs;
+  out.totalUs = std::max({out.hbmUs, out.ldsUs, out.mfmaUs + out.issueUs,
+                          out.cuMemoryUs}) +
+                out.tileRoundsUs + out.launchUs;
   return out;
+}
+
+double predictPeerExchange(int64_t hidden, int64_t topK, int64_t ep, int64_t m,
+                           const CostModelParameters &p) {
+  if (ep <= 1)
+    return 0;
+  // Each peer's share (1 / ep of the routes) crosses its own link, and
+  // the links run in parallel.
+  double us = p.exchangeFixedUs;
+  if (p.peerBytesPerSecond > 0)
+    us += double(m) * double(topK) * double(hidden) * 3 / double(ep) /
+          p.peerBytesPerSecond * 1e6;
+  return us;
 }
 
 } // namespace moec

@@ -31,5 +31,6 @@ void addReportCommand(CLI::App &app, int &exitStatus);
 void addRunCommand(CLI::App &app, int &exitStatus);
 void addSelftestCommand(CLI::App &app, int &exitStatus);
 void addTuneCommand(CLI::App &app, int &exitStatus);
+void addModelCheckCommand(CLI::App &app, int &exitStatus);
 
 #endif // MOEC_TOOLS_MOEC_COMMANDS_H

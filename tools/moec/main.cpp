@@ -68,6 +68,7 @@ int main(int argc, char **argv) {
   addRunCommand(app, exitStatus);
   addSelftestCommand(app, exitStatus);
   addTuneCommand(app, exitStatus);
+  addModelCheckCommand(app, exitStatus);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &help) {

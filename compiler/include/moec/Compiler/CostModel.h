@@ -29,12 +29,42 @@ inline constexpr const char *kCostModelName = "moec-cost-2";
 
 /// The model's own assumptions (docs/cost-model.md gives each one's
 /// source); the chip's facts (CUs, SIMDs, clock, HBM and LDS bandwidth,
-/// scaled-MFMA cycles) come from its target::TargetInfo.
+/// scaled-MFMA cycles) come from its target::TargetInfo. The defaults are
+/// `moec-cost-2`; costModelParameters() names the fitted sets.
 struct CostModelParameters {
   /// Non-MFMA instructions issued per cycle per SIMD.
   double otherIssuePerSimdCycle = 1;
-  double launchOverheadUs = 3.0;       ///< per kernel launch (assumption)
+  double launchOverheadUs = 3.0;       ///< per GEMM kernel launch
+  /// The time of a kernel that is not a GEMM stage (quant, sort, combine,
+  /// a split dispatch), launch included.
+  double otherKernelUs = 3.0;
+  /// The fraction of the chip's HBM bandwidth a whole stage achieves.
+  double hbmEfficiency = 1.0;
+  /// Bytes per second one CU's resident tiles stream from HBM together; 0:
+  /// no per-CU bound (a stage of few tiles then reaches the chip's rate).
+  double cuBytesPerSecond = 0;
+  /// Fixed time of each round of resident tiles on a CU (the prologue's
+  /// first loads, the epilogue's stores), added outside the largest term.
+  double tileRoundUs = 0;
+  /// Rows per local expert as a binomial draw (random routing) rather than
+  /// the balanced mean, so the expected M tiles grow smoothly with M.
+  bool randomRouting = false;
+  /// The LDS term is divided by this (CDNA4's LDS reads may be faster than
+  /// the chip's conservative 128 bytes per CU and cycle).
+  double ldsThroughputScale = 1.0;
+  /// An expert-parallel layer's token exchange (predictPeerExchange): bytes
+  /// per second over one peer link, both directions (0: not modelled) and
+  /// a fixed time per layer (the handshakes and work lists of the fused
+  /// stages). Equal for every candidate of one selection, so it does not
+  /// change the tuner's choice.
+  double peerBytesPerSecond = 0;
+  double exchangeFixedUs = 0;
 };
+
+/// The parameters of a named model (`moec-cost-2`, `moec-cost-3`); false
+/// for an unknown name.
+bool costModelParameters(const std::string &name,
+                         CostModelParameters &parameters);
 
 /// The occupancy model's view of a compiled kernel.
 inline target::KernelResourceUse resourceUse(const rt::KernelResources &r,
@@ -77,13 +107,19 @@ struct TileGrid {
   double nTiles = 0;          ///< output columns / tileN
   double tiles() const { return mTiles * nTiles; }
 };
-TileGrid tileGrid(const GemmStageShape &shape, int64_t m);
+/// With `randomRouting`, mTiles is the expectation of the sum over local
+/// experts of ceil(rows / tileM) with binomial rows (docs/cost-model.md).
+TileGrid tileGrid(const GemmStageShape &shape, int64_t m,
+                  bool randomRouting = false);
 
 /// The model's prediction for one stage at key m (source tokens per rank),
 /// from the tile's `counted` figures, or countTile(shape) when null.
 struct StagePrediction {
   TileGrid grid;
   double hbmUs = 0, ldsUs = 0, mfmaUs = 0, issueUs = 0, launchUs = 0;
+  /// The per-CU HBM bound and the tile rounds' fixed time (0 in
+  /// moec-cost-2).
+  double cuMemoryUs = 0, tileRoundsUs = 0;
   double totalUs = 0;
   uint32_t workgroupsPerCu = 0;
 };
@@ -94,6 +130,15 @@ StagePrediction predictStage(const GemmStageShape &shape,
                              const target::TargetInfo &chip =
                                  target::defaultTarget(),
                              const TileCounts *counted = nullptr);
+
+/// The token exchange of an expert-parallel layer at key m: every rank
+/// sends its m x topK routes' FP8 rows (hidden bytes) to the experts'
+/// ranks and receives their BF16 results back (2 x hidden bytes); each
+/// peer's 1 / ep share crosses that peer's own link (MI355X's links are
+/// point to point), so the time is m topK hidden 3 / ep over one link's
+/// `peerBytesPerSecond`; plus the fixed time. 0 for ep 1.
+double predictPeerExchange(int64_t hidden, int64_t topK, int64_t ep, int64_t m,
+                           const CostModelParameters &parameters);
 
 } // namespace moec
 

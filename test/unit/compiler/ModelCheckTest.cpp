@@ -1,0 +1,168 @@
+//===- ModelCheckTest.cpp - moec model-check's parsing and arithmetic -----===//
+//
+// The expected predictions are worked out by hand from the formulas of
+// docs/cost-model.md with gfx950's facts (8 TB/s, 2.4 GHz, 128 LDS bytes
+// per CU and cycle, 32 cycles per 16x16x128 scaled MFMA, 4 SIMDs, 256 CUs).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Compiler/ModelCheck.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+namespace {
+
+/// W2 of H 1024, I 256, one expert, top-1: one M tile of 16 rows at M 16,
+/// 1024 / 128 = 8 N tiles, K 256.
+moec::ModelKernel smallW2() {
+  moec::ModelKernel kernel;
+  kernel.name = "w2";
+  kernel.gemm = true;
+  kernel.shape.stage = "w2";
+  kernel.shape.hidden = 1024;
+  kernel.shape.intermediate = 256;
+  kernel.shape.experts = 1;
+  kernel.shape.topK = 1;
+  kernel.shape.ep = 1;
+  kernel.shape.tileM = 16;
+  kernel.shape.tileN = 128;
+  kernel.shape.waves = 4;
+  kernel.resources.vgpr = 64;
+  kernel.resources.sgpr = 32;
+  kernel.workgroupSize = 256;
+  kernel.counts = moec::countTile(kernel.shape);
+  return kernel;
+}
+
+moec::ModelKernel otherKernel() {
+  moec::ModelKernel kernel;
+  kernel.name = "quant";
+  return kernel;
+}
+
+const char *kFigures =
+    "figure,source,family,network,hidden,inter,experts,topk,ep,tp,capacity,"
+    "path,phase,m,quantity,measured_us,baseline_us\n"
+    "a,s,megamoe,n,1024,256,1,1,1,1,0,,decode,16,layer,12.364166,\n"
+    "b,s,megamoe,n,1024,256,1,1,1,1,0,,decode,16,layer,6.182083,\n"
+    "c,s,megamoe,n,1024,256,1,1,1,1,0,,decode,16,layer,3.0910415,\n";
+
+} // namespace
+
+TEST_CASE("model-check: hand-checked predictions of one small layer",
+          "[modelcheck]") {
+  std::vector<moec::ModelKernel> kernels = {otherKernel(), smallW2()};
+  // Analytic tile: A 16 x 256 FP8 + 128 scale bytes = 4224, B 128 x 256 / 2
+  // + 1024 scale bytes = 17408; 4096 BF16 bytes written; LDS 21632 written
+  // and 4 x 4224 + 17408 = 34304 read; 16 MFMAs; 4 x 24 + 32 = 128 other.
+  const moec::TileCounts &c = kernels[1].counts;
+  REQUIRE(c.globalBytesRead == 21632);
+  REQUIRE(c.ldsBytesRead + c.ldsBytesWritten == 55936);
+  REQUIRE(c.scaledMfmas == 16);
+  REQUIRE(c.otherInstructions == 128);
+  // 8 tiles, one per CU, 4 SIMDs busy. LDS 55936 / 128 = 437 cycles =
+  // 0.182083 us is the largest term (HBM 8 x 25728 B / 8 TB/s = 0.0257 us,
+  // MFMA 16 x 32 / 4 + issue 128 / 4 = 160 cycles = 0.0667 us); + 3 us.
+  moec::CostModelParameters cost2;
+  REQUIRE(moec::costModelParameters("moec-cost-2", cost2));
+  CHECK(moec::predictKernels(kernels, {1}, 16, cost2) ==
+        Approx(3.182083).epsilon(1e-6));
+  // The layer adds the quant kernel's 3 us.
+  CHECK(moec::predictKernels(kernels, {0, 1}, 16, cost2) ==
+        Approx(6.182083).epsilon(1e-6));
+  // A per-CU bound of 1 GB/s: 25728 B take 25.728 us; one round of tiles
+  // adds 2 us; launch 4 us; the quant costs 5 us.
+  moec::CostModelParameters p = cost2;
+  p.hbmEfficiency = 0.5;
+  p.cuBytesPerSecond = 1e9;
+  p.tileRoundUs = 2;
+  p.launchOverheadUs = 4;
+  p.otherKernelUs = 5;
+  CHECK(moec::predictKernels(kernels, {0, 1}, 16, p) ==
+        Approx(36.728).epsilon(1e-6));
+  moec::CostModelParameters unknown;
+  CHECK_FALSE(moec::costModelParameters("moec-cost-9", unknown));
+}
+
+TEST_CASE("model-check: figures, summary and its statistics", "[modelcheck]") {
+  std::vector<moec::PublishedFigure> figures;
+  std::string error;
+  REQUIRE(moec::parsePublishedFigures("f.csv", kFigures, figures, error));
+  REQUIRE(figures.size() == 3);
+  CHECK(figures[0].where.line == 2);
+  CHECK(figures[2].measuredUs == Approx(3.0910415));
+  moec::ModelCheckData data;
+  data.kernels = {otherKernel(), smallW2()};
+  for (const moec::PublishedFigure &figure : figures) {
+    moec::ModelCheckEntry entry;
+    entry.figure = figure.id;
+    entry.family = figure.family;
+    entry.stage = figure.quantity;
+    entry.part = "train";
+    entry.m = figure.m;
+    entry.measuredUs = figure.measuredUs;
+    entry.kernels = {0, 1};
+    data.entries.push_back(entry);
+  }
+  moec::predictEntries(data, moec::CostModelParameters());
+  // Predicted 6.182083 us each: ratios 0.5, 1 and 2.
+  const moec::ModelCheckSummary summary = moec::summarize(data);
+  bool found = false;
+  for (const moec::ErrorSummary &e : summary.errors)
+    if (e.group == "train megamoe layer") {
+      found = true;
+      CHECK(e.count == 3);
+      CHECK(e.medianAbsLog == Approx(std::log(2.0)).epsilon(1e-5));
+      CHECK(e.p90AbsLog == Approx(std::log(2.0)).epsilon(1e-5));
+      CHECK(e.medianRatio == Approx(1.0).epsilon(1e-5));
+    }
+  CHECK(found);
+  CHECK(summary.winnerKeys == 0);
+}
+
+TEST_CASE("model-check: median, percentile and Spearman", "[modelcheck]") {
+  CHECK(moec::median({1, 3, 2}) == 2);
+  CHECK(moec::median({4, 1, 3, 2}) == 2.5);
+  CHECK(moec::percentile90({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) == 9);
+  CHECK(moec::spearman({1, 2, 3}, {10, 20, 30}) == Approx(1));
+  CHECK(moec::spearman({1, 2, 3}, {30, 20, 10}) == Approx(-1));
+  // Tied y ranks 1.5, 1.5, 3: 1.5 / sqrt(2 x 1.5).
+  CHECK(moec::spearman({1, 2, 3}, {1, 1, 2}) == Approx(0.8660254));
+}
+
+TEST_CASE("model-check: random routing's expected tiles", "[modelcheck]") {
+  // Two experts, top-1, M 2: rows of an expert are Binomial(2, 1/2): 0, 1,
+  // 2 with 1/4, 1/2, 1/4; a 16-row tile is needed unless 0 rows: 2 x 3/4.
+  moec::GemmStageShape shape = smallW2().shape;
+  shape.experts = 2;
+  CHECK(moec::tileGrid(shape, 2, true).mTiles == Approx(1.5));
+  // Balanced routing expects 1.5 active experts and pads to 2 whole ones.
+  CHECK(moec::tileGrid(shape, 2, false).mTiles == 2);
+}
+
+TEST_CASE("model-check: bad input names the file and line", "[modelcheck]") {
+  std::vector<moec::PublishedFigure> figures;
+  std::string error;
+  const std::string header = "figure,source,family,network,hidden,inter,"
+                             "experts,topk,ep,tp,capacity,path,phase,m,"
+                             "quantity,measured_us\n";
+  CHECK_FALSE(moec::parsePublishedFigures(
+      "f.csv", header + "a,s,f,n,1,1,1,1,1,1,0,,d,x,layer,3\n", figures, error));
+  CHECK(error == "f.csv:2: column 'm': expected a count, got 'x'");
+  CHECK_FALSE(moec::parsePublishedFigures("f.csv", header + "a,s\n", figures,
+                                          error));
+  CHECK(error == "f.csv:2: 2 fields, the header has 16");
+  CHECK_FALSE(moec::parsePublishedFigures("f.csv", "figure,source\n", figures,
+                                          error));
+  CHECK(error == "f.csv:1: missing column 'family'");
+  std::map<int, moec::AiterStageTimes> times;
+  CHECK_FALSE(moec::parseAiterStageTimes(
+      "a.csv", "token,us1,us2,us\n1,2,3,5\n1,x,3,5\n", times, error));
+  CHECK(error == "a.csv:3: column 'us1': expected a time in microseconds, got 'x'");
+  times.clear();
+  REQUIRE(moec::parseAiterStageTimes("a.csv", "token,kernelName1\n1,k\n", times,
+                                     error));
+  CHECK(times.empty());
+}
