@@ -374,3 +374,79 @@ TEST_CASE("fused MegaMoE layer with a leading quant kernel: stage 1 reads "
   CHECK(io.tokens.codes == codes);
   CHECK(io.tokens.scales == scales);
 }
+
+TEST_CASE("fused MegaMoE at EP8 under randomised rank schedules", "[peer][ep8]") {
+  // Eight ranks (4 experts each, top-2) in one scheduler, 16 seeds: per
+  // seed another rank order of the launches, another residency cap (2 to 4
+  // of the 6 workgroups, the 2 producers always among them), another token
+  // split with empty ranks, and every third seed hot-rank routing. Both
+  // transports, two launches on the same control buffers; the detectors
+  // (races, poison, bounds, deadlock) must stay silent and the layer must
+  // match the oracle. Fixed slot holds roundup(8 x 8, 16) rows per expert,
+  // compact 8 x 8 x 2 per rank: neither overflows, also with a hot rank.
+  constexpr int64_t kEp = 8, kMaxTokens = 8;
+  for (const char *transport : {"fixed_slot", "compact"}) {
+    const bool compact = std::string(transport) == "compact";
+    PeerKnobs knobs{kEp, 16, 64, 16, 128, "b_major",
+                    compact ? kEp * kMaxTokens * 2 : kEp * kMaxTokens,
+                    kMaxTokens, 6, 2, transport, false,
+                    /*workShards=*/compact ? 2 : 0, /*planCus=*/compact ? 2 : 1};
+    PeerKernels kernels(knobs);
+    for (uint64_t seed = 1; seed <= 16; ++seed) {
+      INFO(transport << ", seed " << seed);
+      PeerLayerOptions options;
+      options.seed = 100 + seed;
+      options.scheduleSeed = seed;
+      options.maxResidentWorkgroups = unsigned(2 + seed % 3);
+      options.invalidFraction = 0.05;
+      // Ranks seed % 8 and (seed + 3) % 8 are empty; the rest vary.
+      options.tokensPerRank.resize(kEp);
+      for (int64_t r = 0; r < kEp; ++r)
+        options.tokensPerRank[size_t(r)] =
+            (r == int64_t(seed % kEp) || r == int64_t((seed + 3) % kEp))
+                ? 0
+                : 1 + (r * 5 + int64_t(seed)) % kMaxTokens;
+      if (seed % 3 == 0)
+        options.hotRank = int64_t(seed % kEp);
+      PeerLayerOutcome outcome;
+      std::string error;
+      const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
+                                              kernels.combine, options,
+                                              outcome, error));
+      INFO(error);
+      REQUIRE(ran);
+      INFO(outcome.summary);
+      checkLayerPasses(outcome);
+      CHECK(outcome.countMismatches == 0);
+      CHECK(outcome.unknownRows == 0);
+      CHECK(outcome.overflows == 0);
+      CHECK(outcome.outputUnwritten == 0);
+    }
+  }
+}
+
+TEST_CASE("fused MegaMoE at EP8: a hot rank past the fixed-slot capacity "
+          "reports overflow",
+          "[peer][ep8]") {
+  // Every route of 8 ranks x 8 tokens goes to rank 2's 4 experts: 128
+  // routes for 4 x 16 receive rows.
+  PeerKnobs knobs{8, 16, 64, 16, 128, "b_major", 16, 8, 6, 2};
+  PeerKernels kernels(knobs);
+  PeerLayerOptions options;
+  options.seed = 71;
+  options.tokensPerRank.assign(8, 8);
+  options.hotRank = 2;
+  options.scheduleSeed = 5;
+  options.epochs = 1;
+  PeerLayerOutcome outcome;
+  std::string error;
+  const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
+                                          kernels.combine, options, outcome,
+                                          error));
+  INFO(error);
+  REQUIRE(ran);
+  INFO(outcome.summary);
+  CHECK(outcome.summary.find("too small") != std::string::npos);
+  CHECK(outcome.overflows > 0);
+  CHECK_FALSE(outcome.pass);
+}

@@ -41,6 +41,11 @@ struct PeerLayerOptions {
   int epochs = 2;
   /// Resident workgroups per rank and kernel (0: the whole grid).
   unsigned maxResidentWorkgroups = 0;
+  /// Nonzero: the launches of every phase (one per rank and kernel) go to
+  /// the cooperative scheduler in a rank order drawn from this seed, anew
+  /// each epoch, so every seed is another interleaving of the ranks'
+  /// workgroups. 0: rank order.
+  uint64_t scheduleSeed = 0;
   /// When set, the last launch's receive side is written there as .npy,
   /// per rank r: rank{r}_{recv_meta, intermediate_codes,
   /// intermediate_scales}.npy (the layer's inputs and outputs come back in
