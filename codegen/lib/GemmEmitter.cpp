@@ -325,6 +325,28 @@ void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
   }
 }
 
+void GemmEmitter::emitLdsDmaWait() {
+  // The LDS DMA is counted by vmcnt, not lgkmcnt, and each wave's copies
+  // must be complete before the barrier lets other waves read them.
+  // Found with LLVM 22 (llvm-objdump-22 -d --mcpu=gfx950): the backend
+  // waits on its own. gpu.barrier becomes a workgroup release fence +
+  // s_barrier, and the fence waits for pending LDS DMA: a small kernel
+  // with a DMA and an unrelated buffer load before the barrier gets
+  // s_waitcnt vmcnt(0) before s_barrier, while its twin copying through
+  // registers leaves the buffer load in flight across it. In this loop
+  // the B tile's ds_write_b128 also waits vmcnt(0) after the DMA, since
+  // the backend cannot tell its address from the DMA's destination. The
+  // explicit wait states the requirement in the kernel IR rather than
+  // relying on either; it merges into that same s_waitcnt vmcnt(0), and,
+  // as a scheduling barrier, keeps tile.scale_prefetch's scale loads
+  // after it, so they stay in flight across the barrier.
+  amdgpu::MemoryCounterWaitOp::create(b, loc, /*load=*/b.getI32IntegerAttr(0),
+                                      /*store=*/IntegerAttr(),
+                                      /*ds=*/IntegerAttr(),
+                                      /*exp=*/IntegerAttr(),
+                                      /*tensor=*/IntegerAttr());
+}
+
 SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   const int64_t tileK = tile.getK();
   const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
@@ -364,27 +386,8 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   SmallVector<SmallVector<Value>> directB;
   if (tile.getBDirect())
     directB = loadDirectBFragments(ops, k0);
-  if (tile.getAsyncA()) {
-    // The LDS DMA is counted by vmcnt, not lgkmcnt, and each wave's copies
-    // must be complete before the barrier lets other waves read them.
-    // Found with LLVM 22 (llvm-objdump-22 -d --mcpu=gfx950): the backend
-    // waits on its own. gpu.barrier becomes a workgroup release fence +
-    // s_barrier, and the fence waits for pending LDS DMA: a small kernel
-    // with a DMA and an unrelated buffer load before the barrier gets
-    // s_waitcnt vmcnt(0) before s_barrier, while its twin copying through
-    // registers leaves the buffer load in flight across it. In this loop
-    // the B tile's ds_write_b128 also waits vmcnt(0) after the DMA, since
-    // the backend cannot tell its address from the DMA's destination. The
-    // explicit wait states the requirement in the kernel IR rather than
-    // relying on either; it merges into that same s_waitcnt vmcnt(0), and,
-    // as a scheduling barrier, keeps tile.scale_prefetch's scale loads
-    // after it, so they stay in flight across the barrier.
-    amdgpu::MemoryCounterWaitOp::create(b, loc, /*load=*/b.getI32IntegerAttr(0),
-                                        /*store=*/IntegerAttr(),
-                                        /*ds=*/IntegerAttr(),
-                                        /*exp=*/IntegerAttr(),
-                                        /*tensor=*/IntegerAttr());
-  }
+  if (tile.getAsyncA())
+    emitLdsDmaWait();
   // Each lane's E8M0 scales of K sub-step kk: one byte per A and per B
   // fragment, for lane group g the one of K block k0 / 32 + g + kk * S of
   // its row (S = layout.k / 32 blocks per MFMA, g < S). As S divides 4,

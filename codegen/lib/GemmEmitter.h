@@ -332,6 +332,8 @@ protected:
   /// memory, indexed [sub-step][B fragment].
   llvm::SmallVector<llvm::SmallVector<mlir::Value>>
   loadDirectBFragments(const GemmOperands &operands, mlir::Value k0);
+  /// tile.async_a: waits for this wave's LDS DMA before the barrier.
+  void emitLdsDmaWait();
   /// tile.b_prefetch: the next K step's B tile (the last step's own again),
   /// per copy slot.
   llvm::SmallVector<mlir::Value> loadNextBTile(const GemmOperands &operands,

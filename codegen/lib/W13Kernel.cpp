@@ -78,6 +78,9 @@ private:
   void emitPeerBody(gpu::GPUFuncOp func);
   /// GEMM, activation and quantisation of one tile.
   void emitTile(const TileRows &rows);
+  /// Quantises the activation staged in LDS (FP32 [tile.m][tile.n]) to
+  /// FP8 1x32 blocks of the tile's output rows.
+  void storeQuantised(const TileRows &rows);
   /// Physical W13 row of logical intermediate column `column` (an index),
   /// for the gate row or the up row.
   Value physicalRow(Value column, bool up);
@@ -319,8 +322,14 @@ void W13Emitter::emitTile(const TileRows &rows) {
     }
   });
   gpu::BarrierOp::create(b, loc);
+  storeQuantised(rows);
+}
 
-  // Quantisation: one lane per (row, 32-column block).
+void W13Emitter::storeQuantised(const TileRows &rows) {
+  const int64_t inter = problem.getIntermediate();
+  const int64_t tileM = tile.getM(), tileN = tile.getN();
+  Value lds = rows.lds, colBase = rows.colBase;
+  // One lane per (row, 32-column block).
   const int64_t blocksPerRow = tileN / 32, blocks = tileM * blocksPerRow;
   auto f32x4 = VectorType::get({4}, b.getF32Type());
   forEachLaneItem(blocks, [&](Value blockId) {

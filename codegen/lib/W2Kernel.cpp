@@ -73,6 +73,36 @@ private:
   /// The K loop of one tile; accumulators as GemmEmitter::emitGemm.
   SmallVector<Value> emitTileGemm(const ExpertTile &rows);
 
+  /// The end of the fused stage 2: the wave that completes the launch's
+  /// count signals every source rank (`sourceControl(r)`, its control
+  /// buffer) that its combine rows are complete.
+  void emitCombineSignal(Value control,
+                         function_ref<Value(int64_t)> sourceControl);
+
+  /// Where the route-list epilogue writes one tile.
+  struct OutputTile {
+    /// Local expert and the tile's first hidden column (index values).
+    Value expert, colBase;
+    /// The wave's first column in the tile and the split-K slice (index).
+    Value waveCol, kSlice;
+    Value outBuf, lds;
+    /// The route of a tile row (index).
+    function_ref<Value(Value)> routeOfRow;
+    /// The route of the lane's row in each M fragment.
+    ArrayRef<Value> fragRoute;
+  };
+  /// Output element (route, column): BF16 [R, H] or FP32 partials
+  /// [R, S, H].
+  Value outIndex(const OutputTile &out, Value route, Value col);
+  /// The expert's bias row (argument `biasArg`) on each route's FP32
+  /// result, before it is rounded or stored.
+  void addBias(SmallVectorImpl<Value> &accs, const OutputTile &out,
+               Value biasArg);
+  /// Stores the accumulators: BF16 (rounded once, to nearest even) or
+  /// split-K FP32 partials, straight to the route rows or, with bf16_lds,
+  /// staged in LDS and written back by whole rows.
+  void storeOutputs(ArrayRef<Value> accs, const OutputTile &out);
+
   moe::W2Op op;
   moe::ProblemAttr problem;
 };
@@ -161,7 +191,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     return toIndex(memref::LoadOp::create(b, loc, sortedBuf,
                                           ValueRange{add(rowBase, row)}));
   };
-  const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
+  const int64_t mFrags = tileM / dim;
   SmallVector<Value> fragRoute;
   for (int64_t mi = 0; mi < mFrags; ++mi)
     fragRoute.push_back(routeOfRow(add(laneRow, idx(mi * dim))));
@@ -174,13 +204,6 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
   Value kBegin = mul(kSlice, sliceDepth);
   Value kEnd =
       arith::MinUIOp::create(b, loc, add(kBegin, idx(sliceDepth)), idx(inter));
-  // Output element (route, column): BF16 [R, H] or FP32 partials [R, S, H].
-  auto outIndex = [&](Value route, Value col) {
-    if (splitK == 1)
-      return add(mul(route, hidden), col);
-    return add(mul(add(mul(route, splitK), kSlice), hidden), col);
-  };
-
   ExpertTile rows;
   rows.expert = expert;
   rows.expertI32 = expertI32;
@@ -198,41 +221,60 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     rows.bSharedScale = arg(kBSharedScale);
   }
   SmallVector<Value> accs = emitTileGemm(rows);
+  OutputTile out{expert,    colBase, waveCol,   kSlice,
+                 outBuf,    func.getWorkgroupAttributions()[0],
+                 routeOfRow, fragRoute};
+  if (op.getBias())
+    addBias(accs, out, func.getArgument(func.getNumArguments() - 1));
+  storeOutputs(accs, out);
+}
 
-  if (op.getBias()) {
-    // The expert's bias row on each route's FP32 result, before it is
-    // rounded or stored. Split-K: slices z > 0 see an empty buffer (the
-    // range check reads zeros), so the partials hold the bias once.
-    Value biasBytes = i64(problem.getLocalExperts() * hidden * 4);
-    if (splitK > 1)
-      biasBytes = arith::SelectOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, kSlice,
-                                idx(0)),
-          biasBytes, i64(0));
-    Value bias =
-        asBuffer(func.getArgument(func.getNumArguments() - 1), biasBytes);
-    Value first = add(mul(expert, hidden), colBase);
-    for (int64_t ni = 0; ni < nFrags; ++ni) {
-      Value columnBias =
-          loadColumnBias(bias, first, add(waveCol, idx(ni * dim)));
-      for (int64_t mi = 0; mi < mFrags; ++mi)
-        accs[mi * nFrags + ni] = arith::AddFOp::create(
-            b, loc, accs[mi * nFrags + ni], columnBias);
-    }
+Value W2Emitter::outIndex(const OutputTile &out, Value route, Value col) {
+  const int64_t hidden = problem.getHidden(), splitK = op.getSplitK();
+  if (splitK == 1)
+    return add(mul(route, hidden), col);
+  return add(mul(add(mul(route, splitK), out.kSlice), hidden), col);
+}
+
+void W2Emitter::addBias(SmallVectorImpl<Value> &accs, const OutputTile &out,
+                        Value biasArg) {
+  const int64_t hidden = problem.getHidden(), dim = layout.dim;
+  const int64_t mFrags = tile.getM() / dim, nFrags = tile.getWaveN() / dim;
+  // Split-K: slices z > 0 see an empty buffer (the range check reads
+  // zeros), so the partials hold the bias once.
+  Value biasBytes = i64(problem.getLocalExperts() * hidden * 4);
+  if (op.getSplitK() > 1)
+    biasBytes = arith::SelectOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, out.kSlice,
+                              idx(0)),
+        biasBytes, i64(0));
+  Value bias = asBuffer(biasArg, biasBytes);
+  Value first = add(mul(out.expert, hidden), out.colBase);
+  for (int64_t ni = 0; ni < nFrags; ++ni) {
+    Value columnBias =
+        loadColumnBias(bias, first, add(out.waveCol, idx(ni * dim)));
+    for (int64_t mi = 0; mi < mFrags; ++mi)
+      accs[mi * nFrags + ni] =
+          arith::AddFOp::create(b, loc, accs[mi * nFrags + ni], columnBias);
   }
+}
 
-  // Epilogue: accumulator value a of a lane sits at (accRow(a), accCol) of
-  // the MFMA's source-A x source-B block. BF16 output rounds once (to
-  // nearest even); split-K partials stay FP32.
+void W2Emitter::storeOutputs(ArrayRef<Value> accs, const OutputTile &out) {
+  const int64_t hidden = problem.getHidden(), dim = layout.dim;
+  const int64_t tileM = tile.getM(), tileN = tile.getN();
+  const int64_t mFrags = tileM / dim, nFrags = tile.getWaveN() / dim;
+  const int64_t splitK = op.getSplitK();
+  Value colBase = out.colBase, outBuf = out.outBuf, lds = out.lds;
+  // Accumulator value a of a lane sits at (accRow(a), accCol) of the MFMA's
+  // source-A x source-B block.
   const bool stage = op.getBf16Lds();
-  Value lds = func.getWorkgroupAttributions()[0];
   auto bf16x4 = VectorType::get({4}, b.getBF16Type());
   auto i32x2 = VectorType::get({2}, b.getI32Type());
   auto accumulator = [&](int64_t mi, int64_t ni) {
     return accs[mi * nFrags + ni];
   };
-  forEachAccQuad(mFrags, nFrags, waveCol, accumulator,
+  forEachAccQuad(mFrags, nFrags, out.waveCol, accumulator,
                  [&](int64_t mi, Value fragCol, Value rowOfFour, Value quad) {
     if (splitK == 1)
       quad = arith::TruncFOp::create(b, loc, bf16x4, quad);
@@ -250,7 +292,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
       }
       vector::StoreOp::create(
           b, loc, quad, outBuf,
-          ValueRange{outIndex(fragRoute[mi], add(colBase, localCol))},
+          ValueRange{outIndex(out, out.fragRoute[mi], add(colBase, localCol))},
           /*nontemporal=*/false, llvm::MaybeAlign(splitK == 1 ? 8 : 16));
       return;
     }
@@ -260,7 +302,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
       Value value = vector::ExtractOp::create(b, loc, quad, j);
       memref::StoreOp::create(
           b, loc, value, outBuf,
-          ValueRange{outIndex(routeOfRow(row), add(colBase, localCol))});
+          ValueRange{outIndex(out, out.routeOfRow(row), add(colBase, localCol))});
     }
   });
   if (!stage)
@@ -273,7 +315,8 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     Value row = divC(chunk, chunksPerRow);
     Value col = mul(remC(chunk, chunksPerRow), 8);
     Value data = load16(lds, divC(add(mul(row, tileN), col), 2));
-    Value outElement = add(mul(routeOfRow(row), hidden), add(colBase, col));
+    Value outElement =
+        add(mul(out.routeOfRow(row), hidden), add(colBase, col));
     vector::StoreOp::create(
         b, loc, vector::BitCastOp::create(
                     b, loc, VectorType::get({8}, b.getBF16Type()), data),
@@ -290,7 +333,6 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t ep = problem.getEp();
   const int64_t experts = problem.getLocalExperts();
   const int64_t rowsTotal = peer.getReceiveRows(experts);
-  const int64_t groups = peer.getWorkgroups();
   const int64_t waves = tile.getWaves();
   const int64_t routesPerRank = peer.getMaxTokens() * problem.getTopK();
   const int64_t tileM = tile.getM(), tileN = tile.getN();
@@ -388,9 +430,19 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
     gpu::BarrierOp::create(b, loc);
   });
 
+  emitCombineSignal(control, [&](int64_t r) {
+    return arg(kPeerFirst + ep + r);
+  });
+  gpu::ReturnOp::create(b, loc);
+}
+
+void W2Emitter::emitCombineSignal(Value control,
+                                  function_ref<Value(int64_t)> sourceControl) {
   // Every wave takes a ticket after its stores; the wave that completes
   // the launch's count (acquiring every earlier wave's release) signals
   // each source rank that its combine rows are complete.
+  const int64_t groups = op.getPeerAttr().getWorkgroups();
+  const int64_t waves = tile.getWaves();
   Value isLaneZero =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, idx(0));
   auto ifLane = scf::IfOp::create(b, loc, isLaneZero, false);
@@ -403,11 +455,9 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
       i32(0));
   auto ifLast = scf::IfOp::create(b, loc, last, false);
   b.setInsertionPointToStart(ifLast.thenBlock());
-  for (int64_t r = 0; r < ep; ++r)
-    (void)atomicAddI32(arg(kPeerFirst + ep + r), idx(peer::kCombineReady),
-                       i32(1));
+  for (int64_t r = 0; r < problem.getEp(); ++r)
+    (void)atomicAddI32(sourceControl(r), idx(peer::kCombineReady), i32(1));
   b.setInsertionPointAfter(ifLane);
-  gpu::ReturnOp::create(b, loc);
 }
 
 SmallVector<Value> W2Emitter::emitTileGemm(const ExpertTile &rows) {
