@@ -60,6 +60,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unistd.h>
 #include <unordered_map>
 #include <vector>
@@ -90,6 +91,11 @@ enum HipStatus : int {
   kInvalidHandle = 400,
   kNotFound = 500,
   kLaunchFailure = 719,
+  kIllegalState = 401,
+  kStreamCaptureUnsupported = 900,
+  kStreamCaptureInvalidated = 901,
+  kStreamCaptureImplicit = 906,
+  kStreamCaptureWrongThread = 908,
 };
 
 const char *statusName(int status) {
@@ -105,6 +111,11 @@ const char *statusName(int status) {
   case kInvalidHandle: return "hipErrorInvalidHandle";
   case kNotFound: return "hipErrorNotFound";
   case kLaunchFailure: return "hipErrorLaunchFailure";
+  case kIllegalState: return "hipErrorIllegalState";
+  case kStreamCaptureUnsupported: return "hipErrorStreamCaptureUnsupported";
+  case kStreamCaptureInvalidated: return "hipErrorStreamCaptureInvalidated";
+  case kStreamCaptureImplicit: return "hipErrorStreamCaptureImplicit";
+  case kStreamCaptureWrongThread: return "hipErrorStreamCaptureWrongThread";
   }
   return "hipErrorUnknown";
 }
@@ -192,10 +203,20 @@ struct Module {
   std::map<std::string, std::unique_ptr<Function>> functions;
 };
 
-/// A stream: the device it belongs to. The null stream of device d is the
-/// key (d, nullptr).
+struct Graph;
+
+/// hipStreamCaptureStatus: None 0, Active 1, Invalidated 2.
+enum class CaptureStatus { None, Active, Invalidated };
+
+/// A stream: the device it belongs to, and its capture when one is under
+/// way (hipStreamBeginCapture .. hipStreamEndCapture). The null stream of
+/// device d is the key (d, nullptr); it cannot capture.
 struct Stream {
   int device = 0;
+  CaptureStatus capture = CaptureStatus::None;
+  int captureMode = 0; ///< hipStreamCaptureMode: Global 0, ThreadLocal 1, Relaxed 2
+  std::thread::id captureThread;
+  Graph *graph = nullptr; ///< what the capture recorded so far
 };
 
 struct Event {
@@ -529,6 +550,196 @@ bool layoutArguments(Function &function, std::string &error) {
   return true;
 }
 
+
+//===----------------------------------------------------------------------===//
+// Stream capture and graphs
+//===----------------------------------------------------------------------===//
+//
+// The rules are HIP's (ROCm clr, hipamd/src/hip_internal.hpp:
+// CHECK_STREAM_CAPTURE_SUPPORTED, CHECK_SUPPORTED_DURING_CAPTURE,
+// CHECK_STREAM_CAPTURING, STREAM_CAPTURE; hip_runtime_api.h's hipError_t):
+// - launches and async copies / fills on a capturing stream are recorded,
+//   not run; on a capture already invalidated they fail with
+//   hipErrorStreamCaptureInvalidated;
+// - hipMalloc while a Global capture (or this thread's ThreadLocal one) is
+//   under way fails with hipErrorStreamCaptureUnsupported and invalidates
+//   those captures (Relaxed allows it);
+// - synchronous copies and fills fail with hipErrorStreamCaptureImplicit,
+//   device or capturing-stream synchronisation with
+//   hipErrorStreamCaptureUnsupported, work on the legacy null stream with
+//   hipErrorStreamCaptureImplicit; each invalidates every capture;
+// - hipStreamEndCapture of an invalidated capture returns no graph and
+//   hipErrorStreamCaptureInvalidated.
+// A replay runs the recorded work in order on the launch stream, reading
+// the buffers' contents at that time (kernel arguments are the values
+// captured, as in a kernel node).
+
+/// One piece of recorded work.
+struct GraphOp {
+  enum class Kind { Launch, Memset, Copy2D } kind = Kind::Launch;
+  PendingLaunch launch;
+  void *dst = nullptr;
+  const void *src = nullptr;
+  size_t dstPitch = 0, srcPitch = 0, width = 0, height = 0;
+  int value = 0, copyKind = 0;
+};
+
+/// A captured graph, and an instantiated one (a copy of its work).
+struct Graph {
+  std::vector<GraphOp> ops;
+};
+struct GraphExec {
+  std::vector<GraphOp> ops;
+};
+
+/// The graphs and executable graphs alive, guarded by the devices' mutex.
+struct GraphRegistry {
+  std::set<Graph *> graphs;
+  std::set<GraphExec *> execs;
+  static GraphRegistry &get() {
+    static GraphRegistry *registry = new GraphRegistry();
+    return *registry;
+  }
+};
+
+constexpr int kCaptureModeGlobal = 0, kCaptureModeThreadLocal = 1,
+              kCaptureModeRelaxed = 2;
+
+/// `stream` when it is a stream under capture (active or invalidated).
+Stream *capturingStream(EmulatedDevices &devices, void *stream) {
+  auto *handle = static_cast<Stream *>(stream);
+  if (!stream || !devices.streams.count(handle) ||
+      handle->capture == CaptureStatus::None)
+    return nullptr;
+  return handle;
+}
+
+bool anyCapture(EmulatedDevices &devices) {
+  for (Stream *stream : devices.streams)
+    if (stream->capture != CaptureStatus::None)
+      return true;
+  return false;
+}
+
+/// Invalidates every capture under way and fails with `status`.
+int invalidateCaptures(EmulatedDevices &devices, int status,
+                       const std::string &message) {
+  for (Stream *stream : devices.streams)
+    if (stream->capture == CaptureStatus::Active)
+      stream->capture = CaptureStatus::Invalidated;
+  return fail(status, message + " during a stream capture (the capture is "
+                                "invalidated)");
+}
+
+/// hipMalloc's rule: refused while a Global capture, or a ThreadLocal one
+/// of this thread, is under way; those captures are invalidated.
+int refuseAllocationDuringCapture(EmulatedDevices &devices, const char *call) {
+  bool refused = false;
+  for (Stream *stream : devices.streams) {
+    if (stream->capture == CaptureStatus::None ||
+        stream->captureMode == kCaptureModeRelaxed ||
+        (stream->captureMode == kCaptureModeThreadLocal &&
+         stream->captureThread != std::this_thread::get_id()))
+      continue;
+    refused = true;
+    if (stream->capture == CaptureStatus::Active)
+      stream->capture = CaptureStatus::Invalidated;
+  }
+  return refused ? fail(kStreamCaptureUnsupported,
+                        std::string(call) + " during a stream capture (the "
+                                            "capture is invalidated)")
+                 : kSuccess;
+}
+
+/// Work on the legacy null stream synchronises with every stream, so it
+/// is refused (and invalidates them) while any stream captures.
+int refuseLegacyStreamDuringCapture(EmulatedDevices &devices, void *stream,
+                                    const std::string &call) {
+  if (stream || !anyCapture(devices))
+    return kSuccess;
+  return invalidateCaptures(devices, kStreamCaptureImplicit,
+                            call + " on the null stream");
+}
+
+/// Records `op` in `stream`'s capture: hipSuccess, or
+/// hipErrorStreamCaptureInvalidated for a capture already invalidated.
+int record(Stream &stream, GraphOp op, const std::string &call) {
+  if (stream.capture == CaptureStatus::Invalidated)
+    return fail(kStreamCaptureInvalidated,
+                call + ": the stream's capture was invalidated by an earlier "
+                       "call");
+  stream.graph->ops.push_back(std::move(op));
+  return kSuccess;
+}
+
+/// A copy of `size` bytes made now, after every pending launch (the lock
+/// is held).
+int copyNow(EmulatedDevices &devices, void *dst, const void *src, size_t size,
+            int kind, const char *call);
+/// A fill made now, after every pending launch (the lock is held).
+int memsetNow(EmulatedDevices &devices, void *dst, int value, size_t size,
+              const char *call);
+
+/// A 2-D copy made now, row by row.
+int copy2DNow(EmulatedDevices &devices, const GraphOp &op, const char *call) {
+  if (op.height == 0 || op.width == 0)
+    return kSuccess;
+  if (op.width > op.dstPitch || op.width > op.srcPitch)
+    return fail(kInvalidValue, std::string(call) + ": width " +
+                                   std::to_string(op.width) + " above a pitch");
+  for (size_t row = 0; row < op.height; ++row)
+    if (int status = copyNow(
+            devices, static_cast<uint8_t *>(op.dst) + row * op.dstPitch,
+            static_cast<const uint8_t *>(op.src) + row * op.srcPitch, op.width,
+            op.copyKind, call);
+        status != kSuccess)
+      return status;
+  return kSuccess;
+}
+
+/// Runs `launch` now or queues it on `stream`, as the launch mode says.
+int submitLaunch(EmulatedDevices &devices, PendingLaunch launch, void *stream,
+                 const std::string &where) {
+  if (!devices.deferLaunches) {
+    // In stream order: launches deferred before the mode changed go first.
+    if (int status = devices.flush(); status != kSuccess)
+      return status;
+    std::vector<PendingLaunch> alone;
+    alone.push_back(std::move(launch));
+    const int status = devices.runTogether(alone);
+    if (status != kSuccess)
+      lastErrorMessage = where + lastErrorMessage;
+    return status;
+  }
+  const StreamKey key{launch.device, stream};
+  std::deque<PendingLaunch> &queue = devices.pending[key];
+  if (queue.empty())
+    devices.pendingOrder.push_back(key);
+  queue.push_back(std::move(launch));
+  return kSuccess;
+}
+
+/// Replays `exec`'s work on `stream`, in order; stops at the first failure.
+int replay(EmulatedDevices &devices, const GraphExec &exec, void *stream) {
+  for (const GraphOp &op : exec.ops) {
+    int status = kSuccess;
+    switch (op.kind) {
+    case GraphOp::Kind::Launch:
+      status = submitLaunch(devices, op.launch, stream,
+                            "hipGraphLaunch(" + op.launch.function->name + "): ");
+      break;
+    case GraphOp::Kind::Memset:
+      status = memsetNow(devices, op.dst, op.value, op.width, "hipGraphLaunch");
+      break;
+    case GraphOp::Kind::Copy2D:
+      status = copy2DNow(devices, op, "hipGraphLaunch");
+      break;
+    }
+    if (status != kSuccess)
+      return status;
+  }
+  return kSuccess;
+}
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -641,6 +852,9 @@ MOEC_EXPORT const char *hipGetErrorName(int error) { return statusName(error); }
 MOEC_EXPORT int hipDeviceSynchronize(void) {
   EmulatedDevices &devices = EmulatedDevices::get();
   Guard guard(devices.mutex);
+  if (anyCapture(devices))
+    return invalidateCaptures(devices, kStreamCaptureUnsupported,
+                              "hipDeviceSynchronize");
   return devices.flush();
 }
 
@@ -648,6 +862,12 @@ MOEC_EXPORT int hipMalloc(void **pointer, size_t size) {
   if (!pointer)
     return fail(kInvalidValue, "hipMalloc: null result pointer");
   *pointer = nullptr;
+  {
+    EmulatedDevices &devices = EmulatedDevices::get();
+    Guard guard(devices.mutex);
+    if (int status = refuseAllocationDuringCapture(devices, "hipMalloc"))
+      return status;
+  }
   if (size == 0)
     return succeed();
   Allocation allocation;
@@ -707,12 +927,22 @@ bool deviceRange(EmulatedDevices &devices, const void *pointer, size_t size,
 } // namespace
 
 MOEC_EXPORT int hipMemcpy(void *dst, const void *src, size_t size, int kind) {
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  if (anyCapture(devices))
+    return invalidateCaptures(devices, kStreamCaptureImplicit, "hipMemcpy");
+  return copyNow(devices, dst, src, size, kind, "hipMemcpy");
+}
+
+namespace {
+
+int copyNow(EmulatedDevices &devices, void *dst, const void *src, size_t size,
+            int kind, const char *call) {
+  const std::string name = call;
   if (size == 0)
     return succeed();
   if (!dst || !src)
-    return fail(kInvalidValue, "hipMemcpy: null pointer");
-  EmulatedDevices &devices = EmulatedDevices::get();
-  Guard guard(devices.mutex);
+    return fail(kInvalidValue, name + ": null pointer");
   // A blocking copy waits for the device's work.
   if (int status = devices.flush(); status != kSuccess)
     return status;
@@ -721,10 +951,10 @@ MOEC_EXPORT int hipMemcpy(void *dst, const void *src, size_t size, int kind) {
   const bool dstDevice = devices.findAllocation(dst) != nullptr;
   const bool srcDevice = devices.findAllocation(src) != nullptr;
   if (dstDevice && !deviceRange(devices, dst, size, dstAllocation, dstOffset))
-    return fail(kInvalidValue, "hipMemcpy: " + std::to_string(size) +
+    return fail(kInvalidValue, name + ": " + std::to_string(size) +
                                    " bytes run past the destination allocation");
   if (srcDevice && !deviceRange(devices, src, size, srcAllocation, srcOffset))
-    return fail(kInvalidValue, "hipMemcpy: " + std::to_string(size) +
+    return fail(kInvalidValue, name + ": " + std::to_string(size) +
                                    " bytes run past the source allocation");
   const bool wantDstDevice = kind == kHostToDevice || kind == kDeviceToDevice;
   const bool wantSrcDevice = kind == kDeviceToHost || kind == kDeviceToDevice;
@@ -732,7 +962,7 @@ MOEC_EXPORT int hipMemcpy(void *dst, const void *src, size_t size, int kind) {
       (kind != kDefault &&
        (dstDevice != wantDstDevice || srcDevice != wantSrcDevice)))
     return fail(kInvalidValue,
-                std::string("hipMemcpy: kind ") + std::to_string(kind) +
+                name + ": kind " + std::to_string(kind) +
                     " does not match the pointers (destination " +
                     (dstDevice ? "device" : "host") + ", source " +
                     (srcDevice ? "device" : "host") + ")");
@@ -747,52 +977,87 @@ MOEC_EXPORT int hipMemcpy(void *dst, const void *src, size_t size, int kind) {
   return succeed();
 }
 
-MOEC_EXPORT int hipMemset(void *dst, int value, size_t size) {
+int memsetNow(EmulatedDevices &devices, void *dst, int value, size_t size,
+              const char *call) {
   if (size == 0)
     return succeed();
-  EmulatedDevices &devices = EmulatedDevices::get();
-  Guard guard(devices.mutex);
   if (int status = devices.flush(); status != kSuccess)
     return status;
   Allocation *allocation = nullptr;
   size_t offset = 0;
   if (!deviceRange(devices, dst, size, allocation, offset))
-    return fail(kInvalidValue, "hipMemset: the range is not inside one "
-                               "device allocation");
+    return fail(kInvalidValue, std::string(call) + ": the range is not inside "
+                                                   "one device allocation");
   std::memset(allocation->data + offset, value, size);
   std::memset(allocation->written + offset, 1, size);
   return succeed();
 }
 
+/// A stream-ordered copy or fill: recorded on a capturing stream, else
+/// made now.
+int asyncOp(GraphOp op, void *stream, const char *call) {
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  if (stream && !devices.streams.count(static_cast<Stream *>(stream)))
+    return fail(kInvalidHandle, std::string(call) + ": unknown stream");
+  if (Stream *capturing = capturingStream(devices, stream))
+    return record(*capturing, std::move(op), call);
+  if (int status = refuseLegacyStreamDuringCapture(devices, stream, call))
+    return status;
+  return op.kind == GraphOp::Kind::Memset
+             ? memsetNow(devices, op.dst, op.value, op.width, call)
+             : copy2DNow(devices, op, call);
+}
+
+} // namespace
+
+MOEC_EXPORT int hipMemset(void *dst, int value, size_t size) {
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  if (anyCapture(devices))
+    return invalidateCaptures(devices, kStreamCaptureImplicit, "hipMemset");
+  return memsetNow(devices, dst, value, size, "hipMemset");
+}
+
 // Stream-ordered copies and fills run when they are made, after every
 // pending launch (a synchronising point in deferred mode): the layer only
-// issues them on unfused paths, where no launch waits for a peer.
+// issues them on unfused paths, where no launch waits for a peer. On a
+// capturing stream they are recorded.
 MOEC_EXPORT int hipMemsetAsync(void *dst, int value, size_t size,
-                               void * /*stream*/) {
-  return hipMemset(dst, value, size);
+                               void *stream) {
+  GraphOp op;
+  op.kind = GraphOp::Kind::Memset;
+  op.dst = dst;
+  op.value = value;
+  op.width = size;
+  return asyncOp(std::move(op), stream, "hipMemsetAsync");
 }
 
 MOEC_EXPORT int hipMemcpyAsync(void *dst, const void *src, size_t size,
-                               int kind, void * /*stream*/) {
-  return hipMemcpy(dst, src, size, kind);
+                               int kind, void *stream) {
+  GraphOp op;
+  op.kind = GraphOp::Kind::Copy2D;
+  op.dst = dst;
+  op.src = src;
+  op.dstPitch = op.srcPitch = op.width = size;
+  op.height = 1;
+  op.copyKind = kind;
+  return asyncOp(std::move(op), stream, "hipMemcpyAsync");
 }
 
 MOEC_EXPORT int hipMemcpy2DAsync(void *dst, size_t dstPitch, const void *src,
                                  size_t srcPitch, size_t width, size_t height,
-                                 int kind, void * /*stream*/) {
-  if (height == 0 || width == 0)
-    return succeed();
-  if (width > dstPitch || width > srcPitch)
-    return fail(kInvalidValue, "hipMemcpy2DAsync: width " +
-                                   std::to_string(width) +
-                                   " above a pitch");
-  for (size_t row = 0; row < height; ++row)
-    if (int status = hipMemcpy(static_cast<uint8_t *>(dst) + row * dstPitch,
-                               static_cast<const uint8_t *>(src) + row * srcPitch,
-                               width, kind);
-        status != kSuccess)
-      return status;
-  return succeed();
+                                 int kind, void *stream) {
+  GraphOp op;
+  op.kind = GraphOp::Kind::Copy2D;
+  op.dst = dst;
+  op.src = src;
+  op.dstPitch = dstPitch;
+  op.srcPitch = srcPitch;
+  op.width = width;
+  op.height = height;
+  op.copyKind = kind;
+  return asyncOp(std::move(op), stream, "hipMemcpy2DAsync");
 }
 
 MOEC_EXPORT int hipStreamCreate(void **stream) {
@@ -811,6 +1076,9 @@ MOEC_EXPORT int hipStreamSynchronize(void *stream) {
   Guard guard(devices.mutex);
   if (stream && !devices.streams.count(static_cast<Stream *>(stream)))
     return fail(kInvalidHandle, "hipStreamSynchronize: unknown stream");
+  if (capturingStream(devices, stream) || (!stream && anyCapture(devices)))
+    return invalidateCaptures(devices, kStreamCaptureUnsupported,
+                              "hipStreamSynchronize");
   // All devices' pending launches: this stream's may wait on peers'.
   return devices.flush();
 }
@@ -823,6 +1091,7 @@ MOEC_EXPORT int hipStreamDestroy(void *stream) {
     return fail(kInvalidHandle, "hipStreamDestroy: unknown stream");
   const int status = devices.flush();
   devices.streams.erase(handle);
+  delete handle->graph; // a capture never ended
   delete handle;
   return status;
 }
@@ -1145,21 +1414,154 @@ MOEC_EXPORT int hipModuleLaunchKernel(void *function, unsigned gridX,
     launch.args.push_back(arg);
   }
 
-  if (!devices.deferLaunches) {
-    // In stream order: launches deferred before the mode changed go first.
-    if (int status = devices.flush(); status != kSuccess)
-      return status;
-    std::vector<PendingLaunch> alone;
-    alone.push_back(std::move(launch));
-    const int status = devices.runTogether(alone);
-    if (status != kSuccess)
-      lastErrorMessage = where + lastErrorMessage;
-    return status;
+  if (Stream *capturing = capturingStream(devices, stream)) {
+    GraphOp op;
+    op.launch = std::move(launch);
+    return record(*capturing, std::move(op), where + "launch");
   }
-  const StreamKey key{streamDevice, stream};
-  std::deque<PendingLaunch> &queue = devices.pending[key];
-  if (queue.empty())
-    devices.pendingOrder.push_back(key);
-  queue.push_back(std::move(launch));
+  if (int status = refuseLegacyStreamDuringCapture(devices, stream,
+                                                   where + "launch"))
+    return status;
+  return submitLaunch(devices, std::move(launch), stream, where);
+}
+
+//===----------------------------------------------------------------------===//
+// Capture and graph entry points
+//===----------------------------------------------------------------------===//
+
+MOEC_EXPORT int hipStreamBeginCapture(void *stream, int mode) {
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  if (!stream)
+    return fail(kStreamCaptureUnsupported,
+                "hipStreamBeginCapture: the null stream cannot be captured");
+  auto *handle = static_cast<Stream *>(stream);
+  if (!devices.streams.count(handle))
+    return fail(kInvalidHandle, "hipStreamBeginCapture: unknown stream");
+  if (mode < kCaptureModeGlobal || mode > kCaptureModeRelaxed)
+    return fail(kInvalidValue, "hipStreamBeginCapture: capture mode " +
+                                   std::to_string(mode) + " is not one of "
+                                   "Global 0, ThreadLocal 1, Relaxed 2");
+  if (handle->capture != CaptureStatus::None)
+    return fail(kIllegalState,
+                "hipStreamBeginCapture: the stream is capturing already");
+  handle->capture = CaptureStatus::Active;
+  handle->captureMode = mode;
+  handle->captureThread = std::this_thread::get_id();
+  handle->graph = new Graph();
+  return succeed();
+}
+
+MOEC_EXPORT int hipStreamEndCapture(void *stream, void **graph) {
+  if (!graph)
+    return fail(kInvalidValue, "hipStreamEndCapture: null graph pointer");
+  *graph = nullptr;
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  auto *handle = static_cast<Stream *>(stream);
+  if (!stream || !devices.streams.count(handle))
+    return fail(kInvalidHandle, "hipStreamEndCapture: unknown stream");
+  if (handle->capture == CaptureStatus::None)
+    return fail(kIllegalState, "hipStreamEndCapture: the stream is not "
+                               "capturing");
+  if (handle->captureMode != kCaptureModeRelaxed &&
+      handle->captureThread != std::this_thread::get_id())
+    return fail(kStreamCaptureWrongThread,
+                "hipStreamEndCapture: the capture began on another thread");
+  std::unique_ptr<Graph> captured(handle->graph);
+  const bool invalidated = handle->capture == CaptureStatus::Invalidated;
+  handle->graph = nullptr;
+  handle->capture = CaptureStatus::None;
+  if (invalidated)
+    return fail(kStreamCaptureInvalidated,
+                "hipStreamEndCapture: the capture was invalidated by a call "
+                "not permitted during capture");
+  GraphRegistry::get().graphs.insert(captured.get());
+  *graph = captured.release();
+  return succeed();
+}
+
+MOEC_EXPORT int hipStreamIsCapturing(void *stream, int *status) {
+  if (!status)
+    return fail(kInvalidValue, "hipStreamIsCapturing: null status pointer");
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  if (stream && !devices.streams.count(static_cast<Stream *>(stream)))
+    return fail(kInvalidHandle, "hipStreamIsCapturing: unknown stream");
+  const Stream *handle = capturingStream(devices, stream);
+  *status = handle ? int(handle->capture) : int(CaptureStatus::None);
+  return succeed();
+}
+
+MOEC_EXPORT int hipGraphInstantiate(void **exec, void *graph,
+                                    void **errorNode, char *log,
+                                    size_t logSize) {
+  if (errorNode)
+    *errorNode = nullptr;
+  if (log && logSize)
+    log[0] = 0;
+  if (!exec)
+    return fail(kInvalidValue, "hipGraphInstantiate: null result pointer");
+  *exec = nullptr;
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  GraphRegistry &registry = GraphRegistry::get();
+  auto *handle = static_cast<Graph *>(graph);
+  if (!registry.graphs.count(handle))
+    return fail(kInvalidValue, "hipGraphInstantiate: unknown graph");
+  auto *created = new GraphExec{handle->ops};
+  registry.execs.insert(created);
+  *exec = created;
+  return succeed();
+}
+
+MOEC_EXPORT int hipGraphLaunch(void *exec, void *stream) {
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  auto *handle = static_cast<GraphExec *>(exec);
+  if (!GraphRegistry::get().execs.count(handle))
+    return fail(kInvalidValue, "hipGraphLaunch: unknown executable graph");
+  if (stream && !devices.streams.count(static_cast<Stream *>(stream)))
+    return fail(kInvalidHandle, "hipGraphLaunch: unknown stream");
+  // A graph launched into a capture would become a child graph node: not
+  // emulated.
+  if (capturingStream(devices, stream))
+    return invalidateCaptures(devices, kStreamCaptureUnsupported,
+                              "hipGraphLaunch into a capturing stream");
+  if (int status =
+          refuseLegacyStreamDuringCapture(devices, stream, "hipGraphLaunch"))
+    return status;
+  return replay(devices, *handle, stream);
+}
+
+MOEC_EXPORT int hipGraphExecDestroy(void *exec) {
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  auto *handle = static_cast<GraphExec *>(exec);
+  if (!GraphRegistry::get().execs.erase(handle))
+    return fail(kInvalidValue, "hipGraphExecDestroy: unknown executable graph");
+  delete handle;
+  return succeed();
+}
+
+MOEC_EXPORT int hipGraphDestroy(void *graph) {
+  EmulatedDevices &devices = EmulatedDevices::get();
+  Guard guard(devices.mutex);
+  auto *handle = static_cast<Graph *>(graph);
+  if (!GraphRegistry::get().graphs.erase(handle))
+    return fail(kInvalidValue, "hipGraphDestroy: unknown graph");
+  delete handle;
+  return succeed();
+}
+
+MOEC_EXPORT int hipDeviceGetName(char *name, int length, int device) {
+  if (!name || length <= 0)
+    return fail(kInvalidValue, "hipDeviceGetName: no room for the name");
+  if (!EmulatedDevices::get().validDevice(device))
+    return fail(kInvalidDevice, "hipDeviceGetName: no device " +
+                                    std::to_string(device));
+  const std::string text = std::string("moec emulated ") + chip().product +
+                           " (" + chip().arch + ")";
+  std::snprintf(name, size_t(length), "%s", text.c_str());
   return succeed();
 }
