@@ -445,6 +445,12 @@ PeerLayerRun::runPhases(int epoch, std::vector<KernelLaunch> (&phases)[3],
   for (std::vector<KernelLaunch> &phase : phases) {
     if (phase.empty())
       continue;
+    if (options.scheduleSeed) {
+      // The scheduler visits launches in vector order each round; a seeded
+      // permutation changes which rank's waves run first.
+      std::mt19937_64 order(options.scheduleSeed * 1000003u + uint64_t(epoch));
+      std::shuffle(phase.begin(), phase.end(), order);
+    }
     FailureOr<RunResult> run = runKernels(phase, memory, error);
     if (failed(run)) {
       error = "epoch " + std::to_string(epoch) + ": " + error;
