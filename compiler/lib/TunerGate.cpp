@@ -36,7 +36,8 @@ namespace {
 /// it passes.
 std::pair<std::string, std::string> gateOf(const CompiledKernel &compiled,
                                            const std::string &error,
-                                           const TableKernel &kernel) {
+                                           const TableKernel &kernel,
+                                           const target::TargetInfo &chip) {
   if (!error.empty()) {
     if (error.find(" spills ") != std::string::npos)
       return {"spills", error.substr(error.find("spills"))};
@@ -46,24 +47,23 @@ std::pair<std::string, std::string> gateOf(const CompiledKernel &compiled,
         error.find("local memory") != std::string::npos)
       return {"lds-overflow", "LDS " + std::to_string(compiled.resources.ldsBytes) +
                                   " bytes over the chip's " +
-                                  std::to_string(target::defaultTarget().ldsBytesPerCu)};
+                                  std::to_string(chip.ldsBytesPerCu)};
     return {"compile-failed", error};
   }
   const target::OccupancyEstimate occupancy = target::estimateOccupancy(
-      target::defaultTarget(),
-      resourceUse(compiled.resources, compiled.abi.workgroupSize));
+      chip, resourceUse(compiled.resources, compiled.abi.workgroupSize));
   if (occupancy.workgroupsPerCu == 0)
     return {"no-occupancy", occupancy.problem ? occupancy.problem : "cannot launch"};
   // A persistent, handshaking grid must be resident at once on every rank.
   if (kernel.knobs.count("workgroups")) {
     const int64_t grid = knobInt(kernel, "workgroups", 0);
-    const int64_t budget = int64_t(occupancy.workgroupsPerCu) *
-                           target::defaultTarget().computeUnits;
+    const int64_t budget =
+        int64_t(occupancy.workgroupsPerCu) * chip.computeUnits;
     if (grid > budget)
       return {"grid-over-resident-budget",
               "workgroups=" + std::to_string(grid) + " > " +
                   std::to_string(occupancy.workgroupsPerCu) + " per CU x " +
-                  std::to_string(target::defaultTarget().computeUnits) +
+                  std::to_string(chip.computeUnits) +
                   " CUs = " + std::to_string(budget)};
   }
   return {"", ""};
@@ -131,6 +131,7 @@ CompileStatus Search::evaluate(std::string &error) {
     }
   if (!batch.kernels.empty()) {
     CompileOptions compileOptions;
+    compileOptions.target = &target;
     compileOptions.jobs = options.jobs;
     compileOptions.cacheDirectory = options.cacheDirectory;
     compileOptions.cacheMaxBytes = options.cacheMaxBytes;
@@ -171,7 +172,7 @@ void Search::gate(Candidate &candidate) const {
     CompiledKernel view;
     view.resources = resources[k];
     view.abi.workgroupSize = workgroupSize[k];
-    auto [cls, detail] = gateOf(view, compileError[k], kernel);
+    auto [cls, detail] = gateOf(view, compileError[k], kernel, target.chip);
     if (!cls.empty()) {
       candidate.rejectionClass = cls;
       candidate.rejection = kernel.stage + ": " + detail;

@@ -13,6 +13,7 @@
 #ifndef MOEC_COMPILER_LIB_TUNERINTERNAL_H
 #define MOEC_COMPILER_LIB_TUNERINTERNAL_H
 
+#include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/Tuner.h"
 
 #include <cstdint>
@@ -107,11 +108,16 @@ public:
   Search(const TuningTable &spec, const std::string &specPath,
          const TuneOptions &options)
       : spec(spec), specPath(specPath), options(options),
+        target(options.target
+                   ? *options.target
+                   : CompileTarget::of(*target::lookupTargetInfoOrDefault(""))),
         candidatesOf(spec.selections.size()), keysOf(spec.selections.size()) {}
 
   const TuningTable &spec;
   const std::string &specPath;
   const TuneOptions &options;
+  /// The chip or part every candidate compiles for (TuneOptions::target).
+  const CompileTarget &target;
   std::vector<CandidateKernel> kernels;
   std::map<std::string, size_t> kernelByIdentity;
   std::vector<std::vector<Candidate>> candidatesOf;

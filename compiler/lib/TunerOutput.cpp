@@ -129,7 +129,7 @@ void writeCsv(const Search &search,
         csv << "," << r.vgpr << "," << r.agpr << "," << r.sgpr << ","
             << r.ldsBytes << "," << r.vgprSpill << "," << r.sgprSpill << ","
             << target::estimateOccupancy(
-                   target::defaultTarget(),
+                   search.target.chip,
                    resourceUse(r, search.workgroupSize[found]))
                    .workgroupsPerCu;
       }

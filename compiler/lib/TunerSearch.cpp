@@ -223,7 +223,7 @@ void Search::predict() {
           if (isGemm(kernel))
             us += predictStage(shapeOf(spec, kernel), resources[k],
                                workgroupSize[k], m, parameters,
-                               target::defaultTarget(), &tileCounts[k])
+                               target.chip, &tileCounts[k])
                       .totalUs;
           else
             us += parameters.launchOverheadUs;

@@ -167,6 +167,7 @@ CompileStatus compileAndTime(const Search &search, const TimingPlan &plan,
     }
   }
   CompileOptions compileOptions;
+  compileOptions.target = &search.target;
   compileOptions.jobs = options.jobs;
   compileOptions.cacheDirectory = options.cacheDirectory;
   compileOptions.cacheMaxBytes = options.cacheMaxBytes;

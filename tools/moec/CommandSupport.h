@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace moec::cli {
 
@@ -93,6 +94,30 @@ inline void addSelectionKeyOptions(CLI::App *command, std::string &bundle,
   command->add_option("--ep", ep, "expert-parallel size")->required();
   command->add_option("--workspace", workspace, "workspace capacity (rows)")
       ->required();
+}
+
+/// --target: a chip or part moec knows (docs/targets.md), by the name users
+/// pass ("gfx950", "mi350p"); `name` stays empty for the default chip.
+inline CLI::Option *addTargetOption(CLI::App *command, std::string &name,
+                                    const std::string &what) {
+  std::vector<std::string> names;
+  for (const target::TargetInfo *chip : target::kKnownTargets)
+    names.push_back(chip->name);
+  return command
+      ->add_option("--target", name,
+                   "chip or part to " + what + " (docs/targets.md; default " +
+                       target::lookupTargetInfoOrDefault("")->name + ")")
+      ->check(CLI::IsMember(names));
+}
+
+/// The chip or part --target names (empty: the default chip), or nullptr
+/// after a line on stderr naming the ones moec knows.
+inline const target::TargetInfo *targetOrReport(const std::string &name) {
+  const target::TargetInfo *chip = target::lookupTargetInfoOrDefault(name);
+  if (!chip)
+    std::cerr << "moec: --target " << name << ": not a chip moec knows ("
+              << target::knownTargetNames() << ")\n";
+  return chip;
 }
 
 } // namespace moec::cli

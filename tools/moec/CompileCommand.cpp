@@ -175,13 +175,9 @@ bool reportTargetProblems(const CompileArgs &args,
 
 int runCompile(const CompileArgs &args) {
   using namespace moec;
-  const target::TargetInfo *chip =
-      target::lookupTargetInfoOrDefault(args.target);
-  if (!chip) {
-    std::cerr << "moec: --target " << args.target << ": not a chip moec knows ("
-              << target::knownTargetNames() << ")\n";
+  const target::TargetInfo *chip = cli::targetOrReport(args.target);
+  if (!chip)
     return cli::kBadInput;
-  }
   auto start = std::chrono::steady_clock::now();
   // At the small shape spills are reported, not refused
   // (smallShapeCompileOptions says why).
@@ -316,15 +312,8 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
                 "emulated device and `moec selftest --small`; spills at the "
                 "small shape are reported, not refused (the emulated device "
                 "runs the kernel IR)");
-  std::vector<std::string> chips;
-  for (const moec::target::TargetInfo *chip : moec::target::kKnownTargets)
-    chips.push_back(chip->name);
-  cmd->add_option("--target", args->target,
-                  "chip or part to compile for (docs/targets.md; default " +
-                      std::string(
-                          moec::target::lookupTargetInfoOrDefault("")->name) +
-                      "): every kernel it cannot run is refused, one line "
-                      "each")
-      ->check(CLI::IsMember(chips));
+  moec::cli::addTargetOption(
+      cmd, args->target,
+      "compile for; every kernel it cannot run is refused, one line each");
   cmd->callback([args, &exitStatus] { exitStatus = runCompile(*args); });
 }

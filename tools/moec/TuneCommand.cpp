@@ -13,6 +13,7 @@
 #include "moec/Harness/EmulatedTileCounter.h"
 
 #include "moec/Compiler/CompileCache.h"
+#include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/CostModel.h"
 #include "moec/Compiler/Tuner.h"
 
@@ -39,6 +40,8 @@ struct TuneArgs {
   unsigned refinementRounds = 2;
   size_t timedPerKey = 3;
   std::string measurements;
+  /// The chip or part to tune for (--target); empty: the default chip.
+  std::string target;
 };
 
 int runTune(const TuneArgs &args) {
@@ -50,7 +53,11 @@ int runTune(const TuneArgs &args) {
     std::cerr << "moec: " << error << "\n";
     return cli::kBadInput;
   }
+  const target::TargetInfo *chip = cli::targetOrReport(args.target);
+  if (!chip)
+    return cli::kBadInput;
   TuneOptions options;
+  options.target = &CompileTarget::of(*chip);
   options.jobs = args.jobs;
   options.space.tieMargin = args.tieMargin;
   options.space.refinementRounds = args.refinementRounds;
@@ -187,5 +194,8 @@ void addTuneCommand(CLI::App &app, int &exitStatus) {
                 "rank with the analytic per-tile counts instead of counting "
                 "one tile of every GEMM kernel on the emulator "
                 "(docs/cost-model.md)");
+  moec::cli::addTargetOption(cmd, args->target,
+                             "tune for: the candidates compile for it and "
+                             "its CUs bound the resident grids");
   cmd->callback([args, &exitStatus] { exitStatus = runTune(*args); });
 }

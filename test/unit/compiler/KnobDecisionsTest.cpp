@@ -229,9 +229,12 @@ TEST_CASE("the knobs GemmStageShape holds are Modeled and reach the model",
                    a.otherInstructions != b.otherInstructions;
       for (int64_t m : {1, 16, 256, 4096}) {
         const double before =
-            predictStage(base, resources, 64 * uint32_t(base.waves), m).totalUs;
+            predictStage(base, resources, 64 * uint32_t(base.waves), m,
+                         CostModelParameters(), target::kGfx950)
+                .totalUs;
         const double after =
-            predictStage(changed, resources, 64 * uint32_t(changed.waves), m)
+            predictStage(changed, resources, 64 * uint32_t(changed.waves), m,
+                         CostModelParameters(), target::kGfx950)
                 .totalUs;
         moved |= before != after;
       }

@@ -6,16 +6,21 @@
 /// read instead of restating it. This checks that the defaults are usable
 /// as the tables spell values, and that the decision checker behind
 /// "[knobs]" (knobDecisionProblems) names the stage and knob of a planted
-/// fault: a missing row, a row for a knob ODS lacks, a duplicated row.
+/// fault: a missing row, a row for a knob ODS lacks, a duplicated row. The
+/// tuner's refinements read their defaults from the same table; each must
+/// be a knob with a default, and the Refined and SelectionWide rows must be
+/// exactly the knobs the tuner refines.
 ///
 //===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/KnobDecisions.h"
+#include "moec/Compiler/Tuner.h"
 #include "moec/Dialect/Moe/MoeKnobs.h"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -139,4 +144,30 @@ TEST_CASE("every ODS default is a value a table can write", "[knobs]") {
   CHECK(std::string(moe::lookupOwnedKnob("#moe.combine_tile", "blocks")
                         ->defaultValue) == "0");
   CHECK(moe::lookupOwnedKnob("#moe.tile", "blocks") == nullptr);
+}
+
+TEST_CASE("the tuner refines ODS knobs with defaults, as the rows record",
+          "[knobs][tuner]") {
+  std::set<std::string> refined, selectionWide;
+  for (const RefinedKnob &r : refinedKnobs()) {
+    const std::string where = r.stage + "." + r.knob;
+    INFO(where);
+    // The tuner compares a kernel's value with the ODS default
+    // (knobOrDefault), so the knob must be the stage's and have one.
+    const moe::KnobInfo *knob = moe::lookupKnob(r.stage, r.knob);
+    REQUIRE(knob);
+    CHECK(*knob->defaultValue);
+    (r.selectionWide ? selectionWide : refined).insert(where);
+  }
+  std::set<std::string> refinedRows, selectionWideRows;
+  for (const KnobDecision *r = knobDecisionsBegin(); r != knobDecisionsEnd();
+       ++r) {
+    const std::string where = std::string(r->stage) + "." + r->knob;
+    if (r->tuner == TunerDecision::Refined)
+      refinedRows.insert(where);
+    if (r->tuner == TunerDecision::SelectionWide)
+      selectionWideRows.insert(where);
+  }
+  CHECK(refined == refinedRows);
+  CHECK(selectionWide == selectionWideRows);
 }

@@ -126,9 +126,8 @@ struct StagePrediction {
 StagePrediction predictStage(const GemmStageShape &shape,
                              const rt::KernelResources &resources,
                              uint32_t workgroupSize, int64_t m,
-                             const CostModelParameters &parameters = {},
-                             const target::TargetInfo &chip =
-                                 target::defaultTarget(),
+                             const CostModelParameters &parameters,
+                             const target::TargetInfo &chip,
                              const TileCounts *counted = nullptr);
 
 /// The token exchange of an expert-parallel layer at key m: every rank

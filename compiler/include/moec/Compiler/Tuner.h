@@ -106,6 +106,11 @@ using CandidateTimer = std::function<bool(
 
 struct TuneOptions {
   SearchSpace space;
+  /// The chip or part the candidates compile for (`moec tune --target`):
+  /// the resource gate, the resident-grid budget, the cost model and the
+  /// CSV's occupancy use its facts, and the tuned table is checked on it.
+  /// nullptr: the default chip.
+  const CompileTarget *target = nullptr;
   /// The model's per-tile inputs (docs/cost-model.md): counted by this
   /// callback for every distinct GEMM kernel that passes the resource gate;
   /// empty: the analytic countTile() for all.
