@@ -90,6 +90,11 @@ struct Candidate {
 std::string knobOr(const TableKernel &kernel, const char *name,
                    const std::string &fallback);
 int64_t knobInt(const TableKernel &kernel, const char *name, int64_t fallback);
+/// A knob of a table kernel, or its ODS default when its line does not set
+/// it: the default comes from the knob table generated from ODS
+/// (moe::KnobInfo::defaultValue), never restated in the tuner. "" for a
+/// knob without a default (a required one, or not a knob of the stage).
+std::string knobOrDefault(const TableKernel &kernel, const char *name);
 /// A kernel the cost model times as a GEMM stage (a dispatch-only stage 1
 /// computes nothing and costs a launch).
 bool isGemm(const TableKernel &kernel);

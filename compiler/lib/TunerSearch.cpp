@@ -11,6 +11,7 @@
 
 #include "TunerInternal.h"
 
+#include "moec/Dialect/Moe/MoeKnobs.h"
 #include "moec/target/target_info.h"
 
 #include <algorithm>
@@ -28,6 +29,11 @@ std::string knobOr(const TableKernel &kernel, const char *name,
 int64_t knobInt(const TableKernel &kernel, const char *name, int64_t fallback) {
   auto it = kernel.knobs.find(name);
   return it == kernel.knobs.end() ? fallback : std::atoll(it->second.c_str());
+}
+
+std::string knobOrDefault(const TableKernel &kernel, const char *name) {
+  const moe::KnobInfo *knob = moe::lookupKnob(kernel.stage, name);
+  return knobOr(kernel, name, knob ? knob->defaultValue : "");
 }
 
 bool isGemm(const TableKernel &kernel) {
@@ -52,11 +58,12 @@ GemmStageShape shapeOf(const TuningTable &spec, const TableKernel &kernel) {
   shape.experts = problem->experts;
   shape.topK = problem->topK;
   shape.ep = problem->ep;
+  // m and n have no default: ODS requires them on every GEMM kernel line.
   shape.tileM = knobInt(kernel, "m", 16);
   shape.tileN = knobInt(kernel, "n", 64);
-  shape.waves = knobInt(kernel, "waves", 4);
-  shape.mfma32 = knobOr(kernel, "mfma", "m16n16k128") == "m32n32k64";
-  shape.bDirect = knobOr(kernel, "b_direct", "false") == "true";
+  shape.waves = std::atoll(knobOrDefault(kernel, "waves").c_str());
+  shape.mfma32 = knobOrDefault(kernel, "mfma") == "m32n32k64";
+  shape.bDirect = knobOrDefault(kernel, "b_direct") == "true";
   return shape;
 }
 
@@ -66,9 +73,9 @@ namespace {
 constexpr int64_t kDecodeStep = 6, kDecodeSteps = 192, kSmallM = 64;
 
 
-/// The knob values a refinement tries on each stage kernel of a winner,
-/// and the values a kernel has when its table line does not set the knob
-/// (the dialect's defaults). The model predicts the same time for the
+/// The knob values a refinement tries on each stage kernel of a winner; a
+/// kernel whose line does not set the knob has its ODS default
+/// (knobOrDefault). The model predicts the same time for the
 /// knobs its per-tile counts do not see (the combine's grid, W2's output
 /// staging); they are searched so that `--device` can time them
 /// (docs/tuning.md). The fused stages' grid, dispatch CUs, planning CUs
@@ -76,7 +83,7 @@ constexpr int64_t kDecodeStep = 6, kDecodeSteps = 192, kSmallM = 64;
 /// handshakeOf), so they are not refined.
 struct KnobChoice {
   const char *stage; ///< the stage kernel it applies to; nullptr: W13, W2
-  const char *knob, *value, *tag, *defaultValue;
+  const char *knob, *value, *tag;
   const char *alsoKnob = nullptr, *alsoValue = nullptr;
   /// Only for kernels that set this knob (the fused stages' `transport`).
   const char *onlyWith = nullptr;
@@ -84,28 +91,28 @@ struct KnobChoice {
   const char *notWith = nullptr;
 };
 const KnobChoice kKnobChoices[] = {
-    {nullptr, "orientation", "a_major", "oa", "a_major"},
-    {nullptr, "orientation", "b_major", "ob", "a_major"},
-    {nullptr, "b_cache", "nt", "nt", "cached"},
-    {nullptr, "b_cache", "cached", "cached", "cached"},
-    {nullptr, "waves_per_eu", "2", "wpe2", "0"},
-    {nullptr, "waves_per_eu", "4", "wpe4", "0"},
-    {nullptr, "a_swizzle", "true", "asw", "false"},
-    {nullptr, "async_a", "true", "async", "false"},
-    {nullptr, "b_prefetch", "true", "bpf", "false"},
-    {nullptr, "scale_prefetch", "true", "spf", "false"},
-    {nullptr, "scale_prefetch", "false", "nospf", "false"},
-    {nullptr, "xcd_swizzle", "true", "xcd", "false"},
-    {nullptr, "group_m", "4", "gm4", "0"},
-    {"w2", "persist_cu", "256", "p256s", "0", "persist_strided", "true",
-     nullptr, "workgroups"},
-    {"w2", "bf16_lds", "true", "bf16lds", "false"},
+    {nullptr, "orientation", "a_major", "oa"},
+    {nullptr, "orientation", "b_major", "ob"},
+    {nullptr, "b_cache", "nt", "nt"},
+    {nullptr, "b_cache", "cached", "cached"},
+    {nullptr, "waves_per_eu", "2", "wpe2"},
+    {nullptr, "waves_per_eu", "4", "wpe4"},
+    {nullptr, "a_swizzle", "true", "asw"},
+    {nullptr, "async_a", "true", "async"},
+    {nullptr, "b_prefetch", "true", "bpf"},
+    {nullptr, "scale_prefetch", "true", "spf"},
+    {nullptr, "scale_prefetch", "false", "nospf"},
+    {nullptr, "xcd_swizzle", "true", "xcd"},
+    {nullptr, "group_m", "4", "gm4"},
+    {"w2", "persist_cu", "256", "p256s", "persist_strided", "true", nullptr,
+     "workgroups"},
+    {"w2", "bf16_lds", "true", "bf16lds"},
     // Routes a fused stage 1's producer wave dispatches at a time.
-    {"w13", "chunk_routes", "4", "cr4", "1", nullptr, nullptr, "transport"},
+    {"w13", "chunk_routes", "4", "cr4", nullptr, nullptr, "transport"},
     // The combine's grid and waves.
-    {"combine", "blocks", "256", "b256", "0", nullptr, nullptr, nullptr,
+    {"combine", "blocks", "256", "b256", nullptr, nullptr, nullptr,
      "peer_rows"},
-    {"combine", "waves", "8", "w8", "4", nullptr, nullptr, nullptr, "peer_rows"},
+    {"combine", "waves", "8", "w8", nullptr, nullptr, nullptr, "peer_rows"},
 };
 
 /// The fused stages' selection-wide knobs (their handshake counts,
@@ -113,18 +120,18 @@ const KnobChoice kKnobChoices[] = {
 /// configuration, forming another handshake group, which the model cannot
 /// tell from its parent's and `--device` can.
 struct ClassChoice {
-  const char *knob, *value, *tag, *defaultValue;
+  const char *knob, *value, *tag;
   const char *onlyStage = nullptr; ///< nullptr: W13 and W2
   bool compactOnly = false;
 };
 const ClassChoice kClassChoices[] = {
-    {"workgroups", "256", "wg256", "256"},
-    {"workgroups", "512", "wg512", "256"},
-    {"dispatch_cus", "16", "dc16", "16", "w13"},
-    {"dispatch_cus", "64", "dc64", "16", "w13"},
-    {"work_shards", "2", "sh2", "0", nullptr, true},
-    {"work_shards", "8", "sh8", "0", nullptr, true},
-    {"plan_cus", "8", "pc8", "1", "w13", true},
+    {"workgroups", "256", "wg256"},
+    {"workgroups", "512", "wg512"},
+    {"dispatch_cus", "16", "dc16", "w13"},
+    {"dispatch_cus", "64", "dc64", "w13"},
+    {"work_shards", "2", "sh2", nullptr, true},
+    {"work_shards", "8", "sh8", nullptr, true},
+    {"plan_cus", "8", "pc8", "w13", true},
 };
 
 /// Whether refinement `r` changes `kernel`: a stage refinement the kernel
@@ -335,7 +342,7 @@ std::vector<Tiling> Search::refinementsOf(size_t s, size_t c) const {
       if ((choice.onlyWith && !kernel->knobs.count(choice.onlyWith)) ||
           (choice.notWith && kernel->knobs.count(choice.notWith)))
         continue;
-      if (knobOr(*kernel, choice.knob, choice.defaultValue) == choice.value)
+      if (knobOrDefault(*kernel, choice.knob) == choice.value)
         continue;
       bool refinedAlready = false;
       for (const Refinement &r : candidate.tiling.refinements)
@@ -371,7 +378,7 @@ std::vector<Tiling> Search::classVariantsOf(size_t s, size_t c) const {
     for (size_t k : candidate.kernels) {
       const TableKernel &kernel = kernels[k].kernel;
       changes |= refinementApplies(r, kernel) &&
-                 knobOr(kernel, choice.knob, choice.defaultValue) != choice.value;
+                 knobOrDefault(kernel, choice.knob) != choice.value;
     }
     if (!changes)
       continue;
@@ -385,6 +392,22 @@ std::vector<Tiling> Search::classVariantsOf(size_t s, size_t c) const {
 } // namespace tuner
 
 using namespace tuner;
+
+std::vector<RefinedKnob> refinedKnobs() {
+  std::set<RefinedKnob> knobs;
+  for (const KnobChoice &choice : kKnobChoices)
+    for (const char *stage : {"w13", "w2"}) {
+      const std::string on = choice.stage ? choice.stage : stage;
+      knobs.insert({on, choice.knob, false});
+      if (choice.alsoKnob)
+        knobs.insert({on, choice.alsoKnob, false});
+    }
+  for (const ClassChoice &choice : kClassChoices)
+    for (const char *stage : {"w13", "w2"})
+      knobs.insert(
+          {choice.onlyStage ? choice.onlyStage : stage, choice.knob, true});
+  return {knobs.begin(), knobs.end()};
+}
 
 std::vector<int64_t> selectionKeys(const TuningTable &spec,
                                    const TableSelection &selection) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace moec {
@@ -156,6 +157,22 @@ struct TuneResult {
   size_t timedConfigs = 0, measuredRows = 0;
   std::string measurementsCsv;
 };
+
+/// A knob the refinement rounds of `moec tune` change: on one stage kernel
+/// ("w13", "w2", "combine"), or, when `selectionWide`, on every fused
+/// kernel of that stage in a configuration at once.
+struct RefinedKnob {
+  std::string stage, knob;
+  bool selectionWide = false;
+  bool operator<(const RefinedKnob &other) const {
+    return std::tie(stage, knob, selectionWide) <
+           std::tie(other.stage, other.knob, other.selectionWide);
+  }
+};
+/// Every (stage, knob) the refinement rounds try (TunerSearch.cpp
+/// kKnobChoices and kClassChoices), once each; the [knobs] test checks them
+/// against the knob table generated from ODS and the decision rows.
+std::vector<RefinedKnob> refinedKnobs();
 
 /// Tunes `spec` (read from `specPath`, named in the output's header). On
 /// failure `error` is one line naming the spec line.
