@@ -122,6 +122,34 @@ TEST_CASE("model-check: figures, summary and its statistics", "[modelcheck]") {
   CHECK(summary.winnerKeys == 0);
 }
 
+TEST_CASE("model-check: the published-winner check", "[modelcheck]") {
+  moec::ModelCheckData data;
+  moec::ModelKernel wide = smallW2();
+  // N 256: 4 tiles; LDS (4224 + 34816 written, 4 x 4224 + 34816 read) =
+  // 90752 bytes = 709 cycles = 0.295 us, slower than N 128's 0.182 us.
+  wide.shape.tileN = 256;
+  wide.counts = moec::countTile(wide.shape);
+  data.kernels = {smallW2(), wide};
+  for (size_t k : {0, 1}) {
+    moec::ModelCheckEntry entry;
+    entry.figure = "row" + std::to_string(k);
+    entry.family = "aiter-fmoe";
+    entry.stage = "stage2";
+    entry.part = "validation";
+    entry.m = 16;
+    entry.measuredUs = 3.2;
+    entry.kernels = {k};
+    entry.alternatives = {{0}, {1}};
+    data.entries.push_back(entry);
+  }
+  moec::predictEntries(data, moec::CostModelParameters());
+  CHECK(data.entries[1].predictedUs == Approx(3.295417).epsilon(1e-6));
+  const moec::ModelCheckSummary summary = moec::summarize(data);
+  // The N 128 row is the model's choice among the two; the N 256 row is not.
+  CHECK(summary.winnerKeys == 2);
+  CHECK(summary.winnerPicked == 1);
+}
+
 TEST_CASE("model-check: median, percentile and Spearman", "[modelcheck]") {
   CHECK(moec::median({1, 3, 2}) == 2);
   CHECK(moec::median({4, 1, 3, 2}) == 2.5);
