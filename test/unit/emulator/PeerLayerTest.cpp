@@ -89,7 +89,9 @@ void checkLayerPasses(const PeerLayerOutcome &outcome) {
   CHECK(outcome.pass);
 }
 
-PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
+/// Runs the fused layer of `k`; fails the test when it cannot run.
+PeerLayerOutcome runOutcome(const PeerKnobs &k,
+                            const PeerLayerOptions &options) {
   PeerKernels kernels(k);
   std::string error;
   PeerLayerOutcome outcome;
@@ -98,6 +100,22 @@ PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
                                           error));
   INFO(error);
   REQUIRE(ran);
+  return outcome;
+}
+
+/// A routing past the fixed-slot capacity: the oracle needs more slots,
+/// the kernels count overflow, and the layer does not pass.
+void checkOverflowReported(const PeerKnobs &k,
+                           const PeerLayerOptions &options) {
+  const PeerLayerOutcome outcome = runOutcome(k, options);
+  INFO(outcome.summary);
+  CHECK(outcome.summary.find("too small") != std::string::npos);
+  CHECK(outcome.overflows > 0);
+  CHECK_FALSE(outcome.pass);
+}
+
+PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
+  PeerLayerOutcome outcome = runOutcome(k, options);
   INFO(outcome.summary);
   checkLayerPasses(outcome);
   CHECK(outcome.countMismatches == 0);
@@ -219,23 +237,12 @@ TEST_CASE("a fixed-slot expert past its capacity is reported as overflow, "
   // Hot-rank routing sends every route to rank 0's 4 experts: 64 routes
   // for 4 x 16 receive rows, more than 16 for some expert.
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 16, 16, 6, 2};
-  PeerKernels kernels(knobs);
   PeerLayerOptions options;
   options.seed = 43;
   options.tokensPerRank = {16, 16};
   options.hotRank = 0;
   options.epochs = 1;
-  PeerLayerOutcome outcome;
-  std::string error;
-  const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
-                                          kernels.combine, options, outcome,
-                                          error));
-  INFO(error);
-  REQUIRE(ran);
-  INFO(outcome.summary);
-  CHECK(outcome.summary.find("too small") != std::string::npos);
-  CHECK(outcome.overflows > 0);
-  CHECK_FALSE(outcome.pass);
+  checkOverflowReported(knobs, options);
 }
 
 TEST_CASE("fused MegaMoE with a sharded dynamic work queue", "[peer]") {
@@ -431,22 +438,11 @@ TEST_CASE("fused MegaMoE at EP8: a hot rank past the fixed-slot capacity "
   // Every route of 8 ranks x 8 tokens goes to rank 2's 4 experts: 128
   // routes for 4 x 16 receive rows.
   PeerKnobs knobs{8, 16, 64, 16, 128, "b_major", 16, 8, 6, 2};
-  PeerKernels kernels(knobs);
   PeerLayerOptions options;
   options.seed = 71;
   options.tokensPerRank.assign(8, 8);
   options.hotRank = 2;
   options.scheduleSeed = 5;
   options.epochs = 1;
-  PeerLayerOutcome outcome;
-  std::string error;
-  const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
-                                          kernels.combine, options, outcome,
-                                          error));
-  INFO(error);
-  REQUIRE(ran);
-  INFO(outcome.summary);
-  CHECK(outcome.summary.find("too small") != std::string::npos);
-  CHECK(outcome.overflows > 0);
-  CHECK_FALSE(outcome.pass);
+  checkOverflowReported(knobs, options);
 }
