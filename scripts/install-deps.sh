@@ -11,7 +11,7 @@ packages=(
   llvm-22 llvm-22-dev llvm-22-tools lld-22 liblld-22-dev
   libmlir-22-dev mlir-22-tools
   nlohmann-json3-dev libcli11-dev catch2 zlib1g-dev libzstd-dev
-  python3-pytest python3-numpy python3-torch
+  python3-pytest python3-numpy python3-torch python3-venv python3-pip
   clang-22 libclang-rt-22-dev
 )
 if [ "${1:-}" = "--optional" ]; then

@@ -78,11 +78,13 @@ class Installation:
 
     def fused_moe(self, *args, **kwargs):
         """aiter.fused_moe.fused_moe's signature, dispatched."""
-        bound = _bind(args, kwargs)
-        moec_only = {k: bound.pop(k) for k in ("layer", "out", "m", "stream") if k in bound}
         values = dict(_DEFAULTS)
-        values.update(bound)
+        values.update(zip(_AITER_PARAMETERS, args))
+        values.update(kwargs)
         try:
+            # an argument moec does not know (a newer AITER's) goes to AITER
+            bound = _bind(args, kwargs)
+            moec_only = {k: bound.pop(k) for k in ("layer", "out", "m", "stream") if k in bound}
             call = _plan(*[values[name] for name in _AITER_PARAMETERS],
                          layers=None if "layer" in moec_only else self.layers,
                          layer=moec_only.get("layer"), out=moec_only.get("out"),
@@ -147,13 +149,12 @@ def _describe(values):
 
     def dtype(v):
         return str(getattr(v, "dtype", "?")).replace("torch.", "")
-    activation = values["activation"]
-    quant = values["quant_type"]
+    activation, quant = values["activation"], values["quant_type"]
+    hidden, w1, w2, ids = (values.get(k) for k in ("hidden_states", "w1", "w2", "topk_ids"))
     return ("hidden %s %s, w1 %s %s, w2 %s, topk_ids %s, activation %s, quant_type %s" %
-            (shape(values["hidden_states"]).split("x")[-1], dtype(values["hidden_states"]),
-             shape(values["w1"]), dtype(values["w1"]), shape(values["w2"]),
-             shape(values["topk_ids"]).split("x")[-1],
-             getattr(activation, "name", activation), getattr(quant, "name", quant)))
+            (shape(hidden).split("x")[-1], dtype(hidden), shape(w1), dtype(w1), shape(w2),
+             shape(ids).split("x")[-1], getattr(activation, "name", activation),
+             getattr(quant, "name", quant)))
 
 
 def _layers_from(bundle_or_layers, device, ep, ep_rank, networks):
