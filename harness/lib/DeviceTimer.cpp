@@ -14,6 +14,8 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <tuple>
 
 namespace moec::harness {
@@ -44,8 +46,11 @@ std::string timingMethodToken(const DeviceTimerOptions &options,
                 ? "flush" + std::to_string(mib) + "M"
                 : "flush" + std::to_string(options.flushBytes) + "B";
   }
-  return "hip-graph-median-" + flush + "-" + std::to_string(options.passes) +
-         "pass-reversed-" +
+  const std::string statistic =
+      options.meanOfPassMedians ? "mean-of-pass-medians" : "median";
+  return "hip-graph-" + statistic + "-" + flush + "-" +
+         std::to_string(options.passes) + "pass-reversed-" +
+         (options.shuffleReversedPasses ? "shuffled-" : "") +
          std::to_string(options.passes * options.samplesPerPass) + "samples" +
          (fusedDirect ? "-fused-direct" : "");
 }
@@ -110,6 +115,7 @@ struct ConfigState {
   std::vector<int> ordinals;
   bool skipped = false;
   std::vector<std::vector<double>> samples; ///< per key
+  std::vector<std::vector<double>> passMedians; ///< per key
 };
 
 /// The layer ranks of one configuration in one pass.
@@ -213,20 +219,33 @@ DeviceContext *Timer::context(int ordinal, std::string &error) {
 bool Timer::place(const TimedConfig &config, ConfigState &state,
                   std::string &skip) const {
   state.ordinals.clear();
+  auto ordinal = [&](uint32_t r) {
+    return options_.devices.empty()                ? first_ + int(r)
+           : r < options_.devices.size() ? options_.devices[r]
+                                                   : -1;
+  };
   if (!state.facts.fused) {
-    state.ordinals.push_back(first_);
+    state.ordinals.push_back(ordinal(0));
     return true;
   }
   // Fused ranks wait on each other's kernels: one device each.
-  if (first_ + int64_t(config.ep) > deviceCount_) {
+  if (options_.devices.empty() && first_ + int64_t(config.ep) > deviceCount_) {
     skip = state.name + ": fused ranks need a device each: " +
            std::to_string(config.ep) + " devices (" + std::to_string(first_) +
            " to " + std::to_string(first_ + int(config.ep) - 1) +
            "), the HIP library reports " + std::to_string(deviceCount_);
     return false;
   }
-  for (uint32_t r = 0; r < config.ep; ++r)
-    state.ordinals.push_back(first_ + int(r));
+  for (uint32_t r = 0; r < config.ep; ++r) {
+    if (ordinal(r) < 0 || ordinal(r) >= deviceCount_) {
+      skip = state.name + ": fused ranks need a device each: rank " +
+             std::to_string(r) + " has none of the " +
+             std::to_string(deviceCount_) + " devices (--device lists " +
+             std::to_string(options_.devices.size()) + ")";
+      return false;
+    }
+    state.ordinals.push_back(ordinal(r));
+  }
   return true;
 }
 
@@ -502,6 +521,7 @@ bool Timer::run(const std::string &bundlePath,
     ConfigState &state = states[c];
     state.name = rt::describeTableKey(config.network, config.ep, config.workspace);
     state.samples.assign(config.keys.size(), {});
+    state.passMedians.assign(config.keys.size(), {});
     timings.us[c].assign(config.keys.size(), -1.0);
     std::string reason;
     if (!bundle_->selector().resolveTable(config.network, config.ep,
@@ -524,8 +544,10 @@ bool Timer::run(const std::string &bundlePath,
   }
   timings.method = timingMethodToken(options_, fusedTimed);
 
-  for (unsigned pass = 0; pass < options_.passes; ++pass) {
-    for (size_t i = 0; i < configs.size(); ++i) {
+  std::mt19937_64 shuffler(options_.seed);
+  bool stopped = false;
+  for (unsigned pass = 0; pass < options_.passes && !stopped; ++pass) {
+    for (size_t i = 0; i < configs.size() && !stopped; ++i) {
       // Every other pass in reversed order: what the device carries from
       // one configuration to the next (clocks, heat) falls on both sides.
       const size_t c = pass % 2 ? configs.size() - 1 - i : i;
@@ -542,7 +564,16 @@ bool Timer::run(const std::string &bundlePath,
         timings.skipped.push_back(state.name + ": set-up: " + reason);
         continue;
       }
-      for (size_t k = 0; k < configs[c].keys.size(); ++k) {
+      std::vector<size_t> keyOrder(configs[c].keys.size());
+      for (size_t k = 0; k < keyOrder.size(); ++k)
+        keyOrder[k] = k;
+      if (pass % 2 && options_.shuffleReversedPasses)
+        std::shuffle(keyOrder.begin(), keyOrder.end(), shuffler);
+      for (size_t k : keyOrder) {
+        if (options_.stop && options_.stop()) {
+          stopped = true;
+          break;
+        }
         std::vector<double> &samples = state.samples[k];
         if (pass > 0 && samples.empty())
           continue; // failed in an earlier pass
@@ -556,13 +587,23 @@ bool Timer::run(const std::string &bundlePath,
           continue;
         }
         samples.insert(samples.end(), taken.begin(), taken.end());
+        state.passMedians[k].push_back(median(taken));
       }
     }
   }
   for (size_t c = 0; c < configs.size(); ++c)
     if (!states[c].skipped)
-      for (size_t k = 0; k < configs[c].keys.size(); ++k)
-        timings.us[c][k] = median(states[c].samples[k]);
+      for (size_t k = 0; k < configs[c].keys.size(); ++k) {
+        const std::vector<double> &medians = states[c].passMedians[k];
+        // A key the stop left without every pass is not reported.
+        if (medians.size() != options_.passes)
+          continue;
+        timings.us[c][k] =
+            options_.meanOfPassMedians
+                ? std::accumulate(medians.begin(), medians.end(), 0.0) /
+                      double(medians.size())
+                : median(states[c].samples[k]);
+      }
   return true;
 }
 

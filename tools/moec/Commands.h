@@ -32,5 +32,6 @@ void addRunCommand(CLI::App &app, int &exitStatus);
 void addSelftestCommand(CLI::App &app, int &exitStatus);
 void addTuneCommand(CLI::App &app, int &exitStatus);
 void addModelCheckCommand(CLI::App &app, int &exitStatus);
+void addBenchCommand(CLI::App &app, int &exitStatus);
 
 #endif // MOEC_TOOLS_MOEC_COMMANDS_H

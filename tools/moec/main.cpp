@@ -69,6 +69,7 @@ int main(int argc, char **argv) {
   addSelftestCommand(app, exitStatus);
   addTuneCommand(app, exitStatus);
   addModelCheckCommand(app, exitStatus);
+  addBenchCommand(app, exitStatus);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &help) {

@@ -42,6 +42,18 @@ struct DeviceTimerOptions {
   uint64_t seed = 1;
   /// A line per configuration set up in each pass (empty: quiet).
   std::function<void(const std::string &)> progress;
+  /// The device of each rank, in rank order (empty: the timer's device and
+  /// the devices after it).
+  std::vector<int> devices;
+  /// Every other pass visits its configurations' keys in a seeded random
+  /// order too (besides the reversed configuration order).
+  bool shuffleReversedPasses = false;
+  /// The result of a key: the mean of each pass's median (the seeds'
+  /// statistic) instead of the median of every sample.
+  bool meanOfPassMedians = false;
+  /// Asked before every key: true stops the run there (the keys left are
+  /// not timed and not reported as skipped).
+  std::function<bool()> stop;
 };
 
 /// The timer of device `device` (its rank 0; fused tables' ranks on
@@ -54,8 +66,10 @@ CandidateTimer makeDeviceTimer(int device, DeviceTimerOptions options = {});
 std::string deviceToken(const std::string &name, int ordinal);
 
 /// The method token of a run (docs/tuning.md, "Timing on a device"), e.g.
-/// "hip-graph-median-flush512M-4pass-reversed-40samples"; `fusedDirect`
-/// appends "-fused-direct" (fused tables launched without a graph).
+/// "hip-graph-median-flush512M-4pass-reversed-40samples" (`moec bench`:
+/// "hip-graph-mean-of-pass-medians-flush512M-2pass-reversed-shuffled-
+/// 60samples"); `fusedDirect` appends "-fused-direct" (fused tables
+/// launched without a graph).
 std::string timingMethodToken(const DeviceTimerOptions &options,
                               bool fusedDirect);
 

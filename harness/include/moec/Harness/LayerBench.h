@@ -1,0 +1,104 @@
+//===- LayerBench.h - `moec bench`: a bundle's layer times --------*- C++ -*-===//
+///
+/// \file
+/// Measures the layer forward of every selection key (network, EP,
+/// workspace, M) of a bundle on a device the way the seeds measure
+/// (docs/performance.md, "Reading `moec bench`"): HIP graph replay, a
+/// 512 MiB cache flush outside the timed region, 5 warm-ups, two passes of
+/// 30 samples (the second in reversed configuration order and shuffled key
+/// order), the mean of the two passes' medians. It runs on the device timer
+/// of `moec tune --device` (DeviceTimer.h) with those settings, and puts
+/// the published figure of the same key (tuning_tables/published/
+/// figures.csv) beside each measurement.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_HARNESS_LAYERBENCH_H
+#define MOEC_HARNESS_LAYERBENCH_H
+
+#include "moec/Harness/DeviceTimer.h"
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace moec::harness {
+
+/// One selection key.
+struct BenchKey {
+  std::string network;
+  uint32_t ep = 1, workspace = 0, m = 0;
+  bool operator<(const BenchKey &other) const {
+    return std::tie(network, ep, workspace, m) <
+           std::tie(other.network, other.ep, other.workspace, other.m);
+  }
+};
+
+struct BenchOptions {
+  /// The device of each rank (fused EP: one rank per device); the first
+  /// one alone times unfused tables.
+  std::vector<int> devices = {0};
+  /// HIP libraries tried in order (empty: $MOEC_HIP_LIBRARY or libamdhip64).
+  std::vector<std::string> libraries;
+  /// Filters: empty / 0 take every value.
+  std::string network;
+  uint32_t ep = 0, workspace = 0, m = 0;
+  /// Keys measured before (--resume): not measured again.
+  std::set<BenchKey> done;
+  /// figures.csv to read published times from (empty: none).
+  std::string publishedFigures;
+  /// The protocol; the defaults are the seeds'.
+  unsigned warmups = 5, samplesPerPass = 30, passes = 2;
+  uint64_t flushBytes = uint64_t(512) << 20;
+  uint64_t seed = 1;
+  std::function<void(const std::string &)> progress;
+  /// Asked before every key (SIGINT): true stops after the current key.
+  std::function<bool()> stop;
+};
+
+/// One measured key.
+struct BenchRow {
+  BenchKey key;
+  double layerUs = -1.0;
+  /// The published figure of the same key, or a negative value.
+  double publishedUs = -1.0;
+  std::string figure; ///< its id in figures.csv
+};
+
+struct BenchResult {
+  std::string device; ///< how the device names itself (one token)
+  std::string method; ///< how it timed (DeviceTimer's method token)
+  std::string date;
+  /// The HIP library is moec's timing test double: its clock is synthetic.
+  bool synthetic = false;
+  std::vector<BenchRow> rows;
+  std::vector<std::string> skipped;
+  bool interrupted = false;
+};
+
+/// Measures every key of the bundle that passes the filters and is not in
+/// `options.done`. False with a one-line `error` when nothing can be timed
+/// (no HIP, moec's emulated device, a library without timing entry points,
+/// an unreadable bundle or figures file).
+bool runBench(const std::string &bundlePath, const BenchOptions &options,
+              BenchResult &result, std::string &error);
+
+/// The result as a table (one line per key) for a terminal.
+std::string formatBenchText(const BenchResult &result);
+/// The result as CSV (network,ep,workspace,m,layer_us,published_us,ratio,
+/// figure) and as JSON; both written atomically (a temporary file renamed).
+bool writeBenchCsv(const BenchResult &result, const std::string &path,
+                   std::string &error);
+bool writeBenchJson(const BenchResult &result, const std::string &path,
+                    std::string &error);
+/// The rows of a previous CSV or JSON output (by extension), for --resume:
+/// their keys go to `options.done`, the rows to the new result.
+bool readBenchRows(const std::string &path, std::vector<BenchRow> &rows,
+                   std::string &error);
+
+} // namespace moec::harness
+
+#endif // MOEC_HARNESS_LAYERBENCH_H

@@ -1,0 +1,287 @@
+//===- LayerBench.cpp - `moec bench`: a bundle's layer times --------------===//
+
+#include "moec/Harness/LayerBench.h"
+
+#include "moec/Compiler/ModelCheck.h"
+#include "moec/bundle.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace moec::harness {
+
+namespace {
+
+/// The name the timing test double gives its devices
+/// (test/unit/device/timing_double_hip.cpp).
+constexpr const char *kTestDoubleName = "moec-timing-test-double";
+
+bool readFile(const std::string &path, std::string &text, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = path + ": cannot read";
+    return false;
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  text = buffer.str();
+  return true;
+}
+
+/// Writes `text` to `path` through a temporary file beside it and a rename,
+/// so a reader never sees half a file.
+bool writeAtomically(const std::string &path, const std::string &text,
+                     std::string &error) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!(out << text) || !out.flush()) {
+      error = temporary + ": cannot write";
+      return false;
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    error = path + ": cannot rename " + temporary + " to it";
+    std::remove(temporary.c_str());
+    return false;
+  }
+  return true;
+}
+
+std::string number(double value, const char *format = "%.1f") {
+  if (value < 0)
+    return "";
+  char text[32];
+  std::snprintf(text, sizeof(text), format, value);
+  return text;
+}
+
+std::string ratio(const BenchRow &row) {
+  return row.layerUs >= 0 && row.publishedUs > 0
+             ? number(row.layerUs / row.publishedUs, "%.3f")
+             : "";
+}
+
+} // namespace
+
+bool runBench(const std::string &bundlePath, const BenchOptions &options,
+              BenchResult &result, std::string &error) {
+  result = BenchResult();
+  std::unique_ptr<rt::Bundle> bundle = rt::Bundle::open(bundlePath, error);
+  if (!bundle)
+    return false;
+  // Published layer figures by key.
+  std::map<BenchKey, const PublishedFigure *> published;
+  std::vector<PublishedFigure> figures;
+  if (!options.publishedFigures.empty()) {
+    std::string text;
+    if (!readFile(options.publishedFigures, text, error) ||
+        !parsePublishedFigures(options.publishedFigures, text, figures, error))
+      return false;
+    for (const PublishedFigure &figure : figures)
+      if (figure.quantity == "layer" && figure.capacity > 0)
+        published[{figure.network, uint32_t(figure.ep),
+                   uint32_t(figure.capacity), uint32_t(figure.m)}] = &figure;
+  }
+
+  // One timed configuration per selection table: the table's own rows
+  // select the configuration of each M, as in an engine's forward.
+  std::vector<TimedConfig> configs;
+  std::vector<std::vector<BenchKey>> keys;
+  const auto &tables = bundle->selector().tables();
+  for (uint32_t t = 0; t < tables.size(); ++t) {
+    const rt::SelectionTable &table = tables[t];
+    if ((!options.network.empty() && table.network != options.network) ||
+        (options.ep && table.ep != options.ep) ||
+        (options.workspace && table.workspace != options.workspace))
+      continue;
+    TimedConfig config;
+    config.network = table.network;
+    config.ep = table.ep;
+    config.workspace = table.workspace;
+    std::vector<BenchKey> tableKeys;
+    for (const rt::RowRange &row : bundle->selector().rowRanges({t})) {
+      BenchKey key{table.network, table.ep, table.workspace, row.m};
+      if ((options.m && row.m != options.m) || options.done.count(key))
+        continue;
+      config.keys.push_back(row.m);
+      config.maxTokens = std::max(config.maxTokens, row.m);
+      tableKeys.push_back(key);
+    }
+    if (config.keys.empty())
+      continue;
+    configs.push_back(std::move(config));
+    keys.push_back(std::move(tableKeys));
+  }
+  bundle.reset();
+
+  DeviceTimerOptions timer;
+  timer.libraries = options.libraries;
+  timer.devices = options.devices;
+  timer.passes = options.passes;
+  timer.samplesPerPass = options.samplesPerPass;
+  timer.warmups = options.warmups;
+  timer.flushBytes = options.flushBytes;
+  timer.seed = options.seed;
+  timer.shuffleReversedPasses = true;
+  timer.meanOfPassMedians = true;
+  timer.progress = options.progress;
+  timer.stop = [&]() {
+    if (options.stop && options.stop())
+      result.interrupted = true;
+    return result.interrupted;
+  };
+  DeviceTimings timings;
+  if (!makeDeviceTimer(options.devices.empty() ? 0 : options.devices.front(),
+                       timer)(bundlePath, configs, timings, error))
+    return false;
+  result.device = timings.device;
+  result.method = timings.method;
+  result.date = timings.date;
+  result.synthetic = timings.device.rfind(kTestDoubleName, 0) == 0;
+  result.skipped = timings.skipped;
+  for (size_t c = 0; c < configs.size(); ++c)
+    for (size_t k = 0; k < keys[c].size(); ++k) {
+      if (timings.us[c][k] < 0)
+        continue;
+      BenchRow row;
+      row.key = keys[c][k];
+      row.layerUs = timings.us[c][k];
+      if (auto it = published.find(row.key); it != published.end()) {
+        row.publishedUs = it->second->measuredUs;
+        row.figure = it->second->id;
+      }
+      result.rows.push_back(std::move(row));
+    }
+  return true;
+}
+
+std::string formatBenchText(const BenchResult &result) {
+  std::ostringstream out;
+  out << "device " << result.device << ", " << result.method << ", "
+      << result.date << "\n";
+  if (result.synthetic)
+    out << "SYNTHETIC: the HIP library is moec's timing test double; these "
+           "times come from its clock, not from a GPU\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-16s %3s %6s %6s %12s %14s %7s  %s\n",
+                "network", "ep", "ws", "m", "layer_us", "published_us",
+                "ratio", "figure");
+  out << line;
+  for (const BenchRow &row : result.rows) {
+    std::snprintf(line, sizeof(line), "%-16s %3u %6u %6u %12s %14s %7s  %s\n",
+                  row.key.network.c_str(), row.key.ep, row.key.workspace,
+                  row.key.m, number(row.layerUs).c_str(),
+                  row.publishedUs > 0 ? number(row.publishedUs).c_str() : "-",
+                  row.publishedUs > 0 ? ratio(row).c_str() : "-",
+                  row.figure.c_str());
+    out << line;
+  }
+  for (const std::string &skip : result.skipped)
+    out << "skipped: " << skip << "\n";
+  if (result.interrupted)
+    out << "interrupted: the keys above are complete; --resume continues\n";
+  return out.str();
+}
+
+bool writeBenchCsv(const BenchResult &result, const std::string &path,
+                   std::string &error) {
+  std::ostringstream out;
+  out << "network,ep,workspace,m,layer_us,published_us,ratio,figure,device,"
+         "method,synthetic\n";
+  for (const BenchRow &row : result.rows)
+    out << row.key.network << ',' << row.key.ep << ',' << row.key.workspace
+        << ',' << row.key.m << ',' << number(row.layerUs, "%.3f") << ','
+        << (row.publishedUs > 0 ? number(row.publishedUs, "%.3f") : "") << ','
+        << ratio(row) << ',' << row.figure << ',' << result.device << ','
+        << result.method << ',' << (result.synthetic ? 1 : 0) << '\n';
+  return writeAtomically(path, out.str(), error);
+}
+
+bool writeBenchJson(const BenchResult &result, const std::string &path,
+                    std::string &error) {
+  // One row object per line, so --resume reads it back line by line.
+  std::ostringstream out;
+  out << "{\"device\": \"" << result.device << "\", \"method\": \""
+      << result.method << "\", \"date\": \"" << result.date
+      << "\", \"synthetic\": " << (result.synthetic ? "true" : "false")
+      << ", \"interrupted\": " << (result.interrupted ? "true" : "false")
+      << ",\n \"rows\": [\n";
+  for (size_t i = 0; i < result.rows.size(); ++i) {
+    const BenchRow &row = result.rows[i];
+    out << "  {\"network\": \"" << row.key.network << "\", \"ep\": "
+        << row.key.ep << ", \"workspace\": " << row.key.workspace
+        << ", \"m\": " << row.key.m
+        << ", \"layer_us\": " << number(row.layerUs, "%.3f")
+        << ", \"published_us\": "
+        << (row.publishedUs > 0 ? number(row.publishedUs, "%.3f") : "null")
+        << ", \"ratio\": " << (ratio(row).empty() ? "null" : ratio(row))
+        << ", \"figure\": \"" << row.figure << "\"}"
+        << (i + 1 < result.rows.size() ? "," : "") << "\n";
+  }
+  out << " ]}\n";
+  return writeAtomically(path, out.str(), error);
+}
+
+bool readBenchRows(const std::string &path, std::vector<BenchRow> &rows,
+                   std::string &error) {
+  std::string text;
+  if (!readFile(path, text, error))
+    return false;
+  const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
+  std::istringstream in(text);
+  std::string line;
+  unsigned number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    BenchRow row;
+    char network[128] = {}, figure[128] = {};
+    double published = -1.0;
+    if (json) {
+      if (line.find("\"network\"") == std::string::npos ||
+          line.find("\"rows\"") != std::string::npos)
+        continue;
+      if (std::sscanf(line.c_str(),
+                      " {\"network\": \"%127[^\"]\", \"ep\": %u, "
+                      "\"workspace\": %u, \"m\": %u, \"layer_us\": %lf",
+                      network, &row.key.ep, &row.key.workspace, &row.key.m,
+                      &row.layerUs) != 5) {
+        error = path + ":" + std::to_string(number) + ": not a bench row";
+        return false;
+      }
+      const size_t at = line.find("\"published_us\": ");
+      if (at != std::string::npos)
+        std::sscanf(line.c_str() + at, "\"published_us\": %lf", &published);
+      const size_t figureAt = line.find("\"figure\": \"");
+      if (figureAt != std::string::npos)
+        std::sscanf(line.c_str() + figureAt, "\"figure\": \"%127[^\"]", figure);
+    } else {
+      if (number == 1)
+        continue; // the header
+      if (std::sscanf(line.c_str(), "%127[^,],%u,%u,%u,%lf,", network,
+                      &row.key.ep, &row.key.workspace, &row.key.m,
+                      &row.layerUs) != 5) {
+        error = path + ":" + std::to_string(number) + ": not a bench row";
+        return false;
+      }
+      std::istringstream fields(line);
+      std::string field;
+      for (int column = 0; std::getline(fields, field, ','); ++column) {
+        if (column == 5 && !field.empty())
+          published = std::strtod(field.c_str(), nullptr);
+        if (column == 7)
+          std::snprintf(figure, sizeof(figure), "%s", field.c_str());
+      }
+    }
+    row.key.network = network;
+    row.publishedUs = published;
+    row.figure = figure;
+    rows.push_back(std::move(row));
+  }
+  return true;
+}
+
+} // namespace moec::harness
