@@ -10,6 +10,10 @@ The layers (docs/architecture.md, "Folders"):
                      (moec/abi/), never a runtime header, never linking it
   emulator/, device/ run the IR they are given: never the compiler,
                      codegen, dialect or harness headers
+  selftest/          a library under the CLI: never a tools/ or CLI11
+                     header, MLIR or LLVM, never moec_reference_cli
+  report/            a library under the CLI: never a tools/ or CLI11
+                     header
   test/              links libraries; never compiles a tools/ source file
 
 usage: check_layering.py REPO_ROOT      exit 0 clean, 1 violations, 2 usage
@@ -32,9 +36,18 @@ def runtime_headers(root):
     return {"moec/" + n for n in os.listdir(folder) if n.endswith((".h", ".hpp"))}
 
 
+def tools_headers(root):
+    """The CLI's own headers: tools/moec/<name>.h, included as "<name>.h"."""
+    folder = os.path.join(root, "tools", "moec")
+    if not os.path.isdir(folder):
+        return set()
+    return {n for n in os.listdir(folder) if n.endswith((".h", ".hpp"))}
+
+
 def rules(root):
     """(folder, why, predicate on an include path) per layer."""
     runtime = runtime_headers(root)
+    tools = tools_headers(root)
     return [
         ("abi", "a leaf includes only the standard library and itself",
          lambda inc: "/" in inc and not inc.startswith("moec/abi/")),
@@ -54,6 +67,12 @@ def rules(root):
          lambda inc: inc.startswith(COMPILER_SIDE[:4])),
         ("device", "the emulated device runs the IR it is given: no compiler side",
          lambda inc: inc.startswith(COMPILER_SIDE[:4])),
+        ("selftest", "the self-test is a library under the CLI: no tools/, "
+         "CLI11, MLIR or LLVM header",
+         lambda inc: inc in tools or inc.startswith(("CLI/", "mlir/", "llvm/"))),
+        ("report", "the report is a library under the CLI: no tools/ or CLI11 "
+         "header",
+         lambda inc: inc in tools or inc.startswith("CLI/")),
     ]
 
 
@@ -64,6 +83,7 @@ FORBIDDEN_LINKS = {
     "emulator": {"MoeCompiler", "MoeCodegen", "MoeDialect", "MoeHarness"},
     "device": {"MoeCompiler", "MoeCodegen", "MoeDialect", "MoeHarness"},
     "runtime": {"MLIR", "LLVM", "MoeCompiler", "MoeCodegen", "MoeDialect"},
+    "selftest": {"moec_reference_cli"},
 }
 
 

@@ -76,6 +76,14 @@ def test_layering_violations_are_found(tmp_path):
                                 '#include "mlir/IR/Operation.h"\n',
         "runtime/src/layer.cpp": '#include "llvm/ADT/StringRef.h"\n',
         "test/unit/x/CMakeLists.txt": "add_executable(t ${ROOT}/tools/moec/DeviceTimer.cpp)\n",
+        "tools/moec/CommandSupport.h": "\n",
+        "selftest/lib/Run.cpp": '#include "CommandSupport.h"\n'
+                                '#include "Runner.h"\n'
+                                '#include <CLI/CLI.hpp>\n',
+        "selftest/CMakeLists.txt": "target_link_libraries(MoeSelftest PUBLIC MoeHarness moec_reference_cli)\n",
+        "report/lib/Page.cpp": '#include "Commands.h"\n'
+                               '#include "mlir/IR/Operation.h"\n',
+        "tools/moec/Commands.h": "\n",
     }
     for name, text in files.items():
         path = tmp_path / name
@@ -91,6 +99,12 @@ def test_layering_violations_are_found(tmp_path):
     assert "mlir/IR/Operation.h" not in out  # the emulator decodes MLIR
     assert "runtime/src/layer.cpp:1: includes llvm/ADT/StringRef.h" in out
     assert "test/unit/x/CMakeLists.txt:1: compiles a tools/ source" in out
+    assert "selftest/lib/Run.cpp:1: includes CommandSupport.h" in out
+    assert "Runner.h" not in out  # its own headers are allowed
+    assert "selftest/lib/Run.cpp:3: includes CLI/CLI.hpp" in out
+    assert "selftest/CMakeLists.txt:1: MoeSelftest links moec_reference_cli" in out
+    assert "report/lib/Page.cpp:1: includes Commands.h" in out
+    assert "report/lib/Page.cpp:2" not in out  # the report reads MLIR attributes
 
 
 def test_layering_of_this_repository():

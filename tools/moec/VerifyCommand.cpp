@@ -22,10 +22,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "BundleAnalysis.h"
 #include "CommandSupport.h"
 #include "Commands.h"
 
+#include "moec/Report/BundleAnalysis.h"
 #include "moec/bundle.h"
 #include "moec/kernel_occupancy.h"
 #include "moec/moec_runtime.h"
@@ -44,6 +44,7 @@ namespace {
 
 using namespace moec;
 using namespace moec::cli;
+using namespace moec::report;
 
 struct VerifyArgs {
   std::string bundle;
@@ -167,7 +168,7 @@ private:
   }
 
   int64_t fusedCapacity(uint32_t c) const {
-    return cli::fusedCapacity(manifest_, facts_, c);
+    return report::fusedCapacity(manifest_, facts_, c);
   }
 
 
@@ -414,11 +415,13 @@ int runVerify(const VerifyArgs &args) {
   // ranges are derived from these and compared with what the C API selects.
   rt::Manifest manifest = bundle->manifest();
   manifest.selection = bundle->selector().tables();
-  const target::TargetInfo *chip = bundleChipOrReport(manifest, args.bundle);
-  if (!chip)
-    return kBadInput;
-  Verifier verifier(manifest, *chip, api.get(), args.allowSpills);
   std::string error;
+  const target::TargetInfo *chip = bundleChip(manifest, args.bundle, error);
+  if (!chip) {
+    std::cerr << "moec: " << error << "\n";
+    return kBadInput;
+  }
+  Verifier verifier(manifest, *chip, api.get(), args.allowSpills);
   if (!verifier.run(error)) {
     std::cerr << "moec: " << args.bundle << ": " << error << "\n";
     return kBadInput;

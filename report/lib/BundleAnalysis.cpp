@@ -1,6 +1,6 @@
 //===- BundleAnalysis.cpp - facts of a bundle for verify and report -------===//
 
-#include "BundleAnalysis.h"
+#include "moec/Report/BundleAnalysis.h"
 
 #include "moec/Compiler/Registration.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
@@ -14,9 +14,8 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include <algorithm>
-#include <iostream>
 
-namespace moec::cli {
+namespace moec::report {
 
 struct KernelFactsReader::Context {
   mlir::MLIRContext mlir;
@@ -158,15 +157,14 @@ int64_t fusedCapacity(const rt::Manifest &manifest,
   return capacity;
 }
 
-const target::TargetInfo *bundleChipOrReport(const rt::Manifest &manifest,
-                                             const std::string &bundlePath) {
+const target::TargetInfo *bundleChip(const rt::Manifest &manifest,
+                                     const std::string &bundlePath,
+                                     std::string &error) {
   const target::TargetInfo *chip = rt::partOf(manifest.target);
   if (!chip)
-    std::cerr << "moec: " << bundlePath << ": target.arch '"
-              << manifest.target.arch << "' with "
-              << manifest.target.computeUnits
-              << " CUs is not a part moec knows ("
-              << target::knownTargetNames() << ")\n";
+    error = bundlePath + ": target.arch '" + manifest.target.arch + "' with " +
+            std::to_string(manifest.target.computeUnits) +
+            " CUs is not a part moec knows (" + target::knownTargetNames() + ")";
   return chip;
 }
 
@@ -175,4 +173,4 @@ std::string tableLabel(const rt::Manifest &manifest, size_t index) {
   return rt::describeTableKey(table.network, table.ep, table.workspace);
 }
 
-} // namespace moec::cli
+} // namespace moec::report

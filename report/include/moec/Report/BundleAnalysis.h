@@ -1,4 +1,4 @@
-//===- BundleAnalysis.h - facts of a bundle for verify and report -*- C++ -*-===//
+//===- BundleAnalysis.h - facts of a bundle for verify, report -*- C++ -*-===//
 ///
 /// \file
 /// What `moec verify` checks and `moec report` draws, computed once: each
@@ -10,8 +10,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef MOEC_TOOLS_MOEC_BUNDLEANALYSIS_H
-#define MOEC_TOOLS_MOEC_BUNDLEANALYSIS_H
+#ifndef MOEC_REPORT_BUNDLEANALYSIS_H
+#define MOEC_REPORT_BUNDLEANALYSIS_H
 
 #include "moec/manifest.h"
 #include "moec/target/occupancy.h"
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace moec::cli {
+namespace moec::report {
 
 /// Why a kernel's workgroups must all be resident at once, if they must.
 enum class ResidencyNeed {
@@ -90,14 +90,15 @@ std::vector<ServedRange> servedRanges(const rt::SelectionTable &table);
 int64_t fusedCapacity(const rt::Manifest &manifest,
                       const std::vector<KernelFacts> &facts, uint32_t config);
 
-/// The chip a bundle targets; nullptr after printing a one-line error when
-/// moec has no facts for it (the commands exit kBadInput).
-const target::TargetInfo *bundleChipOrReport(const rt::Manifest &manifest,
-                                             const std::string &bundlePath);
+/// The chip a bundle targets; nullptr with a one-line `error` naming
+/// `bundlePath` when moec has no facts for it.
+const target::TargetInfo *bundleChip(const rt::Manifest &manifest,
+                                     const std::string &bundlePath,
+                                     std::string &error);
 
 /// "flash ep4 ws1024" for table `index` of `manifest`.
 std::string tableLabel(const rt::Manifest &manifest, size_t index);
 
-} // namespace moec::cli
+} // namespace moec::report
 
-#endif // MOEC_TOOLS_MOEC_BUNDLEANALYSIS_H
+#endif // MOEC_REPORT_BUNDLEANALYSIS_H

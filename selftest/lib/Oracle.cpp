@@ -1,0 +1,142 @@
+//===- Oracle.cpp - a case's output against the oracle --------------------===//
+
+#include "moec/Selftest/Oracle.h"
+
+#include "moec/reference/Formats.h"
+#include "moec/reference/Routing.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moec::selftest {
+
+void generateWeights(uint64_t seed, const harness::TableFacts &facts,
+                     SelftestWeights &weights, harness::HostLayerWeights &host) {
+  const int64_t H = facts.problem.hidden, I = facts.problem.intermediate;
+  const int64_t E = facts.problem.experts;
+  weights.w13 = std::make_unique<ref::GeneratedMxfp4Weights>(
+      seed, 13, E, 2 * I, H, ref::defaultScaleExponent(H));
+  weights.w2 = std::make_unique<ref::GeneratedMxfp4Weights>(
+      seed, 2, E, H, I, ref::defaultScaleExponent(I));
+  host = harness::HostLayerWeights();
+  host.experts = E;
+  ref::materializeWeights(*weights.w13, host.w13, host.w13Scales);
+  ref::materializeWeights(*weights.w2, host.w2, host.w2Scales);
+  if (facts.shared) {
+    ref::generateFp8Expert(seed, 113, 2 * I, H, weights.sharedW13,
+                           weights.sharedW13Scales);
+    ref::generateFp8Expert(seed, 112, H, I, weights.sharedW2,
+                           weights.sharedW2Scales);
+    host.sharedW13 = weights.sharedW13;
+    host.sharedW13Scales = weights.sharedW13Scales;
+    host.sharedW2 = weights.sharedW2;
+    host.sharedW2Scales = weights.sharedW2Scales;
+  }
+  weights.bias = ref::ExpertBias();
+  const int64_t biasRows = E + (facts.shared ? 1 : 0);
+  if (facts.bias) {
+    harness::generateBiases(seed, biasRows, H, I, weights.bias.w13,
+                            weights.bias.w2);
+    host.w13Bias = weights.bias.w13;
+    host.w2Bias = weights.bias.w2;
+  }
+}
+
+namespace {
+
+/// The oracle layer (TPMoE, or FHMoE with the shared expert) on one batch.
+ref::Status runOracle(const OracleCase &oracle, const ref::TpMoeConfig &config,
+                      const ref::TokenBatch &batch, ref::StageResults &results) {
+  const SelftestWeights &w = *oracle.weights;
+  if (!oracle.facts->shared)
+    return ref::runTpMoe(config, *w.w13, *w.w2, batch, results);
+  ref::FhMoeConfig fh;
+  fh.tp = config;
+  ref::SharedExpertWeights shared{w.sharedW13.data(), w.sharedW13Scales.data(),
+                                  w.sharedW2.data(), w.sharedW2Scales.data()};
+  return ref::runFhMoe(fh, *w.w13, *w.w2, &shared, batch, results);
+}
+
+} // namespace
+
+ref::Status compareWithOracle(const OracleCase &oracle,
+                              const std::vector<ref::TokenBatch> &batches,
+                              const std::vector<std::vector<uint16_t>> &got,
+                              OracleComparison &comparison) {
+  const harness::TableFacts &facts = *oracle.facts;
+  const int64_t H = facts.problem.hidden, E = facts.problem.experts;
+  const int64_t K = facts.problem.topK;
+  const int64_t M = int64_t(batches.front().topkIds.size()) / K;
+  ref::TpMoeConfig tp;
+  tp.shape = {H, int64_t(facts.problem.intermediate), E, K};
+  tp.mTile = 16;
+  tp.gateUpInterleave = facts.interleave;
+  tp.swigluLimit = facts.swigluLimit;
+  tp.gptOssSwiglu = oracle.gptOssSwiglu;
+  tp.bias = oracle.weights->bias;
+  tp.mode = ref::OracleMode::QuantFaithful;
+
+  comparison = OracleComparison();
+  comparison.unclampedRelL2 = oracle.clampCase ? INFINITY : 0.0;
+  const bool ownBatches = facts.fused;
+  const uint32_t oracleRuns = ownBatches ? oracle.ep : 1;
+  for (uint32_t r = 0; r < oracleRuns; ++r) {
+    ref::StageResults results;
+    if (ref::Status status = runOracle(oracle, tp, batches[r], results);
+        !status.ok())
+      return status;
+    // The kernels' output: this rank's, or the sum of every rank's partial.
+    std::vector<double> out(size_t(M * H), 0.0);
+    const uint32_t parts = ownBatches ? 1 : oracle.ep;
+    for (uint32_t p = 0; p < parts; ++p) {
+      const std::vector<uint16_t> &bits = got[ownBatches ? r : p];
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (bits[i] == 0xFFFF)
+          ++comparison.unwritten;
+        out[i] += ref::decodeBf16(bits[i]);
+      }
+    }
+    for (int64_t t = 0; t < M; ++t) {
+      bool anyValid = facts.shared;
+      for (int64_t k = 0; k < K; ++k)
+        anyValid |= ref::isValidExpert(batches[r].topkIds[size_t(t * K + k)], E);
+      if (!anyValid)
+        for (int64_t h = 0; h < H; ++h)
+          comparison.zeroRowsWrong += out[size_t(t * H + h)] != 0.0;
+    }
+    comparison.distance.merge(emu::outputDistance(out, results.output));
+    // The output's distance from the oracle run with `config` instead.
+    auto distanceFrom = [&](const ref::TpMoeConfig &config, double &relL2) {
+      ref::StageResults other;
+      ref::Status status = runOracle(oracle, config, batches[r], other);
+      if (status.ok())
+        relL2 = emu::outputDistance(out, other.output).relL2;
+      return status;
+    };
+    double relL2 = 0.0;
+    if (oracle.clampCase) {
+      ref::TpMoeConfig noClamp = tp;
+      noClamp.swigluLimit = 0.0;
+      if (ref::Status status = distanceFrom(noClamp, relL2); !status.ok())
+        return status;
+      comparison.unclampedRelL2 = std::min(comparison.unclampedRelL2, relL2);
+    }
+    if (facts.bias) {
+      ref::TpMoeConfig noBias = tp;
+      noBias.bias = ref::ExpertBias();
+      if (ref::Status status = distanceFrom(noBias, relL2); !status.ok())
+        return status;
+      comparison.unbiasedRelL2 = std::max(comparison.unbiasedRelL2, relL2);
+    }
+    comparison.oracleOutputs.push_back(std::move(results.output));
+  }
+  comparison.pass = comparison.distance.within(kLayerRelL2Bound) &&
+                    comparison.zeroRowsWrong == 0 && comparison.unwritten == 0;
+  if (oracle.clampCase)
+    comparison.pass = comparison.pass && comparison.unclampedRelL2 > kLayerRelL2Bound;
+  if (facts.bias)
+    comparison.pass = comparison.pass && comparison.unbiasedRelL2 > kLayerRelL2Bound;
+  return ref::Status();
+}
+
+} // namespace moec::selftest
