@@ -179,7 +179,7 @@ def _expert_mask_placement(layer, expert_mask):
     round-robin placement of the layer's rank (topk_ids are renumbered)."""
     key = (id(layer), id(expert_mask), getattr(expert_mask, "_version", None))
     if key in _mask_cache:
-        return _mask_cache[key][1]
+        return _mask_cache[key][2]
     mask = _host_values(expert_mask, "expert_mask")
     E, L, ep, rank = layer.experts, layer.local_experts, layer.ep, layer.ep_rank
     if len(mask) < E:
@@ -204,7 +204,8 @@ def _expert_mask_placement(layer, expert_mask):
                       (local, rank, ep, block, round_robin))
     if len(_mask_cache) > 64:
         _mask_cache.clear()
-    _mask_cache[key] = (expert_mask, placement)  # holding the mask keeps its id unique
+    # Holding the mask and the layer keeps their ids unique while cached.
+    _mask_cache[key] = (expert_mask, layer, placement)
     return placement
 
 
