@@ -254,38 +254,48 @@ bool readU32(const Json &object, std::string_view key, const std::string &where,
 
 namespace {
 
-bool parseFamily(const std::string &text, KernelFamily &out) {
-  if (text == "megamoe")
-    out = KernelFamily::MegaMoe;
-  else if (text == "tp")
-    out = KernelFamily::Tp;
-  else if (text == "fhmoe")
-    out = KernelFamily::FhMoe;
-  else
-    return false;
-  return true;
-}
+/// One spelling of an enum value in a selection table's JSON.
+template <typename E> struct EnumName {
+  const char *text;
+  E value;
+};
 
-bool parseTransport(const std::string &text, Transport &out) {
-  if (text == "fixed-slot")
-    out = Transport::FixedSlot;
-  else if (text == "compact")
-    out = Transport::Compact;
-  else if (text == "none")
-    out = Transport::None;
-  else
-    return false;
-  return true;
-}
+constexpr EnumName<KernelFamily> kFamilyNames[] = {
+    {"megamoe", KernelFamily::MegaMoe},
+    {"tp", KernelFamily::Tp},
+    {"fhmoe", KernelFamily::FhMoe}};
+constexpr EnumName<Transport> kTransportNames[] = {
+    {"fixed-slot", Transport::FixedSlot},
+    {"compact", Transport::Compact},
+    {"none", Transport::None}};
+constexpr EnumName<AboveMaxPolicy> kAboveMaxNames[] = {
+    {"largest", AboveMaxPolicy::Largest},
+    {"error", AboveMaxPolicy::Error}};
 
-bool parseAboveMax(const std::string &text, AboveMaxPolicy &out) {
-  if (text == "largest")
-    out = AboveMaxPolicy::Largest;
-  else if (text == "error")
-    out = AboveMaxPolicy::Error;
-  else
+/// Reads the enum field `key` spelled as one of `names`; a partial table may
+/// leave it out. `noun` names the field in the error ("unknown family ...").
+template <typename E, size_t N>
+bool readEnumField(const Json &object, const char *key, const std::string &where,
+                   bool partial, const char *noun, const EnumName<E> (&names)[N],
+                   E &out, bool &present, std::string &error) {
+  if (!findField(object, key) && partial)
+    return true;
+  std::string text;
+  if (!readString(object, key, where, true, text, error))
     return false;
-  return true;
+  for (const EnumName<E> &name : names)
+    if (text == name.text) {
+      out = name.value;
+      present = true;
+      return true;
+    }
+  // "(expected a, b or c)"
+  std::string expected;
+  for (size_t i = 0; i < N; ++i)
+    expected += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + names[i].text;
+  error = fieldPath(where, key) + ": unknown " + noun + " '" + text +
+          "' (expected " + expected + ")";
+  return false;
 }
 
 } // namespace
@@ -302,38 +312,14 @@ bool parseSelectionTableJson(const Json &value, const std::string &where,
       !readU32(value, "workspace", where, true, table.workspace, error))
     return false;
 
-  std::string text;
   present = TableFieldsPresent{};
-  if (findField(value, "family") || !partial) {
-    if (!readString(value, "family", where, true, text, error))
-      return false;
-    if (!parseFamily(text, table.family)) {
-      error = fieldPath(where, "family") + ": unknown family '" + text +
-              "' (expected megamoe, tp or fhmoe)";
-      return false;
-    }
-    present.family = true;
-  }
-  if (findField(value, "transport") || !partial) {
-    if (!readString(value, "transport", where, true, text, error))
-      return false;
-    if (!parseTransport(text, table.transport)) {
-      error = fieldPath(where, "transport") + ": unknown transport '" + text +
-              "' (expected fixed-slot, compact or none)";
-      return false;
-    }
-    present.transport = true;
-  }
-  if (findField(value, "above_max") || !partial) {
-    if (!readString(value, "above_max", where, true, text, error))
-      return false;
-    if (!parseAboveMax(text, table.aboveMax)) {
-      error = fieldPath(where, "above_max") + ": unknown policy '" + text +
-              "' (expected largest or error)";
-      return false;
-    }
-    present.aboveMax = true;
-  }
+  if (!readEnumField(value, "family", where, partial, "family", kFamilyNames,
+                     table.family, present.family, error) ||
+      !readEnumField(value, "transport", where, partial, "transport",
+                     kTransportNames, table.transport, present.transport, error) ||
+      !readEnumField(value, "above_max", where, partial, "policy",
+                     kAboveMaxNames, table.aboveMax, present.aboveMax, error))
+    return false;
 
   const Json *rows = findField(value, "rows");
   const std::string rowsPath = fieldPath(where, "rows");
