@@ -52,6 +52,9 @@ std::string timingMethodToken(const DeviceTimerOptions &options,
          std::to_string(options.passes) + "pass-reversed-" +
          (options.shuffleReversedPasses ? "shuffled-" : "") +
          std::to_string(options.passes * options.samplesPerPass) + "samples" +
+         (options.replaysPerSample > 1
+              ? "-" + std::to_string(options.replaysPerSample) + "replays"
+              : "") +
          (fusedDirect ? "-fused-direct" : "");
 }
 
@@ -148,8 +151,10 @@ private:
   /// Times `state` at key `m` for one pass: appends samples or fails.
   bool timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
                std::vector<double> &samples, std::string &error);
+  /// Every rank's forward, `repeats` times; with `events`, between the
+  /// rank's start and stop events.
   bool forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
-                  std::string &error);
+                  std::string &error, unsigned repeats = 1);
   bool check(const rt::HipDevice &device, rt::hip::Error status,
              const char *what, std::string &error) const {
     if (status == rt::hip::kSuccess)
@@ -341,7 +346,7 @@ bool Timer::setUp(const TimedConfig &config, ConfigState &state,
 }
 
 bool Timer::forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
-                       std::string &error) {
+                       std::string &error, unsigned repeats) {
   // Every rank's forward is queued before any is waited on: fused ranks
   // wait on each other's kernels.
   for (size_t r = 0; r < setUp.ranks.size(); ++r) {
@@ -354,11 +359,12 @@ bool Timer::forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
                          "hipEventRecord", error))
       return false;
     const rt::LayerInputs inputs = rankInputs(rank, m);
-    if (rank.layer->forward(inputs, ctx.stream, error) !=
-        rt::Layer::ForwardStatus::Ok) {
-      error = "forward: " + error;
-      return false;
-    }
+    for (unsigned i = 0; i < repeats; ++i)
+      if (rank.layer->forward(inputs, ctx.stream, error) !=
+          rt::Layer::ForwardStatus::Ok) {
+        error = "forward: " + error;
+        return false;
+      }
     if (events && !check(*ctx.device, t.hipEventRecord(ctx.stop, ctx.stream),
                          "hipEventRecord", error))
       return false;
@@ -402,7 +408,8 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
   // Fused: direct launches, the slowest rank's time per sample.
   if (state.facts.fused) {
     for (unsigned s = 0; s < options_.samplesPerPass; ++s) {
-      if (!flushAll() || !forwardAll(setUp, m, true, error))
+      if (!flushAll() ||
+          !forwardAll(setUp, m, true, error, options_.replaysPerSample))
         return false;
       double slowest = 0.0;
       for (DeviceContext *ctx : setUp.contexts) {
@@ -414,7 +421,8 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
             !check(*ctx->device, t.hipEventElapsedTime(&ms, ctx->start, ctx->stop),
                    "hipEventElapsedTime", error))
           return false;
-        slowest = std::max(slowest, double(ms) * 1000.0);
+        slowest = std::max(slowest, double(ms) * 1000.0 /
+                                        double(options_.replaysPerSample));
       }
       samples.push_back(slowest);
     }
@@ -468,13 +476,19 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
              error) ||
       !syncAll())
     return false;
+  auto replay = [&](unsigned count) {
+    for (unsigned i = 0; i < count; ++i)
+      if (!check(device, t.hipGraphLaunch(exec, ctx.stream), "hipGraphLaunch",
+                 error))
+        return false;
+    return true;
+  };
   for (unsigned s = 0; s < options_.samplesPerPass; ++s) {
     float ms = 0.0f;
     if (!flushAll() ||
         !check(device, t.hipEventRecord(ctx.start, ctx.stream), "hipEventRecord",
                error) ||
-        !check(device, t.hipGraphLaunch(exec, ctx.stream), "hipGraphLaunch",
-               error) ||
+        !replay(options_.replaysPerSample) ||
         !check(device, t.hipEventRecord(ctx.stop, ctx.stream), "hipEventRecord",
                error) ||
         !check(device, t.hipEventSynchronize(ctx.stop), "hipEventSynchronize",
@@ -482,7 +496,7 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
         !check(device, t.hipEventElapsedTime(&ms, ctx.start, ctx.stop),
                "hipEventElapsedTime", error))
       return false;
-    samples.push_back(double(ms) * 1000.0);
+    samples.push_back(double(ms) * 1000.0 / double(options_.replaysPerSample));
   }
   return syncAll();
 }

@@ -5,6 +5,7 @@
 #include "moec/Compiler/ModelCheck.h"
 #include "moec/bundle.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -67,30 +68,17 @@ std::string ratio(const BenchRow &row) {
 
 } // namespace
 
-bool runBench(const std::string &bundlePath, const BenchOptions &options,
-              BenchResult &result, std::string &error) {
-  result = BenchResult();
+namespace {
+
+/// One timed configuration per selection table of the bundle that passes
+/// the filters: the table's own rows select the configuration of each M,
+/// as in an engine's forward. `keys` parallels `configs`.
+bool collectKeys(const std::string &bundlePath, const BenchOptions &options,
+                 std::vector<TimedConfig> &configs,
+                 std::vector<std::vector<BenchKey>> &keys, std::string &error) {
   std::unique_ptr<rt::Bundle> bundle = rt::Bundle::open(bundlePath, error);
   if (!bundle)
     return false;
-  // Published layer figures by key.
-  std::map<BenchKey, const PublishedFigure *> published;
-  std::vector<PublishedFigure> figures;
-  if (!options.publishedFigures.empty()) {
-    std::string text;
-    if (!readFile(options.publishedFigures, text, error) ||
-        !parsePublishedFigures(options.publishedFigures, text, figures, error))
-      return false;
-    for (const PublishedFigure &figure : figures)
-      if (figure.quantity == "layer" && figure.capacity > 0)
-        published[{figure.network, uint32_t(figure.ep),
-                   uint32_t(figure.capacity), uint32_t(figure.m)}] = &figure;
-  }
-
-  // One timed configuration per selection table: the table's own rows
-  // select the configuration of each M, as in an engine's forward.
-  std::vector<TimedConfig> configs;
-  std::vector<std::vector<BenchKey>> keys;
   const auto &tables = bundle->selector().tables();
   for (uint32_t t = 0; t < tables.size(); ++t) {
     const rt::SelectionTable &table = tables[t];
@@ -116,8 +104,11 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
     configs.push_back(std::move(config));
     keys.push_back(std::move(tableKeys));
   }
-  bundle.reset();
+  return true;
+}
 
+/// The device timer with the protocol of `options`.
+DeviceTimerOptions timerOptions(const BenchOptions &options) {
   DeviceTimerOptions timer;
   timer.libraries = options.libraries;
   timer.devices = options.devices;
@@ -126,9 +117,41 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
   timer.warmups = options.warmups;
   timer.flushBytes = options.flushBytes;
   timer.seed = options.seed;
+  timer.progress = options.progress;
+  return timer;
+}
+
+bool isTestDouble(const std::string &device) {
+  return device.rfind(kTestDoubleName, 0) == 0;
+}
+
+} // namespace
+
+bool runBench(const std::string &bundlePath, const BenchOptions &options,
+              BenchResult &result, std::string &error) {
+  result = BenchResult();
+  // Published layer figures by key.
+  std::map<BenchKey, const PublishedFigure *> published;
+  std::vector<PublishedFigure> figures;
+  if (!options.publishedFigures.empty()) {
+    std::string text;
+    if (!readFile(options.publishedFigures, text, error) ||
+        !parsePublishedFigures(options.publishedFigures, text, figures, error))
+      return false;
+    for (const PublishedFigure &figure : figures)
+      if (figure.quantity == "layer" && figure.capacity > 0)
+        published[{figure.network, uint32_t(figure.ep),
+                   uint32_t(figure.capacity), uint32_t(figure.m)}] = &figure;
+  }
+
+  std::vector<TimedConfig> configs;
+  std::vector<std::vector<BenchKey>> keys;
+  if (!collectKeys(bundlePath, options, configs, keys, error))
+    return false;
+
+  DeviceTimerOptions timer = timerOptions(options);
   timer.shuffleReversedPasses = true;
   timer.meanOfPassMedians = true;
-  timer.progress = options.progress;
   timer.stop = [&]() {
     if (options.stop && options.stop())
       result.interrupted = true;
@@ -141,7 +164,7 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
   result.device = timings.device;
   result.method = timings.method;
   result.date = timings.date;
-  result.synthetic = timings.device.rfind(kTestDoubleName, 0) == 0;
+  result.synthetic = isTestDouble(timings.device);
   result.skipped = timings.skipped;
   for (size_t c = 0; c < configs.size(); ++c)
     for (size_t k = 0; k < keys[c].size(); ++k) {
@@ -282,6 +305,146 @@ bool readBenchRows(const std::string &path, std::vector<BenchRow> &rows,
     rows.push_back(std::move(row));
   }
   return true;
+}
+
+} // namespace moec::harness
+
+namespace moec::harness {
+
+namespace {
+
+/// One bundle's time of every key (in `keys` order) for one pair.
+bool timePair(const std::string &bundlePath, const BenchOptions &options,
+              const std::vector<TimedConfig> &configs, std::string &device,
+              std::string &method, std::vector<double> &us,
+              std::string &error) {
+  DeviceTimerOptions timer = timerOptions(options);
+  timer.passes = 1;
+  timer.samplesPerPass = 1;
+  timer.replaysPerSample = 16;
+  timer.progress = nullptr;
+  DeviceTimings timings;
+  if (!makeDeviceTimer(options.devices.empty() ? 0 : options.devices.front(),
+                       timer)(bundlePath, configs, timings, error))
+    return false;
+  device = timings.device;
+  method = timings.method;
+  us.clear();
+  for (const std::vector<double> &perKey : timings.us)
+    us.insert(us.end(), perKey.begin(), perKey.end());
+  return true;
+}
+
+/// 31 alternating pairs of `first` and `second` on `configs`' keys.
+bool comparePairs(const std::string &first, const std::string &second,
+                  const BenchOptions &options,
+                  const std::vector<TimedConfig> &configs,
+                  const std::vector<BenchKey> &keys, CompareResult &result,
+                  std::vector<CompareKey> &out, std::string &error) {
+  out.assign(keys.size(), {});
+  for (size_t k = 0; k < keys.size(); ++k)
+    out[k].key = keys[k];
+  std::vector<double> a, b;
+  for (unsigned pair = 0; pair < kComparePairs; ++pair) {
+    if (options.progress)
+      options.progress("pair " + std::to_string(pair + 1) + "/" +
+                       std::to_string(kComparePairs));
+    // Alternating order: what the device carries from one bundle to the
+    // next falls on both.
+    const bool firstFirst = pair % 2 == 0;
+    if (!timePair(firstFirst ? first : second, options, configs, result.device,
+                  result.method, firstFirst ? a : b, error) ||
+        !timePair(firstFirst ? second : first, options, configs, result.device,
+                  result.method, firstFirst ? b : a, error))
+      return false;
+    for (size_t k = 0; k < keys.size(); ++k) {
+      out[k].a.push_back(a[k]);
+      out[k].b.push_back(b[k]);
+    }
+  }
+  for (CompareKey &key : out) {
+    std::vector<double> gains;
+    for (size_t p = 0; p < key.a.size(); ++p) {
+      if (key.a[p] <= 0 || key.b[p] <= 0)
+        continue;
+      gains.push_back((key.a[p] - key.b[p]) / key.a[p]);
+      key.faster += key.b[p] < key.a[p];
+    }
+    std::sort(gains.begin(), gains.end());
+    key.pairs = unsigned(gains.size());
+    key.medianGain = gains.empty() ? 0.0 : gains[gains.size() / 2];
+    key.gate = key.pairs == kComparePairs && key.medianGain >= kCompareMinGain &&
+               key.faster >= kCompareMinFaster;
+  }
+  return true;
+}
+
+} // namespace
+
+bool runBenchCompare(const std::string &bundleA, const std::string &bundleB,
+                     const BenchOptions &options, CompareResult &result,
+                     std::string &error) {
+  result = CompareResult();
+  std::vector<TimedConfig> configs, configsB;
+  std::vector<std::vector<BenchKey>> keysA, keysB;
+  if (!collectKeys(bundleA, options, configs, keysA, error) ||
+      !collectKeys(bundleB, options, configsB, keysB, error))
+    return false;
+  std::vector<BenchKey> keys;
+  for (const auto &tableKeys : keysA)
+    keys.insert(keys.end(), tableKeys.begin(), tableKeys.end());
+  std::vector<BenchKey> others;
+  for (const auto &tableKeys : keysB)
+    others.insert(others.end(), tableKeys.begin(), tableKeys.end());
+  if (std::set<BenchKey>(keys.begin(), keys.end()) !=
+      std::set<BenchKey>(others.begin(), others.end())) {
+    error = bundleA + " and " + bundleB + " do not have the same keys";
+    return false;
+  }
+  if (!comparePairs(bundleA, bundleB, options, configs, keys, result,
+                    result.keys, error) ||
+      !comparePairs(bundleA, bundleA, options, configs, keys, result,
+                    result.control, error))
+    return false;
+  result.synthetic = isTestDouble(result.device);
+  result.controlPassed = true;
+  for (const CompareKey &key : result.control)
+    result.controlPassed &= !key.gate && key.pairs == kComparePairs;
+  return true;
+}
+
+std::string formatCompareText(const CompareResult &result) {
+  std::ostringstream out;
+  out << "device " << result.device << ", " << result.method << ", "
+      << kComparePairs << " alternating pairs per key\n";
+  if (result.synthetic)
+    out << "SYNTHETIC: the HIP library is moec's timing test double; these "
+           "times come from its clock, not from a GPU\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-16s %3s %6s %6s %10s %10s %8s %7s  %s\n",
+                "network", "ep", "ws", "m", "a_us", "b_us", "gain", "faster",
+                "verdict");
+  out << line;
+  auto median = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values.empty() ? -1.0 : values[values.size() / 2];
+  };
+  for (size_t k = 0; k < result.keys.size(); ++k) {
+    const CompareKey &key = result.keys[k];
+    const CompareKey &control = result.control[k];
+    std::snprintf(line, sizeof(line),
+                  "%-16s %3u %6u %6u %10.2f %10.2f %7.2f%% %3u/%-3u  %s%s\n",
+                  key.key.network.c_str(), key.key.ep, key.key.workspace,
+                  key.key.m, median(key.a), median(key.b),
+                  100.0 * key.medianGain, key.faster, kComparePairs,
+                  key.gate ? "B faster" : "no gain",
+                  control.gate ? " (control A/A shows a gain: biased)" : "");
+    out << line;
+  }
+  out << (result.controlPassed
+              ? "control A against A: no gain at any key\n"
+              : "control A against A FAILED: the measurement is biased\n");
+  return out.str();
 }
 
 } // namespace moec::harness

@@ -26,7 +26,7 @@ struct BenchArgs {
   std::string devices = "0";
   std::string network;
   uint32_t ep = 0, workspace = 0, m = 0;
-  std::string csv, json, resume;
+  std::string csv, json, resume, compare;
   std::string published = "tuning_tables/published/figures.csv";
   bool publishedGiven = false;
   unsigned samples = 30, warmups = 5;
@@ -88,6 +88,16 @@ int runBench(const BenchArgs &args) {
   interruptRequested = 0;
   options.stop = [] { return interruptRequested != 0; };
   auto previousHandler = std::signal(SIGINT, onInterrupt);
+  if (!args.compare.empty()) {
+    harness::CompareResult compared;
+    if (!harness::runBenchCompare(args.bundle, args.compare, options, compared,
+                                  error)) {
+      std::cerr << "moec: bench --compare: " << error << "\n";
+      return cli::kBadInput;
+    }
+    std::cout << harness::formatCompareText(compared);
+    return compared.controlPassed ? cli::kSuccess : cli::kCheckFailed;
+  }
   harness::BenchResult result;
   const bool ran = harness::runBench(args.bundle, options, result, error);
   std::signal(SIGINT, previousHandler);
@@ -128,6 +138,11 @@ void addBenchCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--resume", args->resume,
                   "skip the keys of a previous --csv or --json output and "
                   "keep its rows");
+  cmd->add_option("--compare", args->compare,
+                  "B.moeb: paired, alternating measurements of the bundle (A) "
+                  "and B on the same keys with the TP4 seed's gate, and A "
+                  "against A as the control (exit 1 when the control shows "
+                  "a gain)");
   cmd->add_option("--published", args->published,
                   "published figures to show beside the measured times")
       ->capture_default_str();

@@ -64,6 +64,15 @@ cmp -s <(cut -d, -f1-8 "$work/full.csv") <(cut -d, -f1-8 "$work/fromjson.csv") |
 bench fused --network flash-fused --csv "$work/fused.csv"
 [ "$(($(wc -l < "$work/fused.csv") - 1))" -gt 0 ] || fail "no fused rows"
 
+# --compare: the bundle against itself shows no gain, and so does the
+# A-against-A control.
+bench compare --network flash --ep 2 --workspace 512 --m 6 --compare "$bundle"
+grep -Eq '^flash +2 +512 +6 +[0-9.]+ +[0-9.]+ +-?[0-9.]+% +[0-9]+/31 +no gain$' \
+  "$work/compare.stdout" || fail "compare: $(cat "$work/compare.stdout")"
+grep -q '^control A against A: no gain at any key$' "$work/compare.stdout" ||
+  fail "compare control: $(cat "$work/compare.stdout")"
+grep -q -- '-16replays' "$work/compare.stdout" || fail "compare method"
+
 # The emulated device refuses, as moec tune --device does.
 if MOEC_HIP_LIBRARY=$emulated "$moec" bench "$bundle" > "$work/emu.stdout" \
   2> "$work/emu.stderr"; then
@@ -71,4 +80,4 @@ if MOEC_HIP_LIBRARY=$emulated "$moec" bench "$bundle" > "$work/emu.stdout" \
 fi
 grep -q "timings are not available on moec's emulated device" "$work/emu.stderr" ||
   fail "emulated: $(cat "$work/emu.stderr")"
-echo "PASS: bench on the test double ($keys keys), resume, fused, emulated refusal"
+echo "PASS: bench on the test double ($keys keys), resume, fused, compare, emulated refusal"

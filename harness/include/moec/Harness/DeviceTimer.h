@@ -54,6 +54,9 @@ struct DeviceTimerOptions {
   /// Asked before every key: true stops the run there (the keys left are
   /// not timed and not reported as skipped).
   std::function<bool()> stop;
+  /// Graph replays (fused: forwards) between a sample's two events; the
+  /// sample is their mean (`moec bench --compare`: 16, as the TP4 seed).
+  unsigned replaysPerSample = 1;
 };
 
 /// The timer of device `device` (its rank 0; fused tables' ranks on

@@ -35,6 +35,9 @@ struct BenchKey {
     return std::tie(network, ep, workspace, m) <
            std::tie(other.network, other.ep, other.workspace, other.m);
   }
+  bool operator==(const BenchKey &other) const {
+    return !(*this < other) && !(other < *this);
+  }
 };
 
 struct BenchOptions {
@@ -98,6 +101,39 @@ bool writeBenchJson(const BenchResult &result, const std::string &path,
 /// their keys go to `options.done`, the rows to the new result.
 bool readBenchRows(const std::string &path, std::vector<BenchRow> &rows,
                    std::string &error);
+
+/// `moec bench --compare A B`: the TP4 seed's paired measurement. 31
+/// pairs per key, the bundles' order alternating, each bundle's time of a
+/// pair the slowest rank's mean over 16 graph replays; B is faster at a key
+/// when the median paired gain (a - b) / a is at least 1 % and B wins at
+/// least 25 of the 31 pairs. The same run of A against A is the control:
+/// it must show no gain anywhere, or capture or timing is biased.
+inline constexpr unsigned kComparePairs = 31;
+inline constexpr double kCompareMinGain = 0.01;
+inline constexpr unsigned kCompareMinFaster = 25;
+
+struct CompareKey {
+  BenchKey key;
+  std::vector<double> a, b; ///< per pair, microseconds
+  double medianGain = 0.0;
+  unsigned faster = 0, pairs = 0;
+  bool gate = false; ///< B faster by the seed's gate
+};
+
+struct CompareResult {
+  std::string device, method;
+  bool synthetic = false;
+  std::vector<CompareKey> keys;    ///< A against B
+  std::vector<CompareKey> control; ///< A against A, same keys
+  bool controlPassed = false;
+};
+
+/// Compares bundles A and B on the keys both have (the filters apply);
+/// false when they do not have the same keys or nothing can be timed.
+bool runBenchCompare(const std::string &bundleA, const std::string &bundleB,
+                     const BenchOptions &options, CompareResult &result,
+                     std::string &error);
+std::string formatCompareText(const CompareResult &result);
 
 } // namespace moec::harness
 
