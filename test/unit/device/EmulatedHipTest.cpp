@@ -444,10 +444,11 @@ TEST_CASE("the C API's memory and IPC helpers work on the emulated device",
 
 namespace {
 
-/// An open bundle, the emulated device and an executable for the layer
-/// tests, released in order.
+/// The emulated HIP library, an open bundle, the emulated device and an
+/// executable for the layer tests, released in order.
 struct LayerFixture {
   explicit LayerFixture(const char *bundlePath) {
+    REQUIRE(hip.complete());
     REQUIRE(moec_bundle_open(bundlePath, &bundle) == MOEC_STATUS_OK);
     REQUIRE(moec_device_create(MOEC_EMULATED_HIP_LIBRARY, 0, &device) ==
             MOEC_STATUS_OK);
@@ -460,6 +461,15 @@ struct LayerFixture {
     moec_device_release(device);
     moec_bundle_close(bundle);
   }
+  /// The bundle's table for `network` at `ep` and `workspace` (required).
+  moec_table_t resolveTable(const char *network, uint32_t ep,
+                            uint32_t workspace) const {
+    moec_table_t table;
+    REQUIRE(moec_bundle_resolve_table(bundle, network, ep, workspace, &table) ==
+            MOEC_STATUS_OK);
+    return table;
+  }
+  EmulatedHip hip; // first: installed before, and removed after, the rest
   moec_bundle_t *bundle = nullptr;
   moec_device_t *device = nullptr;
   moec_executable_t *executable = nullptr;
@@ -472,12 +482,8 @@ std::string lastError() { return moec_last_error_message(); }
 
 TEST_CASE("a layer refuses configurations without the input quantisation",
           "[device][layer]") {
-  EmulatedHip hip;
-  REQUIRE(hip.complete());
   LayerFixture f(MOEC_SMALL_BUNDLE);
-  moec_table_t table;
-  REQUIRE(moec_bundle_resolve_table(f.bundle, "tiny", 2, 512, &table) ==
-          MOEC_STATUS_OK);
+  const moec_table_t table = f.resolveTable("tiny", 2, 512);
   moec_layer_problem_t problem = {512, 512, 8, 2, 0, 2, 0};
   CHECK(moec_layer_create(f.executable, table, &problem, &f.layer) ==
         MOEC_STATUS_INVALID_ARGUMENT);
@@ -485,12 +491,8 @@ TEST_CASE("a layer refuses configurations without the input quantisation",
 }
 
 TEST_CASE("a layer checks its problem, its bindings and M", "[device][layer]") {
-  EmulatedHip hip;
-  REQUIRE(hip.complete());
   LayerFixture f(MOEC_TP4_SMALL_BUNDLE);
-  moec_table_t table;
-  REQUIRE(moec_bundle_resolve_table(f.bundle, "flash-tp4", 1, 0, &table) ==
-          MOEC_STATUS_OK);
+  const moec_table_t table = f.resolveTable("flash-tp4", 1, 0);
   // --small: H = I = 512, 4 experts, top-4.
   moec_layer_problem_t problem = {512, 512, 5, 4, 0, 1, 64};
   CHECK(moec_layer_create(f.executable, table, &problem, &f.layer) ==
@@ -559,12 +561,8 @@ TEST_CASE("a layer checks its problem, its bindings and M", "[device][layer]") {
 
 TEST_CASE("a layer whose kernels take per-expert biases needs them bound",
           "[device][layer]") {
-  EmulatedHip hip;
-  REQUIRE(hip.complete());
   LayerFixture f(MOEC_BIAS_BUNDLE);
-  moec_table_t table;
-  REQUIRE(moec_bundle_resolve_table(f.bundle, "gptoss", 1, 64, &table) ==
-          MOEC_STATUS_OK);
+  const moec_table_t table = f.resolveTable("gptoss", 1, 64);
   moec_layer_problem_t problem = {512, 512, 8, 2, 0, 1, 64};
   REQUIRE(moec_layer_create(f.executable, table, &problem, &f.layer) ==
           MOEC_STATUS_OK);
