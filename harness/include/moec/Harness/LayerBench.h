@@ -5,8 +5,8 @@
 /// workspace, M) of a bundle on a device the way the seeds measure
 /// (docs/performance.md, "Reading `moec bench`"): HIP graph replay, a
 /// 512 MiB cache flush outside the timed region, 5 warm-ups, two passes of
-/// 30 samples (the second in reversed configuration order and shuffled key
-/// order), the mean of the two passes' medians. It runs on the device timer
+/// 30 samples (the second in a shuffled key order), the mean of the two
+/// passes' medians; one selection table at a time. It runs on the device timer
 /// of `moec tune --device` (DeviceTimer.h) with those settings, and puts
 /// the published figure of the same key (tuning_tables/published/
 /// figures.csv) beside each measurement.
@@ -58,7 +58,8 @@ struct BenchOptions {
   uint64_t flushBytes = uint64_t(512) << 20;
   uint64_t seed = 1;
   std::function<void(const std::string &)> progress;
-  /// Asked before every key (SIGINT): true stops after the current key.
+  /// Asked before every key (SIGINT): true stops there; the tables timed
+  /// completely are kept, the one under way is not.
   std::function<bool()> stop;
 };
 
