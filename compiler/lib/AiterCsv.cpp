@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -297,8 +298,15 @@ bool parseAiterCsv(const std::string &path, const std::string &text,
     if (fhmoe)
       r.gateMode = get("gate_mode");
     row.tag = get("_tag");
+    row.us1 = get("us1");
+    row.us2 = get("us2");
+    row.us = get("us");
+    row.err1 = get("err1");
+    row.err2 = get("err2");
+    // An empty kernel name (kernelName2 of a one-stage row) refuses the
+    // row, not the file: buildAiterTable names it.
     for (const char *c : {"act_type", "dtype", "q_dtype_a", "q_dtype_w",
-                          "q_type", "kernelName1", "kernelName2"})
+                          "q_type"})
       if (get(c).empty()) {
         error = where(path, lineNumber, c) + "empty";
         return false;
@@ -379,26 +387,38 @@ bool parseAiterKernelName(const std::string &name, int stage,
                           AiterStageKnobs &out, std::string &reason) {
   out = AiterStageKnobs();
   const std::string prefix = stage == 1 ? "flydsl_moe1_" : "flydsl_moe2_";
-  for (const char *other : {"cktile_", "ck_", "opus_", "asm"})
-    if (name.rfind(other, 0) == 0) {
-      std::string backend(other);
-      if (backend.back() == '_')
-        backend.pop_back();
-      reason = "'" + name + "': backend " + backend +
-               ", not FlyDSL (moec compiles FlyDSL names only)";
-      return false;
-    }
-  if (name.rfind(prefix, 0) != 0) {
-    reason = "'" + name + "': not a FlyDSL stage-" + std::to_string(stage) +
-             " name (" + prefix + "...)";
+  auto refuse = [&](const std::string &refusalClass, const std::string &why) {
+    out.refusalClass = refusalClass;
+    reason = "'" + name + "': " + why;
     return false;
-  }
-  if (stage == 2 && name.rfind("flydsl_moe2_layout_", 0) == 0) {
-    reason = "'" + name + "': the flydsl_moe2_layout_ form (AITER's mxmoe "
-             "front end with its own intermediate layout) has no moec "
-             "counterpart";
-    return false;
-  }
+  };
+  if (name.empty())
+    return refuse("empty (a one-stage row)",
+                  "no stage-" + std::to_string(stage) +
+                      " kernel (a one-stage row, run_1stage 1, names its "
+                      "kernel in kernelName1 only): moec has no one-stage "
+                      "kernel");
+  // Other families, each its own backend: AITER's CK two-stage kernels
+  // (moe_ck2stages_*), CK tile, opus, and assembly kernels.
+  for (auto [other, backend] :
+       {std::pair<const char *, const char *>{"moe_ck2stages_", "ck2stages"},
+        {"cktile_", "cktile"},
+        {"ck_", "ck"},
+        {"opus_", "opus"},
+        {"asm", "asm"}})
+    if (name.rfind(other, 0) == 0)
+      return refuse(std::string("family ") + backend,
+                    std::string("backend ") + backend +
+                        ", not FlyDSL (moec compiles FlyDSL names only)");
+  if (name.rfind(prefix, 0) != 0)
+    return refuse("family other", "not a FlyDSL stage-" +
+                                      std::to_string(stage) + " name (" +
+                                      prefix + "...)");
+  if (stage == 2 && name.rfind("flydsl_moe2_layout_", 0) == 0)
+    return refuse("family flydsl_moe2_layout",
+                  "the flydsl_moe2_layout_ form (AITER's mxmoe front end "
+                  "with its own intermediate layout) has no moec "
+                  "counterpart");
   std::vector<std::string> parts;
   {
     std::string rest = name.substr(prefix.size());
@@ -413,8 +433,9 @@ bool parseAiterKernelName(const std::string &name, int stage,
     }
   }
   auto fail = [&](const std::string &part, const std::string &why) {
-    reason = "'" + name + "': part '" + part + "': " + why;
-    return false;
+    return refuse(part == name ? std::string("malformed FlyDSL name")
+                               : "part '" + part + "'",
+                  "part '" + part + "': " + why);
   };
   if (parts.size() < 4)
     return fail(name, "expected a{A}_w{W}_{out}_t{M}x{N}x{K}");
@@ -558,62 +579,89 @@ bool parseAiterKernelName(const std::string &name, int stage,
 
 namespace {
 
-/// Why moec cannot compile a row whose names parsed for `part`, or "".
-std::string rowSupport(const AiterCsvRow &row, const target::TargetInfo &part) {
+/// Why moec cannot compile a row whose names parsed for `part`, or "";
+/// `refusalClass` gets the reason's class for the per-reason counts.
+std::string rowSupport(const AiterCsvRow &row, const target::TargetInfo &part,
+                       std::string &refusalClass) {
   const rt::AiterRowInfo &r = row.info;
+  auto refuse = [&](std::string cls, std::string reason) {
+    refusalClass = std::move(cls);
+    return reason;
+  };
   if (!row.problem.empty())
-    return row.problem;
+    return refuse("flag column not 0 or 1", row.problem);
   if (r.gfx.empty())
-    return "cu_num " + std::to_string(r.cuNum) +
-           " and no gfx column: AITER would take the arch of the machine "
-           "that loads the table; give a gfx column";
+    return refuse("cu_num without gfx",
+                  "cu_num " + std::to_string(r.cuNum) +
+                      " and no gfx column: AITER would take the arch of the "
+                      "machine that loads the table; give a gfx column");
   if (r.gfx != part.arch)
-    return "gfx " + r.gfx + ": the compile is for " +
-           target::describePart(part) + " (--target)";
+    return refuse("gfx " + r.gfx, "gfx " + r.gfx + ": the compile is for " +
+                                      target::describePart(part) +
+                                      " (--target)");
   // AITER keys its rows on cu_num (aiter #5342): a row tuned for another
   // CU count is not compiled for this part.
   if (r.cuNum != part.computeUnits)
-    return "cu_num " + std::to_string(r.cuNum) + ": the compile is for " +
-           target::describePart(part) + ", and a " +
-           std::to_string(part.computeUnits) +
-           "-CU part never takes a row tuned for " + std::to_string(r.cuNum) +
-           " CUs (--target)";
-  if (r.actType != kSilu && r.actType != kSwiglu)
-    return "act_type " + r.actType + ": moec's W13 implements "
-                                     "ActivationType.Silu and "
-                                     "ActivationType.Swiglu only";
-  if (r.dtype != "torch.bfloat16")
-    return "dtype " + r.dtype + ": moec's layers take torch.bfloat16 tokens";
-  if (r.qDtypeA != "torch.float8_e4m3fn")
-    return "q_dtype_a " + r.qDtypeA + ": moec quantises to torch.float8_e4m3fn";
-  if (r.qDtypeW != "torch.float4_e2m1fn_x2")
-    return "q_dtype_w " + r.qDtypeW +
-           ": moec's routed weights are torch.float4_e2m1fn_x2";
-  if (r.qType != "QuantType.per_1x32")
-    return "q_type " + r.qType + ": moec quantises QuantType.per_1x32";
-  if (r.useG1u1 != 1)
-    return "use_g1u1 " + std::to_string(r.useG1u1) +
-           ": moec's W13 is gated (gate and up)";
-  if (r.doweightStage1 != 0)
-    return "doweight_stage1 1: moec applies the routing weights after W2";
-  if (r.ksplit != 0)
-    return "ksplit " + std::to_string(r.ksplit) + ": not mapped to a moec knob";
+    return refuse("cu_num " + std::to_string(r.cuNum),
+                  "cu_num " + std::to_string(r.cuNum) +
+                      ": the compile is for " + target::describePart(part) +
+                      ", and a " + std::to_string(part.computeUnits) +
+                      "-CU part never takes a row tuned for " +
+                      std::to_string(r.cuNum) + " CUs (--target)");
   if (row.run1Stage != 0)
-    return "run_1stage 1: AITER's one-stage kernel";
+    return refuse("run_1stage 1 (one-stage kernel)",
+                  "run_1stage 1: AITER's one-stage kernel; moec has no "
+                  "one-stage kernel");
+  if (r.actType != kSilu && r.actType != kSwiglu)
+    return refuse("act_type " + r.actType,
+                  "act_type " + r.actType +
+                      ": moec's W13 implements ActivationType.Silu and "
+                      "ActivationType.Swiglu only");
+  if (r.dtype != "torch.bfloat16")
+    return refuse("dtype " + r.dtype,
+                  "dtype " + r.dtype +
+                      ": moec's layers take torch.bfloat16 tokens");
+  if (r.qDtypeA != "torch.float8_e4m3fn")
+    return refuse("q_dtype_a " + r.qDtypeA,
+                  "q_dtype_a " + r.qDtypeA +
+                      ": moec quantises to torch.float8_e4m3fn");
+  if (r.qDtypeW != "torch.float4_e2m1fn_x2")
+    return refuse("q_dtype_w " + r.qDtypeW,
+                  "q_dtype_w " + r.qDtypeW +
+                      ": moec's routed weights are torch.float4_e2m1fn_x2");
+  if (r.qType != "QuantType.per_1x32")
+    return refuse("q_type " + r.qType,
+                  "q_type " + r.qType + ": moec quantises QuantType.per_1x32");
+  if (r.useG1u1 != 1)
+    return refuse("use_g1u1 " + std::to_string(r.useG1u1),
+                  "use_g1u1 " + std::to_string(r.useG1u1) +
+                      ": moec's W13 is gated (gate and up)");
+  if (r.doweightStage1 != 0)
+    return refuse("doweight_stage1 1", "doweight_stage1 1: moec applies the "
+                                       "routing weights after W2");
+  if (r.ksplit != 0)
+    return refuse("ksplit " + std::to_string(r.ksplit),
+                  "ksplit " + std::to_string(r.ksplit) +
+                      ": not mapped to a moec knob");
   if (row.xbf16 != 0)
-    return "xbf16 1: BF16 activations into stage 1";
+    return refuse("xbf16 1", "xbf16 1: BF16 activations into stage 1");
   if (row.flat != 0)
-    return "flat 1: AITER's flat asm kernel";
+    return refuse("flat 1", "flat 1: AITER's flat asm kernel");
   if (r.fhmoe) {
     if (r.sharedExpertId + 1 != r.expert)
-      return "shared_expert_id " + std::to_string(r.sharedExpertId) +
-             ": moec's FHMoE shared expert is the last of the " +
-             std::to_string(r.expert) + " experts";
+      return refuse("shared_expert_id not last",
+                    "shared_expert_id " + std::to_string(r.sharedExpertId) +
+                        ": moec's FHMoE shared expert is the last of the " +
+                        std::to_string(r.expert) + " experts");
     if (r.hiddenPad != 0 || r.intermediatePad != 0)
-      return "hidden_pad/intermediate_pad: moec's problems are unpadded";
+      return refuse("hidden_pad/intermediate_pad",
+                    "hidden_pad/intermediate_pad: moec's problems are "
+                    "unpadded");
     if (r.gateMode != "GateMode.INTERLEAVE")
-      return "gate_mode " + r.gateMode + ": the FlyDSL FP8 names interleave "
-                                         "gate/up (GateMode.INTERLEAVE)";
+      return refuse("gate_mode " + r.gateMode,
+                    "gate_mode " + r.gateMode +
+                        ": the FlyDSL FP8 names interleave gate/up "
+                        "(GateMode.INTERLEAVE)");
   }
   return "";
 }
@@ -637,7 +685,8 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
                      const target::TargetInfo &part,
                      const AiterCompileOptions &options, TuningTable &table,
                      std::vector<rt::AiterRowInfo> &manifestRows,
-                     std::vector<std::string> &unsupported, std::string &error) {
+                     std::vector<std::string> &unsupported, std::string &error,
+                     std::map<std::string, size_t> *refusalsByReason) {
   table = TuningTable();
   manifestRows.clear();
   unsupported.clear();
@@ -679,32 +728,51 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
   for (const AiterCsvRow &row : rows) {
     rt::AiterRowInfo info = row.info;
     const std::string at = row.file + ":" + std::to_string(row.line) + ": ";
-    std::string reason = rowSupport(row, part);
+    // A row counts under each of its reasons' classes.
+    std::vector<std::string> refusalClasses;
+    auto refuse = [&](const std::string &reason) {
+      info.skipped = reason;
+      unsupported.push_back(at + reason);
+      manifestRows.push_back(std::move(info));
+      if (refusalsByReason)
+        for (const std::string &cls : refusalClasses)
+          ++(*refusalsByReason)[cls];
+    };
+    auto addReason = [&](std::string &reason, const std::string &cls,
+                         const std::string &text) {
+      refusalClasses.push_back(cls);
+      reason += (reason.empty() ? "" : "; ") + text;
+    };
+    std::string rowClass;
+    std::string reason = rowSupport(row, part, rowClass);
+    if (!reason.empty())
+      refusalClasses.push_back(rowClass);
     AiterStageKnobs s1, s2;
     std::string reason1, reason2;
     if (!parseAiterKernelName(info.kernelName1, 1, s1, reason1))
-      reason += (reason.empty() ? "" : "; ") + std::string("kernelName1 ") + reason1;
+      addReason(reason, "kernelName1 " + s1.refusalClass,
+                "kernelName1 " + reason1);
     if (!parseAiterKernelName(info.kernelName2, 2, s2, reason2))
-      reason += (reason.empty() ? "" : "; ") + std::string("kernelName2 ") + reason2;
+      addReason(reason, "kernelName2 " + s2.refusalClass,
+                "kernelName2 " + reason2);
     if (reason1.empty() && s1.tileM != info.blockM)
-      reason += (reason.empty() ? "" : "; ") +
-                std::string("kernelName1 tile m ") + std::to_string(s1.tileM) +
-                " differs from block_m " + std::to_string(info.blockM) +
-                " (AITER sorts in blocks of block_m; a tile is never changed)";
+      addReason(reason, "kernelName1 tile m is not block_m",
+                "kernelName1 tile m " + std::to_string(s1.tileM) +
+                    " differs from block_m " + std::to_string(info.blockM) +
+                    " (AITER sorts in blocks of block_m; a tile is never "
+                    "changed)");
     if (reason2.empty()) {
       // A stage-2 tile m inside larger sort blocks (_sbm) compiles as W2's
       // sort_block_m; the dialect checks that the block is a multiple.
       const int64_t sortBlock = s2.sortBlockM ? s2.sortBlockM : s2.tileM;
       if (sortBlock != info.blockM)
-        reason += (reason.empty() ? "" : "; ") +
-                  std::string("kernelName2 sorts in blocks of ") +
-                  std::to_string(sortBlock) + ", block_m is " +
-                  std::to_string(info.blockM);
+        addReason(reason, "kernelName2 sort block is not block_m",
+                  "kernelName2 sorts in blocks of " +
+                      std::to_string(sortBlock) + ", block_m is " +
+                      std::to_string(info.blockM));
     }
     if (!reason.empty()) {
-      info.skipped = reason;
-      unsupported.push_back(at + reason);
-      manifestRows.push_back(std::move(info));
+      refuse(reason);
       continue;
     }
     const SourceLine where{row.file, row.line};
@@ -757,6 +825,8 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
         if (!op) {
           // "FILE:LINE: message": keep the message.
           size_t colon = opError.find(": ", opError.find(':') + 1);
+          refusalClasses.push_back(std::string(nameField) +
+                                   " tile refused by moec's " + stage);
           why += (why.empty() ? "" : "; ") + std::string(nameField) + " '" +
                  (stage == std::string("w13") ? info.kernelName1
                                               : info.kernelName2) +
@@ -768,9 +838,7 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
         }
       }
       if (!why.empty()) {
-        info.skipped = why;
-        unsupported.push_back(at + why);
-        manifestRows.push_back(std::move(info));
+        refuse(why);
         continue;
       }
     }
@@ -869,6 +937,98 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
   return true;
 }
 
+namespace {
+
+/// A decimal as the tuner writes it ("113.1"); false for anything else.
+bool parseDecimal(const std::string &text, double &out) {
+  if (text.empty())
+    return false;
+  char *end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size();
+}
+
+std::string rowAt(const AiterCsvRow &row) {
+  return row.file + ":" + std::to_string(row.line);
+}
+
+std::string shapeText(const rt::AiterRowInfo &r) {
+  return "token " + std::to_string(r.token) + ", model_dim " +
+         std::to_string(r.modelDim) + ", inter_dim " +
+         std::to_string(r.interDim) + ", expert " + std::to_string(r.expert) +
+         ", topk " + std::to_string(r.topk);
+}
+
+} // namespace
+
+AiterAudit auditAiterRows(const std::vector<AiterCsvRow> &rows,
+                          const AiterAuditOptions &options) {
+  AiterAudit audit;
+  // us against token, per key without the token.
+  std::map<std::string, std::map<uint32_t, const AiterCsvRow *>> byKey;
+  std::map<std::string, const AiterCsvRow *> byTimings;
+  for (const AiterCsvRow &row : rows) {
+    const std::string at = rowAt(row) + ": ";
+    for (auto [column, text] :
+         {std::pair<const char *, const std::string *>{"err1", &row.err1},
+          {"err2", &row.err2}}) {
+      double percent = 0;
+      if (text->size() < 2 || text->back() != '%' ||
+          !parseDecimal(text->substr(0, text->size() - 1), percent) ||
+          percent <= options.maxErrorPercent)
+        continue;
+      std::ostringstream limit;
+      limit << options.maxErrorPercent;
+      audit.warnings.push_back(
+          at + "column '" + column + "': " + *text + " error above " +
+          limit.str() + " % (AITER's tuner rejects a kernel above its --errRatio, 0.05 by "
+          "default)");
+      ++audit.highError;
+    }
+    double us = 0;
+    if (!parseDecimal(row.us, us))
+      continue;
+    rt::AiterRowInfo key = row.info;
+    key.token = 0;
+    byKey[keyText(key)][row.info.token] = &row;
+    // Equal us1, us2 and us (as written) on two keys: one was copied.
+    std::string columns = "'us'", timings = row.us;
+    if (!row.us1.empty() && !row.us2.empty()) {
+      columns = "'us1', 'us2', 'us'";
+      timings = row.us1 + ", " + row.us2 + ", " + row.us;
+    }
+    auto [first, inserted] = byTimings.emplace(timings, &row);
+    if (!inserted) {
+      audit.warnings.push_back(
+          at + "columns " + columns + ": " + timings + " as at " +
+          rowAt(*first->second) + " (" + shapeText(first->second->info) +
+          "), a row of another shape (" + shapeText(row.info) +
+          "): timings copied, not measured");
+      ++audit.copiedTimings;
+    }
+  }
+  for (const auto &[key, tokens] : byKey) {
+    const AiterCsvRow *previous = nullptr;
+    double previousUs = 0;
+    for (const auto &[token, row] : tokens) {
+      double us = 0;
+      parseDecimal(row->us, us);
+      if (previous && us < previousUs) {
+        audit.warnings.push_back(
+            rowAt(*row) + ": columns 'token', 'us': us " + row->us +
+            " at token " + std::to_string(token) + " is below us " +
+            previous->us + " at token " +
+            std::to_string(previous->info.token) + " (" + rowAt(*previous) +
+            ") of the same key: more tokens should not run faster");
+        ++audit.fallingUs;
+      }
+      previous = row;
+      previousUs = us;
+    }
+  }
+  return audit;
+}
+
 CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
                                        const std::string &bundlePath,
                                        const CompileOptions &options,
@@ -879,6 +1039,7 @@ CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
   std::vector<AiterCsvRow> rows;
   if (!readAiterCsvs(paths, rows, aiterSummary.merge, error))
     return CompileStatus::BadInput;
+  aiterSummary.audit = auditAiterRows(rows);
   if (!options.target) {
     error = "compileAiterCsvsToBundle: no target part (CompileOptions::target)";
     return CompileStatus::BadInput;
@@ -886,8 +1047,8 @@ CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
   TuningTable table;
   std::vector<rt::AiterRowInfo> manifestRows;
   if (!buildAiterTable(rows, options.target->chip, aiterOptions, table,
-                       manifestRows,
-                       aiterSummary.unsupported, error))
+                       manifestRows, aiterSummary.unsupported, error,
+                       &aiterSummary.refusalsByReason))
     return CompileStatus::BadInput;
   aiterSummary.rows = manifestRows.size();
   for (const rt::AiterRowInfo &row : manifestRows)

@@ -33,12 +33,31 @@ int runAiterCompile(const std::vector<std::string> &paths,
       paths, output, options, aiterOptions, summary, aiter, error);
   for (const std::string &line : aiter.merge.dropped)
     std::cerr << "moec: " << line << "\n";
+  // The audit only warns: it never changes what is selected.
+  for (const std::string &line : aiter.audit.warnings)
+    std::cerr << "moec: warning: " << line << "\n";
+  if (!aiter.audit.warnings.empty())
+    std::cerr << "moec: audit: " << aiter.audit.warnings.size()
+              << " warning(s): " << aiter.audit.fallingUs
+              << " us falling as token rises, " << aiter.audit.highError
+              << " err1/err2 above "
+              << AiterAuditOptions().maxErrorPercent << " %, " << aiter.audit.copiedTimings
+              << " timings copied across shapes\n";
+  // Without --skip-unsupported the error lists the refused rows.
+  if (aiterOptions.skipUnsupported)
+    for (const std::string &line : aiter.unsupported)
+      std::cerr << "moec: skipped " << line << "\n";
+  if (!aiter.refusalsByReason.empty()) {
+    std::cerr << "moec: " << aiter.unsupported.size()
+              << " AITER row(s) refused; rows per reason (a row counts under "
+                 "each of its reasons):\n";
+    for (const auto &[reason, count] : aiter.refusalsByReason)
+      std::cerr << "moec:   " << count << " " << reason << "\n";
+  }
   if (status != CompileStatus::Ok) {
     std::cerr << "moec: " << error << "\n";
     return status == CompileStatus::BadInput ? kBadInput : kCheckFailed;
   }
-  for (const std::string &line : aiter.unsupported)
-    std::cerr << "moec: skipped " << line << "\n";
   double seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)
                        .count();

@@ -217,3 +217,163 @@ TEST_CASE("AITER rows compile for the part with their cu_num only",
                  Catch::Contains("a 256-CU part never takes a row tuned for "
                                  "128 CUs"));
 }
+
+// A one-stage row (run_1stage 1, empty kernelName2) and rows of other kernel
+// families are rows like any other: read, then refused by name, each counted
+// under its reasons.
+TEST_CASE("AITER one-stage and other-family rows are refused by name",
+          "[aiter]") {
+  const std::string key = std::string("gfx950,256,TOKEN,7168,512,384,6,") +
+                          kSiluKey + ",32,0,";
+  auto row = [&](int token, const std::string &names, int oneStage) {
+    std::string text = key;
+    text.replace(text.find("TOKEN"), 5, std::to_string(token));
+    return text + names + "," + std::to_string(oneStage) + "\n";
+  };
+  const std::string stage1 = "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8";
+  const std::string stage2 = "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic";
+  const std::string csv =
+      std::string(kHeader) + ",run_1stage\n" + row(1, kNames, 0) +
+      row(2, "fmoe_one_stage,", 1) +
+      row(4, stage1 + ",moe_ck2stages_gemm2_64x32x32x128_1x1_v1", 0) +
+      row(8, "cktile_moe1_t32," + stage2, 0) +
+      row(16, stage1 + ",opus_moe2_t64x256x256", 0) +
+      row(32, "asm_moe1_g1u1," + stage2, 0);
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  INFO(error);
+  REQUIRE(parseAiterCsv("families.csv", csv, rows, error));
+  REQUIRE(rows.size() == 6);
+  CHECK(rows[1].info.kernelName2.empty());
+  CHECK(rows[1].run1Stage == 1);
+
+  AiterStageKnobs knobs;
+  std::string reason;
+  CHECK_FALSE(parseAiterKernelName("", 2, knobs, reason));
+  CHECK(knobs.refusalClass == "empty (a one-stage row)");
+  CHECK_THAT(reason, Catch::Contains("moec has no one-stage kernel"));
+  for (auto [name, cls] :
+       {std::pair<const char *, const char *>{
+            "moe_ck2stages_gemm2_64x32x32x128_1x1_v1", "family ck2stages"},
+        {"cktile_moe2_t32", "family cktile"},
+        {"opus_moe2_t64", "family opus"},
+        {"asm_moe2", "family asm"},
+        {"triton_moe2", "family other"},
+        {"flydsl_moe2_layout_afp4_wfp4_bf16_t32x128x128_atomic",
+         "family flydsl_moe2_layout"},
+        {"flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic", "part '_afp4'"}}) {
+    INFO(name);
+    CHECK_FALSE(parseAiterKernelName(name, 2, knobs, reason));
+    CHECK(knobs.refusalClass == cls);
+    CHECK_THAT(reason, Catch::StartsWith(std::string("'") + name + "': "));
+  }
+
+  AiterCompileOptions options;
+  options.skipUnsupported = true;
+  TuningTable table;
+  std::vector<rt::AiterRowInfo> manifestRows;
+  std::vector<std::string> unsupported;
+  std::map<std::string, size_t> byReason;
+  REQUIRE(buildAiterTable(rows, target::kGfx950, options, table, manifestRows,
+                          unsupported, error, &byReason));
+  REQUIRE(manifestRows.size() == 6);
+  CHECK(manifestRows[0].compiled());
+  REQUIRE(unsupported.size() == 5);
+  CHECK_THAT(unsupported[0],
+             Catch::StartsWith("families.csv:3: run_1stage 1") &&
+                 Catch::Contains("kernelName2 '': no stage-2 kernel"));
+  CHECK_THAT(unsupported[1], Catch::Contains("backend ck2stages"));
+  CHECK_THAT(unsupported[4], Catch::StartsWith("families.csv:7: kernelName1 "
+                                               "'asm_moe1_g1u1': backend asm"));
+  const std::map<std::string, size_t> expected = {
+      {"run_1stage 1 (one-stage kernel)", 1},
+      {"kernelName1 family other", 1}, // fmoe_one_stage
+      {"kernelName2 empty (a one-stage row)", 1},
+      {"kernelName2 family ck2stages", 1},
+      {"kernelName1 family cktile", 1},
+      {"kernelName2 family opus", 1},
+      {"kernelName1 family asm", 1}};
+  CHECK(byReason == expected);
+}
+
+namespace {
+
+/// Rows of one key with the tuner's figures: {token, expert, us1, us2, us,
+/// err1, err2}.
+std::vector<AiterCsvRow>
+auditRows(const std::vector<std::vector<std::string>> &figures) {
+  std::string csv = "gfx,cu_num,token,model_dim,inter_dim,expert,topk,act_type,"
+                    "dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,"
+                    "doweight_stage1,block_m,ksplit,kernelName1,kernelName2,"
+                    "us1,us2,us,err1,err2\n";
+  for (const auto &f : figures)
+    csv += "gfx950,256," + f[0] + ",7168,512," + f[1] + ",6," + kSiluKey +
+           ",32,0," + kNames + "," + f[2] + "," + f[3] + "," + f[4] + "," +
+           f[5] + "," + f[6] + "\n";
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  INFO(error);
+  REQUIRE(parseAiterCsv("audit.csv", csv, rows, error));
+  return rows;
+}
+
+} // namespace
+
+TEST_CASE("AITER audit: us falling as the token rises", "[aiter][audit]") {
+  // E 384: 113.1 us at token 16, 82.1 at 32 (line 3); E 256 has its own
+  // curve and is not compared with E 384.
+  AiterAudit audit =
+      auditAiterRows(auditRows({{"8", "384", "1", "1", "90.0", "0%", "0%"},
+                                {"16", "384", "2", "2", "113.1", "0%", "0%"},
+                                {"32", "384", "3", "3", "82.1", "0%", "0%"},
+                                {"64", "256", "4", "4", "50.0", "0%", "0%"},
+                                {"64", "384", "5", "5", "120.0", "0%", "0%"}}));
+  CHECK(audit.fallingUs == 1);
+  CHECK(audit.highError == 0);
+  CHECK(audit.copiedTimings == 0);
+  REQUIRE(audit.warnings.size() == 1);
+  CHECK(audit.warnings[0] ==
+        "audit.csv:4: columns 'token', 'us': us 82.1 at token 32 is below us "
+        "113.1 at token 16 (audit.csv:3) of the same key: more tokens should "
+        "not run faster");
+}
+
+TEST_CASE("AITER audit: err1/err2 above 5 %", "[aiter][audit]") {
+  AiterAudit audit = auditAiterRows(
+      auditRows({{"8", "384", "1", "1", "10", "5.0%", "18.7%"},
+                 {"16", "384", "2", "2", "20", "5.1%", "0.0%"},
+                 {"32", "384", "3", "3", "30", "", ""}}));
+  CHECK(audit.highError == 2);
+  CHECK(audit.fallingUs == 0);
+  REQUIRE(audit.warnings.size() == 2);
+  CHECK_THAT(audit.warnings[0],
+             Catch::StartsWith("audit.csv:2: column 'err2': 18.7% error "
+                               "above 5 %"));
+  CHECK_THAT(audit.warnings[1],
+             Catch::StartsWith("audit.csv:3: column 'err1': 5.1% error"));
+  AiterAuditOptions strict;
+  strict.maxErrorPercent = 1;
+  CHECK(auditAiterRows(auditRows({{"8", "384", "1", "1", "10", "1.5%", "0%"}}),
+                       strict)
+            .highError == 1);
+}
+
+TEST_CASE("AITER audit: timings copied across shapes", "[aiter][audit]") {
+  AiterAudit audit = auditAiterRows(
+      auditRows({{"8", "384", "11.3537", "7.5406", "18.8943", "0%", "0%"},
+                 {"8", "256", "11.3537", "7.5406", "18.8943", "0%", "0%"},
+                 // Same us, other us1/us2: measured, not copied.
+                 {"16", "256", "12.0", "6.8943", "18.8943", "0%", "0%"}}));
+  CHECK(audit.copiedTimings == 1);
+  CHECK(audit.fallingUs == 0);
+  REQUIRE(audit.warnings.size() == 1);
+  CHECK_THAT(audit.warnings[0],
+             Catch::StartsWith("audit.csv:3: columns 'us1', 'us2', 'us': "
+                               "11.3537, 7.5406, 18.8943 as at audit.csv:2 "
+                               "(token 8, model_dim 7168, inter_dim 512, "
+                               "expert 384, topk 6)"));
+  // A table without the columns (tuned_fhmoe.csv) is not audited.
+  CHECK(auditAiterRows(auditRows({{"8", "384", "", "", "", "", ""},
+                                  {"16", "384", "", "", "", "", ""}}))
+            .warnings.empty());
+}

@@ -42,6 +42,10 @@ struct AiterCsvRow {
   /// that is not 0 or 1); empty otherwise.
   std::string problem;
   rt::AiterRowInfo info;
+  /// The tuner's figures as written (empty when the column is absent):
+  /// us1, us2, us in microseconds, err1, err2 as "0.5%". Only the audit
+  /// reads them; they never change what is selected.
+  std::string us1, us2, us, err1, err2;
 };
 
 /// What the merge did, for the compile's report.
@@ -78,6 +82,9 @@ struct AiterStageKnobs {
   int64_t wavesPerEu = 0;
   /// Parts reproduced differently (docs/aiter-tables.md).
   std::vector<std::string> notes;
+  /// When the name is refused: the reason's class for the per-reason
+  /// counts ("family opus", "part '_kw4'", "empty").
+  std::string refusalClass;
 };
 
 /// Parses a stage-1 (`stage` 1) or stage-2 name into moec's knobs. A part
@@ -107,12 +114,43 @@ struct AiterCompileOptions {
 /// a row compiles only when its gfx is the part's arch and its cu_num the
 /// part's CU count. Every row moec cannot compile is listed in
 /// `unsupported` ("FILE:LINE: reason"); it is an error unless
-/// options.skipUnsupported.
+/// options.skipUnsupported. `refusalsByReason`, when given, counts the
+/// refused rows per reason class ("family opus", "act_type X", ...), a row
+/// under each of its reasons. A row with an empty kernel name (one-stage)
+/// is refused like any other.
 bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
                      const target::TargetInfo &part,
                      const AiterCompileOptions &options, TuningTable &table,
                      std::vector<rt::AiterRowInfo> &manifestRows,
-                     std::vector<std::string> &unsupported, std::string &error);
+                     std::vector<std::string> &unsupported, std::string &error,
+                     std::map<std::string, size_t> *refusalsByReason = nullptr);
+
+/// What a tuner should not have written, found by auditAiterRows. Each
+/// warning is "FILE:LINE: columns 'C', ...: what". The audit never changes
+/// what is selected.
+struct AiterAudit {
+  std::vector<std::string> warnings;
+  /// `us` below that of a smaller token of the same key.
+  size_t fallingUs = 0;
+  /// err1 or err2 above AiterAuditOptions::maxErrorPercent.
+  size_t highError = 0;
+  /// us1, us2 and us all equal to those of a row of another key.
+  size_t copiedTimings = 0;
+};
+
+struct AiterAuditOptions {
+  /// AITER's tuner rejects a kernel whose error ratio exceeds --errRatio,
+  /// 0.05 by default (aiter/utility/base_tuner.py): a row above 5 % should
+  /// not have been written.
+  double maxErrorPercent = 5.0;
+};
+
+/// Audits rows (as merged by readAiterCsvs): for one key (the shape
+/// columns without token) `us` that falls as the token rises, err1/err2
+/// above the threshold, and us1/us2/us copied from a row of another key.
+/// Rows without the columns are not audited for them.
+AiterAudit auditAiterRows(const std::vector<AiterCsvRow> &rows,
+                          const AiterAuditOptions &options = {});
 
 /// The whole of `moec compile A.csv [B.csv ...] -o B.moeb`, for the part
 /// CompileOptions::target names (required).
@@ -120,6 +158,11 @@ struct AiterCompileSummary {
   size_t rows = 0, compiledRows = 0, skippedRows = 0;
   AiterMergeReport merge;
   std::vector<std::string> unsupported;
+  /// Refused rows per reason class, a row under each of its reasons
+  /// (filled even when the compile then fails).
+  std::map<std::string, size_t> refusalsByReason;
+  /// The audit of the merged rows (auditAiterRows).
+  AiterAudit audit;
 };
 CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
                                        const std::string &bundlePath,
