@@ -23,6 +23,16 @@ using namespace moec::emu::test;
 
 namespace {
 
+/// `count` normal draws of CounterRandom(seed, stream), times `scale`.
+std::vector<float> normalFloats(uint64_t seed, uint64_t stream, size_t count,
+                                double scale) {
+  moec::ref::CounterRandom random(seed, stream);
+  std::vector<float> values(count);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(random.normal(i) * scale);
+  return values;
+}
+
 const char *kIntegerKernel = R"mlir(
 gpu.module @m {
   gpu.func @ints(%out: memref<1280xi32, #gpu.address_space<global>>,
@@ -244,10 +254,7 @@ gpu.module @m {
 }
 )mlir";
   ParsedKernel kernel = parseKernel(text);
-  moec::ref::CounterRandom random(7, 1);
-  std::vector<float> in(128);
-  for (size_t i = 0; i < in.size(); ++i)
-    in[i] = static_cast<float>(random.normal(i) * 3.0);
+  std::vector<float> in = normalFloats(7, 1, 128, 3.0);
   in[69] = 0.0f; // lane 5 divides by zero (gives inf)
   GlobalMemory memory;
   unsigned inId = addInput(memory, "in", in);
@@ -509,10 +516,7 @@ gpu.module @m {
 }
 )mlir";
   ParsedKernel kernel = parseKernel(text);
-  moec::ref::CounterRandom random(23, 4);
-  std::vector<float> in(128);
-  for (size_t i = 0; i < in.size(); ++i)
-    in[i] = static_cast<float>(random.normal(i) * 100.0);
+  std::vector<float> in = normalFloats(23, 4, 128, 100.0);
   in[0] = -0.0f;
   in[64] = 0.0f;
   in[1] = std::numeric_limits<float>::quiet_NaN();

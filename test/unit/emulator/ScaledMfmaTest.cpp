@@ -146,6 +146,36 @@ std::vector<uint8_t> nearUnitScales(const ref::CounterRandom &random,
   return scales;
 }
 
+/// The placement tests' operands: FP8 A and FP4 B registers, zero but for
+/// the one product a test places, with per-lane scales near 1.
+struct SingleProduct {
+  explicit SingleProduct(uint64_t seed)
+      : random(seed, seed), aScales(nearUnitScales(random, 0)),
+        bScales(nearUnitScales(random, 100)) {}
+
+  /// Runs `shape` with every accumulator starting at `c0` and checks that
+  /// only accumulator `hitAcc` of `hitLane` gains `product`.
+  void check(mfma::Shape shape, float c0, int hitLane, int hitAcc,
+             float product) {
+    const int accPerLane = geometry(shape).accPerLane;
+    std::vector<float> c(size_t(64 * accPerLane), c0), d(c.size());
+    MfmaOperand a{mfma::OperandFormat::Fp8, aRegs.data(), 32, aScales.data()};
+    MfmaOperand b{mfma::OperandFormat::Fp4, bRegs.data(), 32, bScales.data()};
+    scaledMfma(shape, a, b, c.data(), d.data());
+    for (int lane = 0; lane < 64; ++lane)
+      for (int acc = 0; acc < accPerLane; ++acc) {
+        INFO("lane " << lane << " acc " << acc);
+        CHECK(d[size_t(lane * accPerLane + acc)] ==
+              (lane == hitLane && acc == hitAcc ? product + c0 : c0));
+      }
+  }
+
+  const ref::CounterRandom random;
+  std::vector<uint8_t> aRegs = std::vector<uint8_t>(64 * 32, 0);
+  std::vector<uint8_t> bRegs = std::vector<uint8_t>(64 * 32, 0);
+  std::vector<uint8_t> aScales, bScales;
+};
+
 } // namespace
 
 TEST_CASE("32x32x64: one FP8 x FP4 product lands where FACTS.md says",
@@ -156,24 +186,12 @@ TEST_CASE("32x32x64: one FP8 x FP4 product lands where FACTS.md says",
   // lane 9 + 32 = 41, byte 2 high nibble; scale (column 9, block 1) in lane
   // 41. D[5][9]: m = 5 = 8i + 4g + j gives i = 0, g = 1, j = 1: lane 41,
   // acc 1. Value 1.5 * 2^2 * -3 * 2^-1 = -9.
-  std::vector<uint8_t> aRegs(64 * 32, 0), bRegs(64 * 32, 0);
-  const ref::CounterRandom random(5, 5);
-  std::vector<uint8_t> aScales = nearUnitScales(random, 0);
-  std::vector<uint8_t> bScales = nearUnitScales(random, 100);
-  aRegs[5 * 32 + 21] = ref::encodeFp8E4M3(1.5);
-  aScales[37] = 129;
-  bRegs[41 * 32 + 2] = static_cast<uint8_t>(ref::encodeE2M1(-3.0) << 4);
-  bScales[41] = 126;
-  std::vector<float> c(64 * 16, 0.25f), d(64 * 16);
-  MfmaOperand a{mfma::OperandFormat::Fp8, aRegs.data(), 32, aScales.data()};
-  MfmaOperand b{mfma::OperandFormat::Fp4, bRegs.data(), 32, bScales.data()};
-  scaledMfma(mfma::Shape::M32N32K64, a, b, c.data(), d.data());
-  for (int lane = 0; lane < 64; ++lane)
-    for (int acc = 0; acc < 16; ++acc) {
-      INFO("lane " << lane << " acc " << acc);
-      CHECK(d[size_t(lane * 16 + acc)] ==
-            (lane == 41 && acc == 1 ? -9.0f + 0.25f : 0.25f));
-    }
+  SingleProduct p(5);
+  p.aRegs[5 * 32 + 21] = ref::encodeFp8E4M3(1.5);
+  p.aScales[37] = 129;
+  p.bRegs[41 * 32 + 2] = static_cast<uint8_t>(ref::encodeE2M1(-3.0) << 4);
+  p.bScales[41] = 126;
+  p.check(mfma::Shape::M32N32K64, 0.25f, /*hitLane=*/41, /*hitAcc=*/1, -9.0f);
 }
 
 TEST_CASE("16x16x128: one FP8 x FP4 product lands where FACTS.md says",
@@ -183,23 +201,12 @@ TEST_CASE("16x16x128: one FP8 x FP4 product lands where FACTS.md says",
   // 3 + 48 = 51. B[k=100][n=12]: g = 3, e = 4: lane 12 + 48 = 60, byte 2 low
   // nibble; scale (column 12, block 3) in lane 60. D[3][12]: m = 3 = 4g + j
   // gives g = 0, j = 3: lane 12, acc 3. Value -0.375 * 2^-3 * 6 * 2^5 = -9.
-  std::vector<uint8_t> aRegs(64 * 32, 0), bRegs(64 * 32, 0);
-  const ref::CounterRandom random(6, 6);
-  std::vector<uint8_t> aScales = nearUnitScales(random, 0);
-  std::vector<uint8_t> bScales = nearUnitScales(random, 100);
-  aRegs[35 * 32 + 20] = ref::encodeFp8E4M3(-0.375);
-  aScales[51] = 124;
-  bRegs[60 * 32 + 2] = ref::encodeE2M1(6.0);
-  bScales[60] = 132;
-  std::vector<float> c(64 * 4, 0.0f), d(64 * 4);
-  MfmaOperand a{mfma::OperandFormat::Fp8, aRegs.data(), 32, aScales.data()};
-  MfmaOperand b{mfma::OperandFormat::Fp4, bRegs.data(), 32, bScales.data()};
-  scaledMfma(mfma::Shape::M16N16K128, a, b, c.data(), d.data());
-  for (int lane = 0; lane < 64; ++lane)
-    for (int acc = 0; acc < 4; ++acc) {
-      INFO("lane " << lane << " acc " << acc);
-      CHECK(d[size_t(lane * 4 + acc)] == (lane == 12 && acc == 3 ? -9.0f : 0.0f));
-    }
+  SingleProduct p(6);
+  p.aRegs[35 * 32 + 20] = ref::encodeFp8E4M3(-0.375);
+  p.aScales[51] = 124;
+  p.bRegs[60 * 32 + 2] = ref::encodeE2M1(6.0);
+  p.bScales[60] = 132;
+  p.check(mfma::Shape::M16N16K128, 0.0f, /*hitLane=*/12, /*hitAcc=*/3, -9.0f);
 }
 
 TEST_CASE("random mixed-format operands with random per-block scales",
