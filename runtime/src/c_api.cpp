@@ -21,21 +21,36 @@
 
 using namespace moec::rt;
 
+// Handles share what they use, so releasing them in any order is safe: an
+// executable keeps its device and bundle, a layer its executable, alive
+// (language bindings cannot always control the order, e.g. at interpreter
+// exit).
 struct moec_bundle_t {
-  std::unique_ptr<Bundle> bundle;
+  std::shared_ptr<Bundle> bundle;
 };
 
 struct moec_device_t {
-  std::unique_ptr<HipDevice> device;
+  std::shared_ptr<HipDevice> device;
+};
+
+/// A device's loaded kernels of one bundle, with both kept alive.
+struct ExecutableState {
+  ExecutableState(std::shared_ptr<HipDevice> device,
+                  std::shared_ptr<Bundle> bundle)
+      : device(std::move(device)), bundle(std::move(bundle)),
+        loader(*this->device, *this->bundle) {}
+  std::shared_ptr<HipDevice> device;
+  std::shared_ptr<Bundle> bundle;
+  KernelLoader loader; // declared last: destroyed first
 };
 
 struct moec_executable_t {
-  moec_executable_t(const HipDevice &device, const Bundle &bundle)
-      : loader(device, bundle) {}
-  KernelLoader loader;
+  std::shared_ptr<ExecutableState> state;
+  KernelLoader &loader;
 };
 
 struct moec_layer_t {
+  std::shared_ptr<ExecutableState> executable; // outlives `layer`
   std::unique_ptr<Layer> layer;
   /// moec_layer_bind_bias's pointers, added to the next weight binding.
   const void *w13Bias = nullptr, *w2Bias = nullptr;
@@ -489,7 +504,9 @@ moec_status_t moec_executable_create(moec_device_t *device, const moec_bundle_t 
   return guarded([&]() -> moec_status_t {
     if (!device || !bundle || !out_executable)
       return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_executable_create: null argument");
-    *out_executable = new moec_executable_t(*device->device, *bundle->bundle);
+    auto state = std::make_shared<ExecutableState>(device->device, bundle->bundle);
+    KernelLoader &loader = state->loader;
+    *out_executable = new moec_executable_t{std::move(state), loader};
     return MOEC_STATUS_OK;
   });
 }
@@ -738,7 +755,7 @@ moec_status_t moec_layer_create(moec_executable_t *executable, moec_table_t tabl
         Layer::create(executable->loader, TableHandle{table.index}, p, error);
     if (!layer)
       return fail(std::move(error));
-    *out_layer = new moec_layer_t{std::move(layer)};
+    *out_layer = new moec_layer_t{executable->state, std::move(layer)};
     return MOEC_STATUS_OK;
   });
 }

@@ -266,8 +266,9 @@ MOEC_API void moec_device_release(moec_device_t *device);
 MOEC_API moec_status_t moec_device_compute_units(const moec_device_t *device,
                                                  uint32_t *out_count);
 
-/** The kernels of one bundle on one device; modules load lazily. Release
- *  it before the device and the bundle. */
+/** The kernels of one bundle on one device; modules load lazily. It keeps
+ *  its device and bundle alive, so handles may be released in any order
+ *  (each release drops one reference; the last frees). */
 typedef struct moec_executable_t moec_executable_t;
 
 MOEC_API moec_status_t moec_executable_create(moec_device_t *device,

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <dlfcn.h>
 
 using namespace moec::test;
 
@@ -215,6 +216,40 @@ TEST_CASE("C API: launch through the fake HIP library", "[c-api]") {
   moec_executable_release(executable);
   moec_device_release(device);
   moec_bundle_close(bundle);
+}
+
+TEST_CASE("C API: handles may be released in any order", "[c-api]") {
+  // The fake HIP library stays loaded for the test, so its unload counter is
+  // the one the runtime's own dlopen handle sees.
+  void *fake = ::dlopen(MOEC_FAKE_HIP_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(fake);
+  auto unloads = reinterpret_cast<int (*)()>(::dlsym(fake, "fake_hip_unload_count"));
+  REQUIRE(unloads);
+  TempDir dir;
+  std::string error;
+  REQUIRE(moec::rt::writeBundle(dir.file("o.moeb"), sampleManifest().dump(),
+                                sampleCodeObjects(), error));
+  moec_bundle_t *bundle = nullptr;
+  REQUIRE(moec_bundle_open(dir.file("o.moeb").c_str(), &bundle) == MOEC_STATUS_OK);
+  moec_device_t *device = nullptr;
+  REQUIRE(moec_device_create(MOEC_FAKE_HIP_PATH, 1, &device) == MOEC_STATUS_OK);
+  moec_executable_t *executable = nullptr;
+  REQUIRE(moec_executable_create(device, bundle, &executable) == MOEC_STATUS_OK);
+  REQUIRE(moec_executable_load_kernel(executable, 1) == MOEC_STATUS_OK);
+  // The device and the bundle go first, as a language binding's finaliser
+  // may release them; the executable still launches, and its release
+  // unloads its module through the device it kept.
+  moec_device_release(device);
+  moec_bundle_close(bundle);
+  int buffer[2];
+  moec_kernel_arg_t args[4];
+  sampleCArgs(args, buffer);
+  const uint32_t grid[3] = {4, 1, 1};
+  CHECK(moec_executable_launch(executable, 1, grid, args, 4, nullptr) == MOEC_STATUS_OK);
+  const int before = unloads();
+  moec_executable_release(executable);
+  CHECK(unloads() == before + 1);
+  ::dlclose(fake);
 }
 
 #include "moec/moec_runtime.hpp"
