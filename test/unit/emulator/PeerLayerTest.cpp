@@ -19,6 +19,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <utility>
+#include <vector>
+
 using namespace moec;
 using namespace moec::emu;
 
@@ -89,10 +92,9 @@ void checkLayerPasses(const PeerLayerOutcome &outcome) {
   CHECK(outcome.pass);
 }
 
-/// Runs the fused layer of `k`; fails the test when it cannot run.
-PeerLayerOutcome runOutcome(const PeerKnobs &k,
+/// Runs the fused layer of `kernels`; fails the test when it cannot run.
+PeerLayerOutcome runOutcome(const PeerKernels &kernels,
                             const PeerLayerOptions &options) {
-  PeerKernels kernels(k);
   std::string error;
   PeerLayerOutcome outcome;
   const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
@@ -101,6 +103,11 @@ PeerLayerOutcome runOutcome(const PeerKnobs &k,
   INFO(error);
   REQUIRE(ran);
   return outcome;
+}
+
+PeerLayerOutcome runOutcome(const PeerKnobs &k,
+                            const PeerLayerOptions &options) {
+  return runOutcome(PeerKernels(k), options);
 }
 
 /// A routing past the fixed-slot capacity: the oracle needs more slots,
@@ -114,8 +121,22 @@ void checkOverflowReported(const PeerKnobs &k,
   CHECK_FALSE(outcome.pass);
 }
 
-PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
-  PeerLayerOutcome outcome = runOutcome(k, options);
+/// Options for `tokensPerRank` tokens routed from `seed`, `invalidFraction`
+/// of the route slots invalid; the other fields keep their defaults.
+PeerLayerOptions routing(uint64_t seed, std::vector<int64_t> tokensPerRank,
+                         double invalidFraction = 0.0) {
+  PeerLayerOptions options;
+  options.seed = seed;
+  options.tokensPerRank = std::move(tokensPerRank);
+  options.invalidFraction = invalidFraction;
+  return options;
+}
+
+/// Runs a layer that must pass: the oracle, the receive plan, no
+/// overflow, every output element written.
+PeerLayerOutcome runLayer(const PeerKernels &kernels,
+                          const PeerLayerOptions &options) {
+  PeerLayerOutcome outcome = runOutcome(kernels, options);
   INFO(outcome.summary);
   checkLayerPasses(outcome);
   CHECK(outcome.countMismatches == 0);
@@ -125,15 +146,16 @@ PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
   return outcome;
 }
 
+PeerLayerOutcome runLayer(const PeerKnobs &k, const PeerLayerOptions &options) {
+  return runLayer(PeerKernels(k), options);
+}
+
 } // namespace
 
 TEST_CASE("fused MegaMoE layer at EP2 matches the oracle over two launches",
           "[peer]") {
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
-  PeerLayerOptions options;
-  options.seed = 11;
-  options.tokensPerRank = {9, 6};
-  options.invalidFraction = 0.1;
+  PeerLayerOptions options = routing(11, {9, 6}, 0.1);
   options.epochs = 2;
   PeerLayerOutcome outcome = runLayer(knobs, options);
   // Both ranks computed something on every launch.
@@ -145,10 +167,7 @@ TEST_CASE("fused MegaMoE layer with tile.async_a: the received rows go to "
           "[peer]") {
   PeerKnobs knobs{2, 32, 64, 16, 128, "b_major", 32, 16, 6, 2, "fixed_slot",
                   true};
-  PeerLayerOptions options;
-  options.seed = 13;
-  options.tokensPerRank = {9, 7};
-  options.invalidFraction = 0.1;
+  PeerLayerOptions options = routing(13, {9, 7}, 0.1);
   options.epochs = 2;
   PeerLayerOutcome outcome = runLayer(knobs, options);
   CHECK(outcome.stats.mfmas > 0);
@@ -161,10 +180,7 @@ TEST_CASE("fused MegaMoE layer at EP4 with an empty rank and few resident "
   // a_major, 32-row tiles; only 2 of 6 workgroups resident per rank and
   // kernel: roles go by arrival, so the producers are always resident.
   PeerKnobs knobs{4, 32, 64, 32, 128, "a_major", 64, 8, 6, 2};
-  PeerLayerOptions options;
-  options.seed = 5;
-  options.tokensPerRank = {5, 0, 8, 3};
-  options.invalidFraction = 0.05;
+  PeerLayerOptions options = routing(5, {5, 0, 8, 3}, 0.05);
   options.epochs = 2;
   options.maxResidentWorkgroups = 2;
   runLayer(knobs, options);
@@ -196,19 +212,13 @@ TEST_CASE("compact MegaMoE layer at EP2 and EP4 matches the oracle", "[peer]") {
   SECTION("EP2, b_major, two launches") {
     PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 2 * 16 * 2, 16, 6, 2,
                     "compact"};
-    PeerLayerOptions options;
-    options.seed = 31;
-    options.tokensPerRank = {11, 7};
-    options.invalidFraction = 0.1;
+    PeerLayerOptions options = routing(31, {11, 7}, 0.1);
     runLayer(knobs, options);
   }
   SECTION("EP4, a_major 32-row tiles, an empty rank, 2 resident workgroups") {
     PeerKnobs knobs{4, 32, 64, 32, 128, "a_major", 4 * 8 * 2, 8, 6, 2,
                     "compact"};
-    PeerLayerOptions options;
-    options.seed = 37;
-    options.tokensPerRank = {6, 8, 0, 3};
-    options.invalidFraction = 0.05;
+    PeerLayerOptions options = routing(37, {6, 8, 0, 3}, 0.05);
     options.maxResidentWorkgroups = 2;
     runLayer(knobs, options);
   }
@@ -222,9 +232,7 @@ TEST_CASE("fused MegaMoE with duplicate expert ids per token", "[peer]") {
     const bool compact = std::string(transport) == "compact";
     PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", compact ? 2 * 12 * 2 : 32,
                     12, 6, 2, transport};
-    PeerLayerOptions options;
-    options.seed = 41;
-    options.tokensPerRank = {12, 10};
+    PeerLayerOptions options = routing(41, {12, 10});
     options.duplicateFraction = 0.5;
     options.epochs = 1;
     runLayer(knobs, options);
@@ -237,9 +245,7 @@ TEST_CASE("a fixed-slot expert past its capacity is reported as overflow, "
   // Hot-rank routing sends every route to rank 0's 4 experts: 64 routes
   // for 4 x 16 receive rows, more than 16 for some expert.
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 16, 16, 6, 2};
-  PeerLayerOptions options;
-  options.seed = 43;
-  options.tokensPerRank = {16, 16};
+  PeerLayerOptions options = routing(43, {16, 16});
   options.hotRank = 0;
   options.epochs = 1;
   checkOverflowReported(knobs, options);
@@ -255,10 +261,7 @@ TEST_CASE("fused MegaMoE with a sharded dynamic work queue", "[peer]") {
       const bool compact = std::string(transport) == "compact";
       PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", compact ? 2 * 14 * 2 : 32,
                       14, 6, 2, transport, false, shards};
-      PeerLayerOptions options;
-      options.seed = 47;
-      options.tokensPerRank = {14, 9};
-      options.invalidFraction = 0.05;
+      PeerLayerOptions options = routing(47, {14, 9}, 0.05);
       options.maxResidentWorkgroups = 3;
       runLayer(knobs, options);
     }
@@ -270,10 +273,7 @@ TEST_CASE("compact MegaMoE with several planners and chunked producers",
   // at a time. EP4, an uneven token split.
   PeerKnobs knobs{4, 16, 64, 16, 128, "b_major", 4 * 10 * 2, 10, 8, 3,
                   "compact", false, 2, /*planCus=*/3, /*chunkRoutes=*/4};
-  PeerLayerOptions options;
-  options.seed = 53;
-  options.tokensPerRank = {10, 3, 7, 1};
-  options.invalidFraction = 0.1;
+  PeerLayerOptions options = routing(53, {10, 3, 7, 1}, 0.1);
   runLayer(knobs, options);
   // Fixed slot with chunked producers.
   PeerKnobs fixed{2, 16, 64, 16, 128, "a_major", 32, 16, 6, 2, "fixed_slot",
@@ -302,10 +302,7 @@ TEST_CASE("separate dispatch kernel, then W13, W2 and combine", "[peer]") {
     test::buildKernelOrFail(w13Spec, s1);
     test::buildKernelOrFail(peerSpec("w2", knobs), s2);
     test::buildKernelOrFail(peerSpec("combine", knobs), c);
-    PeerLayerOptions options;
-    options.seed = 59;
-    options.tokensPerRank = {12, 7};
-    options.invalidFraction = 0.1;
+    PeerLayerOptions options = routing(59, {12, 7}, 0.1);
     options.maxResidentWorkgroups = 3;
     PeerLayerOutcome outcome;
     std::string error;
@@ -328,10 +325,7 @@ TEST_CASE("fused MegaMoE in the bounded class (256 tokens per rank)",
     PeerKnobs knobs{2, 64, 64, 64, 128, "b_major",
                     compact ? 2 * 256 * 2 : 512, 256, 8, 2, transport,
                     false, 2};
-    PeerLayerOptions options;
-    options.seed = 61;
-    options.tokensPerRank = {256, 200};
-    options.invalidFraction = 0.05;
+    PeerLayerOptions options = routing(61, {256, 200}, 0.05);
     options.epochs = 1;
     PeerLayerOutcome outcome = runLayer(knobs, options);
     CHECK(outcome.codesCompared >= 2 * 200 * 2 * 256 / 2);
@@ -415,19 +409,7 @@ TEST_CASE("fused MegaMoE at EP8 under randomised rank schedules", "[peer][ep8]")
                 : 1 + (r * 5 + int64_t(seed)) % kMaxTokens;
       if (seed % 3 == 0)
         options.hotRank = int64_t(seed % kEp);
-      PeerLayerOutcome outcome;
-      std::string error;
-      const bool ran = succeeded(runPeerLayer(kernels.stage1, kernels.stage2,
-                                              kernels.combine, options,
-                                              outcome, error));
-      INFO(error);
-      REQUIRE(ran);
-      INFO(outcome.summary);
-      checkLayerPasses(outcome);
-      CHECK(outcome.countMismatches == 0);
-      CHECK(outcome.unknownRows == 0);
-      CHECK(outcome.overflows == 0);
-      CHECK(outcome.outputUnwritten == 0);
+      runLayer(kernels, options);
     }
   }
 }
