@@ -156,6 +156,8 @@ void SelftestRunner::reportCase(const std::string &name, const Case &c,
     entry["zero_rows_wrong"] = comparison.zeroRowsWrong;
     entry["unwritten"] = comparison.unwritten;
     entry["non_finite"] = comparison.distance.nonFinite;
+    entry["over_bound"] = comparison.overBound;
+    entry["worst_error_over_bound"] = comparison.worstOverBound;
     entry["overflow"] = overflow;
     entry["time_s"] = seconds;
     if (clampCase)
@@ -171,15 +173,17 @@ void SelftestRunner::reportCase(const std::string &name, const Case &c,
   if (bias)
     mustExceed += formatLine<64>(" unbiased_rel_l2=%.2e (must exceed the bound)",
                                  comparison.unbiasedRelL2);
-  report(pass, formatLine("%s m=%u %s config=%s rel_l2=%.2e (bound %.4f)%s "
+  report(pass, formatLine("%s m=%u %s config=%s rel_l2=%.2e (bound %.3g)%s "
                           "zero_rows_wrong=%lld unwritten=%lld non_finite=%lld "
-                          "overflow=%llu %.2f s",
+                          "over_bound=%lld (worst %.2f) overflow=%llu %.2f s",
                           name.c_str(), c.m, c.scenario.c_str(),
                           configId.c_str(), comparison.distance.relL2,
                           kLayerRelL2Bound, mustExceed.c_str(),
                           (long long)comparison.zeroRowsWrong,
                           (long long)comparison.unwritten,
                           (long long)comparison.distance.nonFinite,
+                          (long long)comparison.overBound,
+                          comparison.worstOverBound,
                           (unsigned long long)overflow, seconds));
 }
 
