@@ -410,6 +410,10 @@ bool parseAiterKernelName(const std::string &name, int stage,
       return refuse(std::string("family ") + backend,
                     std::string("backend ") + backend +
                         ", not FlyDSL (moec compiles FlyDSL names only)");
+  if (name.rfind("flydsl_mxmoe_", 0) == 0)
+    return refuse("family flydsl_mxmoe",
+                  "AITER's FlyDSL mxmoe kernels (flydsl_mxmoe_g1/_g2, with "
+                  "their own intermediate layout) have no moec counterpart");
   if (name.rfind(prefix, 0) != 0)
     return refuse("family other", "not a FlyDSL stage-" +
                                       std::to_string(stage) + " name (" +

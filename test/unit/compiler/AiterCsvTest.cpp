@@ -259,6 +259,7 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
         {"opus_moe2_t64", "family opus"},
         {"asm_moe2", "family asm"},
         {"triton_moe2", "family other"},
+        {"flydsl_mxmoe_g2_a4w4_16x256x256_atomic", "family flydsl_mxmoe"},
         {"flydsl_moe2_layout_afp4_wfp4_bf16_t32x128x128_atomic",
          "family flydsl_moe2_layout"},
         {"flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic", "part '_afp4'"}}) {
