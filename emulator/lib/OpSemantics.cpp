@@ -14,6 +14,8 @@
 #include "moec/Emulator/ScaledMfma.h"
 #include "moec/reference/Formats.h"
 
+#include "llvm/ADT/bit.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -45,8 +47,7 @@ inline uint64_t encodeBf16Fast(double value) {
   const float f = static_cast<float>(value);
   if (!(static_cast<double>(f) == value)) // NaN, or not a float
     return ref::encodeBf16(value);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
+  uint32_t u = llvm::bit_cast<uint32_t>(f);
   if ((u & 0x7FFFFFFFu) >= 0x7F800000u) // infinity
     return ref::encodeBf16(value);
   u += 0x7FFFu + ((u >> 16) & 1);
@@ -67,8 +68,7 @@ inline uint64_t encodeFp8Fast(double value) {
   const float f = static_cast<float>(magnitude);
   if (!(static_cast<double>(f) == magnitude) || f < 0x1p-6f)
     return ref::encodeFp8E4M3(value, ref::Overflow::Saturate);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
+  uint32_t u = llvm::bit_cast<uint32_t>(f);
   u += 0x7FFFFu + ((u >> 20) & 1);
   const uint32_t exponent = (u >> 23) - 127 + 7;
   return sign | (exponent << 3) | ((u >> 20) & 7);
@@ -76,24 +76,13 @@ inline uint64_t encodeFp8Fast(double value) {
 
 double decodeFloat(Elem elem, uint64_t bits) {
   switch (elem) {
-  case Elem::F32: {
-    uint32_t b = static_cast<uint32_t>(bits);
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  }
-  case Elem::F64: {
-    double d;
-    std::memcpy(&d, &bits, 8);
-    return d;
-  }
-  case Elem::BF16: {
+  case Elem::F32:
+    return llvm::bit_cast<float>(static_cast<uint32_t>(bits));
+  case Elem::F64:
+    return llvm::bit_cast<double>(bits);
+  case Elem::BF16:
     // ref::decodeBf16: the upper half of a float.
-    const uint32_t word = static_cast<uint32_t>(bits & 0xFFFF) << 16;
-    float f;
-    std::memcpy(&f, &word, 4);
-    return f;
-  }
+    return llvm::bit_cast<float>(static_cast<uint32_t>(bits & 0xFFFF) << 16);
   case Elem::F8E4M3FN:
     return fp8Values()[bits & 0xFF];
   default:
@@ -104,17 +93,10 @@ double decodeFloat(Elem elem, uint64_t bits) {
 /// Rounds `value` once to `elem` (nearest even) and returns its bits.
 uint64_t encodeFloat(Elem elem, double value) {
   switch (elem) {
-  case Elem::F32: {
-    float f = static_cast<float>(value);
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    return b;
-  }
-  case Elem::F64: {
-    uint64_t b;
-    std::memcpy(&b, &value, 8);
-    return b;
-  }
+  case Elem::F32:
+    return llvm::bit_cast<uint32_t>(static_cast<float>(value));
+  case Elem::F64:
+    return llvm::bit_cast<uint64_t>(value);
   case Elem::BF16:
     return encodeBf16Fast(value);
   case Elem::F8E4M3FN:
