@@ -198,15 +198,29 @@ const Json *findField(const Json &object, std::string_view key) {
   return it == object.end() ? nullptr : &*it;
 }
 
+namespace {
+
+/// Points `field` at `key` (nullptr when absent); false, with the error, when
+/// a `required` field is absent.
+bool findRequired(const Json &object, std::string_view key,
+                  const std::string &where, bool required, const Json *&field,
+                  std::string &error) {
+  field = findField(object, key);
+  if (field || !required)
+    return true;
+  error = fieldPath(where, key) + ": missing";
+  return false;
+}
+
+} // namespace
+
 bool readString(const Json &object, std::string_view key, const std::string &where,
                 bool required, std::string &out, std::string &error) {
-  const Json *field = findField(object, key);
-  if (!field) {
-    if (!required)
-      return true;
-    error = fieldPath(where, key) + ": missing";
+  const Json *field = nullptr;
+  if (!findRequired(object, key, where, required, field, error))
     return false;
-  }
+  if (!field) // optional and absent
+    return true;
   if (!field->is_string()) {
     error = fieldPath(where, key) + ": expected a string";
     return false;
@@ -218,13 +232,11 @@ bool readString(const Json &object, std::string_view key, const std::string &whe
 bool readUnsigned(const Json &object, std::string_view key,
                   const std::string &where, bool required, uint64_t maxValue,
                   uint64_t &out, std::string &error) {
-  const Json *field = findField(object, key);
-  if (!field) {
-    if (!required)
-      return true;
-    error = fieldPath(where, key) + ": missing";
+  const Json *field = nullptr;
+  if (!findRequired(object, key, where, required, field, error))
     return false;
-  }
+  if (!field) // optional and absent
+    return true;
   uint64_t value = 0;
   if (field->is_number_unsigned()) {
     value = field->get<uint64_t>();
