@@ -446,7 +446,8 @@ Failure writeResults(Writer &writer, const std::string &prefix,
 struct Comparison {
   double relativeL2 = 0.0;
   /// Elements outside their per-element bound (with a tolerance vector),
-  /// and non-finite elements (always counted).
+  /// and non-finite elements (always counted); the largest error / bound
+  /// and its element.
   int64_t overBound = 0, nonFinite = 0;
   double worstOverBound = 0.0;
   int64_t worstElement = -1;
@@ -489,13 +490,13 @@ Failure compareOutput(const std::string &dir, const std::string &prefix,
     if (elementBound.empty())
       continue;
     const double bound = elementBound[i];
-    if (!(std::fabs(difference) <= bound)) {
+    const double error = std::fabs(difference);
+    if (!(error <= bound))
       ++result.overBound;
-      const double ratio = bound > 0 ? std::fabs(difference) / bound : INFINITY;
-      if (result.worstElement < 0 || ratio > result.worstOverBound) {
-        result.worstOverBound = ratio;
-        result.worstElement = static_cast<int64_t>(i);
-      }
+    const double ratio = bound > 0 ? error / bound : (error > 0 ? INFINITY : 0.0);
+    if (result.worstElement < 0 || ratio > result.worstOverBound) {
+      result.worstOverBound = ratio;
+      result.worstElement = static_cast<int64_t>(i);
     }
   }
   result.relativeL2 = reference > 0 ? std::sqrt(error / reference) : std::sqrt(error);
@@ -686,8 +687,8 @@ Failure runReference(const ReferenceArgs &args) {
       std::printf("  compare %s: relative L2 %.6g (tolerance %g)", path.c_str(),
                   c.relativeL2, relL2Bound);
       if (elementBounds)
-        std::printf(", %lld elements over their bound",
-                    static_cast<long long>(c.overBound));
+        std::printf(", %lld elements over their bound (worst %.3g of it)",
+                    static_cast<long long>(c.overBound), c.worstOverBound);
       std::printf(", %lld non-finite %s\n", static_cast<long long>(c.nonFinite),
                   problem.empty() ? "PASS" : "FAIL");
       if (!problem.empty() && !compareFailure.failed())
