@@ -44,8 +44,10 @@ void addSelftestCommand(CLI::App &app, int &exitStatus) {
                   "(.npy) and manifest.json into this new directory");
   cmd->add_flag("--small", args->small,
                 "compile the bundle's table at a small shape with the same "
-                "knobs and run that (the default)");
-  cmd->add_flag("--real", args->real, "run the bundle's kernels as compiled");
+                "knobs and run that (the default on the emulated device)");
+  cmd->add_flag("--real", args->real,
+                "run the bundle's own code objects at its own shapes (the "
+                "default on a GPU)");
   cmd->add_option("--repeat", args->repeat,
                   "then run N forwards with changing M and check that "
                   "repeated shapes give identical outputs");

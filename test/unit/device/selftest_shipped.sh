@@ -31,7 +31,7 @@ gpu() { # devices args...
   local count=$1
   shift
   MOEC_HIP_LIBRARY=$emulated MOEC_EMULATED_DEVICES=$count "$moec" selftest \
-    "$bundle" "$@"
+    "$bundle" --small "$@"
 }
 # every_table FILE PATTERN: each table's placement line matches PATTERN.
 every_table() {

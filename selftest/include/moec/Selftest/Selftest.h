@@ -28,8 +28,9 @@ struct SelftestOptions {
   /// "emulated".
   std::string device = "0";
   /// --small compiles the bundle's own table (rebuilt from its manifest) at
-  /// a small shape with the same knobs (the default); --real runs the
-  /// bundle as it is.
+  /// a small shape with the same knobs; --real runs the bundle's own code
+  /// objects at its own shapes. Neither: --real on a GPU, --small on the
+  /// emulated device (runsAsCompiled).
   bool small = false, real = false;
   /// Then this many forwards with changing M, whose repeated shapes must
   /// give identical outputs.
@@ -48,6 +49,13 @@ struct SelftestOptions {
   /// --save: a new directory for every case's inputs and outputs.
   std::string saveDir;
 };
+
+/// Whether the self-test runs the bundle's own code objects (--real, or a
+/// GPU without --small) rather than its tables rebuilt at a small shape (the
+/// emulated device's default: its kernels run on the CPU).
+inline bool runsAsCompiled(const SelftestOptions &options) {
+  return options.real || (!options.small && options.device != "emulated");
+}
 
 /// How a self-test ended; the CLI's exit status is its value (docs/cli.md).
 enum class SelftestStatus : int {
