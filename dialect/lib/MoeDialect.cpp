@@ -33,16 +33,6 @@ static_assert(toAbiStage(Stage::quant) == moec::abi::Stage::Quant &&
                   toAbiStage(Stage::combine) == moec::abi::Stage::Combine,
               "moe::Stage and abi::Stage disagree on a value");
 
-std::string moec::moe::stageNameList() {
-  std::string list;
-  for (uint32_t value = 0; value <= getMaxEnumValForStage(); ++value) {
-    if (value > 0)
-      list += value == getMaxEnumValForStage() ? " or " : ", ";
-    list += stringifyStage(static_cast<Stage>(value)).str();
-  }
-  return list;
-}
-
 Stage moec::moe::stageOfOpName(StringRef opName) {
   std::optional<Stage> stage = symbolizeStage(
       opName.drop_front(MoeDialect::getDialectNamespace().size() + 1));

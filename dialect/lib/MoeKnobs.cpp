@@ -2,10 +2,13 @@
 
 #include "moec/Dialect/Moe/MoeKnobs.h"
 
+#include "moec/abi/stage.h"
+
 #include <cassert>
 #include <charconv>
 #include <cstring>
 #include <iterator>
+#include <string>
 
 namespace moec::moe {
 namespace {
@@ -50,6 +53,19 @@ const KnobInfo *lookupOwnedKnob(std::string_view ownerSyntax,
         info && ownerSyntax == info->ownerSyntax)
       return info;
   return nullptr;
+}
+
+std::string stageNameList() {
+  // abi::kStages numbers the stages as the ODS enum does (MoeDialect.cpp
+  // static_asserts it): plain C++, so the table parser's fuzz target builds
+  // without MLIR.
+  std::string list;
+  for (size_t i = 0; i < abi::kStages.size(); ++i) {
+    if (i > 0)
+      list += i + 1 == abi::kStages.size() ? " or " : ", ";
+    list += abi::stageName(abi::kStages[i]);
+  }
+  return list;
 }
 
 } // namespace moec::moe

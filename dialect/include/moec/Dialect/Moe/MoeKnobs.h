@@ -83,8 +83,8 @@ const StageKnobs *stageKnobsEnd();
 /// The knobs of `stage` ("w13", "w2", "sort", "combine"), or nullptr.
 const StageKnobs *lookupStageKnobs(std::string_view stage);
 
-/// Every stage's name in pipeline order, spelled from the dialect's stage
-/// enum (MoeDialect.cpp), for messages: "quant, sort, w13, w2 or combine".
+/// Every stage's name in pipeline order (the dialect's stage enum, equal to
+/// abi::Stage), for messages: "quant, sort, w13, w2 or combine".
 std::string stageNameList();
 
 /// Knob `knob` of `stage`, or nullptr.
