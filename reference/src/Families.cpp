@@ -75,18 +75,20 @@ const float *biasData(const std::vector<float> &values) {
   return values.empty() ? nullptr : values.data();
 }
 
-/// Quantises BF16 rows to FP8 1x32 (activation recipe).
+/// Quantises BF16 rows per 1x32 in `format` (Quantize.h).
 void quantizeBf16Rows(const std::vector<uint16_t> &bits, int64_t rows,
                       int64_t depth, std::vector<uint8_t> &codes,
-                      std::vector<uint8_t> &scales) {
-  codes.assign(rows * depth, 0);
+                      std::vector<uint8_t> &scales,
+                      ActivationFormat format = ActivationFormat::Fp8E4M3) {
+  const int64_t rowBytes = activationRowBytes(format, depth);
+  codes.assign(rows * rowBytes, 0);
   scales.assign(rows * (depth / kBlockSize), 0);
   std::vector<double> row(depth);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < depth; ++i)
       row[i] = decodeBf16(bits[r * depth + i]);
-    quantizeFp8Row(row.data(), depth, codes.data() + r * depth,
-                   scales.data() + r * (depth / kBlockSize));
+    quantizeActivationRow(format, row.data(), depth, codes.data() + r * rowBytes,
+                          scales.data() + r * (depth / kBlockSize));
   }
 }
 
@@ -105,14 +107,16 @@ void roundOutputs(const std::vector<double> &sum, StageResults &results) {
 /// hundreds of megabytes of fixed-slot receive rows is otherwise a serial
 /// cost comparable to the GEMMs.
 void allocateStageArrays(int64_t rows, int64_t intermediate, int64_t hidden,
-                         OracleMode mode, StageResults &results) {
+                         OracleMode mode, StageResults &results,
+                         ActivationFormat format = ActivationFormat::Fp8E4M3) {
   auto size = [](auto &vector, int64_t count) {
     if (static_cast<int64_t>(vector.size()) != count)
       vector.assign(count, 0);
   };
   size(results.activation, rows * intermediate);
   if (mode == OracleMode::QuantFaithful) {
-    size(results.intermediateCodes, rows * intermediate);
+    size(results.intermediateCodes,
+         rows * activationRowBytes(format, intermediate));
     size(results.intermediateScales, rows * (intermediate / kBlockSize));
   }
   size(results.downRows, rows * hidden);
@@ -134,25 +138,27 @@ std::vector<double> listedRowNorms(const ActivationRows &rows,
   return norms;
 }
 
-/// W13 -> activation (-> FP8) -> W2 over `rows` GEMM rows; A of W13 is
-/// `input` with route r reading row r / routesPerARow. With `tolerance`
-/// (QuantFaithful), also the W2 rows' tolerance.
+/// W13 -> activation (-> FP8 or MXFP4, `format`) -> W2 over `rows` GEMM
+/// rows; A of W13 is `input` with route r reading row r / routesPerARow.
+/// With `tolerance` (QuantFaithful), also the W2 rows' tolerance.
 Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
                      int64_t rows, const WeightSource &w13,
                      const WeightSource &w2, const GluConfig &glu,
                      const float *w2Bias, OracleMode mode, bool tolerance,
-                     int numThreads, StageResults &results) {
+                     int numThreads, StageResults &results,
+                     ActivationFormat format = ActivationFormat::Fp8E4M3) {
   const int64_t intermediate = w2.depth();
   const int64_t hidden = w2.rows();
   const bool faithful = mode == OracleMode::QuantFaithful;
   tolerance &= faithful;
-  allocateStageArrays(rows, intermediate, hidden, mode, results);
+  allocateStageArrays(rows, intermediate, hidden, mode, results, format);
   W13Outputs outputs;
   outputs.activation = results.activation.data();
   std::vector<double> activationBound;
   if (faithful) {
     outputs.intermediateCodes = results.intermediateCodes.data();
     outputs.intermediateScales = results.intermediateScales.data();
+    outputs.intermediateFormat = format;
   }
   if (tolerance) {
     activationBound.assign(size_t(rows * intermediate), 0.0);
@@ -163,9 +169,10 @@ Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
       !status)
     return status;
   ActivationRows down =
-      faithful ? ActivationRows::fp8(results.intermediateCodes.data(),
-                                     results.intermediateScales.data(), rows,
-                                     intermediate)
+      faithful ? ActivationRows::quantized(format,
+                                           results.intermediateCodes.data(),
+                                           results.intermediateScales.data(),
+                                           rows, intermediate)
                : ActivationRows::float64(results.activation.data(), rows,
                                          intermediate);
   if (Status status = runW2Stage(down, w2, results.routes,
@@ -176,7 +183,7 @@ Status runGemmStages(const ActivationRows &input, int64_t routesPerARow,
   return w2RowTolerance(results.activation.data(), activationBound.data(),
                         listedRowNorms(down, results.routes, numThreads), w2,
                         results.routes, w2Bias, results.downRows.data(),
-                        results.downRowTolerance.data(), numThreads);
+                        results.downRowTolerance.data(), numThreads, format);
 }
 
 /// StageResults::outputTolerance of `tokens` tokens: `rowOf(route)` gives
@@ -217,10 +224,11 @@ Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
   ActivationRows input;
   if (config.mode == OracleMode::QuantFaithful) {
     quantizeBf16Rows(batch.hiddenBf16, batch.tokens, shape.hidden,
-                     results.inputCodes, results.inputScales);
-    input = ActivationRows::fp8(results.inputCodes.data(),
-                                results.inputScales.data(), batch.tokens,
-                                shape.hidden);
+                     results.inputCodes, results.inputScales,
+                     config.inputFormat);
+    input = ActivationRows::quantized(
+        config.inputFormat, results.inputCodes.data(),
+        results.inputScales.data(), batch.tokens, shape.hidden);
   } else {
     input = ActivationRows::bfloat16(batch.hiddenBf16.data(), batch.tokens,
                                      shape.hidden);
@@ -230,7 +238,7 @@ Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
   if (Status status = runGemmStages(
           input, shape.topk, batch.tokens * shape.topk, w13, w2, glu,
           biasData(config.bias.w2), config.mode, config.outputTolerance,
-          config.numThreads, results);
+          config.numThreads, results, config.intermediateFormat);
       !status)
     return status;
   std::vector<double> sum(batch.tokens * shape.hidden, 0.0);

@@ -70,12 +70,14 @@ uint8_t weightScaleCode(double amax) {
   return static_cast<uint8_t>(std::clamp(exponent + 127, 0, 254));
 }
 
-void quantizeMxfp4Row(const double *values, int64_t k, uint8_t *packed,
-                      uint8_t *scales) {
+/// MXFP4 blocks of one row with the scale code `scaleOf(amax)`.
+template <typename ScaleOf>
+static void quantizeE2M1Blocks(const double *values, int64_t k, uint8_t *packed,
+                        uint8_t *scales, ScaleOf scaleOf) {
   for (int64_t block = 0; block < k / kBlockSize; ++block) {
     const double *blockValues = values + block * kBlockSize;
     uint8_t *blockPacked = packed + block * kBlockSize / 2;
-    uint8_t scaleCode = weightScaleCode(blockAmax(blockValues));
+    uint8_t scaleCode = scaleOf(blockAmax(blockValues));
     scales[block] = scaleCode;
     int exponent = static_cast<int>(scaleCode) - 127;
     for (int64_t i = 0; i < kBlockSize; i += 2) {
@@ -89,11 +91,51 @@ void quantizeMxfp4Row(const double *values, int64_t k, uint8_t *packed,
   }
 }
 
+void quantizeMxfp4Row(const double *values, int64_t k, uint8_t *packed,
+                      uint8_t *scales) {
+  quantizeE2M1Blocks(values, k, packed, scales, weightScaleCode);
+}
+
 void dequantizeMxfp4Row(const uint8_t *packed, const uint8_t *scales,
                         int64_t k, double *values) {
   for (int64_t index = 0; index < k; ++index)
     values[index] =
         decodeE2M1(unpackE2M1(packed, index)) * decodeE8M0(scales[index / kBlockSize]);
+}
+
+uint8_t activationFp4ScaleCode(double amax) {
+  if (!std::isfinite(amax))
+    return 0xFF;
+  if (amax == 0.0)
+    return 0;
+  int exponent = std::ilogb(amax); // floor(log2(amax)), exact
+  // AITER's +0x200000 on the FP32 bits carries into the exponent exactly
+  // when the significand is >= 1.75 (and, for FP32 subnormals, only where
+  // the clamp below gives code 0 anyway).
+  if (amax >= std::ldexp(1.75, exponent))
+    ++exponent;
+  return static_cast<uint8_t>(std::clamp(exponent - 2 + 127, 0, 254));
+}
+
+void quantizeFp4ActivationRow(const double *values, int64_t k, uint8_t *packed,
+                              uint8_t *scales) {
+  quantizeE2M1Blocks(values, k, packed, scales, activationFp4ScaleCode);
+}
+
+void quantizeActivationRow(ActivationFormat format, const double *values,
+                           int64_t k, uint8_t *codes, uint8_t *scales) {
+  if (format == ActivationFormat::Mxfp4)
+    quantizeFp4ActivationRow(values, k, codes, scales);
+  else
+    quantizeFp8Row(values, k, codes, scales);
+}
+
+void dequantizeActivationRow(ActivationFormat format, const uint8_t *codes,
+                             const uint8_t *scales, int64_t k, double *values) {
+  if (format == ActivationFormat::Mxfp4)
+    dequantizeMxfp4Row(codes, scales, k, values);
+  else
+    dequantizeFp8Row(codes, scales, k, values);
 }
 
 } // namespace moec::ref

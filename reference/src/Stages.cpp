@@ -54,6 +54,22 @@ ActivationRows ActivationRows::fp8(const uint8_t *codes, const uint8_t *scales,
   return a;
 }
 
+ActivationRows ActivationRows::mxfp4(const uint8_t *packed,
+                                     const uint8_t *scales, int64_t rows,
+                                     int64_t depth) {
+  ActivationRows a = fp8(packed, scales, rows, depth);
+  a.kind = Kind::Mxfp4;
+  return a;
+}
+
+ActivationRows ActivationRows::quantized(ActivationFormat format,
+                                         const uint8_t *codes,
+                                         const uint8_t *scales, int64_t rows,
+                                         int64_t depth) {
+  return format == ActivationFormat::Mxfp4 ? mxfp4(codes, scales, rows, depth)
+                                           : fp8(codes, scales, rows, depth);
+}
+
 ActivationRows ActivationRows::bfloat16(const uint16_t *bits, int64_t rows,
                                         int64_t depth) {
   ActivationRows a;
@@ -85,6 +101,10 @@ void ActivationRows::dequantizeRow(int64_t row, double *out) const {
       out[i] = fp8[rowCodes[i]] * decodeE8M0(rowScales[i / kBlockSize]);
     return;
   }
+  case Kind::Mxfp4:
+    dequantizeMxfp4Row(codes + row * (depth / 2),
+                       scales + row * (depth / kBlockSize), depth, out);
+    return;
   case Kind::Bf16:
     for (int64_t i = 0; i < depth; ++i)
       out[i] = decodeBf16(bf16[row * depth + i]);
@@ -604,10 +624,13 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
                   }
                 }
                 if (outputs.intermediateCodes && outputs.intermediateScales)
-                  quantizeFp8Row(act.data(), intermediate,
-                                 outputs.intermediateCodes + route * intermediate,
-                                 outputs.intermediateScales +
-                                     route * (intermediate / kBlockSize));
+                  quantizeActivationRow(
+                      outputs.intermediateFormat, act.data(), intermediate,
+                      outputs.intermediateCodes +
+                          route * activationRowBytes(outputs.intermediateFormat,
+                                                     intermediate),
+                      outputs.intermediateScales +
+                          route * (intermediate / kBlockSize));
               });
   return Status();
 }

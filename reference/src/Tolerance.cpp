@@ -27,6 +27,27 @@ double fp8Step(double value, double scale) {
   return std::ldexp(scale, exponent - 3);
 }
 
+/// One E2M1 step at magnitude `value` under block scale `scale`: 0.5 below
+/// 2, 1 below 4, else 2 (which also covers saturating [6, 7) to 6).
+double fp4Step(double value, double scale) {
+  const double scaled = value / scale;
+  return scale * (scaled < 2.0 ? 0.5 : scaled < 4.0 ? 1.0 : 2.0);
+}
+
+/// The scale code, element code and step of `format`'s quantiser.
+uint8_t scaleCodeOf(ActivationFormat format, double amax) {
+  return format == ActivationFormat::Mxfp4 ? activationFp4ScaleCode(amax)
+                                           : activationScaleCode(amax);
+}
+uint8_t elementCodeOf(ActivationFormat format, double scaled) {
+  return format == ActivationFormat::Mxfp4 ? encodeE2M1(scaled)
+                                           : encodeFp8E4M3(scaled);
+}
+double stepOf(ActivationFormat format, double value, double scale) {
+  return format == ActivationFormat::Mxfp4 ? fp4Step(value, scale)
+                                           : fp8Step(value, scale);
+}
+
 /// Element (row, k) of one expert's dequantised weights.
 double weightAt(const ExpertRows &rows, int64_t depth, int64_t row, int64_t k) {
   const double scale =
@@ -42,7 +63,7 @@ double weightAt(const ExpertRows &rows, int64_t depth, int64_t row, int64_t k) {
 } // namespace
 
 void intermediateDeviation(const double *act, const double *bound,
-                           double *deviation) {
+                           double *deviation, ActivationFormat format) {
   // The kernel's block maximum lies in [lo, hi]; its scale is one of the
   // scales of that range.
   double lo = 0.0, hi = 0.0;
@@ -50,21 +71,22 @@ void intermediateDeviation(const double *act, const double *bound,
     lo = std::max(lo, std::max(std::fabs(act[i]) - bound[i], 0.0));
     hi = std::max(hi, std::fabs(act[i]) + bound[i]);
   }
-  const uint8_t loScale = activationScaleCode(lo);
-  const uint8_t hiScale = activationScaleCode(hi);
+  const uint8_t loScale = scaleCodeOf(format, lo);
+  const uint8_t hiScale = scaleCodeOf(format, hi);
   const double scale = decodeE8M0(loScale), largest = decodeE8M0(hiScale);
   for (int64_t i = 0; i < kBlockSize; ++i) {
     // Rounding is monotone, so equal codes at both ends of the interval
     // mean the kernel's code is the oracle's.
     const bool sameCode =
         loScale == hiScale &&
-        encodeFp8E4M3((act[i] - bound[i]) / scale) ==
-            encodeFp8E4M3((act[i] + bound[i]) / scale);
+        elementCodeOf(format, (act[i] - bound[i]) / scale) ==
+            elementCodeOf(format, (act[i] + bound[i]) / scale);
     // Otherwise both values are within half a step of the activations they
     // round, at scales no larger than `largest`.
     deviation[i] = sameCode ? 0.0
-                            : bound[i] + fp8Step(std::fabs(act[i]) + bound[i],
-                                                 largest);
+                            : bound[i] + stepOf(format,
+                                                std::fabs(act[i]) + bound[i],
+                                                largest);
   }
 }
 
@@ -72,7 +94,7 @@ Status w2RowTolerance(const double *activation, const double *activationBound,
                       const std::vector<double> &intermediateNorms,
                       const WeightSource &w2, const SortedRoutes &sorted,
                       const float *bias, const double *downRows, double *out,
-                      int numThreads) {
+                      int numThreads, ActivationFormat format) {
   const int64_t hidden = w2.rows(), intermediate = w2.depth();
   if (intermediate % kBlockSize != 0)
     return Status::error("W2 tolerance: I = " + std::to_string(intermediate) +
@@ -101,7 +123,7 @@ Status w2RowTolerance(const double *activation, const double *activationBound,
     const double *bound = activationBound + route * intermediate;
     std::vector<double> deviation(static_cast<size_t>(intermediate));
     for (int64_t b = 0; b < intermediate; b += kBlockSize)
-      intermediateDeviation(act + b, bound + b, deviation.data() + b);
+      intermediateDeviation(act + b, bound + b, deviation.data() + b, format);
     double deviationSquares = 0.0;
     std::vector<int64_t> moved;
     for (int64_t j = 0; j < intermediate; ++j)

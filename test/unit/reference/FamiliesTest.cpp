@@ -94,6 +94,58 @@ TEST_CASE("family 2 (TP fused MoE) matches the naive formulation", "[families]")
   }
 }
 
+TEST_CASE("family 2 A4W4: MXFP4 input, FP4 or FP8 intermediate, matches the "
+          "naive formulation",
+          "[families]") {
+  const MoeShape shape{128, 64, 8, 3};
+  for (ActivationFormat intermediate :
+       {ActivationFormat::Mxfp4, ActivationFormat::Fp8E4M3}) {
+    const bool fp4 = intermediate == ActivationFormat::Mxfp4;
+    DYNAMIC_SECTION("intermediate " << (fp4 ? "fp4" : "fp8")) {
+      GluConfig glu{16, 0.0};
+      DenseLayer layer(shape, glu, 140, /*scaleOffset=*/1);
+      TokenBatch batch = generateBatch(9, 0, 19, shape, RoutingOptions{});
+      TpMoeConfig config;
+      config.shape = shape;
+      config.mTile = 4;
+      config.gateUpInterleave = 16;
+      config.inputFormat = ActivationFormat::Mxfp4;
+      config.intermediateFormat = intermediate;
+      config.outputTolerance = true;
+      config.numThreads = 2;
+      StageResults results;
+      REQUIRE(runTpMoe(config, *layer.w13, *layer.w2, batch, results).ok());
+      naive::Layer copy = layer.naiveLayer;
+      copy.quantize = true;
+      copy.fp4Input = true;
+      copy.fp4Intermediate = fp4;
+      compareWithNaive(results.output, results.outputBf16,
+                       naive::runLayer(copy, batch.hiddenBf16, batch.topkIds,
+                                       batch.topkWeights, batch.tokens,
+                                       shape.topk));
+      // MXFP4 rows are half the bytes of FP8 rows.
+      CHECK(results.inputCodes.size() == size_t(batch.tokens * shape.hidden / 2));
+      CHECK(results.intermediateCodes.size() ==
+            size_t(batch.tokens * shape.topk * shape.intermediate / (fp4 ? 2 : 1)));
+      // The per-element tolerance exists for every output element.
+      CHECK(results.outputTolerance.size() == results.output.size());
+      // A4W4 moves the output away from the A8W4 oracle by far more than the
+      // output's own rounding: the quantisation is really MXFP4.
+      TpMoeConfig a8w4 = config;
+      a8w4.inputFormat = ActivationFormat::Fp8E4M3;
+      a8w4.intermediateFormat = ActivationFormat::Fp8E4M3;
+      StageResults fp8Results;
+      REQUIRE(runTpMoe(a8w4, *layer.w13, *layer.w2, batch, fp8Results).ok());
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < results.output.size(); ++i) {
+        diff += std::pow(double(results.output[i]) - fp8Results.output[i], 2);
+        norm += std::pow(double(fp8Results.output[i]), 2);
+      }
+      CHECK(std::sqrt(diff / norm) > 0x1p-6);
+    }
+  }
+}
+
 TEST_CASE("family 2: the M tile changes nothing but the padding", "[families]") {
   const MoeShape shape{64, 32, 4, 2};
   DenseLayer layer(shape, GluConfig{16, 0}, 5);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace naive {
 
@@ -60,6 +61,36 @@ std::vector<double> fakeQuantFp8(const std::vector<double> &values) {
   return out;
 }
 
+std::vector<double> fakeQuantFp4(const std::vector<double> &values) {
+  static const double kValues[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  std::vector<double> out(values.size());
+  for (size_t start = 0; start < values.size(); start += 32) {
+    float amax = 0;
+    for (size_t i = start; i < start + 32; ++i)
+      amax = std::max(amax, static_cast<float>(std::fabs(values[i])));
+    uint32_t bits;
+    std::memcpy(&bits, &amax, 4);
+    bits = (bits + 0x200000u) & 0xFF800000u;
+    float rounded;
+    std::memcpy(&rounded, &bits, 4);
+    const int exponent =
+        rounded == 0 ? -127
+                     : std::clamp(int(std::floor(std::log2(rounded))) - 2, -127, 127);
+    const double scale = std::ldexp(1.0, exponent);
+    for (size_t i = start; i < start + 32; ++i) {
+      const double x = std::fabs(values[i]) / scale;
+      int best = 0;
+      for (int c = 1; c < 8; ++c) {
+        const double d = std::fabs(x - kValues[c]), bestD = std::fabs(x - kValues[best]);
+        if (d < bestD || (d == bestD && c % 2 == 0))
+          best = c;
+      }
+      out[i] = std::copysign(kValues[best] * scale, values[i]);
+    }
+  }
+  return out;
+}
+
 std::vector<double> expertOutput(const Layer &layer, const std::vector<double> &x,
                                  int64_t expert) {
   const int64_t H = layer.hidden, I = layer.intermediate;
@@ -98,7 +129,7 @@ std::vector<double> expertOutput(const Layer &layer, const std::vector<double> &
       act[j] = gate / (1.0 + std::exp(-gate)) * up;
   }
   if (layer.quantize)
-    act = fakeQuantFp8(act);
+    act = layer.fp4Intermediate ? fakeQuantFp4(act) : fakeQuantFp8(act);
   std::vector<double> y(H, 0.0);
   for (int64_t n = 0; n < H; ++n) {
     double sum = 0;
@@ -122,7 +153,7 @@ std::vector<double> runLayer(const Layer &layer,
     for (int64_t k = 0; k < H; ++k)
       x[k] = decodeBf16(hidden[t * H + k]);
     if (layer.quantize)
-      x = fakeQuantFp8(x);
+      x = layer.fp4Input ? fakeQuantFp4(x) : fakeQuantFp8(x);
     for (int64_t slot = 0; slot < topk; ++slot) {
       int32_t expert = ids[t * topk + slot];
       if (expert < 0 || expert >= experts)

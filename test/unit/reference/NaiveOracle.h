@@ -31,13 +31,21 @@ Matrix fromFp8(const std::vector<uint8_t> &codes,
 /// 448 * s >= max(amax, 1e-4), then RNE(x / s) to E4M3FN.
 std::vector<double> fakeQuantFp8(const std::vector<double> &values);
 
+/// Quantise-then-dequantise a vector with AITER's MXFP4 activation rule,
+/// written from its text: round amax's FP32 bits up at 0x200000 (keep the
+/// exponent), scale = 2^(floor(log2) - 2) with the exponent in [-127, 127],
+/// then the nearest E2M1 value of x / scale (ties: even mantissa), at most 6.
+std::vector<double> fakeQuantFp4(const std::vector<double> &values);
+
 struct Layer {
   int64_t hidden = 0, intermediate = 0;
   /// Gate/up interleave G (0 = gate rows then up rows) and clamp (0 = off).
   int64_t interleave = 0;
   double clampLimit = 0.0;
-  /// Whether input and intermediate are FP8-quantised (quantisation-faithful).
+  /// Whether input and intermediate are quantised (quantisation-faithful),
+  /// each to FP8 or, with the flags below, to MXFP4 (A4W4).
   bool quantize = false;
+  bool fp4Input = false, fp4Intermediate = false;
   /// GPT-OSS's gate * sigmoid(1.702 gate) * (up + 1) instead of SiLU.
   bool gptOssSwiglu = false;
   /// One entry per expert id (FHMoE: the shared expert last).

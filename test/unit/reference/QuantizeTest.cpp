@@ -6,7 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -184,4 +186,113 @@ TEST_CASE("quantisers mark non-finite blocks through the scale", "[quantize]") {
   dequantizeMxfp4Row(packed.data(), weightScales.data(), 64, back.data());
   CHECK(std::isnan(back[3]));
   CHECK(back[40] == 1.0);
+}
+
+namespace {
+
+/// AITER's `_mxfp4_quant_op` scale, restated from its FP32 bit operations:
+/// add 0x200000 to the bits of amax, keep sign and exponent, take
+/// floor(log2) - 2 clamped to [-127, 127], bias 127.
+int aiterFp4ScaleCode(float amax) {
+  uint32_t bits;
+  std::memcpy(&bits, &amax, 4);
+  bits = (bits + 0x200000u) & 0xFF800000u;
+  if ((bits & 0x7F800000u) == 0) // +0 (or a subnormal that stayed one)
+    return 0;
+  const int unbiased = int((bits >> 23) & 0xFF) - 127; // floor(log2)
+  return std::clamp(unbiased - 2, -127, 127) + 127;
+}
+
+} // namespace
+
+TEST_CASE("MXFP4 activation scale: AITER's rule, hand-checked values",
+          "[quantize]") {
+  // amax 6: floor(log2 6) = 2, 6 < 1.75 * 4, so scale 2^0.
+  CHECK(activationFp4ScaleCode(6.0) == 127);
+  // amax 7 = 1.75 * 4 rounds up to 8: scale 2^1 (OCP's floor rule alone
+  // would keep 2^0 and saturate 7 to 6).
+  CHECK(activationFp4ScaleCode(7.0) == 128);
+  CHECK(activationFp4ScaleCode(6.999) == 127);
+  // amax 1: scale 2^-2, amax / scale = 4.
+  CHECK(activationFp4ScaleCode(1.0) == 125);
+  CHECK(activationFp4ScaleCode(0.0) == 0);
+  CHECK(activationFp4ScaleCode(0x1p-140) == 0);   // clamped at 2^-127
+  CHECK(activationFp4ScaleCode(0x1p+200) == 254); // clamped at 2^127
+  CHECK(activationFp4ScaleCode(std::numeric_limits<double>::infinity()) == 0xFF);
+  CHECK(activationFp4ScaleCode(std::numeric_limits<double>::quiet_NaN()) == 0xFF);
+}
+
+TEST_CASE("MXFP4 activation scale equals AITER's bit operations on floats",
+          "[quantize]") {
+  std::mt19937_64 rng(31);
+  std::uniform_int_distribution<uint32_t> finiteBits(0, 0x7F7FFFFFu);
+  for (int trial = 0; trial < 200000; ++trial) {
+    const uint32_t bits = finiteBits(rng);
+    float amax;
+    std::memcpy(&amax, &bits, 4);
+    INFO("amax bits " << bits);
+    REQUIRE(activationFp4ScaleCode(amax) == aiterFp4ScaleCode(amax));
+  }
+  // Every exponent at the significands around the 1.75 boundary.
+  for (int e = -149; e <= 127; ++e)
+    for (double m : {1.0, 1.5, 1.75 - 0x1p-23, 1.75, 1.999})
+      if (float amax = float(std::ldexp(m, e)); std::isfinite(amax) && amax > 0)
+        REQUIRE(activationFp4ScaleCode(amax) == aiterFp4ScaleCode(amax));
+}
+
+TEST_CASE("MXFP4 activation quantisation: literal block, RNE and saturation",
+          "[quantize]") {
+  // amax 13: floor(log2 13) = 3 and 13 < 1.75 * 8, so scale 2^(3-2) = 2.
+  // 13 / 2 = 6.5 saturates to 6 (7); -7 / 2 = -3.5 ties to even 4 (0xE);
+  // 1 / 2 = 0.5 (1); 2.5 / 2 = 1.25 ties to 1 (2); 0.3 / 2 -> 0 (0);
+  // -0.75 / 2 = -0.375 -> -0.5 (9).
+  std::vector<double> row(32, 0.0);
+  const double values[6] = {13.0, -7.0, 1.0, 2.5, 0.3, -0.75};
+  std::copy(values, values + 6, row.begin());
+  std::vector<uint8_t> packed(16), scales(1);
+  quantizeFp4ActivationRow(row.data(), 32, packed.data(), scales.data());
+  CHECK(scales[0] == 128);
+  CHECK(packed[0] == 0xE7);
+  CHECK(packed[1] == 0x21);
+  CHECK(packed[2] == 0x90);
+  for (int i = 3; i < 16; ++i)
+    CHECK(packed[size_t(i)] == 0);
+  // amax 14 = 1.75 * 8 sets the next scale, 4: 14 / 4 = 3.5 ties to 4.
+  row[0] = 14.0;
+  quantizeFp4ActivationRow(row.data(), 32, packed.data(), scales.data());
+  CHECK(scales[0] == 129);
+  CHECK((packed[0] & 0xF) == 0x6);
+}
+
+TEST_CASE("MXFP4 activation quantisation: nearest codes within [3.5, 7)",
+          "[quantize]") {
+  std::mt19937_64 rng(25);
+  const int64_t k = 128;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<double> row = spreadRow(rng, k);
+    std::vector<uint8_t> packed(k / 2), scales(k / 32);
+    quantizeFp4ActivationRow(row.data(), k, packed.data(), scales.data());
+    std::vector<double> back(k);
+    dequantizeActivationRow(ActivationFormat::Mxfp4, packed.data(),
+                            scales.data(), k, back.data());
+    for (int64_t block = 0; block < k / 32; ++block) {
+      double amax = 0;
+      for (int i = 0; i < 32; ++i)
+        amax = std::max(amax, std::fabs(row[block * 32 + i]));
+      const double scale = std::ldexp(1.0, scales[block] - 127);
+      if (amax > 0 && scales[block] > 0) {
+        REQUIRE(amax / scale >= 3.5);
+        REQUIRE(amax / scale < 7.0);
+      }
+      for (int i = 0; i < 32; ++i) {
+        const int64_t index = block * 32 + i;
+        const double target = std::min(std::fabs(row[index]) / scale, 6.0);
+        const uint8_t code = unpackE2M1(packed.data(), index);
+        REQUIRE(back[index] == decodeE2M1(code) * scale);
+        const double distance = std::fabs(std::fabs(decodeE2M1(code)) - target);
+        for (int other = 0; other < 8; ++other)
+          REQUIRE(std::fabs(decodeE2M1(uint8_t(other)) - target) >= distance);
+      }
+    }
+  }
 }

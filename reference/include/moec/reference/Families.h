@@ -58,11 +58,13 @@ struct TokenBatch {
 struct StageResults {
   /// The route list the GEMMs ran over (family 1: over receive rows).
   SortedRoutes routes;
-  /// QuantFaithful: the input quantised to FP8, [tokens, H] + [tokens, H/32].
+  /// QuantFaithful: the quantised input, [tokens, H] FP8 or [tokens, H/2]
+  /// MXFP4 bytes (TpMoeConfig::inputFormat) + [tokens, H/32] scales.
   std::vector<uint8_t> inputCodes, inputScales;
   /// W13 activation (after SwiGLU, before quantisation), [rows, I].
   std::vector<double> activation;
-  /// QuantFaithful: the FP8 intermediate, [rows, I] + [rows, I/32].
+  /// QuantFaithful: the quantised intermediate, [rows, I] FP8 or
+  /// [rows, I/2] MXFP4 bytes (TpMoeConfig::intermediateFormat) + [rows, I/32].
   std::vector<uint8_t> intermediateCodes, intermediateScales;
   /// W2 output per row, before the routing weight, [rows, H].
   std::vector<double> downRows;
@@ -110,6 +112,11 @@ struct TpMoeConfig {
   bool gptOssSwiglu = false;
   ExpertBias bias;
   OracleMode mode = OracleMode::QuantFaithful;
+  /// QuantFaithful: the format the BF16 input is quantised to (FP8: A8W4,
+  /// MXFP4: A4W4, AITER's scale rule) and the format of the intermediate
+  /// between the GEMMs (an A4W4 stage-1 kernel name's `_fp4` / `_fp8`).
+  ActivationFormat inputFormat = ActivationFormat::Fp8E4M3;
+  ActivationFormat intermediateFormat = ActivationFormat::Fp8E4M3;
   /// Also compute StageResults::downRowTolerance and outputTolerance (one
   /// more array of the size of the W2 rows; QuantFaithful only).
   bool outputTolerance = false;

@@ -57,6 +57,46 @@ void quantizeMxfp4Row(const double *values, int64_t k, uint8_t *packed,
 void dequantizeMxfp4Row(const uint8_t *packed, const uint8_t *scales,
                         int64_t k, double *values);
 
+/// E8M0 scale code of one MXFP4 activation block, AITER's rule (its Triton
+/// `_mxfp4_quant_op`, the quantiser of AITER's A4W4 MoE inputs): the OCP MX
+/// v1.0 shared exponent floor(log2(amax)) - 2 (2 = E2M1's largest exponent),
+/// except that amax is first rounded up to the next power of two when its
+/// significand is at least 1.75 (AITER adds 0x200000 to the FP32 bits and
+/// truncates the mantissa), so amax / scale lies in [3.5, 7). The biased
+/// exponent is clamped to [0, 254]; amax == 0 gives code 0; non-finite amax
+/// gives 0xFF.
+uint8_t activationFp4ScaleCode(double amax);
+
+/// Quantises one row of `k` values (k % 32 == 0) to MXFP4 activations: scale
+/// per block by activationFp4ScaleCode, elements RNE(x / scale) to E2M1,
+/// saturating at 6 (scaled magnitudes in [6, 7) do). A block that holds NaN
+/// or infinity gets scale 0xFF and zero elements. `packed` receives k / 2
+/// bytes (element 2j in the low nibble).
+void quantizeFp4ActivationRow(const double *values, int64_t k, uint8_t *packed,
+                              uint8_t *scales);
+
+/// Element format of quantised activations (the A operand of a GEMM stage):
+/// the layer input after `moe.quant` and the intermediate between the GEMMs.
+enum class ActivationFormat {
+  /// FP8 E4M3FN, one byte per element, DeepSeek V4 scale recipe (A8W4).
+  Fp8E4M3,
+  /// MXFP4 (E2M1 pairs), AITER's scale rule (A4W4).
+  Mxfp4,
+};
+
+/// Bytes of one quantised row of `k` elements in `format`.
+inline int64_t activationRowBytes(ActivationFormat format, int64_t k) {
+  return format == ActivationFormat::Mxfp4 ? k / 2 : k;
+}
+
+/// quantizeFp8Row or quantizeFp4ActivationRow, by `format`.
+void quantizeActivationRow(ActivationFormat format, const double *values,
+                           int64_t k, uint8_t *codes, uint8_t *scales);
+
+/// dequantizeFp8Row or dequantizeMxfp4Row, by `format`.
+void dequantizeActivationRow(ActivationFormat format, const uint8_t *codes,
+                             const uint8_t *scales, int64_t k, double *values);
+
 } // namespace moec::ref
 
 #endif // MOEC_REFERENCE_QUANTIZE_H

@@ -24,6 +24,7 @@
 #ifndef MOEC_REFERENCE_STAGES_H
 #define MOEC_REFERENCE_STAGES_H
 
+#include "moec/reference/Quantize.h"
 #include "moec/reference/Routing.h"
 #include "moec/reference/Status.h"
 
@@ -129,6 +130,9 @@ struct ActivationRows {
   enum class Kind {
     /// FP8 E4M3FN codes [rows, K] + E8M0 scales [rows, K / 32].
     Fp8,
+    /// MXFP4: E2M1 pairs [rows, K / 2] (element 2j in the low nibble) +
+    /// E8M0 scales [rows, K / 32].
+    Mxfp4,
     /// BF16 bits [rows, K] (exact mode input).
     Bf16,
     /// Double values [rows, K] (exact mode intermediate).
@@ -144,6 +148,12 @@ struct ActivationRows {
 
   static ActivationRows fp8(const uint8_t *codes, const uint8_t *scales,
                             int64_t rows, int64_t depth);
+  static ActivationRows mxfp4(const uint8_t *packed, const uint8_t *scales,
+                              int64_t rows, int64_t depth);
+  /// fp8 or mxfp4 rows, by `format`.
+  static ActivationRows quantized(ActivationFormat format, const uint8_t *codes,
+                                  const uint8_t *scales, int64_t rows,
+                                  int64_t depth);
   static ActivationRows bfloat16(const uint16_t *bits, int64_t rows,
                                  int64_t depth);
   static ActivationRows float64(const double *values, int64_t rows,
@@ -201,11 +211,13 @@ struct W13Outputs {
   float *preActivation = nullptr;
   /// [numRoutes, I] double: after the gated activation, before quantisation.
   double *activation = nullptr;
-  /// [numRoutes, I] FP8 codes + [numRoutes, I / 32] E8M0 scales: the
-  /// activation quantised per 1x32 (DeepSeek V4 recipe, Quantize.h), as the
-  /// fused W13 kernel writes the intermediate.
+  /// [numRoutes, activationRowBytes(intermediateFormat, I)] codes +
+  /// [numRoutes, I / 32] E8M0 scales: the activation quantised per 1x32 in
+  /// `intermediateFormat` (Quantize.h), as the W13 kernel writes the
+  /// intermediate.
   uint8_t *intermediateCodes = nullptr;
   uint8_t *intermediateScales = nullptr;
+  ActivationFormat intermediateFormat = ActivationFormat::Fp8E4M3;
   /// [numRoutes, I] double: a bound on how far an implementation that
   /// accumulates the GEMM in FP32 may land from `activation` before it
   /// quantises. The GEMM's FP32 sum of at most depth / 32 partial sums errs

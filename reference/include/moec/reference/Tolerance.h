@@ -30,26 +30,28 @@ namespace moec::ref {
 constexpr double kLayerOutputRelL2Bound = 0x1p-7;
 
 /// For each activation of one 32-element block, how far the value a kernel
-/// quantises it to may be from the oracle's dequantised FP8 value, given
-/// `bound[i]`, how far the kernel's FP32 activation may be from `act[i]`
-/// (W13Outputs::activationErrorBound). Zero where no FP8 rounding boundary
-/// and no scale boundary lies within the bound, so the kernel's code must
-/// equal the oracle's; otherwise the bound plus one FP8 step at the larger
-/// possible scale.
+/// quantises it to may be from the oracle's dequantised value in `format`,
+/// given `bound[i]`, how far the kernel's FP32 activation may be from
+/// `act[i]` (W13Outputs::activationErrorBound). Zero where no rounding
+/// boundary of the format and no scale boundary lies within the bound, so
+/// the kernel's code must equal the oracle's; otherwise the bound plus one
+/// step of the format at the larger possible scale.
 void intermediateDeviation(const double *act, const double *bound,
-                           double *deviation);
+                           double *deviation,
+                           ActivationFormat format = ActivationFormat::Fp8E4M3);
 
 /// For each listed route of `sorted` and each of the H outputs of W2, how far
 /// a kernel's W2 row (before the routing weight, before rounding to BF16) may
 /// be from the oracle's `downRows`. `activation` and `activationBound` are
 /// W13's [rows, I] outputs; `intermediateNorms` the Euclidean norm of each
-/// route's dequantised FP8 intermediate row. `out` is [rows, H]; rows of
-/// routes not listed are left untouched.
+/// route's dequantised intermediate row, quantised in `format`. `out` is
+/// [rows, H]; rows of routes not listed are left untouched.
 Status w2RowTolerance(const double *activation, const double *activationBound,
                       const std::vector<double> &intermediateNorms,
                       const WeightSource &w2, const SortedRoutes &sorted,
                       const float *bias, const double *downRows, double *out,
-                      int numThreads = 0);
+                      int numThreads = 0,
+                      ActivationFormat format = ActivationFormat::Fp8E4M3);
 
 /// Accumulates the bound of one combined output element over its routes,
 /// in any order, then gives the bound against the oracle's FP32 output.
