@@ -146,7 +146,7 @@ std::vector<uint8_t> nearUnitScales(const ref::CounterRandom &random,
   return scales;
 }
 
-/// The placement tests' operands: FP8 A and FP4 B registers, zero but for
+/// The placement tests' operands: FP8 (or FP4) A and FP4 B registers, zero but for
 /// the one product a test places, with per-lane scales near 1.
 struct SingleProduct {
   explicit SingleProduct(uint64_t seed)
@@ -159,7 +159,7 @@ struct SingleProduct {
              float product) {
     const int accPerLane = geometry(shape).accPerLane;
     std::vector<float> c(size_t(64 * accPerLane), c0), d(c.size());
-    MfmaOperand a{mfma::OperandFormat::Fp8, aRegs.data(), 32, aScales.data()};
+    MfmaOperand a{aFormat, aRegs.data(), 32, aScales.data()};
     MfmaOperand b{mfma::OperandFormat::Fp4, bRegs.data(), 32, bScales.data()};
     scaledMfma(shape, a, b, c.data(), d.data());
     for (int lane = 0; lane < 64; ++lane)
@@ -171,6 +171,8 @@ struct SingleProduct {
   }
 
   const ref::CounterRandom random;
+  /// A's format field (the instruction's cbsz): FP8 unless a test sets FP4.
+  mfma::OperandFormat aFormat = mfma::OperandFormat::Fp8;
   std::vector<uint8_t> aRegs = std::vector<uint8_t>(64 * 32, 0);
   std::vector<uint8_t> bRegs = std::vector<uint8_t>(64 * 32, 0);
   std::vector<uint8_t> aScales, bScales;
@@ -207,6 +209,35 @@ TEST_CASE("16x16x128: one FP8 x FP4 product lands where FACTS.md says",
   p.bRegs[60 * 32 + 2] = ref::encodeE2M1(6.0);
   p.bScales[60] = 132;
   p.check(mfma::Shape::M16N16K128, 0.0f, /*hitLane=*/12, /*hitAcc=*/3, -9.0f);
+}
+
+TEST_CASE("32x32x64 and 16x16x128: one FP4 x FP4 product (A4W4)", "[mfma]") {
+  // 32x32x64. A[m=5][k=37] = 1.5 (FP4): k = 32g + e gives g = 1, e = 5, so
+  // lane 5 + 32 = 37, byte 2 high nibble; its scale (row 5, block 1) sits in
+  // the same lane 37. B[k=37][n=9] = -3: lane 41, byte 2 high nibble, scale
+  // in lane 41. D[5][9]: lane 41, acc 1. Value 1.5 * 2^2 * -3 * 2^-1 = -9.
+  {
+    SingleProduct p(7);
+    p.aFormat = mfma::OperandFormat::Fp4;
+    p.aRegs[37 * 32 + 2] = static_cast<uint8_t>(ref::encodeE2M1(1.5) << 4);
+    p.aScales[37] = 129;
+    p.bRegs[41 * 32 + 2] = static_cast<uint8_t>(ref::encodeE2M1(-3.0) << 4);
+    p.bScales[41] = 126;
+    p.check(mfma::Shape::M32N32K64, 0.25f, /*hitLane=*/41, /*hitAcc=*/1, -9.0f);
+  }
+  // 16x16x128. A[m=3][k=100] = -4: g = 3, e = 4, so lane 3 + 48 = 51, byte
+  // 2 low nibble, scale (row 3, block 3) in lane 51. B[k=100][n=12] = 6:
+  // lane 60, byte 2 low nibble. D[3][12]: lane 12, acc 3.
+  // Value -4 * 2^1 * 6 * 2^-2 = -12.
+  {
+    SingleProduct p(8);
+    p.aFormat = mfma::OperandFormat::Fp4;
+    p.aRegs[51 * 32 + 2] = ref::encodeE2M1(-4.0);
+    p.aScales[51] = 128;
+    p.bRegs[60 * 32 + 2] = ref::encodeE2M1(6.0);
+    p.bScales[60] = 125;
+    p.check(mfma::Shape::M16N16K128, 0.0f, /*hitLane=*/12, /*hitAcc=*/3, -12.0f);
+  }
 }
 
 TEST_CASE("random mixed-format operands with random per-block scales",
@@ -265,7 +296,10 @@ TEST_CASE("amdgpu.scaled_mfma in kernel IR, both shapes, op_sel bytes",
   for (Variant v : {Variant{mfma::Shape::M32N32K64, F::Fp8, F::Fp4},
                     Variant{mfma::Shape::M32N32K64, F::Fp4, F::Fp8},
                     Variant{mfma::Shape::M16N16K128, F::Fp8, F::Fp4},
-                    Variant{mfma::Shape::M16N16K128, F::Fp4, F::Fp8}}) {
+                    Variant{mfma::Shape::M16N16K128, F::Fp4, F::Fp8},
+                    // A4W4: FP4 in both format fields.
+                    Variant{mfma::Shape::M32N32K64, F::Fp4, F::Fp4},
+                    Variant{mfma::Shape::M16N16K128, F::Fp4, F::Fp4}}) {
     const Geometry geo = geometry(v.shape);
     const std::string mnk = geo.dim == 32 ? "32x32x64" : "16x16x128";
     const std::string acc = std::to_string(geo.accPerLane);
