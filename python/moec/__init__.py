@@ -12,13 +12,14 @@ caller passes their objects. docs/python.md describes the whole API.
 
 from ._capi import MoecError, library_path
 from .fused import current_layers, fused_moe, use
+from .megamoe import MegaMoE
 from .npy import HostArray
 from .runtime import (AiterSelection, Bundle, Device, DeviceBuffer, Layer, TableFacts,
                       emulated_hip_library, select_aiter)
 from .weights import (AITER, CHECKPOINT, PreparedWeights, WeightLayout,
                       has_weight_preparation, prepare_expert_weights, prepare_shared_expert,
                       weight_sizes)
-from . import aiter_compat, npy, weights
+from . import aiter_compat, megamoe, npy, weights
 
 __version__ = "0.1.0"
 
@@ -26,4 +27,4 @@ __all__ = ["MoecError", "Bundle", "AiterSelection", "select_aiter", "Device", "D
            "fused_moe", "use", "current_layers", "emulated_hip_library", "library_path",
            "WeightLayout", "PreparedWeights", "weight_sizes", "prepare_expert_weights",
            "prepare_shared_expert", "has_weight_preparation", "CHECKPOINT", "AITER", "npy",
-           "weights", "aiter_compat"]
+           "weights", "aiter_compat", "MegaMoE", "megamoe"]
