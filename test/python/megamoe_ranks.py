@@ -11,6 +11,10 @@ of rank r feeds its tokens rolled by f rows, so each forward has other
 inputs. TENSORS: "torch" (torch tensors over device memory) or "pointers"
 (DeviceBuffers). Writes OUT/rank{r}_f{f}.npy (BF16 bits [M, H]) and
 OUT/status.json (forwards launched and overflow per rank).
+
+    megamoe_ranks.py --process BUNDLE NETWORK EP M RANK INIT_FILE
+
+runs one rank per process instead (process_rank).
 """
 
 import json
@@ -107,5 +111,26 @@ def main():
         json.dump(status, handle)
 
 
+def process_rank():
+    """megamoe_ranks.py --process BUNDLE NETWORK EP M RANK INIT_FILE: one
+    rank in this process, constructed through torch.distributed (gloo,
+    file rendezvous); prints what construction gave as one JSON line."""
+    bundle_path, network, ep, m, rank, init_file = sys.argv[2:8]
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=int(rank),
+                            world_size=int(ep))
+    try:
+        moe = moec.MegaMoE(bundle_path, rank=int(rank), world_size=int(ep),
+                           max_tok_per_rank=int(m), network=network, device="emulated")
+        result = {"constructed": repr(moe)}
+    except moec.MoecError as error:
+        result = {"what": error.what, "status": error.status_name, "message": error.message}
+    print(json.dumps(result))
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--process":
+        process_rank()
+    else:
+        main()

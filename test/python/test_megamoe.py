@@ -88,3 +88,27 @@ def test_megamoe_refusals(bundle_path, device):
     with pytest.raises(moec.MoecError) as error:
         moec.MegaMoE(bundle, rank=1, all_gather=lambda payload: [payload, payload], **common)
     assert "rank order" in error.value.message
+
+
+def test_megamoe_ranks_in_processes_refused(bundle_path, workdir, tmp_path):
+    """EP2 with each rank in its own process, the buffers exchanged through
+    torch.distributed (gloo): the exchange reaches every rank, and opening
+    the other process's IPC handle is refused by name, because emulated
+    device memory is not shared between processes yet (docs/emulator.md,
+    "Ranks in separate processes"). A GPU's HIP opens it."""
+    from conftest import require_torch
+    require_torch()
+    bundle = bundle_path("flash_ep2")
+    env = dict(os.environ, MOEC_EMULATED_DEVICES="1")
+    init_file = str(tmp_path / "rendezvous")
+    ranks = [subprocess.Popen([sys.executable, os.path.join(HERE, "megamoe_ranks.py"),
+                               "--process", bundle, "flash-fused", "2", "16", str(rank),
+                               init_file], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, env=env) for rank in range(2)]
+    for rank, process in enumerate(ranks):
+        output, _ = process.communicate(timeout=120)
+        assert process.returncode == 0, output
+        result = json.loads(output.strip().splitlines()[-1])
+        assert result.get("what") == "ipc open (rank %d's symmetric buffer)" % (1 - rank), output
+        assert result["status"] == "MOEC_STATUS_HIP_ERROR"
+        assert "another process's" in result["message"]
