@@ -137,6 +137,30 @@ template <typename F> void forLanes(bool uniform, uint64_t mask, F &&f) {
       f(l);
 }
 
+/// An elementwise op's inputs (`b` is `a` for an op of one operand) and
+/// its result, already shaped for the lanes of `mask`: uniform when every
+/// input is.
+struct ElementwiseOperands {
+  const RtValue &a;
+  const RtValue &b;
+  RtValue &r;
+  bool uniform;
+};
+
+/// The start every elementwise executor shares: reads `p`'s `inputs` (1 or
+/// 2) operands and shapes its result of `resultLaneBytes` a lane.
+ElementwiseOperands elementwiseOperands(std::vector<RtValue> &regs,
+                                        const POp &p, unsigned inputs,
+                                        unsigned resultLaneBytes,
+                                        uint64_t mask) {
+  const RtValue &a = regs[p.in[0]];
+  const RtValue &b = inputs == 2 ? regs[p.in[1]] : a;
+  RtValue &r = regs[p.out[0]];
+  const bool uniform = a.uniform && b.uniform;
+  r.shapeFor(uniform, resultLaneBytes, mask);
+  return {a, b, r, uniform};
+}
+
 int firstLane(uint64_t mask) {
   for (int l = 0; l < kLanes; ++l)
     if (mask >> l & 1)
@@ -269,12 +293,12 @@ LogicalResult Executor::execConstant(Workgroup &wg, Wave &wave, const POp &p,
 
 LogicalResult Executor::execIntBinary(Workgroup &wg, Wave &wave, const POp &p,
                                       uint64_t mask) {
-  auto &regs = wave.regs;
   const ValueInfo &ri = info(p.out[0]);
-  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-  RtValue &r = regs[p.out[0]];
-  const bool uni = a.uniform && b.uniform;
-  r.shapeFor(uni, ri.laneBytes, mask);
+  const ElementwiseOperands in =
+      elementwiseOperands(wave.regs, p, 2, ri.laneBytes, mask);
+  const RtValue &a = in.a, &b = in.b;
+  RtValue &r = in.r;
+  const bool uni = in.uniform;
   const unsigned w = ri.width;
   const uint64_t m = widthMask(w);
   const IntOp op = static_cast<IntOp>(p.sub);
@@ -346,12 +370,12 @@ LogicalResult Executor::execIntBinary(Workgroup &wg, Wave &wave, const POp &p,
 
 LogicalResult Executor::execCmpI(Workgroup &wg, Wave &wave, const POp &p,
                                  uint64_t mask) {
-  auto &regs = wave.regs;
   const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-  RtValue &r = regs[p.out[0]];
-  const bool uni = a.uniform && b.uniform;
-  r.shapeFor(uni, ri.laneBytes, mask);
+  const ElementwiseOperands in =
+      elementwiseOperands(wave.regs, p, 2, ri.laneBytes, mask);
+  const RtValue &a = in.a, &b = in.b;
+  RtValue &r = in.r;
+  const bool uni = in.uniform;
   const unsigned w = ai.width;
   const CmpPred pred = static_cast<CmpPred>(p.sub);
   forLanes(uni, mask, [&](int l) {
@@ -380,11 +404,11 @@ LogicalResult Executor::execCmpI(Workgroup &wg, Wave &wave, const POp &p,
 
 LogicalResult Executor::execIntCast(Workgroup &wg, Wave &wave, const POp &p,
                                     uint64_t mask) {
-  auto &regs = wave.regs;
   const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-  const RtValue &a = regs[p.in[0]];
-  RtValue &r = regs[p.out[0]];
-  r.shapeFor(a.uniform, ri.laneBytes, mask);
+  const ElementwiseOperands in =
+      elementwiseOperands(wave.regs, p, 1, ri.laneBytes, mask);
+  const RtValue &a = in.a;
+  RtValue &r = in.r;
   forLanes(a.uniform, mask, [&](int l) {
     for (unsigned e = 0; e < ri.count; ++e) {
       uint64_t x = getBits(a.lane(l, ai.laneBytes), ai.elemBits, e) & widthMask(ai.width);
@@ -430,12 +454,12 @@ LogicalResult Executor::execSelect(Workgroup &wg, Wave &wave, const POp &p,
 
 LogicalResult Executor::execFloatBinary(Workgroup &wg, Wave &wave, const POp &p,
                                         uint64_t mask) {
-  auto &regs = wave.regs;
   const ValueInfo &ri = info(p.out[0]);
-  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-  RtValue &r = regs[p.out[0]];
-  const bool uni = a.uniform && b.uniform;
-  r.shapeFor(uni, ri.laneBytes, mask);
+  const ElementwiseOperands in =
+      elementwiseOperands(wave.regs, p, 2, ri.laneBytes, mask);
+  const RtValue &a = in.a, &b = in.b;
+  RtValue &r = in.r;
+  const bool uni = in.uniform;
   const FloatOp op = static_cast<FloatOp>(p.sub);
   if (ri.elem == Elem::F32) {
     // The general path's steps for F32 (decode to double, compute in
@@ -521,11 +545,11 @@ LogicalResult Executor::execFloatBinary(Workgroup &wg, Wave &wave, const POp &p,
 
 LogicalResult Executor::execFloatUnary(Workgroup &wg, Wave &wave, const POp &p,
                                        uint64_t mask) {
-  auto &regs = wave.regs;
   const ValueInfo &ri = info(p.out[0]);
-  const RtValue &a = regs[p.in[0]];
-  RtValue &r = regs[p.out[0]];
-  r.shapeFor(a.uniform, ri.laneBytes, mask);
+  const ElementwiseOperands in =
+      elementwiseOperands(wave.regs, p, 1, ri.laneBytes, mask);
+  const RtValue &a = in.a;
+  RtValue &r = in.r;
   const FloatUnaryOp op = static_cast<FloatUnaryOp>(p.sub);
   forLanes(a.uniform, mask, [&](int l) {
     for (unsigned e = 0; e < ri.count; ++e) {
@@ -546,12 +570,12 @@ LogicalResult Executor::execFloatUnary(Workgroup &wg, Wave &wave, const POp &p,
 
 LogicalResult Executor::execInterleave(Workgroup &wg, Wave &wave, const POp &p,
                                        uint64_t mask) {
-  auto &regs = wave.regs;
   const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-  const RtValue &a = regs[p.in[0]], &b = regs[p.in[1]];
-  RtValue &r = regs[p.out[0]];
-  const bool uni = a.uniform && b.uniform;
-  r.shapeFor(uni, ri.laneBytes, mask);
+  const ElementwiseOperands in =
+      elementwiseOperands(wave.regs, p, 2, ri.laneBytes, mask);
+  const RtValue &a = in.a, &b = in.b;
+  RtValue &r = in.r;
+  const bool uni = in.uniform;
   forLanes(uni, mask, [&](int l) {
     for (unsigned e = 0; e < ai.count; ++e) {
       setBits(r.lane(l, ri.laneBytes), ri.elemBits, 2 * e,
@@ -565,11 +589,11 @@ LogicalResult Executor::execInterleave(Workgroup &wg, Wave &wave, const POp &p,
 
 LogicalResult Executor::execFloatCast(Workgroup &wg, Wave &wave, const POp &p,
                                       uint64_t mask) {
-  auto &regs = wave.regs;
   const ValueInfo &ai = info(p.in[0]), &ri = info(p.out[0]);
-  const RtValue &a = regs[p.in[0]];
-  RtValue &r = regs[p.out[0]];
-  r.shapeFor(a.uniform, ri.laneBytes, mask);
+  const ElementwiseOperands in =
+      elementwiseOperands(wave.regs, p, 1, ri.laneBytes, mask);
+  const RtValue &a = in.a;
+  RtValue &r = in.r;
   forLanes(a.uniform, mask, [&](int l) {
     for (unsigned e = 0; e < ri.count; ++e) {
       const double x = decodeFloat(ai.elem, getBits(a.lane(l, ai.laneBytes), ai.elemBits, e));
