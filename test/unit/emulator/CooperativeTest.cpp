@@ -52,12 +52,10 @@ moec::target::TargetInfo chipWithCus(unsigned computeUnits) {
 /// (one of another type) to the after-region, which yields two; every
 /// iteration also logs to log[5 t + j] so that a lane that has left the loop
 /// and still stored would show.
-const char *kDivergentWhile = R"mlir(
-gpu.module @m {
-  gpu.func @divergent(%out: memref<384xi32, #gpu.address_space<global>>,
-                      %log: memref<640xi32, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 128, 1, 1>} {
-    %tid = gpu.thread_id x
+const std::string kDivergentWhile = kernelText(
+    "divergent", R"mlir((%out: memref<384xi32, #gpu.address_space<global>>,
+                      %log: memref<640xi32, #gpu.address_space<global>>))mlir",
+    R"mlir(
     %t = arith.index_cast %tid : index to i32
     %c0 = arith.constant 0 : i32
     %c1 = arith.constant 1 : i32
@@ -89,19 +87,14 @@ gpu.module @m {
     memref.store %r#0, %out[%tid] : memref<384xi32, #gpu.address_space<global>>
     memref.store %r#1, %out[%o1] : memref<384xi32, #gpu.address_space<global>>
     memref.store %w32, %out[%o2] : memref<384xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir", 128);
 
 /// A uniform loop of %n iterations that touches only registers: every
 /// iteration yields, and none may be mistaken for a deadlock.
-const char *kUniformWhile = R"mlir(
-gpu.module @m {
-  gpu.func @uniform(%out: memref<64xi32, #gpu.address_space<global>>,
-                    %n: i32) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+const std::string kUniformWhile = kernelText(
+    "uniform", R"mlir((%out: memref<64xi32, #gpu.address_space<global>>,
+                    %n: i32))mlir",
+    R"mlir(
     %t = arith.index_cast %tid : index to i32
     %c0 = arith.constant 0 : i32
     %c1 = arith.constant 1 : i32
@@ -119,10 +112,7 @@ gpu.module @m {
     %sum = arith.addi %r#1, %t : i32
     %v = arith.addi %sum, %r#0 : i32
     memref.store %v, %out[%tid] : memref<64xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
 
 /// Workgroup 0's thread 0 spins (fetch-add 0, s_sleep) until workgroup 1
 /// has written the payload and raised the flag; then workgroup 0 copies the
@@ -175,16 +165,14 @@ gpu.module @m {
 /// the peer's mailbox slot i, raises the peer's flag to i + 1, waits until
 /// its own flag reaches i + 1, and receives its slot i. The peer's mailbox
 /// and flag are peer pointers: the other rank's buffers.
-const char *kPingPong = R"mlir(
-gpu.module @m {
-  gpu.func @pingpong(%rank: i32,
+const std::string kPingPong = kernelText(
+    "pingpong", R"mlir((%rank: i32,
                      %myFlag: memref<1xi32, #gpu.address_space<global>>,
                      %peerFlag: memref<1xi32, #gpu.address_space<global>>,
                      %myBox: memref<8xi32, #gpu.address_space<global>>,
                      %peerBox: memref<8xi32, #gpu.address_space<global>>,
-                     %out: memref<8xi32, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+                     %out: memref<8xi32, #gpu.address_space<global>>))mlir",
+    R"mlir(
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c8 = arith.constant 8 : index
@@ -217,10 +205,7 @@ gpu.module @m {
         scf.yield %recv : i32
       }
     }
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
 
 /// Two kernels that each wait for a flag nobody sets.
 const char *kWaitForever = R"mlir(
@@ -533,18 +518,13 @@ TEST_CASE("a spin nothing satisfies ends at the step limit", "[scheduler]") {
 }
 
 TEST_CASE("findings and errors carry the launch label", "[scheduler][ranks]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @copy(%src: memref<64xi32, #gpu.address_space<global>>,
-                 %dst: memref<64xi32, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+  const std::string text = kernelText(
+      "copy", R"mlir((%src: memref<64xi32, #gpu.address_space<global>>,
+                 %dst: memref<64xi32, #gpu.address_space<global>>))mlir",
+      R"mlir(
     %v = memref.load %src[%tid] : memref<64xi32, #gpu.address_space<global>>
     memref.store %v, %dst[%tid] : memref<64xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
   ParsedKernel kernel = parseKernel(text);
   GlobalMemory memory;
   unsigned written = addInput(memory, "written", std::vector<int32_t>(64, 5));

@@ -22,14 +22,12 @@ std::string replaceAll(std::string text, const std::string &from,
   return text;
 }
 
-const char *kRawKernel = R"mlir(
-gpu.module @m {
-  gpu.func @raw(%src: memref<64xi32, #gpu.address_space<global>>,
+const std::string kRawKernel = kernelText(
+    "raw", R"mlir((%src: memref<64xi32, #gpu.address_space<global>>,
                 %dst: memref<64xi32, #gpu.address_space<global>>,
                 %vec: memref<64xi32, #gpu.address_space<global>>,
-                %valid: i32) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+                %valid: i32))mlir",
+    R"mlir(
     %v64 = arith.extui %valid : i32 to i64
     %rs = amdgpu.fat_raw_buffer_cast %src validBytes(%v64) : memref<64xi32, #gpu.address_space<global>> to memref<64xi32, #amdgpu.address_space<fat_raw_buffer>>
     %rd = amdgpu.fat_raw_buffer_cast %dst validBytes(%v64) : memref<64xi32, #gpu.address_space<global>> to memref<64xi32, #amdgpu.address_space<fat_raw_buffer>>
@@ -46,18 +44,13 @@ gpu.module @m {
     %last = vector.extract %w[3] : i32 from vector<4xi32>
     %both = arith.addi %first, %last : i32
     memref.store %both, %vec[%tid] : memref<64xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
 
 /// Two waves exchange halves through LDS. BARRIER is replaced by gpu.barrier
 /// or by nothing.
-const char *kExchangeKernel = R"mlir(
-gpu.module @m {
-  gpu.func @exchange(%out: memref<128xi32, #gpu.address_space<global>>) workgroup(%lds : memref<128xi32, #gpu.address_space<workgroup>>) kernel
-      attributes {known_block_size = array<i32: 128, 1, 1>} {
-    %tid = gpu.thread_id x
+const std::string kExchangeKernel = kernelText(
+    "exchange", R"mlir((%out: memref<128xi32, #gpu.address_space<global>>) workgroup(%lds : memref<128xi32, #gpu.address_space<workgroup>>))mlir",
+    R"mlir(
     %t = arith.index_cast %tid : index to i32
     memref.store %t, %lds[%tid] : memref<128xi32, #gpu.address_space<workgroup>>
     BARRIER
@@ -67,10 +60,7 @@ gpu.module @m {
     %other = arith.remui %p, %c128 : index
     %v = memref.load %lds[%other] : memref<128xi32, #gpu.address_space<workgroup>>
     memref.store %v, %out[%tid] : memref<128xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir", 128);
 
 } // namespace
 
@@ -204,11 +194,9 @@ TEST_CASE("detector: a missing barrier is an LDS race", "[detector]") {
 
 TEST_CASE("detector: a store after another wave's read in one interval is a "
           "race", "[detector]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @war(%out: memref<128xi32, #gpu.address_space<global>>) workgroup(%lds : memref<128xi32, #gpu.address_space<workgroup>>) kernel
-      attributes {known_block_size = array<i32: 128, 1, 1>} {
-    %tid = gpu.thread_id x
+  const std::string text = kernelText(
+      "war", R"mlir((%out: memref<128xi32, #gpu.address_space<global>>) workgroup(%lds : memref<128xi32, #gpu.address_space<workgroup>>))mlir",
+      R"mlir(
     %t = arith.index_cast %tid : index to i32
     memref.store %t, %lds[%tid] : memref<128xi32, #gpu.address_space<workgroup>>
     gpu.barrier
@@ -223,10 +211,7 @@ gpu.module @m {
       %n = arith.muli %t, %two : i32
       memref.store %n, %lds[%tid] : memref<128xi32, #gpu.address_space<workgroup>>
     }
-    gpu.return
-  }
-}
-)mlir";
+)mlir", 128);
   OutputRun run(text, 512);
   const RunResult &result = run.result;
   CHECK(countOf(result, FindingKind::LdsRace) == 64);
@@ -238,12 +223,10 @@ gpu.module @m {
 
 TEST_CASE("detector: reads of never-written global and LDS memory",
           "[detector]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @uninit(%in: memref<64xi32, #gpu.address_space<global>>,
-                   %out: memref<128xi32, #gpu.address_space<global>>) workgroup(%lds : memref<64xi32, #gpu.address_space<workgroup>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+  const std::string text = kernelText(
+      "uninit", R"mlir((%in: memref<64xi32, #gpu.address_space<global>>,
+                   %out: memref<128xi32, #gpu.address_space<global>>) workgroup(%lds : memref<64xi32, #gpu.address_space<workgroup>>))mlir",
+      R"mlir(
     %c2 = arith.constant 2 : index
     %c64 = arith.constant 64 : index
     %c1 = arith.constant 1 : i32
@@ -263,10 +246,7 @@ gpu.module @m {
     %y = memref.load %lds[%tid] : memref<64xi32, #gpu.address_space<workgroup>>
     %j = arith.addi %tid, %c64 : index
     memref.store %y, %out[%j] : memref<128xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
   ParsedKernel kernel = parseKernel(text);
   GlobalMemory memory;
   // `in` has only its first 32 dwords written by the host.
@@ -298,11 +278,9 @@ gpu.module @m {
 }
 
 TEST_CASE("detector: out-of-bounds global and LDS indices", "[detector]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @oob(%out: memref<64xi32, #gpu.address_space<global>>) workgroup(%lds : memref<64xi32, #gpu.address_space<workgroup>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+  const std::string text = kernelText(
+      "oob", R"mlir((%out: memref<64xi32, #gpu.address_space<global>>) workgroup(%lds : memref<64xi32, #gpu.address_space<workgroup>>))mlir",
+      R"mlir(
     %t = arith.index_cast %tid : index to i32
     %c1 = arith.constant 1 : index
     %c8 = arith.constant 8 : index
@@ -310,10 +288,7 @@ gpu.module @m {
     memref.store %t, %lds[%shifted] : memref<64xi32, #gpu.address_space<workgroup>>
     %next = arith.addi %tid, %c1 : index
     memref.store %t, %out[%next] : memref<64xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
   OutputRun run(text, 256);
   const RunResult &result = run.result;
   // LDS: lanes 56..63 index 64..71; global: lane 63 indexes 64.

@@ -33,12 +33,10 @@ std::vector<float> normalFloats(uint64_t seed, uint64_t stream, size_t count,
   return values;
 }
 
-const char *kIntegerKernel = R"mlir(
-gpu.module @m {
-  gpu.func @ints(%out: memref<1280xi32, #gpu.address_space<global>>,
-                 %scalar: i32) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+const std::string kIntegerKernel = kernelText(
+    "ints", R"mlir((%out: memref<1280xi32, #gpu.address_space<global>>,
+                 %scalar: i32))mlir",
+    R"mlir(
     %t = arith.index_cast %tid : index to i32
     %c2 = arith.constant 2 : i32
     %c3 = arith.constant 3 : i32
@@ -136,10 +134,7 @@ gpu.module @m {
     %p19 = arith.constant 1216 : index
     %s19 = arith.addi %tid, %p19 : index
     memref.store %r19, %out[%s19] : memref<1280xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
 
 int32_t floorDiv(int32_t a, int32_t b) {
   int32_t q = a / b;
@@ -211,13 +206,11 @@ TEST_CASE("an unsupported op is an error naming the op", "[ops]") {
 }
 
 TEST_CASE("float ops and conversions round like IEEE FP32 and BF16", "[ops]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @floats(%in: memref<128xf32, #gpu.address_space<global>>,
+  const std::string text = kernelText(
+      "floats", R"mlir((%in: memref<128xf32, #gpu.address_space<global>>,
                    %out: memref<448xf32, #gpu.address_space<global>>,
-                   %outb: memref<64xbf16, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+                   %outb: memref<64xbf16, #gpu.address_space<global>>))mlir",
+      R"mlir(
     %c64 = arith.constant 64 : index
     %j = arith.addi %tid, %c64 : index
     %x = memref.load %in[%tid] : memref<128xf32, #gpu.address_space<global>>
@@ -249,22 +242,16 @@ gpu.module @m {
     %i6 = arith.addi %tid, %c384 : index
     memref.store %back, %out[%i6] : memref<448xf32, #gpu.address_space<global>>
     memref.store %b, %outb[%tid] : memref<64xbf16, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
   ParsedKernel kernel = parseKernel(text);
   std::vector<float> in = normalFloats(7, 1, 128, 3.0);
   in[69] = 0.0f; // lane 5 divides by zero (gives inf)
-  GlobalMemory memory;
-  unsigned inId = addInput(memory, "in", in);
-  unsigned out = memory.addBuffer("out", 448 * 4);
-  unsigned outb = memory.addBuffer("outb", 64 * 2);
-  RunResult result = runOrFail(kernel, memory,
-                               bufferArgs({inId, out, outb}));
-  CHECK(result.totalFindings() == 0);
-  std::vector<float> got = readBuffer<float>(memory, out);
-  std::vector<uint16_t> gotb = readBuffer<uint16_t>(memory, outb);
+  const BufferRun run(kernel, {BufferArg::input("in", in),
+                               BufferArg::output("out", 448 * 4),
+                               BufferArg::output("outb", 64 * 2)});
+  CHECK(run.result.totalFindings() == 0);
+  std::vector<float> got = run.read<float>("out");
+  std::vector<uint16_t> gotb = run.read<uint16_t>("outb");
   for (int t = 0; t < 64; ++t) {
     const float x = in[size_t(t)], y = in[size_t(t + 64)];
     volatile float mul = x * y; // volatile: no contraction with anything
@@ -283,13 +270,11 @@ gpu.module @m {
 }
 
 TEST_CASE("vector ops move the right elements", "[ops]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @vectors(%in: memref<256xi32, #gpu.address_space<global>>,
+  const std::string text = kernelText(
+      "vectors", R"mlir((%in: memref<256xi32, #gpu.address_space<global>>,
                     %out: memref<1024xi32, #gpu.address_space<global>>,
-                    %bytes: memref<4096xi8, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+                    %bytes: memref<4096xi8, #gpu.address_space<global>>))mlir",
+      R"mlir(
     %c4 = arith.constant 4 : index
     %c16 = arith.constant 16 : index
     %base = arith.muli %tid, %c4 : index
@@ -311,23 +296,18 @@ gpu.module @m {
     %c64 = arith.constant 64 : index
     %bbase = arith.muli %tid, %c64 : index
     vector.store %asbytes, %bytes[%bbase] : memref<4096xi8, #gpu.address_space<global>>, vector<16xi8>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
   ParsedKernel kernel = parseKernel(text);
   std::vector<int32_t> in(256);
   moec::ref::CounterRandom random(11, 2);
   for (size_t i = 0; i < in.size(); ++i)
     in[i] = static_cast<int32_t>(random.bits(i));
-  GlobalMemory memory;
-  unsigned inId = addInput(memory, "in", in);
-  unsigned out = memory.addBuffer("out", 1024 * 4);
-  unsigned bytes = memory.addBuffer("bytes", 4096);
-  RunResult result = runOrFail(kernel, memory,
-                               bufferArgs({inId, out, bytes}));
-  CHECK(result.totalFindings() == 0);
-  std::vector<int32_t> got = readBuffer<int32_t>(memory, out);
+  const BufferRun run(kernel, {BufferArg::input("in", in),
+                               BufferArg::output("out", 1024 * 4),
+                               BufferArg::output("bytes", 4096)});
+  CHECK(run.result.totalFindings() == 0);
+  std::vector<int32_t> got = run.read<int32_t>("out");
+  const unsigned bytes = run.id("bytes");
   for (int t = 0; t < 64; ++t) {
     const int32_t *v = &in[size_t(4 * t)];
     const int32_t w[8] = {v[3], v[2], v[1], v[0], v[0], v[3], v[2], v[1]};
@@ -340,20 +320,18 @@ gpu.module @m {
     for (int i = 0; i < 8; ++i)
       CHECK(got[size_t(16 * t + 4 + i)] == w[i]);
     // Little-endian bytes of v, as vector.bitcast defines them.
-    const uint8_t *raw = memory.data(bytes) + 64 * t;
+    const uint8_t *raw = run.memory.data(bytes) + 64 * t;
     CHECK(std::memcmp(raw, v, 16) == 0);
     // The unwritten tail of each slot stays poisoned.
-    CHECK(memory.written(bytes)[64 * t + 16] == 0);
+    CHECK(run.memory.written(bytes)[64 * t + 16] == 0);
   }
 }
 
 TEST_CASE("divergent scf.if and per-lane scf.for merge lanes correctly",
           "[ops][control]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @control(%out: memref<192xi32, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+  const std::string text = kernelText(
+      "control", R"mlir((%out: memref<192xi32, #gpu.address_space<global>>))mlir",
+      R"mlir(
     %t = arith.index_cast %tid : index to i32
     %c3 = arith.constant 3 : i32
     %c0 = arith.constant 0 : i32
@@ -404,10 +382,7 @@ gpu.module @m {
     %c128 = arith.constant 128 : index
     %k = arith.addi %tid, %c128 : index
     memref.store %uni, %out[%k] : memref<192xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
   OutputRun run(text, 192 * 4);
   const RunResult &result = run.result;
   CHECK(result.totalFindings() == 0);
@@ -469,14 +444,12 @@ gpu.module @m {
 
 TEST_CASE("W13 epilogue ops: maximumf/minimumf, absf, negf, exp2, FP8 "
           "truncf, interleave", "[ops]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @epilogue(%in: memref<128xf32, #gpu.address_space<global>>,
+  const std::string text = kernelText(
+      "epilogue", R"mlir((%in: memref<128xf32, #gpu.address_space<global>>,
                      %out: memref<320xf32, #gpu.address_space<global>>,
                      %fp8: memref<64xi8, #gpu.address_space<global>>,
-                     %pairs: memref<512xi32, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+                     %pairs: memref<512xi32, #gpu.address_space<global>>))mlir",
+      R"mlir(
     %c64 = arith.constant 64 : index
     %c128 = arith.constant 128 : index
     %c192 = arith.constant 192 : index
@@ -511,10 +484,7 @@ gpu.module @m {
     %c8 = arith.constant 8 : index
     %base = arith.muli %tid, %c8 : index
     vector.store %il, %pairs[%base] : memref<512xi32, #gpu.address_space<global>>, vector<8xi32>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
   ParsedKernel kernel = parseKernel(text);
   std::vector<float> in = normalFloats(23, 4, 128, 100.0);
   in[0] = -0.0f;
@@ -523,17 +493,14 @@ gpu.module @m {
   in[2] = 500.0f;  // saturates to 448
   in[3] = -1000.0f; // saturates to -448
   in[4] = 1.0f;
-  GlobalMemory memory;
-  unsigned inId = addInput(memory, "in", in);
-  unsigned out = memory.addBuffer("out", 320 * 4);
-  unsigned fp8 = memory.addBuffer("fp8", 64);
-  unsigned pairs = memory.addBuffer("pairs", 512 * 4);
-  RunResult result = runOrFail(kernel, memory,
-                               bufferArgs({inId, out, fp8, pairs}));
-  CHECK(result.totalFindings() == 0);
-  std::vector<float> got = readBuffer<float>(memory, out);
-  std::vector<uint8_t> codes = readBuffer<uint8_t>(memory, fp8);
-  std::vector<int32_t> il = readBuffer<int32_t>(memory, pairs);
+  const BufferRun run(kernel, {BufferArg::input("in", in),
+                               BufferArg::output("out", 320 * 4),
+                               BufferArg::output("fp8", 64),
+                               BufferArg::output("pairs", 512 * 4)});
+  CHECK(run.result.totalFindings() == 0);
+  std::vector<float> got = run.read<float>("out");
+  std::vector<uint8_t> codes = run.read<uint8_t>("fp8");
+  std::vector<int32_t> il = run.read<int32_t>("pairs");
   // Hand-known cases first.
   CHECK(std::signbit(got[0]) == false);   // maximumf(-0, +0) = +0
   CHECK(std::signbit(got[64]) == true);   // minimumf(-0, +0) = -0
@@ -567,13 +534,11 @@ gpu.module @m {
 }
 
 TEST_CASE("memref.atomic_rmw on LDS and global memory", "[ops][atomics]") {
-  const char *text = R"mlir(
-gpu.module @m {
-  gpu.func @hist(%old: memref<128xi32, #gpu.address_space<global>>,
+  const std::string text = kernelText(
+      "hist", R"mlir((%old: memref<128xi32, #gpu.address_space<global>>,
                  %counts: memref<8xi32, #gpu.address_space<global>>,
-                 %gmax: memref<2xi32, #gpu.address_space<global>>) workgroup(%lds : memref<8xi32, #gpu.address_space<workgroup>>) kernel
-      attributes {known_block_size = array<i32: 128, 1, 1>} {
-    %tid = gpu.thread_id x
+                 %gmax: memref<2xi32, #gpu.address_space<global>>) workgroup(%lds : memref<8xi32, #gpu.address_space<workgroup>>))mlir",
+      R"mlir(
     %c8 = arith.constant 8 : index
     %z = arith.constant 0 : i32
     %one = arith.constant 1 : i32
@@ -597,24 +562,18 @@ gpu.module @m {
       %c = memref.load %lds[%tid] : memref<8xi32, #gpu.address_space<workgroup>>
       memref.store %c, %counts[%tid] : memref<8xi32, #gpu.address_space<global>>
     }
-    gpu.return
-  }
-}
-)mlir";
+)mlir", 128);
   ParsedKernel kernel = parseKernel(text);
-  GlobalMemory memory;
-  unsigned old = memory.addBuffer("old", 512);
-  unsigned counts = memory.addBuffer("counts", 32);
-  unsigned gmax = addInput(memory, "gmax", std::vector<int32_t>{-1000, -1});
-  RunResult result = runOrFail(kernel, memory,
-                               bufferArgs({old, counts, gmax}));
-  CHECK(result.totalFindings() == 0);
-  std::vector<int32_t> gotCounts = readBuffer<int32_t>(memory, counts);
+  const BufferRun run(
+      kernel, {BufferArg::output("old", 512), BufferArg::output("counts", 32),
+               BufferArg::input("gmax", std::vector<int32_t>{-1000, -1})});
+  CHECK(run.result.totalFindings() == 0);
+  std::vector<int32_t> gotCounts = run.read<int32_t>("counts");
   for (int b = 0; b < 8; ++b)
     CHECK(gotCounts[size_t(b)] == 16);
   // Each bin's returned old values are exactly 0..15 in some order: every
   // lane saw a distinct count, as atomics guarantee.
-  std::vector<int32_t> gotOld = readBuffer<int32_t>(memory, old);
+  std::vector<int32_t> gotOld = run.read<int32_t>("old");
   for (int b = 0; b < 8; ++b) {
     std::vector<int32_t> seen;
     for (int t = b; t < 128; t += 8)
@@ -623,7 +582,7 @@ gpu.module @m {
     for (int i = 0; i < 16; ++i)
       CHECK(seen[size_t(i)] == i);
   }
-  std::vector<int32_t> g = readBuffer<int32_t>(memory, gmax);
+  std::vector<int32_t> g = run.read<int32_t>("gmax");
   CHECK(g[0] == 127 - 77); // signed max
   CHECK(g[1] == 0);        // unsigned min of {-77..50} as u32 and 0xFFFFFFFF
 }
@@ -637,15 +596,13 @@ namespace {
 /// chunk l into a second LDS buffer pre-filled with -1 by ordinary stores,
 /// from base 0: the first active lane is 8, but lane l still lands at
 /// dword 4 l. Everything is copied to `out` after a barrier.
-const char *kGatherKernel = R"mlir(
-gpu.module @m {
-  gpu.func @gather(%src: memref<256xi32, #gpu.address_space<global>>,
+const std::string kGatherKernel = kernelText(
+    "gather", R"mlir((%src: memref<256xi32, #gpu.address_space<global>>,
                    %out: memref<768xi32, #gpu.address_space<global>>,
                    %valid: i32)
       workgroup(%lds : memref<512xi32, #gpu.address_space<workgroup>>,
-                %lds2 : memref<256xi32, #gpu.address_space<workgroup>>) kernel
-      attributes {known_block_size = array<i32: 128, 1, 1>} {
-    %tid = gpu.thread_id x
+                %lds2 : memref<256xi32, #gpu.address_space<workgroup>>))mlir",
+    R"mlir(
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c4 = arith.constant 4 : index
@@ -690,10 +647,7 @@ gpu.module @m {
       %at2 = arith.addi %at, %c256 : index
       vector.store %w, %out[%at2] : memref<768xi32, #gpu.address_space<global>>, vector<4xi32>
     }
-    gpu.return
-  }
-}
-)mlir";
+)mlir", 128);
 
 std::string gatherKernel(const std::string &base) {
   std::string text = kGatherKernel;

@@ -365,19 +365,14 @@ TEST_CASE("amdgpu.scaled_mfma in kernel IR, both shapes, op_sel bytes",
             byte == 2 ? aScales[size_t(l)] : static_cast<uint8_t>(140 + byte);
     std::vector<float> cFull(1024, 0.0f);
     std::copy(c.begin(), c.end(), cFull.begin());
-    GlobalMemory memory;
-    unsigned aId = addInput(memory, "a", aRegs);
-    unsigned bId = addInput(memory, "b", bRegs);
-    unsigned saId = addInput(memory, "sa", aScaleDwords);
-    unsigned sbId = addInput(memory, "sb", bScales);
-    unsigned cId = addInput(memory, "c", cFull);
-    unsigned dId = memory.addBuffer("d", 1024 * 4);
-    RunResult result = runOrFail(
-        kernel, memory,
-        bufferArgs({aId, bId, saId, sbId, cId, dId}));
-    CHECK(result.stats.mfmas == 1);
-    CHECK(result.totalFindings() == 0);
-    std::vector<float> got = readBuffer<float>(memory, dId);
+    const BufferRun run(
+        kernel, {BufferArg::input("a", aRegs), BufferArg::input("b", bRegs),
+                 BufferArg::input("sa", aScaleDwords),
+                 BufferArg::input("sb", bScales), BufferArg::input("c", cFull),
+                 BufferArg::output("d", 1024 * 4)});
+    CHECK(run.result.stats.mfmas == 1);
+    CHECK(run.result.totalFindings() == 0);
+    std::vector<float> got = run.read<float>("d");
     std::vector<float> want = expectedD(geo, a, b, c);
     INFO("shape " << mnk << " A " << int(v.fa) << " B " << int(v.fb));
     CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
@@ -426,16 +421,12 @@ TEST_CASE("amdgpu.mfma (unscaled f8f6f4) is the scaled MFMA with unit scales",
     toLanes(geo, b, bRegs, bScales);
     std::vector<float> cFull(1024, 0.0f);
     std::copy(c.begin(), c.end(), cFull.begin());
-    GlobalMemory memory;
-    unsigned aId = addInput(memory, "a", aRegs);
-    unsigned bId = addInput(memory, "b", bRegs);
-    unsigned cId = addInput(memory, "c", cFull);
-    unsigned dId = memory.addBuffer("d", 1024 * 4);
-    RunResult result = runOrFail(
-        kernel, memory,
-        bufferArgs({aId, bId, cId, dId}));
-    CHECK(result.stats.mfmas == 1);
-    std::vector<float> got = readBuffer<float>(memory, dId);
+    const BufferRun run(kernel, {BufferArg::input("a", aRegs),
+                                 BufferArg::input("b", bRegs),
+                                 BufferArg::input("c", cFull),
+                                 BufferArg::output("d", 1024 * 4)});
+    CHECK(run.result.stats.mfmas == 1);
+    std::vector<float> got = run.read<float>("d");
     std::vector<float> want = expectedD(geo, a, b, c);
     INFO("shape " << mnk);
     CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);

@@ -94,6 +94,37 @@ std::vector<KernelArgValue> bufferArgs(std::initializer_list<unsigned> ids) {
   return args;
 }
 
+std::string kernelText(const std::string &name, const std::string &signature,
+                       const std::string &body, int lanes) {
+  // A leading newline, as the tests' raw strings have: line numbers in
+  // findings are the same as in the text the test shows.
+  return "\ngpu.module @m {\n  gpu.func @" + name + signature +
+         " kernel\n      attributes {known_block_size = array<i32: " +
+         std::to_string(lanes) + ", 1, 1>} {\n    %tid = gpu.thread_id x" +
+         body + "    gpu.return\n  }\n}\n";
+}
+
+BufferRun::BufferRun(ParsedKernel &kernel, const std::vector<BufferArg> &args,
+                     LaunchConfig launch) {
+  std::vector<KernelArgValue> values;
+  for (const BufferArg &arg : args) {
+    const unsigned id = memory.addBuffer(arg.name, arg.bytes);
+    if (arg.written)
+      memory.write(id, 0, arg.values.data(), arg.bytes);
+    ids.emplace_back(arg.name, id);
+    values.push_back(KernelArgValue::makeBuffer(id));
+  }
+  result = runOrFail(kernel, memory, values, launch);
+}
+
+unsigned BufferRun::id(const std::string &name) const {
+  for (const auto &[argName, id] : ids)
+    if (argName == name)
+      return id;
+  FAIL("no buffer argument named " << name);
+  return 0;
+}
+
 OutputRun::OutputRun(const std::string &text, uint64_t outBytes,
                      LaunchConfig launch)
     : kernel(parseKernel(text)), out(memory.addBuffer("out", outBytes)),

@@ -50,6 +50,13 @@ struct ParsedKernel {
   mlir::gpu::GPUFuncOp func;
 };
 
+/// MLIR text of a gpu.module @m holding one kernel @`name`: `signature` is
+/// its parameter list (and workgroup attributions), `lanes` its workgroup
+/// size (known_block_size); the body defines %tid (gpu.thread_id x), then
+/// runs `body`, then returns.
+std::string kernelText(const std::string &name, const std::string &signature,
+                       const std::string &body, int lanes = 64);
+
 /// Parses MLIR text holding one gpu.module with one gpu.func; fails the
 /// current test on a parse error.
 ParsedKernel parseKernel(const std::string &text);
@@ -89,6 +96,43 @@ std::vector<T> readBuffer(const GlobalMemory &memory, unsigned id) {
   std::memcpy(values.data(), memory.data(id), values.size() * sizeof(T));
   return values;
 }
+
+/// One buffer argument of a BufferRun: written from values (an input), or
+/// `bytes` bytes the host never writes (an output).
+struct BufferArg {
+  std::string name;
+  uint64_t bytes = 0;
+  bool written = false;
+  std::vector<uint8_t> values;
+
+  template <typename T>
+  static BufferArg input(std::string name, const std::vector<T> &values) {
+    BufferArg arg{std::move(name), values.size() * sizeof(T), true, {}};
+    arg.values.resize(arg.bytes);
+    std::memcpy(arg.values.data(), values.data(), arg.bytes);
+    return arg;
+  }
+  static BufferArg output(std::string name, uint64_t bytes) {
+    return BufferArg{std::move(name), bytes, false, {}};
+  }
+};
+
+/// The run of a kernel whose arguments are all buffers: `args` in order,
+/// on fresh memory, run once (runOrFail).
+struct BufferRun {
+  BufferRun(ParsedKernel &kernel, const std::vector<BufferArg> &args,
+            LaunchConfig launch = LaunchConfig());
+
+  /// The buffer id of the argument named `name` (it must be one).
+  unsigned id(const std::string &name) const;
+  template <typename T> std::vector<T> read(const std::string &name) const {
+    return readBuffer<T>(memory, id(name));
+  }
+
+  GlobalMemory memory;
+  std::vector<std::pair<std::string, unsigned>> ids;
+  RunResult result;
+};
 
 /// Number of findings of `kind`.
 inline uint64_t countOf(const RunResult &result, FindingKind kind) {
