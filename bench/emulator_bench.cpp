@@ -43,7 +43,7 @@ namespace {
 
 struct Case {
   const char *name;
-  const char *stage;
+  moec::abi::Stage stage;
   std::vector<std::pair<std::string, std::string>> knobs;
 };
 
@@ -131,19 +131,19 @@ int main(int argc, char **argv) {
     }
   }
   const std::vector<Case> cases = {
-      {"w13 16x64x256 w4 m16n16k128", "w13",
+      {"w13 16x64x256 w4 m16n16k128", moec::abi::Stage::W13,
        {{"m", "16"}, {"n", "64"}, {"k", "256"}, {"waves", "4"},
         {"mfma", "m16n16k128"}, {"orientation", "b_major"},
         {"b_cache", "nt"}, {"swiglu_limit", "10"}}},
-      {"w2 16x128x256 w4 m16n16k128", "w2",
+      {"w2 16x128x256 w4 m16n16k128", moec::abi::Stage::W2,
        {{"m", "16"}, {"n", "128"}, {"k", "256"}, {"waves", "4"},
         {"mfma", "m16n16k128"}, {"orientation", "b_major"},
         {"b_cache", "nt"}, {"b_prefetch", "true"}}},
-      {"w13 128x256x256 w8 m32n32k64", "w13",
+      {"w13 128x256x256 w8 m32n32k64", moec::abi::Stage::W13,
        {{"m", "128"}, {"n", "256"}, {"k", "256"}, {"waves", "8"},
         {"mfma", "m32n32k64"}, {"orientation", "b_major"},
         {"swiglu_limit", "10"}}},
-      {"w2 128x256x256 w8 m32n32k64", "w2",
+      {"w2 128x256x256 w8 m32n32k64", moec::abi::Stage::W2,
        {{"m", "128"}, {"n", "256"}, {"k", "256"}, {"waves", "8"},
         {"mfma", "m32n32k64"}, {"orientation", "b_major"}}},
   };

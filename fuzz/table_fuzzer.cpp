@@ -71,8 +71,9 @@ void checkAccepted(const moec::TuningTable &table) {
   for (const moec::TableKernel &k : table.kernels) {
     require(table.findProblem(k.problem), "kernel of an unknown problem:",
             k.name);
-    const moec::moe::StageKnobs *knobs = moec::moe::lookupStageKnobs(k.stage);
-    require(knobs, "kernel of an unknown stage:", k.stage);
+    const char *stage = moec::abi::stageName(k.stage);
+    const moec::moe::StageKnobs *knobs = moec::moe::lookupStageKnobs(stage);
+    require(knobs, "kernel of an unknown stage:", stage);
     for (const auto &[name, value] : k.knobs)
       require(knobs->find(name) && !value.empty(), "accepted knob", name);
   }

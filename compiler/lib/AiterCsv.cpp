@@ -683,6 +683,149 @@ std::string knobsText(const std::map<std::string, std::string> &knobs) {
   return text;
 }
 
+/// Parses the row's two kernel names into `s1` and `s2` and checks their M
+/// tiles against block_m: each refusal is added to `reason` ("; " between
+/// them) and its class to `refusalClasses`.
+void checkKernelNames(const rt::AiterRowInfo &info, AiterStageKnobs &s1,
+                      AiterStageKnobs &s2, std::string &reason,
+                      std::vector<std::string> &refusalClasses) {
+  auto addReason = [&](const std::string &cls, const std::string &text) {
+    refusalClasses.push_back(cls);
+    reason += (reason.empty() ? "" : "; ") + text;
+  };
+  std::string reason1, reason2;
+  if (!parseAiterKernelName(info.kernelName1, 1, s1, reason1))
+    addReason("kernelName1 " + s1.refusalClass, "kernelName1 " + reason1);
+  if (!parseAiterKernelName(info.kernelName2, 2, s2, reason2))
+    addReason("kernelName2 " + s2.refusalClass, "kernelName2 " + reason2);
+  if (reason1.empty() && s1.tileM != info.blockM)
+    addReason("kernelName1 tile m is not block_m",
+              "kernelName1 tile m " + std::to_string(s1.tileM) +
+                  " differs from block_m " + std::to_string(info.blockM) +
+                  " (AITER sorts in blocks of block_m; a tile is never "
+                  "changed)");
+  if (reason2.empty()) {
+    // A stage-2 tile m inside larger sort blocks (_sbm) compiles as W2's
+    // sort_block_m; the dialect checks that the block is a multiple.
+    const int64_t sortBlock = s2.sortBlockM ? s2.sortBlockM : s2.tileM;
+    if (sortBlock != info.blockM)
+      addReason("kernelName2 sort block is not block_m",
+                "kernelName2 sorts in blocks of " + std::to_string(sortBlock) +
+                    ", block_m is " + std::to_string(info.blockM));
+  }
+}
+
+/// Adds the problem of AITER row `info` to `table` unless it holds one
+/// named `problem` already.
+void addProblem(TuningTable &table, const std::string &problem,
+                const rt::AiterRowInfo &info, const SourceLine &where) {
+  if (table.findProblem(problem))
+    return;
+  TableProblem p;
+  p.name = problem;
+  p.family = info.fhmoe ? "fhmoe" : "tp";
+  p.hidden = info.modelDim;
+  p.intermediate = info.interDim;
+  p.experts = info.expert;
+  p.topK = info.topk;
+  p.ep = 1;
+  p.where = where;
+  table.problems.push_back(p);
+}
+
+/// The knobs of a row's W13 and W2 kernels: its kernel names' (`s1`,
+/// `s2`) plus the row's activation, FHMoE shared expert and bias.
+struct GemmKnobs {
+  std::map<std::string, std::string> w13, w2;
+};
+
+GemmKnobs gemmKnobsOf(const rt::AiterRowInfo &info, const AiterStageKnobs &s1,
+                      const AiterStageKnobs &s2,
+                      const AiterCompileOptions &options) {
+  GemmKnobs knobs{s1.knobs, s2.knobs};
+  std::map<std::string, std::string> &w13 = knobs.w13, &w2 = knobs.w2;
+  const bool swiglu = info.actType == kSwiglu;
+  w13["swiglu_limit"] = std::to_string(
+      swiglu ? swigluLimitOf(options) : options.swigluLimit);
+  if (swiglu)
+    w13["gpt_oss_swiglu"] = "true";
+  if (info.fhmoe) {
+    w13["shared_fp8_expert"] = w2["shared_fp8_expert"] = "true";
+    // FlyDSL's heterogeneous-B (FHMoE) stage 1 also hands _w{n} to the
+    // register allocator (rocdl.waves_per_eu).
+    w13["waves_per_eu"] = std::to_string(s1.wavesPerEu);
+  }
+  if (options.bias)
+    w13["bias"] = w2["bias"] = "true";
+  return knobs;
+}
+
+/// Builds and verifies the row's W13 and W2 ops in `scratch` (which names
+/// the part): the dialect is the one judge of legality, and a tile it
+/// refuses makes the row unsupported (never another tile). Returns why,
+/// empty when both are legal, and adds each refusal's class.
+std::string refusedTiles(mlir::ModuleOp scratch, const rt::AiterRowInfo &info,
+                         const GemmKnobs &knobs, const SourceLine &where,
+                         std::vector<std::string> &refusalClasses) {
+  std::string why;
+  for (auto [stage, stageKnobs, nameField] :
+       {std::tuple<abi::Stage, const std::map<std::string, std::string> *,
+                   const char *>{abi::Stage::W13, &knobs.w13, "kernelName1"},
+        {abi::Stage::W2, &knobs.w2, "kernelName2"}}) {
+    const std::string stageText = abi::stageName(stage);
+    StageSpec spec{stage, *stageKnobs, where};
+    spec.fields["hidden"] = std::to_string(info.modelDim);
+    spec.fields["intermediate"] = std::to_string(info.interDim);
+    spec.fields["experts"] = std::to_string(info.expert);
+    spec.fields["top_k"] = std::to_string(info.topk);
+    spec.fields["ep"] = "1";
+    StageDescription description;
+    std::string opError;
+    mlir::OpBuilder builder(scratch.getContext());
+    builder.setInsertionPointToEnd(scratch.getBody());
+    mlir::Operation *op = buildStageOp(builder, spec, description, opError);
+    if (op) {
+      op->erase();
+      continue;
+    }
+    // "FILE:LINE: message": keep the message.
+    size_t colon = opError.find(": ", opError.find(':') + 1);
+    refusalClasses.push_back(std::string(nameField) +
+                             " tile refused by moec's " + stageText);
+    why += (why.empty() ? "" : "; ") + std::string(nameField) + " '" +
+           (stage == abi::Stage::W13 ? info.kernelName1 : info.kernelName2) +
+           "': moec's " + stageText + " refuses its tile: " +
+           (colon == std::string::npos ? opError : opError.substr(colon + 2));
+  }
+  return why;
+}
+
+/// One selection table per group of rows that differ only in the token
+/// count (`groups`: key -> (problem, token -> config), in `order`), so moec
+/// select --network and moec selftest reach every configuration.
+void addSelections(
+    const std::vector<std::string> &order,
+    const std::map<std::string,
+                   std::pair<std::string, std::map<int64_t, std::string>>>
+        &groups,
+    TuningTable &table) {
+  for (size_t g = 0; g < order.size(); ++g) {
+    const auto &[problem, tokens] = groups.at(order[g]);
+    TableSelection selection;
+    selection.network = "aiter-" + std::to_string(g);
+    selection.family = table.findProblem(problem)->family;
+    selection.transport = "none";
+    selection.aboveMax = "error";
+    selection.ep = 1;
+    selection.workspace = tokens.rbegin()->first;
+    for (const auto &[token, config] : tokens)
+      selection.rows.push_back(
+          {token, config, table.findProblem(problem)->where});
+    selection.where = table.findProblem(problem)->where;
+    table.selections.push_back(selection);
+  }
+}
+
 } // namespace
 
 bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
@@ -712,15 +855,17 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
   // Each row's stages are verified against the part, as the compile will.
   (*scratch)->setAttr(moe::kTargetAttrName,
                       mlir::StringAttr::get(&context, part.name));
-  auto addKernel = [&](const std::string &problem, const std::string &stage,
+  auto addKernel = [&](const std::string &problem, abi::Stage stage,
                        std::map<std::string, std::string> knobs,
                        const SourceLine &at) {
-    std::string key = problem + "|" + stage + "|" + knobsText(knobs);
+    const std::string stageText = abi::stageName(stage);
+    std::string key = problem + "|" + stageText + "|" + knobsText(knobs);
     auto it = kernelByKey.find(key);
     if (it != kernelByKey.end())
       return it->second;
     TableKernel kernel;
-    kernel.name = problem + "_" + stage + "_" + std::to_string(kernelByKey.size());
+    kernel.name =
+        problem + "_" + stageText + "_" + std::to_string(kernelByKey.size());
     kernel.stage = stage;
     kernel.problem = problem;
     kernel.knobs = std::move(knobs);
@@ -742,109 +887,25 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
         for (const std::string &cls : refusalClasses)
           ++(*refusalsByReason)[cls];
     };
-    auto addReason = [&](std::string &reason, const std::string &cls,
-                         const std::string &text) {
-      refusalClasses.push_back(cls);
-      reason += (reason.empty() ? "" : "; ") + text;
-    };
     std::string rowClass;
     std::string reason = rowSupport(row, part, rowClass);
     if (!reason.empty())
       refusalClasses.push_back(rowClass);
     AiterStageKnobs s1, s2;
-    std::string reason1, reason2;
-    if (!parseAiterKernelName(info.kernelName1, 1, s1, reason1))
-      addReason(reason, "kernelName1 " + s1.refusalClass,
-                "kernelName1 " + reason1);
-    if (!parseAiterKernelName(info.kernelName2, 2, s2, reason2))
-      addReason(reason, "kernelName2 " + s2.refusalClass,
-                "kernelName2 " + reason2);
-    if (reason1.empty() && s1.tileM != info.blockM)
-      addReason(reason, "kernelName1 tile m is not block_m",
-                "kernelName1 tile m " + std::to_string(s1.tileM) +
-                    " differs from block_m " + std::to_string(info.blockM) +
-                    " (AITER sorts in blocks of block_m; a tile is never "
-                    "changed)");
-    if (reason2.empty()) {
-      // A stage-2 tile m inside larger sort blocks (_sbm) compiles as W2's
-      // sort_block_m; the dialect checks that the block is a multiple.
-      const int64_t sortBlock = s2.sortBlockM ? s2.sortBlockM : s2.tileM;
-      if (sortBlock != info.blockM)
-        addReason(reason, "kernelName2 sort block is not block_m",
-                  "kernelName2 sorts in blocks of " +
-                      std::to_string(sortBlock) + ", block_m is " +
-                      std::to_string(info.blockM));
-    }
+    checkKernelNames(info, s1, s2, reason, refusalClasses);
     if (!reason.empty()) {
       refuse(reason);
       continue;
     }
     const SourceLine where{row.file, row.line};
     const std::string problem = problemName(info);
-    if (!table.findProblem(problem)) {
-      TableProblem p;
-      p.name = problem;
-      p.family = info.fhmoe ? "fhmoe" : "tp";
-      p.hidden = info.modelDim;
-      p.intermediate = info.interDim;
-      p.experts = info.expert;
-      p.topK = info.topk;
-      p.ep = 1;
-      p.where = where;
-      table.problems.push_back(p);
-    }
-    std::map<std::string, std::string> w13 = s1.knobs, w2 = s2.knobs;
-    const bool swiglu = info.actType == kSwiglu;
-    w13["swiglu_limit"] = std::to_string(
-        swiglu ? swigluLimitOf(options) : options.swigluLimit);
-    if (swiglu)
-      w13["gpt_oss_swiglu"] = "true";
-    if (info.fhmoe) {
-      w13["shared_fp8_expert"] = w2["shared_fp8_expert"] = "true";
-      // FlyDSL's heterogeneous-B (FHMoE) stage 1 also hands _w{n} to the
-      // register allocator (rocdl.waves_per_eu).
-      w13["waves_per_eu"] = std::to_string(s1.wavesPerEu);
-    }
-    if (options.bias)
-      w13["bias"] = w2["bias"] = "true";
-    // The dialect is the one judge of legality: a tile it refuses makes the
-    // row unsupported (never another tile).
-    {
-      std::string why;
-      for (auto [stage, knobs, nameField] :
-           {std::tuple<const char *, const std::map<std::string, std::string> *,
-                       const char *>{"w13", &w13, "kernelName1"},
-            {"w2", &w2, "kernelName2"}}) {
-        StageSpec spec{stage, *knobs, where};
-        spec.fields["hidden"] = std::to_string(info.modelDim);
-        spec.fields["intermediate"] = std::to_string(info.interDim);
-        spec.fields["experts"] = std::to_string(info.expert);
-        spec.fields["top_k"] = std::to_string(info.topk);
-        spec.fields["ep"] = "1";
-        StageDescription description;
-        std::string opError;
-        mlir::OpBuilder builder(&context);
-        builder.setInsertionPointToEnd(scratch->getBody());
-        mlir::Operation *op = buildStageOp(builder, spec, description, opError);
-        if (!op) {
-          // "FILE:LINE: message": keep the message.
-          size_t colon = opError.find(": ", opError.find(':') + 1);
-          refusalClasses.push_back(std::string(nameField) +
-                                   " tile refused by moec's " + stage);
-          why += (why.empty() ? "" : "; ") + std::string(nameField) + " '" +
-                 (stage == std::string("w13") ? info.kernelName1
-                                              : info.kernelName2) +
-                 "': moec's " + stage + " refuses its tile: " +
-                 (colon == std::string::npos ? opError
-                                             : opError.substr(colon + 2));
-        } else {
-          op->erase();
-        }
-      }
-      if (!why.empty()) {
-        refuse(why);
-        continue;
-      }
+    addProblem(table, problem, info, where);
+    const GemmKnobs knobs = gemmKnobsOf(info, s1, s2, options);
+    if (std::string why =
+            refusedTiles(*scratch, info, knobs, where, refusalClasses);
+        !why.empty()) {
+      refuse(why);
+      continue;
     }
     // quant, sort and combine do not read I, and their symbols leave it out:
     // one kernel per (H, E, top-k), owned by the first problem with them.
@@ -861,13 +922,13 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
                      problem)
             .first->second;
     std::vector<std::string> kernels = {
-        addKernel(sideProblem, "quant", {{"waves", "4"}}, where),
-        addKernel(sortProblem, "sort",
+        addKernel(sideProblem, abi::Stage::Quant, {{"waves", "4"}}, where),
+        addKernel(sortProblem, abi::Stage::Sort,
                   {{"m_tile", std::to_string(info.blockM)}, {"waves", "4"}},
                   where),
-        addKernel(problem, "w13", w13, where),
-        addKernel(problem, "w2", w2, where),
-        addKernel(sideProblem, "combine", {{"waves", "4"}}, where)};
+        addKernel(problem, abi::Stage::W13, knobs.w13, where),
+        addKernel(problem, abi::Stage::W2, knobs.w2, where),
+        addKernel(sideProblem, abi::Stage::Combine, {{"waves", "4"}}, where)};
     std::string joined;
     for (const std::string &k : kernels)
       joined += k + ",";
@@ -881,7 +942,7 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
       table.configs.push_back(config);
       cfg = configByKernels.emplace(joined, config.name).first;
     }
-    if (swiglu)
+    if (info.actType == kSwiglu)
       info.notes.push_back(
           "act_type ActivationType.Swiglu: GPT-OSS's g * sigmoid(1.702 g) * "
           "(u + 1) with the clamp at " + std::to_string(swigluLimitOf(options)) +
@@ -920,20 +981,7 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
       error += (i ? "\n  " : "") + unsupported[i];
     return false;
   }
-  for (size_t g = 0; g < groupOrder.size(); ++g) {
-    const auto &[problem, tokens] = groups[groupOrder[g]];
-    TableSelection selection;
-    selection.network = "aiter-" + std::to_string(g);
-    selection.family = table.findProblem(problem)->family;
-    selection.transport = "none";
-    selection.aboveMax = "error";
-    selection.ep = 1;
-    selection.workspace = tokens.rbegin()->first;
-    for (const auto &[token, config] : tokens)
-      selection.rows.push_back({token, config, table.findProblem(problem)->where});
-    selection.where = table.findProblem(problem)->where;
-    table.selections.push_back(selection);
-  }
+  addSelections(groupOrder, groups, table);
   if (table.configs.empty()) {
     error = "no AITER row moec can compile";
     return false;

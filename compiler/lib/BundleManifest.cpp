@@ -42,11 +42,7 @@ rt::KernelInfo kernelInfo(const CompiledKernel &kernel, uint32_t codeObject,
   info.name = kernel.name;
   info.symbol = kernel.symbol + ".kd";
   info.codeObject = codeObject;
-  // Stage ops are named by abi::Stage (the compiler's unit test "every
-  // stage op of the dialect is a Stage" holds them together).
-  const std::optional<rt::Stage> stage = abi::parseStage(kernel.stage);
-  assert(stage && "a compiled kernel of an unknown stage");
-  info.stage = stage.value_or(rt::Stage::Quant);
+  info.stage = kernel.stage;
   info.attributes = kernel.attributes;
   for (const KernelArg &arg : kernel.abi.args) {
     rt::KernelArgInfo recorded = arg;

@@ -18,7 +18,7 @@ namespace moec {
 TileCounts countTile(const GemmStageShape &s) {
   // W13 reads both the gate and the up rows of its tileN intermediate
   // columns; W2's N tiles the hidden size. K is the other dimension.
-  const bool w13 = s.stage == "w13";
+  const bool w13 = s.stage == abi::Stage::W13;
   const double k = double(w13 ? s.hidden : s.intermediate);
   const double bRows = double(w13 ? 2 * s.tileN : s.tileN);
   const double m = double(s.tileM);
@@ -122,7 +122,8 @@ TileGrid tileGrid(const GemmStageShape &s, int64_t m, bool randomRouting) {
     g.mTiles = local * expectedTilesOfBinomial(routes, 1.0 / experts,
                                                double(s.tileM));
   g.paddedRows = g.mTiles * double(s.tileM);
-  const double columns = double(s.stage == "w13" ? s.intermediate : s.hidden);
+  const double columns =
+      double(s.stage == abi::Stage::W13 ? s.intermediate : s.hidden);
   g.nTiles = std::ceil(columns / double(s.tileN));
   return g;
 }

@@ -5,12 +5,12 @@
 
 namespace moec {
 
-std::string oldKnobSpelling(const std::string &stage, const std::string &knob,
+std::string oldKnobSpelling(abi::Stage stage, const std::string &knob,
                             const std::string &value) {
-  const moe::StageKnobs *knobs = moe::lookupStageKnobs(stage);
+  const moe::StageKnobs *knobs = moe::lookupStageKnobs(abi::stageName(stage));
   if (!knobs)
     return "";
-  if (stage == "sort" && knob == "m")
+  if (stage == abi::Stage::Sort && knob == "m")
     return "knob 'm' of a sort kernel is spelled m_tile: write m_tile=" + value;
   const moe::KnobInfo *info = knobs->find(knob);
   if (!info)

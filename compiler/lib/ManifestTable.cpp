@@ -55,7 +55,7 @@ TuningTable tableOfManifest(const rt::Manifest &manifest,
   std::map<std::string, std::string> problemOfKey;
   for (size_t k = 0; k < manifest.kernels.size(); ++k) {
     const rt::KernelInfo &info = manifest.kernels[k];
-    StageSpec spec = stageSpecOfAttributes(rt::stageName(info.stage), info.attributes);
+    StageSpec spec = stageSpecOfAttributes(info.stage, info.attributes);
     TableProblem problem;
     problem.family = familyOf[k];
     auto field = [&](const char *name) -> int64_t {
@@ -80,7 +80,7 @@ TuningTable tableOfManifest(const rt::Manifest &manifest,
     }
     TableKernel kernel;
     kernel.name = info.name;
-    kernel.stage = rt::stageName(info.stage);
+    kernel.stage = info.stage;
     kernel.problem = it->second;
     for (const char *name : kProblemFields)
       spec.fields.erase(name);

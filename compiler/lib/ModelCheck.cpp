@@ -136,7 +136,7 @@ public:
              const std::string &scope) {
     const TableKernel *kernel = table.findKernel(kernelName);
     const TableProblem *problem = table.findProblem(kernel->problem);
-    std::string identity = kernel->stage + "|" +
+    std::string identity = std::string(abi::stageName(kernel->stage)) + "|" +
                            shapeText(problem->hidden, problem->intermediate,
                                      problem->experts, problem->topK,
                                      problem->ep) +
@@ -260,7 +260,7 @@ bool addAiterEntries(const std::string &path, KernelPool &pool,
   TuningTable table;
   std::vector<rt::AiterRowInfo> infos;
   std::vector<std::string> unsupported;
-  if (!buildAiterTable(rows, target::defaultTarget(), options, table, infos,
+  if (!buildAiterTable(rows, *pool.data.chip, options, table, infos,
                        unsupported, error))
     return false;
   table.path = path;
@@ -278,13 +278,13 @@ bool addAiterEntries(const std::string &path, KernelPool &pool,
     const TableConfig &config = table.configs[info.config];
     std::array<size_t, 2> stageKernels{};
     for (const std::string &name : config.kernels) {
-      const std::string stage = table.findKernel(name)->stage;
-      if (stage == "w13" || stage == "w2") {
+      const abi::Stage stage = table.findKernel(name)->stage;
+      if (abi::isGemmStage(stage)) {
         const size_t k = pool.add(table, name, path + ":");
-        stageKernels[stage == "w13" ? 0 : 1] = k;
+        stageKernels[stage == abi::Stage::W13 ? 0 : 1] = k;
         const std::string key = shapeText(info.modelDim, info.interDim,
                                           info.expert, info.topk, 1) +
-                                " " + stage;
+                                " " + abi::stageName(stage);
         std::vector<size_t> &alternatives = alternativesOf[key];
         if (std::find(alternatives.begin(), alternatives.end(), k) ==
             alternatives.end())
@@ -315,7 +315,9 @@ bool addAiterEntries(const std::string &path, KernelPool &pool,
       entry.series.push_back("winners " + entry.figure.substr(0, entry.figure.find(':')) +
                              " " + entry.shape + " " + entry.stage);
       const std::vector<size_t> &alternatives =
-          alternativesOf.at(entry.shape + " " + (stage == 0 ? "w13" : "w2"));
+          alternativesOf.at(entry.shape + " " +
+                            abi::stageName(stage == 0 ? abi::Stage::W13
+                                                      : abi::Stage::W2));
       if (alternatives.size() > 1)
         for (size_t k : alternatives)
           entry.alternatives.push_back({k});
@@ -517,6 +519,11 @@ bool isTrainingEntry(const ModelCheckEntry &entry) {
 CompileStatus loadModelCheck(const ModelCheckOptions &options,
                              ModelCheckData &data, std::string &error) {
   data = ModelCheckData();
+  if (!options.compile.target) {
+    error = "model-check: no chip to compile and predict for";
+    return CompileStatus::BadInput;
+  }
+  data.chip = &options.compile.target->chip;
   std::vector<PublishedFigure> figures;
   if (!options.figuresPath.empty()) {
     std::string text;
@@ -541,14 +548,14 @@ CompileStatus loadModelCheck(const ModelCheckOptions &options,
 
 double predictKernels(const std::vector<ModelKernel> &kernels,
                       const std::vector<size_t> &launched, int64_t m,
-                      const CostModelParameters &parameters) {
+                      const CostModelParameters &parameters,
+                      const target::TargetInfo &chip) {
   double us = 0;
   for (size_t k : launched) {
     const ModelKernel &kernel = kernels[k];
     us += kernel.gemm
               ? predictStage(kernel.shape, kernel.resources, kernel.workgroupSize,
-                             m, parameters, target::defaultTarget(),
-                             &kernel.counts)
+                             m, parameters, chip, &kernel.counts)
                     .totalUs
               : parameters.otherKernelUs;
   }
@@ -557,7 +564,8 @@ double predictKernels(const std::vector<ModelKernel> &kernels,
 
 double predictEntry(const ModelCheckData &data, const ModelCheckEntry &entry,
                     const CostModelParameters &parameters) {
-  return predictKernels(data.kernels, entry.kernels, entry.m, parameters) +
+  return predictKernels(data.kernels, entry.kernels, entry.m, parameters,
+                        *data.chip) +
          predictPeerExchange(entry.hidden, entry.topK, entry.ep, entry.m,
                              parameters);
 }
@@ -623,7 +631,7 @@ ModelCheckSummary summarize(const ModelCheckData &data) {
       double best = entry.predictedUs;
       for (const std::vector<size_t> &alternative : entry.alternatives)
         best = std::min(best, predictKernels(data.kernels, alternative, entry.m,
-                                             data.parameters));
+                                             data.parameters, *data.chip));
       summary.winnerPicked += entry.predictedUs <= best;
     }
   }
@@ -798,7 +806,7 @@ std::string modelCheckCsv(const ModelCheckData &data) {
         continue;
       const StagePrediction stage = predictStage(
           kernel.shape, kernel.resources, kernel.workgroupSize, entry.m,
-          data.parameters, target::defaultTarget(), &kernel.counts);
+          data.parameters, *data.chip, &kernel.counts);
       terms.hbmUs += stage.hbmUs;
       terms.ldsUs += stage.ldsUs;
       terms.mfmaUs += stage.mfmaUs;

@@ -141,7 +141,7 @@ StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel) {
 }
 
 StageSpec stageSpecOfAttributes(
-    const std::string &stage,
+    abi::Stage stage,
     const std::vector<std::pair<std::string, std::string>> &attributes) {
   StageSpec spec;
   spec.stage = stage;
@@ -184,10 +184,10 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
                         StageDescription &description, std::string &error) {
   MLIRContext *context = builder.getContext();
   const std::string where = wherePrefix(spec);
-  const moe::StageKnobs *knobs = moe::lookupStageKnobs(spec.stage);
-  const std::optional<moe::Stage> stage = moe::symbolizeStage(spec.stage);
-  if (!knobs || !stage) {
-    error = where + "field 'stage': unsupported stage '" + spec.stage +
+  const std::string stageText = abi::stageName(spec.stage);
+  const moe::StageKnobs *knobs = moe::lookupStageKnobs(stageText);
+  if (!knobs) {
+    error = where + "field 'stage': unsupported stage '" + stageText +
             "' (expected " + stageList() + ")";
     return nullptr;
   }
@@ -196,13 +196,14 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   std::map<std::string, StructText> structs;
   std::vector<std::pair<const moe::KnobInfo *, std::string>> plain;
   for (const auto &[name, value] : spec.fields) {
-    if (std::string old = oldKnobSpelling(spec.stage, name, value); !old.empty()) {
+    if (std::string old = oldKnobSpelling(spec.stage, name, value);
+        !old.empty()) {
       error = where + old;
       return nullptr;
     }
     const moe::KnobInfo *knob = knobs->find(name);
     if (!knob) {
-      error = where + "knob '" + name + "': not a knob of a " + spec.stage +
+      error = where + "knob '" + name + "': not a knob of a " + stageText +
               " kernel";
       return nullptr;
     }
@@ -221,7 +222,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
       structs[knob.owner].syntax = knob.ownerSyntax;
   if (structs.count("problem")) {
     StructText &problem = structs["problem"];
-    for (const auto &[name, type] : stageTypes(*stage))
+    for (const auto &[name, type] : stageTypes(moe::fromAbiStage(spec.stage)))
       if (!spec.fields.count(name))
         problem.knobs.push_back({name, type});
   }
@@ -294,7 +295,7 @@ Operation *buildStageOp(OpBuilder &builder, const StageSpec &spec,
   op->setAttr("sym_name", builder.getStringAttr(description.symbol));
   auto stageKernel = dyn_cast<StageKernelInterface>(op);
   if (!stageKernel) {
-    error = where + "'" + spec.stage +
+    error = where + "'" + stageText +
             "' has no kernel ABI: the moe dialect was loaded without "
             "registerStageKernelInterfaceModels (registerMoecDialects)";
     op->erase();

@@ -295,7 +295,8 @@ CompileStatus compileTable(const TuningTable &table,
     kernel.kernelIr = std::move(*kernelIr);
     time.irSeconds = secondsSince(phase);
     phase = Clock::now();
-    std::string description = kernel.stage + ";" + kernel.symbol + ";" +
+    std::string description = std::string(abi::stageName(kernel.stage)) +
+                              ";" + kernel.symbol + ";" +
                               target.chip.arch + target.features;
     for (const auto &[name, value] : kernel.attributes)
       description += ";" + name + "=" + value;

@@ -166,7 +166,8 @@ void Search::gate(Candidate &candidate) const {
     const TableKernel &kernel = kernels[k].kernel;
     if (!invalid[k].empty()) {
       candidate.rejectionClass = "invalid-knobs";
-      candidate.rejection = kernel.stage + ": " + invalid[k];
+      candidate.rejection =
+          std::string(abi::stageName(kernel.stage)) + ": " + invalid[k];
       return;
     }
     CompiledKernel view;
@@ -175,7 +176,8 @@ void Search::gate(Candidate &candidate) const {
     auto [cls, detail] = gateOf(view, compileError[k], kernel, target.chip);
     if (!cls.empty()) {
       candidate.rejectionClass = cls;
-      candidate.rejection = kernel.stage + ": " + detail;
+      candidate.rejection =
+          std::string(abi::stageName(kernel.stage)) + ": " + detail;
       return;
     }
   }

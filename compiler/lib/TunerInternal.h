@@ -15,10 +15,12 @@
 
 #include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/Tuner.h"
+#include "moec/abi/stage.h"
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,16 +30,21 @@ namespace tuner {
 /// One knob of one GEMM stage set to a value other than its parent's: a
 /// refinement (docs/tuning.md, "Refinement").
 struct Refinement {
-  /// "w13", "w2", "combine", or "fused": every fused kernel (of
+  /// W13, W2 or Combine; nothing: "fused", every fused kernel (of
   /// `onlyStage` when set, of the compact transport when `compactOnly`).
-  std::string stage;
+  std::optional<abi::Stage> stage;
   std::string knob, value;
   std::string alsoKnob, alsoValue; ///< a second knob it needs, or empty
   std::string tag;                 ///< name part of its kernel
-  std::string onlyStage;
+  std::optional<abi::Stage> onlyStage;
   bool compactOnly = false;
+  bool selectionWide() const { return !stage; }
+  /// The stage's name, or "fused", as kernel names and the CSV spell it.
+  std::string stageText() const {
+    return stage ? abi::stageName(*stage) : "fused";
+  }
   std::string text() const {
-    return stage + ":" + knob + "=" + value +
+    return stageText() + ":" + knob + "=" + value +
            (alsoKnob.empty() ? "" : "+" + alsoKnob + "=" + alsoValue);
   }
 };
@@ -55,7 +62,7 @@ struct Tiling {
                        "x" + std::to_string(w2N) + "_w" +
                        std::to_string(waves) + (bDirect ? "_bdir" : "");
     for (const Refinement &r : refinements)
-      text += "_" + r.stage + r.tag;
+      text += "_" + r.stageText() + r.tag;
     return text;
   }
   std::string refinementText() const {

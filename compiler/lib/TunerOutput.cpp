@@ -47,8 +47,8 @@ std::string problemLine(const TableProblem &p) {
 }
 
 std::string kernelLine(const TableKernel &k) {
-  std::string line = "kernel " + k.name + " stage=" + k.stage +
-                     " problem=" + k.problem;
+  std::string line = "kernel " + k.name + " stage=" +
+                     abi::stageName(k.stage) + " problem=" + k.problem;
   for (const auto &[name, value] : k.knobs)
     line += " " + name + "=" + value;
   return line;
@@ -59,6 +59,9 @@ std::string selectionKey(const TableSelection &selection) {
          std::to_string(selection.workspace);
 }
 
+/// The GEMM stages, in the order of the CSV's per-stage columns.
+constexpr abi::Stage kGemmStages[] = {abi::Stage::W13, abi::Stage::W2};
+
 void writeCsv(const Search &search,
               const std::vector<std::vector<size_t>> &winnerOf,
               TuneResult &result) {
@@ -66,15 +69,19 @@ void writeCsv(const Search &search,
   std::ostringstream csv;
   csv << "selection,candidate,tile_m,w13_n,w2_n,waves,b_direct,refinement,"
          "parent";
-  for (const char *stage : {"w13", "w2"})
+  for (abi::Stage gemm : kGemmStages) {
+    const char *stage = abi::stageName(gemm);
     csv << "," << stage << "_vgpr," << stage << "_agpr," << stage << "_sgpr,"
         << stage << "_lds_bytes," << stage << "_vgpr_spill," << stage
         << "_sgpr_spill," << stage << "_workgroups_per_cu";
-  for (const char *stage : {"w13", "w2"})
+  }
+  for (abi::Stage gemm : kGemmStages) {
+    const char *stage = abi::stageName(gemm);
     csv << "," << stage << "_counts," << stage << "_global_bytes_read,"
         << stage << "_global_bytes_written," << stage << "_lds_bytes_read,"
         << stage << "_lds_bytes_written," << stage << "_lds_bank_conflicts,"
         << stage << "_scaled_mfmas," << stage << "_other_instructions";
+  }
   csv << ",rejected,reason,keys_won,predicted_us_first_key,"
          "predicted_us_last_key,count_fallback\n";
   auto clean = [](std::string text) {
@@ -103,7 +110,7 @@ void writeCsv(const Search &search,
       summary.refinements += candidate.parent != SIZE_MAX;
       summary.selectionWide +=
           !candidate.tiling.refinements.empty() &&
-          candidate.tiling.refinements.back().stage == "fused";
+          candidate.tiling.refinements.back().selectionWide();
       summary.distinctConfigs += keysWon[c] > 0;
       const Tiling &t = candidate.tiling;
       csv << summary.key << "," << candidate.configName << "," << t.m << ","
@@ -111,7 +118,7 @@ void writeCsv(const Search &search,
           << (t.bDirect ? 1 : 0) << "," << t.refinementText() << ","
           << (candidate.parent == SIZE_MAX ? ""
                                            : candidates[candidate.parent].configName);
-      auto gemmOf = [&](const char *stage) {
+      auto gemmOf = [&](abi::Stage stage) {
         size_t found = SIZE_MAX;
         for (size_t k : candidate.kernels)
           if (search.kernels[k].kernel.stage == stage &&
@@ -119,7 +126,7 @@ void writeCsv(const Search &search,
             found = k;
         return found;
       };
-      for (const char *stage : {"w13", "w2"}) {
+      for (abi::Stage stage : kGemmStages) {
         const size_t found = gemmOf(stage);
         if (found == SIZE_MAX || !search.compiled[found]) {
           csv << ",,,,,,,";
@@ -135,7 +142,7 @@ void writeCsv(const Search &search,
       }
       // The counts the model ranked this candidate with (none: rejected).
       std::string fallback;
-      for (const char *stage : {"w13", "w2"}) {
+      for (abi::Stage stage : kGemmStages) {
         const size_t found = gemmOf(stage);
         if (found == SIZE_MAX || !candidate.rejectionClass.empty()) {
           csv << ",,,,,,,,";
@@ -150,7 +157,8 @@ void writeCsv(const Search &search,
               counts.otherInstructions})
           csv << "," << formatCount(value);
         if (!search.countError[found].empty())
-          fallback += std::string(fallback.empty() ? "" : " ") + stage + ": " +
+          fallback += std::string(fallback.empty() ? "" : " ") +
+                      abi::stageName(stage) + ": " +
                       search.countError[found];
       }
       csv << "," << (candidate.rejectionClass.empty() ? "no" : "yes") << ","

@@ -32,17 +32,19 @@ int64_t knobInt(const TableKernel &kernel, const char *name, int64_t fallback) {
 }
 
 std::string knobOrDefault(const TableKernel &kernel, const char *name) {
-  const moe::KnobInfo *knob = moe::lookupKnob(kernel.stage, name);
+  const moe::KnobInfo *knob =
+      moe::lookupKnob(abi::stageName(kernel.stage), name);
   return knobOr(kernel, name, knob ? knob->defaultValue : "");
 }
 
 bool isGemm(const TableKernel &kernel) {
-  return (kernel.stage == "w13" || kernel.stage == "w2") &&
+  return abi::isGemmStage(kernel.stage) &&
          knobOr(kernel, "dispatch", "") != "only";
 }
 
 std::string identityOf(const TableKernel &kernel) {
-  std::string id = kernel.stage + "|" + kernel.problem;
+  std::string id = std::string(abi::stageName(kernel.stage)) + "|" +
+                   kernel.problem;
   for (const auto &[name, value] : kernel.knobs)
     id += "|" + name + "=" + value;
   return id;
@@ -82,7 +84,8 @@ constexpr int64_t kDecodeStep = 6, kDecodeSteps = 192, kSmallM = 64;
 /// and work shards are the selection's, not a configuration's (see
 /// handshakeOf), so they are not refined.
 struct KnobChoice {
-  const char *stage; ///< the stage kernel it applies to; nullptr: W13, W2
+  /// The stage kernel it applies to; nothing: W13 and W2.
+  std::optional<abi::Stage> stage;
   const char *knob, *value, *tag;
   const char *alsoKnob = nullptr, *alsoValue = nullptr;
   /// Only for kernels that set this knob (the fused stages' `transport`).
@@ -91,28 +94,30 @@ struct KnobChoice {
   const char *notWith = nullptr;
 };
 const KnobChoice kKnobChoices[] = {
-    {nullptr, "orientation", "a_major", "oa"},
-    {nullptr, "orientation", "b_major", "ob"},
-    {nullptr, "b_cache", "nt", "nt"},
-    {nullptr, "b_cache", "cached", "cached"},
-    {nullptr, "waves_per_eu", "2", "wpe2"},
-    {nullptr, "waves_per_eu", "4", "wpe4"},
-    {nullptr, "a_swizzle", "true", "asw"},
-    {nullptr, "async_a", "true", "async"},
-    {nullptr, "b_prefetch", "true", "bpf"},
-    {nullptr, "scale_prefetch", "true", "spf"},
-    {nullptr, "scale_prefetch", "false", "nospf"},
-    {nullptr, "xcd_swizzle", "true", "xcd"},
-    {nullptr, "group_m", "4", "gm4"},
-    {"w2", "persist_cu", "256", "p256s", "persist_strided", "true", nullptr,
-     "workgroups"},
-    {"w2", "bf16_lds", "true", "bf16lds"},
+    {std::nullopt, "orientation", "a_major", "oa"},
+    {std::nullopt, "orientation", "b_major", "ob"},
+    {std::nullopt, "b_cache", "nt", "nt"},
+    {std::nullopt, "b_cache", "cached", "cached"},
+    {std::nullopt, "waves_per_eu", "2", "wpe2"},
+    {std::nullopt, "waves_per_eu", "4", "wpe4"},
+    {std::nullopt, "a_swizzle", "true", "asw"},
+    {std::nullopt, "async_a", "true", "async"},
+    {std::nullopt, "b_prefetch", "true", "bpf"},
+    {std::nullopt, "scale_prefetch", "true", "spf"},
+    {std::nullopt, "scale_prefetch", "false", "nospf"},
+    {std::nullopt, "xcd_swizzle", "true", "xcd"},
+    {std::nullopt, "group_m", "4", "gm4"},
+    {abi::Stage::W2, "persist_cu", "256", "p256s", "persist_strided", "true",
+     nullptr, "workgroups"},
+    {abi::Stage::W2, "bf16_lds", "true", "bf16lds"},
     // Routes a fused stage 1's producer wave dispatches at a time.
-    {"w13", "chunk_routes", "4", "cr4", nullptr, nullptr, "transport"},
+    {abi::Stage::W13, "chunk_routes", "4", "cr4", nullptr, nullptr,
+     "transport"},
     // The combine's grid and waves.
-    {"combine", "blocks", "256", "b256", nullptr, nullptr, nullptr,
+    {abi::Stage::Combine, "blocks", "256", "b256", nullptr, nullptr, nullptr,
      "peer_rows"},
-    {"combine", "waves", "8", "w8", nullptr, nullptr, nullptr, "peer_rows"},
+    {abi::Stage::Combine, "waves", "8", "w8", nullptr, nullptr, nullptr,
+     "peer_rows"},
 };
 
 /// The fused stages' selection-wide knobs (their handshake counts,
@@ -121,27 +126,27 @@ const KnobChoice kKnobChoices[] = {
 /// tell from its parent's and `--device` can.
 struct ClassChoice {
   const char *knob, *value, *tag;
-  const char *onlyStage = nullptr; ///< nullptr: W13 and W2
+  std::optional<abi::Stage> onlyStage; ///< nothing: W13 and W2
   bool compactOnly = false;
 };
 const ClassChoice kClassChoices[] = {
     {"workgroups", "256", "wg256"},
     {"workgroups", "512", "wg512"},
-    {"dispatch_cus", "16", "dc16", "w13"},
-    {"dispatch_cus", "64", "dc64", "w13"},
-    {"work_shards", "2", "sh2", nullptr, true},
-    {"work_shards", "8", "sh8", nullptr, true},
-    {"plan_cus", "8", "pc8", "w13", true},
+    {"dispatch_cus", "16", "dc16", abi::Stage::W13},
+    {"dispatch_cus", "64", "dc64", abi::Stage::W13},
+    {"work_shards", "2", "sh2", std::nullopt, true},
+    {"work_shards", "8", "sh8", std::nullopt, true},
+    {"plan_cus", "8", "pc8", abi::Stage::W13, true},
 };
 
 /// Whether refinement `r` changes `kernel`: a stage refinement the kernel
 /// of its stage, a selection-wide one every fused kernel it names.
 bool refinementApplies(const Refinement &r, const TableKernel &kernel) {
-  if (r.stage != "fused")
-    return r.stage == kernel.stage;
+  if (!r.selectionWide())
+    return *r.stage == kernel.stage;
   if (!kernel.knobs.count("transport"))
     return false;
-  if (!r.onlyStage.empty() && r.onlyStage != kernel.stage)
+  if (r.onlyStage && *r.onlyStage != kernel.stage)
     return false;
   return !r.compactOnly || knobOr(kernel, "transport", "") == "compact";
 }
@@ -153,8 +158,8 @@ bool searchable(const TuningTable &spec, const TableConfig &config) {
     const TableKernel *kernel = spec.findKernel(name);
     if (kernel->knobs.count("dispatch"))
       return false;
-    w13 |= kernel->stage == "w13";
-    w2 |= kernel->stage == "w2";
+    w13 |= kernel->stage == abi::Stage::W13;
+    w2 |= kernel->stage == abi::Stage::W2;
   }
   return w13 && w2;
 }
@@ -164,8 +169,8 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
   if (t.fromTemplate)
     return kernel;
   const std::string suffix = "_m" + std::to_string(t.m);
-  if (kernel.stage == "w13" || kernel.stage == "w2") {
-    const int64_t n = kernel.stage == "w13" ? t.w13N : t.w2N;
+  if (abi::isGemmStage(kernel.stage)) {
+    const int64_t n = kernel.stage == abi::Stage::W13 ? t.w13N : t.w2N;
     kernel.knobs["m"] = std::to_string(t.m);
     kernel.knobs["n"] = std::to_string(n);
     kernel.knobs["waves"] = std::to_string(t.waves);
@@ -176,7 +181,7 @@ TableKernel tiledKernel(const TableKernel &base, const Tiling &t) {
     // LDS twin are two kernels of the written table.
     kernel.name = base.name + suffix + "n" + std::to_string(n) + "w" +
                   std::to_string(t.waves) + (t.bDirect ? "_bdir" : "");
-  } else if (kernel.stage == "sort") {
+  } else if (kernel.stage == abi::Stage::Sort) {
     kernel.knobs["m_tile"] = std::to_string(t.m);
     kernel.name = base.name + suffix;
   }
@@ -327,17 +332,18 @@ std::vector<Tiling> Search::refinementsOf(size_t s, size_t c) const {
   std::vector<Tiling> out;
   if (candidate.tiling.fromTemplate)
     return out;
-  for (const char *stage : {"w13", "w2", "combine"}) {
+  for (abi::Stage stage :
+       {abi::Stage::W13, abi::Stage::W2, abi::Stage::Combine}) {
     const TableKernel *kernel = nullptr;
     for (size_t k : candidate.kernels)
       if (kernels[k].kernel.stage == stage &&
-          (isGemm(kernels[k].kernel) || kernels[k].kernel.stage == "combine"))
+          (isGemm(kernels[k].kernel) || stage == abi::Stage::Combine))
         kernel = &kernels[k].kernel;
     if (!kernel)
       continue;
     for (const KnobChoice &choice : kKnobChoices) {
-      if (choice.stage ? std::string(choice.stage) != stage
-                       : std::string(stage) == "combine")
+      if (choice.stage ? *choice.stage != stage
+                       : !abi::isGemmStage(stage))
         continue;
       if ((choice.onlyWith && !kernel->knobs.count(choice.onlyWith)) ||
           (choice.notWith && kernel->knobs.count(choice.notWith)))
@@ -367,11 +373,10 @@ std::vector<Tiling> Search::classVariantsOf(size_t s, size_t c) const {
     return out;
   for (const ClassChoice &choice : kClassChoices) {
     Refinement r;
-    r.stage = "fused";
     r.knob = choice.knob;
     r.value = choice.value;
     r.tag = choice.tag;
-    r.onlyStage = choice.onlyStage ? choice.onlyStage : "";
+    r.onlyStage = choice.onlyStage;
     r.compactOnly = choice.compactOnly;
     // Only where it changes some fused kernel.
     bool changes = false;
@@ -396,16 +401,16 @@ using namespace tuner;
 std::vector<RefinedKnob> refinedKnobs() {
   std::set<RefinedKnob> knobs;
   for (const KnobChoice &choice : kKnobChoices)
-    for (const char *stage : {"w13", "w2"}) {
-      const std::string on = choice.stage ? choice.stage : stage;
+    for (abi::Stage stage : {abi::Stage::W13, abi::Stage::W2}) {
+      const std::string on = abi::stageName(choice.stage.value_or(stage));
       knobs.insert({on, choice.knob, false});
       if (choice.alsoKnob)
         knobs.insert({on, choice.alsoKnob, false});
     }
   for (const ClassChoice &choice : kClassChoices)
-    for (const char *stage : {"w13", "w2"})
-      knobs.insert(
-          {choice.onlyStage ? choice.onlyStage : stage, choice.knob, true});
+    for (abi::Stage stage : {abi::Stage::W13, abi::Stage::W2})
+      knobs.insert({abi::stageName(choice.onlyStage.value_or(stage)),
+                    choice.knob, true});
   return {knobs.begin(), knobs.end()};
 }
 

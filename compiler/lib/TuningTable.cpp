@@ -281,22 +281,26 @@ bool TableParser::parseKernel(const std::string &name,
   TableKernel k;
   k.name = name;
   k.where = here();
-  if (!takeRequired(fields, "stage", k.stage) ||
+  std::string stageText;
+  if (!takeRequired(fields, "stage", stageText) ||
       !takeRequired(fields, "problem", k.problem))
     return false;
   // Knob names are checked here against the dialect's knob table; values
   // when the stage op is built (StageBuilder), with this line in the
   // message.
-  const moe::StageKnobs *knobs = moe::lookupStageKnobs(k.stage);
+  const std::optional<abi::Stage> stage = abi::parseStage(stageText);
+  const moe::StageKnobs *knobs =
+      stage ? moe::lookupStageKnobs(abi::stageName(*stage)) : nullptr;
   if (!knobs)
-    return fail("stage", "unsupported stage '" + k.stage + "' (expected " +
+    return fail("stage", "unsupported stage '" + stageText + "' (expected " +
                              moe::stageNameList() + ")");
+  k.stage = *stage;
   for (const Field &f : fields) {
     if (std::string old = oldKnobSpelling(k.stage, f.key, f.value); !old.empty())
       return fail("", old);
     const moe::KnobInfo *knob = knobs->find(f.key);
     if (!knob)
-      return fail(f.key, "not a knob of a " + k.stage + " kernel");
+      return fail(f.key, "not a knob of a " + stageText + " kernel");
     if (std::string(knob->owner) == "problem")
       return fail(f.key, "belongs on the problem line");
     k.knobs[f.key] = f.value;

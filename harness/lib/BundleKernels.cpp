@@ -40,12 +40,12 @@ LogicalResult loadBundleKernel(MLIRContext &context, const rt::Bundle &bundle,
     return failure();
   }
 
-  kernel.stage = rt::stageName(info.stage);
+  kernel.stage = info.stage;
   // The configuration, from the manifest's attributes, in a scratch module.
   OpBuilder builder(&context);
   OwningOpRef<ModuleOp> scratch = ModuleOp::create(builder.getUnknownLoc());
   builder.setInsertionPointToEnd(scratch->getBody());
-  if (!buildStageOp(builder, stageSpecOfAttributes(rt::stageName(info.stage), info.attributes),
+  if (!buildStageOp(builder, stageSpecOfAttributes(info.stage, info.attributes),
                     kernel.description, error)) {
     error = where + "its attributes do not rebuild: " + error;
     return failure();

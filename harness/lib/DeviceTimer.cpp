@@ -1,6 +1,7 @@
 //===- DeviceTimer.cpp - `moec tune --device N`'s candidate timer ---------===//
 
 #include "moec/Harness/DeviceTimer.h"
+#include "moec/Harness/LaunchRecorder.h"
 #include "moec/Harness/LayerSetup.h"
 
 #include "moec/bundle.h"
@@ -119,6 +120,10 @@ struct ConfigState {
   bool skipped = false;
   std::vector<std::vector<double>> samples; ///< per key
   std::vector<std::vector<double>> passMedians; ///< per key
+  /// Per key, per stage: the stage and its median of every pass.
+  std::vector<std::vector<StageTime>> stages;
+  std::vector<std::vector<std::vector<double>>> stagePassMedians;
+  std::vector<bool> stagesFailed;
 };
 
 /// The layer ranks of one configuration in one pass.
@@ -151,6 +156,30 @@ private:
   /// Times `state` at key `m` for one pass: appends samples or fails.
   bool timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
                std::vector<double> &samples, std::string &error);
+  /// Each stage of the forward at `m` alone, for one pass: the stages in
+  /// launch order and each one's samples.
+  bool timeStages(ConfigSetUp &setUp, uint32_t m,
+                  std::vector<StageTime> &stages,
+                  std::vector<std::vector<double>> &samples,
+                  std::string &error);
+  /// Captures what `issue` puts on rank 0's stream in a graph, replays it
+  /// once (the upload) and `warmups` times, then takes a pass of samples,
+  /// one flush before each.
+  bool sampleCaptured(ConfigSetUp &setUp,
+                      const std::function<bool(std::string &)> &issue,
+                      unsigned warmups, std::vector<double> &samples,
+                      std::string &error);
+  /// timeStages for key `k` in this pass, its pass medians kept in
+  /// `state`; a failure is a `skipped` line and leaves the key's layer
+  /// time alone.
+  void timeKeyStages(ConfigState &state, ConfigSetUp &setUp, size_t k,
+                     uint32_t m, DeviceTimings &timings);
+  /// The stage times of every key timed in every pass.
+  void collectStageTimes(const std::vector<TimedConfig> &configs,
+                         const std::vector<ConfigState> &states,
+                         const DeviceTimings &timings, StageTimings &out) const;
+  bool syncAll(ConfigSetUp &setUp, std::string &error);
+  bool flushAll(ConfigSetUp &setUp, std::string &error);
   /// Every rank's forward, `repeats` times; with `events`, between the
   /// rank's start and stop events.
   bool forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
@@ -372,6 +401,27 @@ bool Timer::forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
   return true;
 }
 
+bool Timer::syncAll(ConfigSetUp &setUp, std::string &error) {
+  for (DeviceContext *ctx : setUp.contexts)
+    if (!ctx->device->makeCurrent(error) ||
+        !check(*ctx->device,
+               ctx->device->hipApi().hipStreamSynchronize(ctx->stream),
+               "hipStreamSynchronize", error))
+      return false;
+  return true;
+}
+
+bool Timer::flushAll(ConfigSetUp &setUp, std::string &error) {
+  if (!options_.flushBytes)
+    return true;
+  for (DeviceContext *ctx : setUp.contexts)
+    if (!ctx->device->makeCurrent(error) ||
+        !ctx->memory->fill(ctx->flush, 0, options_.flushBytes, error,
+                           ctx->stream))
+      return false;
+  return true;
+}
+
 bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
                     std::vector<double> &samples, std::string &error) {
   if (m == 0 || m > setUp.maxTokens) {
@@ -379,36 +429,16 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
             std::to_string(setUp.maxTokens) + " tokens";
     return false;
   }
-  auto syncAll = [&]() {
-    for (DeviceContext *ctx : setUp.contexts)
-      if (!ctx->device->makeCurrent(error) ||
-          !check(*ctx->device,
-                 ctx->device->hipApi().hipStreamSynchronize(ctx->stream),
-                 "hipStreamSynchronize", error))
-        return false;
-    return true;
-  };
-  auto flushAll = [&]() {
-    if (!options_.flushBytes)
-      return true;
-    for (size_t r = 0; r < setUp.contexts.size(); ++r) {
-      DeviceContext &ctx = *setUp.contexts[r];
-      if (!ctx.device->makeCurrent(error) ||
-          !ctx.memory->fill(ctx.flush, 0, options_.flushBytes, error, ctx.stream))
-        return false;
-    }
-    return true;
-  };
   for (unsigned w = 0; w < options_.warmups; ++w)
     if (!forwardAll(setUp, m, false, error))
       return false;
-  if (!syncAll())
+  if (!syncAll(setUp, error))
     return false;
 
   // Fused: direct launches, the slowest rank's time per sample.
   if (state.facts.fused) {
     for (unsigned s = 0; s < options_.samplesPerPass; ++s) {
-      if (!flushAll() ||
+      if (!flushAll(setUp, error) ||
           !forwardAll(setUp, m, true, error, options_.replaysPerSample))
         return false;
       double slowest = 0.0;
@@ -426,16 +456,79 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
       }
       samples.push_back(slowest);
     }
-    return syncAll();
+    return syncAll(setUp, error);
   }
 
   // Unfused: one rank; one forward captured, then replayed. Captured here,
   // right before its samples, so the replay's arguments are this key's
   // whatever HIP keeps of the layer's argument buffers.
+  Rank &rank = setUp.ranks[0];
+  const rt::LayerInputs inputs = rankInputs(rank, m);
+  return sampleCaptured(
+      setUp,
+      [&](std::string &why) {
+        if (rank.layer->forward(inputs, setUp.contexts[0]->stream, why) ==
+            rt::Layer::ForwardStatus::Ok)
+          return true;
+        why = "forward under capture: " + why;
+        return false;
+      },
+      0, samples, error);
+}
+
+bool Timer::timeStages(ConfigSetUp &setUp, uint32_t m,
+                       std::vector<StageTime> &stages,
+                       std::vector<std::vector<double>> &samples,
+                       std::string &error) {
+  DeviceContext &ctx = *setUp.contexts[0];
+  Rank &rank = setUp.ranks[0];
+  const rt::LayerInputs inputs = rankInputs(rank, m);
+  // One forward, launched for real (its data feeds the stages replayed
+  // below) and recorded; then each stage's operations on their own.
+  std::vector<RecordedOp> ops;
+  if (!ctx.device->makeCurrent(error) ||
+      !recordForward(
+          *ctx.device,
+          [&](std::string &why) {
+            if (rank.layer->forward(inputs, ctx.stream, why) ==
+                rt::Layer::ForwardStatus::Ok)
+              return true;
+            why = "forward: " + why;
+            return false;
+          },
+          ops, error) ||
+      !syncAll(setUp, error))
+    return false;
+  const rt::Manifest &manifest = bundle_->manifest();
+  std::vector<StageOps> stageOps;
+  if (!splitByStage(ops, manifest,
+                    manifest.configs[rank.layer->lastForward().config],
+                    stageOps, error))
+    return false;
+  stages.clear();
+  samples.assign(stageOps.size(), {});
+  for (size_t s = 0; s < stageOps.size(); ++s) {
+    stages.push_back({rt::stageName(stageOps[s].stage), stageOps[s].kernels});
+    if (!sampleCaptured(
+            setUp,
+            [&](std::string &why) {
+              return issueOps(*ctx.device, stageOps[s].ops, ctx.stream, why);
+            },
+            options_.warmups, samples[s], error)) {
+      error = stages.back().stage + ": " + error;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Timer::sampleCaptured(ConfigSetUp &setUp,
+                           const std::function<bool(std::string &)> &issue,
+                           unsigned warmups, std::vector<double> &samples,
+                           std::string &error) {
   DeviceContext &ctx = *setUp.contexts[0];
   const rt::HipDevice &device = *ctx.device;
   const rt::HipTimingSymbols &t = ctx.timing();
-  Rank &rank = setUp.ranks[0];
   rt::hip::Graph graph = nullptr;
   rt::hip::GraphExec exec = nullptr;
   struct Cleanup {
@@ -454,14 +547,12 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
              t.hipStreamBeginCapture(ctx.stream, rt::hip::kStreamCaptureModeGlobal),
              "hipStreamBeginCapture", error))
     return false;
-  const rt::LayerInputs inputs = rankInputs(rank, m);
-  std::string forwardError;
-  const bool forwarded = rank.layer->forward(inputs, ctx.stream, forwardError) ==
-                         rt::Layer::ForwardStatus::Ok;
-  // The capture ends whatever the forward did, or the stream stays in it.
+  std::string issueError;
+  const bool issued = issue(issueError);
+  // The capture ends whatever the issue did, or the stream stays in it.
   const rt::hip::Error ended = t.hipStreamEndCapture(ctx.stream, &graph);
-  if (!forwarded) {
-    error = "forward under capture: " + forwardError;
+  if (!issued) {
+    error = issueError;
     return false;
   }
   char log[256] = {};
@@ -471,11 +562,6 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
              t.hipGraphInstantiate(&exec, graph, &errorNode, log, sizeof(log)),
              "hipGraphInstantiate", error))
     return false;
-  // The first replay uploads the graph; it is not a sample.
-  if (!check(device, t.hipGraphLaunch(exec, ctx.stream), "hipGraphLaunch",
-             error) ||
-      !syncAll())
-    return false;
   auto replay = [&](unsigned count) {
     for (unsigned i = 0; i < count; ++i)
       if (!check(device, t.hipGraphLaunch(exec, ctx.stream), "hipGraphLaunch",
@@ -483,9 +569,12 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
         return false;
     return true;
   };
+  // The first replay uploads the graph; it is not a sample.
+  if (!replay(1 + warmups) || !syncAll(setUp, error))
+    return false;
   for (unsigned s = 0; s < options_.samplesPerPass; ++s) {
     float ms = 0.0f;
-    if (!flushAll() ||
+    if (!flushAll(setUp, error) ||
         !check(device, t.hipEventRecord(ctx.start, ctx.stream), "hipEventRecord",
                error) ||
         !replay(options_.replaysPerSample) ||
@@ -498,7 +587,7 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
       return false;
     samples.push_back(double(ms) * 1000.0 / double(options_.replaysPerSample));
   }
-  return syncAll();
+  return syncAll(setUp, error);
 }
 
 bool Timer::run(const std::string &bundlePath,
@@ -536,6 +625,9 @@ bool Timer::run(const std::string &bundlePath,
     state.name = rt::describeTableKey(config.network, config.ep, config.workspace);
     state.samples.assign(config.keys.size(), {});
     state.passMedians.assign(config.keys.size(), {});
+    state.stages.assign(config.keys.size(), {});
+    state.stagePassMedians.assign(config.keys.size(), {});
+    state.stagesFailed.assign(config.keys.size(), false);
     timings.us[c].assign(config.keys.size(), -1.0);
     std::string reason;
     if (!bundle_->selector().resolveTable(config.network, config.ep,
@@ -602,6 +694,8 @@ bool Timer::run(const std::string &bundlePath,
         }
         samples.insert(samples.end(), taken.begin(), taken.end());
         state.passMedians[k].push_back(median(taken));
+        if (options_.stageTimes && !state.facts.fused)
+          timeKeyStages(state, setUp, k, m, timings);
       }
     }
   }
@@ -618,7 +712,58 @@ bool Timer::run(const std::string &bundlePath,
                       double(medians.size())
                 : median(states[c].samples[k]);
       }
+  if (options_.stageTimes)
+    collectStageTimes(configs, states, timings, *options_.stageTimes);
   return true;
+}
+
+void Timer::timeKeyStages(ConfigState &state, ConfigSetUp &setUp, size_t k,
+                          uint32_t m, DeviceTimings &timings) {
+  if (state.stagesFailed[k])
+    return;
+  std::vector<StageTime> stages;
+  std::vector<std::vector<double>> taken;
+  std::string reason = "the stages differ between passes";
+  if (!timeStages(setUp, m, stages, taken, reason) ||
+      (!state.stages[k].empty() && stages.size() != state.stages[k].size())) {
+    timings.skipped.push_back(state.name + " m=" + std::to_string(m) +
+                              ": stages not timed: " + reason);
+    state.stagesFailed[k] = true;
+    state.stages[k].clear();
+    return;
+  }
+  state.stages[k] = stages;
+  state.stagePassMedians[k].resize(stages.size());
+  for (size_t s = 0; s < stages.size(); ++s)
+    state.stagePassMedians[k][s].push_back(median(taken[s]));
+}
+
+void Timer::collectStageTimes(const std::vector<TimedConfig> &configs,
+                              const std::vector<ConfigState> &states,
+                              const DeviceTimings &timings,
+                              StageTimings &out) const {
+  out.assign(configs.size(), {});
+  for (size_t c = 0; c < configs.size(); ++c) {
+    out[c].assign(configs[c].keys.size(), {});
+    for (size_t k = 0; k < configs[c].keys.size(); ++k) {
+      // Only keys whose layer time is reported, with every pass's stages.
+      if (timings.us[c][k] < 0 || states[c].stages[k].empty())
+        continue;
+      std::vector<StageTime> stages = states[c].stages[k];
+      bool complete = true;
+      for (size_t s = 0; s < stages.size(); ++s) {
+        const std::vector<double> &medians = states[c].stagePassMedians[k][s];
+        complete &= medians.size() == options_.passes;
+        stages[s].us = options_.meanOfPassMedians
+                           ? std::accumulate(medians.begin(), medians.end(),
+                                             0.0) /
+                                 double(std::max<size_t>(medians.size(), 1))
+                           : median(medians);
+      }
+      if (complete)
+        out[c][k] = std::move(stages);
+    }
+  }
 }
 
 } // namespace

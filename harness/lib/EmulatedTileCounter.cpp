@@ -32,7 +32,7 @@ StageSpec oneTileSpec(const StageSpec &spec) {
   one.fields["top_k"] = "1";
   one.fields["ep"] = "1";
   // N is one tile; K (W13: hidden, W2: intermediate) stays the problem's.
-  one.fields[spec.stage == "w13" ? "intermediate" : "hidden"] =
+  one.fields[spec.stage == abi::Stage::W13 ? "intermediate" : "hidden"] =
       std::to_string(tileN);
   one.where = SourceLine();
   return one;
@@ -110,7 +110,7 @@ bool countOnce(mlir::MLIRContext &context, const StageSpec &spec,
 }
 
 std::string keyOf(const StageSpec &spec) {
-  std::string key = spec.stage;
+  std::string key = abi::stageName(spec.stage);
   for (const auto &[name, value] : spec.fields)
     key += " " + name + "=" + value;
   return key;

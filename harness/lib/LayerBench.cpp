@@ -3,12 +3,14 @@
 #include "moec/Harness/LayerBench.h"
 
 #include "moec/Compiler/ModelCheck.h"
+#include "moec/Compiler/TableCompiler.h"
 #include "moec/bundle.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -60,10 +62,114 @@ std::string number(double value, const char *format = "%.1f") {
   return text;
 }
 
+std::string ratio(double measured, double published) {
+  return measured >= 0 && published > 0 ? number(measured / published, "%.3f")
+                                        : "";
+}
+
 std::string ratio(const BenchRow &row) {
-  return row.layerUs >= 0 && row.publishedUs > 0
-             ? number(row.layerUs / row.publishedUs, "%.3f")
-             : "";
+  return ratio(row.layerUs, row.publishedUs);
+}
+
+} // namespace
+
+const std::vector<std::string> &benchStages() {
+  static const std::vector<std::string> stages = {
+      rt::stageName(rt::Stage::Quant), rt::stageName(rt::Stage::Sort),
+      rt::stageName(rt::Stage::W13), rt::stageName(rt::Stage::W2),
+      rt::stageName(rt::Stage::Combine)};
+  return stages;
+}
+
+double BenchRow::stageUs(const std::string &stage) const {
+  double us = -1.0;
+  for (const StageTime &time : stages)
+    if (time.stage == stage && time.us >= 0)
+      us = (us < 0 ? 0.0 : us) + time.us;
+  return us;
+}
+
+namespace {
+
+/// AITER's times of one bundle key: the row compiled at it.
+struct AiterFigure {
+  AiterStageTimes times;
+  std::string id; ///< "FILE.csv:LINE"
+};
+
+/// The text of the AITER CSV `source` names, from the first candidate
+/// whose file name and content hash match; empty when none does.
+std::string findAiterCsv(const rt::SourceFile &source,
+                         const std::vector<std::string> &candidates,
+                         std::string &text) {
+  for (const std::string &path : candidates) {
+    const size_t slash = path.find_last_of('/');
+    const std::string name =
+        slash == std::string::npos ? path : path.substr(slash + 1);
+    std::string content, ignored;
+    if (name != source.path || !readFile(path, content, ignored) ||
+        hashHex(content.data(), content.size()) != source.hash)
+      continue;
+    text = std::move(content);
+    return path;
+  }
+  return "";
+}
+
+/// The AITER figures of every key of a bundle compiled from AITER CSVs:
+/// each compiled row's us1/us2/us at (its selection table, its token).
+/// Notes say which CSV could not be found.
+bool aiterFigures(const std::string &bundlePath, const BenchOptions &options,
+                  std::map<BenchKey, AiterFigure> &figures,
+                  std::vector<std::string> &notes, std::string &error) {
+  std::unique_ptr<rt::Bundle> bundle = rt::Bundle::open(bundlePath, error);
+  if (!bundle)
+    return false;
+  const rt::Manifest &manifest = bundle->manifest();
+  if (manifest.aiterRows.empty())
+    return true;
+  auto folderOf = [](const std::string &path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? std::string(".")
+                                      : path.substr(0, slash);
+  };
+  std::vector<std::map<int, AiterStageTimes>> times(manifest.sources.size());
+  std::vector<std::string> found(manifest.sources.size());
+  for (size_t i = 0; i < manifest.sources.size(); ++i) {
+    const rt::SourceFile &source = manifest.sources[i];
+    std::vector<std::string> candidates = options.aiterCsvs;
+    if (!options.publishedFigures.empty())
+      candidates.push_back(folderOf(options.publishedFigures) + "/../aiter/" +
+                           source.path);
+    candidates.push_back(folderOf(bundlePath) + "/" + source.path);
+    std::string text, why;
+    found[i] = findAiterCsv(source, candidates, text);
+    if (found[i].empty()) {
+      notes.push_back("no AITER figures: " + source.path + " with hash " +
+                      source.hash.substr(0, 12) +
+                      " not found (--aiter-csv FILE)");
+      continue;
+    }
+    if (!parseAiterStageTimes(found[i], text, times[i], why))
+      notes.push_back("no AITER figures: " + why);
+  }
+  // Each compiled row at the key whose table row selects its configuration
+  // at its token; the first row wins, as in AITER's lookup.
+  for (const rt::AiterRowInfo &row : manifest.aiterRows) {
+    if (!row.compiled() || row.source >= times.size())
+      continue;
+    auto timed = times[row.source].find(int(row.line));
+    if (timed == times[row.source].end())
+      continue;
+    for (const rt::SelectionTable &table : manifest.selection)
+      for (const rt::SelectionRow &selected : table.rows)
+        if (selected.m == row.token && selected.config == row.config)
+          figures.emplace(
+              BenchKey{table.network, table.ep, table.workspace, selected.m},
+              AiterFigure{timed->second, manifest.sources[row.source].path +
+                                             ":" + std::to_string(row.line)});
+  }
+  return true;
 }
 
 } // namespace
@@ -148,8 +254,14 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
   std::vector<std::vector<BenchKey>> keys;
   if (!collectKeys(bundlePath, options, configs, keys, error))
     return false;
+  std::map<BenchKey, AiterFigure> aiter;
+  if (!aiterFigures(bundlePath, options, aiter, result.notes, error))
+    return false;
 
   DeviceTimerOptions timer = timerOptions(options);
+  StageTimings stageTimes;
+  if (options.stages)
+    timer.stageTimes = &stageTimes;
   timer.shuffleReversedPasses = true;
   timer.meanOfPassMedians = true;
   timer.stop = [&]() {
@@ -181,13 +293,40 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
       if (auto it = published.find(row.key); it != published.end()) {
         row.publishedUs = it->second->measuredUs;
         row.figure = it->second->id;
+      } else if (auto at = aiter.find(row.key); at != aiter.end()) {
+        row.publishedUs = at->second.times.us;
+        row.publishedW13Us = at->second.times.us1;
+        row.publishedW2Us = at->second.times.us2;
+        row.figure = at->second.id;
       }
+      if (!stageTimes.empty())
+        row.stages = stageTimes[0][k];
       result.rows.push_back(std::move(row));
     }
   }
   result.synthetic = isTestDouble(result.device);
   return true;
 }
+
+namespace {
+
+bool hasStages(const BenchResult &result) {
+  for (const BenchRow &row : result.rows)
+    if (!row.stages.empty())
+      return true;
+  return false;
+}
+
+bool hasStageFigures(const BenchResult &result) {
+  for (const BenchRow &row : result.rows)
+    if (row.publishedW13Us > 0 || row.publishedW2Us > 0)
+      return true;
+  return false;
+}
+
+std::string orDash(const std::string &text) { return text.empty() ? "-" : text; }
+
+} // namespace
 
 std::string formatBenchText(const BenchResult &result) {
   std::ostringstream out;
@@ -196,20 +335,54 @@ std::string formatBenchText(const BenchResult &result) {
   if (result.synthetic)
     out << "SYNTHETIC: the HIP library is moec's timing test double; these "
            "times come from its clock, not from a GPU\n";
-  char line[256];
-  std::snprintf(line, sizeof(line), "%-16s %3s %6s %6s %12s %14s %7s  %s\n",
-                "network", "ep", "ws", "m", "layer_us", "published_us",
-                "ratio", "figure");
-  out << line;
+  const bool stages = hasStages(result), stageFigures = hasStageFigures(result);
+  char cell[64];
+  auto column = [&](const char *format, const std::string &text) {
+    std::snprintf(cell, sizeof(cell), format, text.c_str());
+    out << cell;
+  };
+  auto header = [&]() {
+    std::snprintf(cell, sizeof(cell), "%-16s %3s %6s %6s %10s", "network",
+                  "ep", "ws", "m", "layer_us");
+    out << cell;
+    if (stages)
+      for (const std::string &stage : benchStages())
+        column(" %10s", stage + "_us");
+    column(" %12s", "published_us");
+    column(" %7s", "ratio");
+    if (stageFigures) {
+      column(" %8s", "us1");
+      column(" %7s", "w13/us1");
+      column(" %8s", "us2");
+      column(" %7s", "w2/us2");
+    }
+    out << "  figure\n";
+  };
+  header();
   for (const BenchRow &row : result.rows) {
-    std::snprintf(line, sizeof(line), "%-16s %3u %6u %6u %12s %14s %7s  %s\n",
+    std::snprintf(cell, sizeof(cell), "%-16s %3u %6u %6u %10s",
                   row.key.network.c_str(), row.key.ep, row.key.workspace,
-                  row.key.m, number(row.layerUs).c_str(),
-                  row.publishedUs > 0 ? number(row.publishedUs).c_str() : "-",
-                  row.publishedUs > 0 ? ratio(row).c_str() : "-",
-                  row.figure.c_str());
-    out << line;
+                  row.key.m, number(row.layerUs).c_str());
+    out << cell;
+    if (stages)
+      for (const std::string &stage : benchStages())
+        column(" %10s", orDash(number(row.stageUs(stage))));
+    column(" %12s", orDash(number(row.publishedUs)));
+    column(" %7s", orDash(ratio(row)));
+    if (stageFigures) {
+      column(" %8s", orDash(number(row.publishedW13Us)));
+      column(" %7s", orDash(ratio(row.stageUs("w13"), row.publishedW13Us)));
+      column(" %8s", orDash(number(row.publishedW2Us)));
+      column(" %7s", orDash(ratio(row.stageUs("w2"), row.publishedW2Us)));
+    }
+    out << "  " << row.figure << "\n";
   }
+  if (stages)
+    out << "stages: each one's launches alone in a graph, timed as the "
+           "layer; fused tables' stages wait on the other ranks and are "
+           "not timed apart\n";
+  for (const std::string &note : result.notes)
+    out << "note: " << note << "\n";
   for (const std::string &skip : result.skipped)
     out << "skipped: " << skip << "\n";
   if (result.interrupted)
@@ -221,18 +394,29 @@ bool writeBenchCsv(const BenchResult &result, const std::string &path,
                    std::string &error) {
   std::ostringstream out;
   out << "network,ep,workspace,m,layer_us,published_us,ratio,figure,device,"
-         "method,synthetic\n";
-  for (const BenchRow &row : result.rows)
+         "method,synthetic";
+  for (const std::string &stage : benchStages())
+    out << ',' << stage << "_us";
+  out << ",published_us1,ratio_w13,published_us2,ratio_w2\n";
+  for (const BenchRow &row : result.rows) {
     out << row.key.network << ',' << row.key.ep << ',' << row.key.workspace
         << ',' << row.key.m << ',' << number(row.layerUs, "%.3f") << ','
         << (row.publishedUs > 0 ? number(row.publishedUs, "%.3f") : "") << ','
         << ratio(row) << ',' << row.figure << ',' << result.device << ','
-        << result.method << ',' << (result.synthetic ? 1 : 0) << '\n';
+        << result.method << ',' << (result.synthetic ? 1 : 0);
+    for (const std::string &stage : benchStages())
+      out << ',' << number(row.stageUs(stage), "%.3f");
+    out << ',' << number(row.publishedW13Us, "%.3f") << ','
+        << ratio(row.stageUs("w13"), row.publishedW13Us) << ','
+        << number(row.publishedW2Us, "%.3f") << ','
+        << ratio(row.stageUs("w2"), row.publishedW2Us) << '\n';
+  }
   return writeAtomically(path, out.str(), error);
 }
 
 bool writeBenchJson(const BenchResult &result, const std::string &path,
                     std::string &error) {
+  auto json = [](const std::string &text) { return text.empty() ? "null" : text; };
   // One row object per line, so --resume reads it back line by line.
   std::ostringstream out;
   out << "{\"device\": \"" << result.device << "\", \"method\": \""
@@ -248,13 +432,46 @@ bool writeBenchJson(const BenchResult &result, const std::string &path,
         << ", \"layer_us\": " << number(row.layerUs, "%.3f")
         << ", \"published_us\": "
         << (row.publishedUs > 0 ? number(row.publishedUs, "%.3f") : "null")
-        << ", \"ratio\": " << (ratio(row).empty() ? "null" : ratio(row))
-        << ", \"figure\": \"" << row.figure << "\"}"
-        << (i + 1 < result.rows.size() ? "," : "") << "\n";
+        << ", \"ratio\": " << json(ratio(row))
+        << ", \"figure\": \"" << row.figure << "\"";
+    for (const std::string &stage : benchStages())
+      out << ", \"" << stage << "_us\": " << json(number(row.stageUs(stage), "%.3f"));
+    out << ", \"published_us1\": " << json(number(row.publishedW13Us, "%.3f"))
+        << ", \"ratio_w13\": "
+        << json(ratio(row.stageUs("w13"), row.publishedW13Us))
+        << ", \"published_us2\": " << json(number(row.publishedW2Us, "%.3f"))
+        << ", \"ratio_w2\": " << json(ratio(row.stageUs("w2"), row.publishedW2Us))
+        << "}" << (i + 1 < result.rows.size() ? "," : "") << "\n";
   }
   out << " ]}\n";
   return writeAtomically(path, out.str(), error);
 }
+
+namespace {
+
+/// The field `name` of a JSON row line, as text ("" when absent or null).
+std::string jsonField(const std::string &line, const std::string &name) {
+  const std::string key = "\"" + name + "\": ";
+  const size_t at = line.find(key);
+  if (at == std::string::npos)
+    return "";
+  size_t begin = at + key.size(), end;
+  if (line[begin] == '"') {
+    end = line.find('"', ++begin);
+  } else {
+    end = line.find_first_of(",}", begin);
+  }
+  std::string value = line.substr(begin, end == std::string::npos
+                                             ? std::string::npos
+                                             : end - begin);
+  return value == "null" ? "" : value;
+}
+
+double timeOf(const std::string &text) {
+  return text.empty() ? -1.0 : std::strtod(text.c_str(), nullptr);
+}
+
+} // namespace
 
 bool readBenchRows(const std::string &path, std::vector<BenchRow> &rows,
                    std::string &error) {
@@ -265,11 +482,14 @@ bool readBenchRows(const std::string &path, std::vector<BenchRow> &rows,
   std::istringstream in(text);
   std::string line;
   unsigned number = 0;
+  std::vector<std::string> header;
   while (std::getline(in, line)) {
     ++number;
     BenchRow row;
-    char network[128] = {}, figure[128] = {};
-    double published = -1.0;
+    char network[128] = {};
+    // The fields by name: the JSON row's keys, or the CSV's header.
+    std::function<std::string(const std::string &)> field;
+    std::vector<std::string> fields;
     if (json) {
       if (line.find("\"network\"") == std::string::npos ||
           line.find("\"rows\"") != std::string::npos)
@@ -282,33 +502,36 @@ bool readBenchRows(const std::string &path, std::vector<BenchRow> &rows,
         error = path + ":" + std::to_string(number) + ": not a bench row";
         return false;
       }
-      const size_t at = line.find("\"published_us\": ");
-      if (at != std::string::npos)
-        std::sscanf(line.c_str() + at, "\"published_us\": %lf", &published);
-      const size_t figureAt = line.find("\"figure\": \"");
-      if (figureAt != std::string::npos)
-        std::sscanf(line.c_str() + figureAt, "\"figure\": \"%127[^\"]", figure);
+      field = [&line](const std::string &name) { return jsonField(line, name); };
     } else {
-      if (number == 1)
-        continue; // the header
+      std::istringstream cells(line);
+      for (std::string cell; std::getline(cells, cell, ',');)
+        fields.push_back(cell);
+      if (number == 1) {
+        header = fields;
+        continue;
+      }
       if (std::sscanf(line.c_str(), "%127[^,],%u,%u,%u,%lf,", network,
                       &row.key.ep, &row.key.workspace, &row.key.m,
                       &row.layerUs) != 5) {
         error = path + ":" + std::to_string(number) + ": not a bench row";
         return false;
       }
-      std::istringstream fields(line);
-      std::string field;
-      for (int column = 0; std::getline(fields, field, ','); ++column) {
-        if (column == 5 && !field.empty())
-          published = std::strtod(field.c_str(), nullptr);
-        if (column == 7)
-          std::snprintf(figure, sizeof(figure), "%s", field.c_str());
-      }
+      field = [&](const std::string &name) {
+        for (size_t c = 0; c < header.size() && c < fields.size(); ++c)
+          if (header[c] == name)
+            return fields[c];
+        return std::string();
+      };
     }
     row.key.network = network;
-    row.publishedUs = published;
-    row.figure = figure;
+    row.publishedUs = timeOf(field("published_us"));
+    row.figure = field("figure");
+    for (const std::string &stage : benchStages())
+      if (double us = timeOf(field(stage + "_us")); us >= 0)
+        row.stages.push_back({stage, 0, us});
+    row.publishedW13Us = timeOf(field("published_us1"));
+    row.publishedW2Us = timeOf(field("published_us2"));
     rows.push_back(std::move(row));
   }
   return true;

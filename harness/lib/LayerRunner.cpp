@@ -57,7 +57,8 @@ bool reportSupported(const LayerKernel &kernel, const BuiltKernel &built,
   std::string unsupported;
   if (succeeded(checkSupported(cast<gpu::GPUFuncOp>(built.func), unsupported)))
     return true;
-  out << kernel.spec.stage << " " << kernel.name << ": " << unsupported
+  out << abi::stageName(kernel.spec.stage) << " " << kernel.name << ": "
+      << unsupported
       << " -> FAIL\n";
   return false;
 }
@@ -85,9 +86,9 @@ LayerVerdict runFused(std::vector<LayerKernel> kernels,
       return LayerVerdict::Fail;
     const StageSpec &spec = kernels[i].spec;
     (specText(spec, "dispatch") == "only" ? dispatch
-     : spec.stage == "quant"              ? quant
-     : spec.stage == "w13"                ? stage1
-     : spec.stage == "w2"                 ? stage2
+     : spec.stage == abi::Stage::Quant    ? quant
+     : spec.stage == abi::Stage::W13      ? stage1
+     : spec.stage == abi::Stage::W2       ? stage2
                                           : combine) = &built[i];
   }
   if (!stage1 || !stage2 || !combine) {
@@ -157,7 +158,8 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
     std::unique_ptr<StageHarness> harness =
         StageHarness::create(built[i], error);
     if (!harness) {
-      out << kernels[i].spec.stage << " " << kernels[i].name << ": " << error
+      out << abi::stageName(kernels[i].spec.stage) << " " << kernels[i].name
+          << ": " << error
           << " -> FAIL (not checked)\n";
       allSupported = false;
       continue;
@@ -171,7 +173,7 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
   // Quant, sort and combine do not read I (a bundle shares them between
   // problems that differ only in I): the GEMM stages give it.
   auto readsIntermediate = [](const StageShape &s) {
-    return s.stage == "w13" || s.stage == "w2";
+    return abi::isGemmStage(s.stage);
   };
   StageShape problem = harnesses.front()->shape();
   for (const auto &harness : harnesses)
@@ -186,15 +188,17 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
         (readsIntermediate(s) && s.intermediate != problem.intermediate) ||
         s.experts != problem.experts || s.topK != problem.topK ||
         s.ep != problem.ep) {
-      out << s.stage << " has another problem than " << problem.stage
+      out << abi::stageName(s.stage) << " has another problem than "
+          << abi::stageName(problem.stage)
           << " -> FAIL\n";
       return LayerVerdict::Fail;
     }
     for (const auto &other : harnesses)
       if (s.tileM > 0 && other->shape().tileM > 0 &&
           s.tileM != other->shape().tileM) {
-        out << s.stage << " tile m " << s.tileM << " differs from "
-            << other->shape().stage << "'s " << other->shape().tileM
+        out << abi::stageName(s.stage) << " tile m " << s.tileM
+            << " differs from " << abi::stageName(other->shape().stage)
+            << "'s " << other->shape().tileM
             << ": one route list cannot serve both -> FAIL\n";
         return LayerVerdict::Fail;
       }
@@ -236,7 +240,7 @@ LayerVerdict runUnfused(const std::vector<LayerKernel> &kernels,
   // hard error.
   auto runStage = [&](size_t i, int64_t rank) {
     const StageHarness &harness = *harnesses[i];
-    const std::string &stage = kernels[i].spec.stage;
+    const std::string stage = abi::stageName(kernels[i].spec.stage);
     const std::string tag =
         harness.perRank() ? "rank " + std::to_string(rank) + " " : "";
     StageOutcome outcome;

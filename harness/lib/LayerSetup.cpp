@@ -23,7 +23,7 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
   for (const rt::SelectionRow &row : table.rows)
     for (uint32_t k : manifest.configs[row.config].kernels) {
       const rt::KernelInfo &kernel = manifest.kernels[k];
-      StageSpec spec = stageSpecOfAttributes(rt::stageName(kernel.stage), kernel.attributes);
+      StageSpec spec = stageSpecOfAttributes(kernel.stage, kernel.attributes);
       if (!abi::isGemmStage(kernel.stage))
         continue;
       // One set of biases serves the table: its GEMM kernels all take them

@@ -578,18 +578,26 @@ std::unique_ptr<StageHarness> StageHarness::create(const BuiltKernel &kernel,
     return nullptr;
   }
   std::unique_ptr<StageHarness> harness;
-  if (shape.stage == "quant")
+  switch (shape.stage) {
+  case abi::Stage::Quant:
     harness = makeQuantHarness(kernel, shape);
-  else if (shape.stage == "sort")
+    break;
+  case abi::Stage::Sort:
     harness = makeSortHarness(kernel, shape);
-  else if (shape.stage == "w13")
+    break;
+  case abi::Stage::W13:
     harness = makeW13Harness(kernel, shape);
-  else if (shape.stage == "w2")
+    break;
+  case abi::Stage::W2:
     harness = makeW2Harness(kernel, shape);
-  else if (shape.stage == "combine")
+    break;
+  case abi::Stage::Combine:
     harness = makeCombineHarness(kernel, shape);
+    break;
+  }
   if (!harness) {
-    error = "stage " + shape.stage + " (" + kernel.description.symbol +
+    error = std::string("stage ") + abi::stageName(shape.stage) + " (" +
+            kernel.description.symbol +
             "): the emulator has no harness for it";
     return nullptr;
   }

@@ -164,7 +164,7 @@ void shrinkPeerFields(StageSpec &spec) {
       std::to_string(std::min<int64_t>(specInteger(spec, "workgroups", 6), 6));
   // Stage 1's producers (left out at their default, which would exceed
   // the workgroups left).
-  if (spec.stage == "w13")
+  if (spec.stage == abi::Stage::W13)
     spec.fields["dispatch_cus"] = std::to_string(
         std::min<int64_t>(specInteger(spec, "dispatch_cus", 2), 2));
   // A separate dispatch kernel keeps every workgroup a producer: 2 of them,
@@ -340,7 +340,7 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
     shape.maxTokens = peer.getMaxTokens();
     shape.workgroups = peer.getWorkgroups();
   }
-  if ((shape.stage == "w13" || shape.stage == "w2" || shape.stage == "sort") &&
+  if ((abi::isGemmStage(shape.stage) || shape.stage == abi::Stage::Sort) &&
       shape.tileM <= 0)
     return ref::Status::error(kernel.description.symbol + " has no M tile");
   return {};

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when code outside target/ picks a chip itself.
+"""Fails when code picks a chip, or tells stages apart by name, itself.
 
 The chip or part a compile is for (docs/targets.md) flows as one parameter,
 a CompileTarget or a target::TargetInfo, from where a user names it (moec
@@ -17,7 +17,15 @@ FILE: why, in target-literals.allow next to this script (the dialect's
 chip for a module without moe.target, which is intended). Comments are not
 code and are skipped.
 
-usage: check_target_literals.py REPO_ROOT [ALLOW_FILE]
+With --stages it checks the stage instead: a stage is abi::Stage (the ODS
+moe::Stage), whose text, the manifest's and the table's `stage=` value, is
+printed and parsed only by abi::stageName / abi::parseStage
+(abi/include/moec/abi/stage.h). So no library or tool source compares a
+value with a stage name in a string literal (`stage == "w13"`,
+`"sort" != s`, `== std::string("w2")`). Its allow list is
+stage-literals.allow.
+
+usage: check_target_literals.py [--stages] REPO_ROOT [ALLOW_FILE]
        exit 0 clean, 1 findings, 2 usage
 """
 import os
@@ -34,6 +42,15 @@ FINDINGS = [
     (re.compile(r"\bdefaultTarget\s*\("), "calls the default target"),
     (re.compile(r"\bkGfx[0-9a-f]+\b"), "names one chip's TargetInfo"),
     (re.compile(r"\bCompileTarget::gfx[0-9a-f]+\b"), "names one chip's CompileTarget"),
+]
+# The folders whose sources take the stage as abi::Stage.
+STAGE_FOLDERS = ("codegen", "compiler", "device", "dialect", "emulator",
+                 "harness", "report", "runtime", "selftest", "tools")
+_STAGE_NAME = r'(?:std::string\s*\(\s*)?"(?:quant|sort|w13|w2|combine)"'
+STAGE_FINDINGS = [
+    (re.compile(r"(?:==|!=)\s*" + _STAGE_NAME + r"|" + _STAGE_NAME +
+                r"\s*\)?\s*(?:==|!=)|\.compare\s*\(\s*" + _STAGE_NAME),
+     "compares with a stage name; compare abi::Stage values"),
 ]
 LINE_COMMENT = re.compile(r"^\s*(//|/\*|\*|#)")
 
@@ -62,9 +79,9 @@ def code_of(line):
     return line
 
 
-def findings(root, allowed):
+def findings(root, allowed, folders=FOLDERS, patterns=FINDINGS):
     out = []
-    for folder in FOLDERS:
+    for folder in folders:
         for base, _, names in os.walk(os.path.join(root, folder)):
             for name in sorted(names):
                 if not name.endswith(SUFFIXES):
@@ -78,7 +95,7 @@ def findings(root, allowed):
                         if LINE_COMMENT.match(line):
                             continue
                         code = code_of(line)
-                        for pattern, why in FINDINGS:
+                        for pattern, why in patterns:
                             if pattern.search(code):
                                 out.append(f"{relative}:{number}: {why}: "
                                            f"{line.strip()}")
@@ -86,20 +103,31 @@ def findings(root, allowed):
 
 
 def main(argv):
-    if len(argv) not in (2, 3):
+    args = argv[1:]
+    stages = bool(args) and args[0] == "--stages"
+    if stages:
+        args = args[1:]
+    if len(args) not in (1, 2):
         print(__doc__.strip().splitlines()[-2].strip(), file=sys.stderr)
         return 2
-    root = argv[1]
-    allow = argv[2] if len(argv) == 3 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "target-literals.allow")
-    found = findings(root, allowed_files(allow))
+    root = args[0]
+    allow = args[1] if len(args) == 2 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)),
+        "stage-literals.allow" if stages else "target-literals.allow")
+    if stages:
+        found = findings(root, allowed_files(allow), STAGE_FOLDERS,
+                         STAGE_FINDINGS)
+    else:
+        found = findings(root, allowed_files(allow))
     for line in found:
         print(line)
-    if found:
+    if found and stages:
+        print(f"{len(found)} place(s) compare with a stage name; parse the "
+              "text once with abi::parseStage and compare abi::Stage values")
+    elif found:
         print(f"{len(found)} place(s) pick a chip outside target/; pass the "
               "CompileTarget or TargetInfo instead (docs/targets.md)")
-        return 1
-    return 0
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -14,12 +14,17 @@ def run(script, *args):
                           capture_output=True, text=True)
 
 
-def git_tree(tmp_path, files):
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+def write_tree(tmp_path, files):
     for name, text in files.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    return tmp_path
+
+
+def git_tree(tmp_path, files):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    write_tree(tmp_path, files)
     subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
     return tmp_path
 
@@ -85,10 +90,7 @@ def test_layering_violations_are_found(tmp_path):
                                '#include "mlir/IR/Operation.h"\n',
         "tools/moec/Commands.h": "\n",
     }
-    for name, text in files.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_tree(tmp_path, files)
     result = run("check_layering.py", str(tmp_path))
     assert result.returncode == 1
     out = result.stdout
@@ -125,10 +127,7 @@ def test_target_literals_are_found(tmp_path):
         "dialect/lib/Default.cpp": "return target::default" + "Target();\n",
         "test/unit/x/XTest.cpp": f'CHECK(arch == "{ARCH}");\n',
     }
-    for name, text in files.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_tree(tmp_path, files)
     allow = tmp_path / "allow"
     allow.write_text("# FILE: why\ndialect/lib/Default.cpp: the intended default\n")
     result = run("check_target_literals.py", str(tmp_path), str(allow))
@@ -141,3 +140,36 @@ def test_target_literals_are_found(tmp_path):
     assert "target_info.h" not in out  # the chip facts live there
     assert "Default.cpp" not in out  # on the allow list
     assert "XTest.cpp" not in out  # tests name the chips they test
+
+
+def test_stage_name_comparisons_are_found(tmp_path):
+    files = {
+        "compiler/lib/Tune.cpp": 'if (kernel.stage == "w13") {}\n',
+        "harness/lib/Run.cpp": 'return "sort" != spec.stage;\n',
+        "tools/moec/Show.cpp": 'if (name == std::string("combine")) {}\n',
+        "report/lib/Page.cpp": 'if (stage.compare("w2") == 0) {}\n',
+        "runtime/src/ok.cpp": 'out << "stage=" << stageName(s); // == "w2"\n'
+                              'if (s == Stage::W2 && k == "dispatch") {}\n',
+        "abi/include/moec/abi/stage.h": 'case Stage::W2: return "w2";\n',
+        "codegen/lib/Old.cpp": 'if (stage == "quant") {}\n',
+        "test/unit/x/XTest.cpp": 'CHECK(spec.stage == "w2");\n',
+    }
+    write_tree(tmp_path, files)
+    allow = tmp_path / "allow"
+    allow.write_text("# FILE: why\ncodegen/lib/Old.cpp: not yet typed\n")
+    result = run("check_target_literals.py", "--stages", str(tmp_path),
+                 str(allow))
+    assert result.returncode == 1
+    out = result.stdout
+    assert "compiler/lib/Tune.cpp:1: compares with a stage name" in out
+    assert "harness/lib/Run.cpp:1: compares with a stage name" in out
+    assert "tools/moec/Show.cpp:1: compares with a stage name" in out
+    assert "report/lib/Page.cpp:1: compares with a stage name" in out
+    assert "ok.cpp" not in out  # printing, enum values, other words
+    assert "stage.h" not in out  # the one place that spells the names
+    assert "Old.cpp" not in out  # on the allow list
+    assert "XTest.cpp" not in out  # tests may name what they test
+
+
+def test_stage_literals_of_this_repository():
+    assert run("check_target_literals.py", "--stages", ROOT).returncode == 0

@@ -1,8 +1,9 @@
 //===- BenchCommand.cpp - moec bench BUNDLE --device N[,N...] -------------===//
 //
 // docs/cli.md: the layer time of every selection key of a bundle on a
-// device, measured as the seeds measure (harness/lib/LayerBench.cpp), with
-// the published figure of the same key beside it; text, CSV and JSON;
+// device, and each stage's time, measured as the seeds measure
+// (harness/lib/LayerBench.cpp), with the published figure of the same key
+// (or an AITER CSV's us1, us2, us) beside them; text, CSV and JSON;
 // SIGINT stops after the current key and writes what was measured;
 // --resume skips the keys of a previous output.
 //
@@ -29,6 +30,8 @@ struct BenchArgs {
   std::string csv, json, resume, compare;
   std::string published = "tuning_tables/published/figures.csv";
   bool publishedGiven = false;
+  std::vector<std::string> aiterCsvs;
+  bool noStages = false;
   unsigned samples = 30, warmups = 5;
   uint64_t flushMiB = 512;
 };
@@ -69,6 +72,8 @@ int runBench(const BenchArgs &args) {
               << " not found; --published FILE)\n";
     options.publishedFigures.clear();
   }
+  options.aiterCsvs = args.aiterCsvs;
+  options.stages = !args.noStages;
   options.samplesPerPass = args.samples;
   options.warmups = args.warmups;
   options.flushBytes = args.flushMiB << 20;
@@ -146,6 +151,12 @@ void addBenchCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--published", args->published,
                   "published figures to show beside the measured times")
       ->capture_default_str();
+  cmd->add_option("--aiter-csv", args->aiterCsvs,
+                  "an AITER CSV the bundle was compiled from, for its us1, "
+                  "us2 and us beside the times (default: found by name and "
+                  "hash in tuning_tables/aiter or beside the bundle)");
+  cmd->add_flag("--no-stages", args->noStages,
+                "time the layer only, not each stage of unfused tables");
   cmd->add_option("--samples", args->samples, "samples per pass")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000u));

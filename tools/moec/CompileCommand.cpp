@@ -90,7 +90,7 @@ timingRows(const std::vector<moec::KernelCompileTime> &times) {
       {"  resources", column(&KernelCompileTime::resourceSeconds, false)}};
   std::map<std::string, std::vector<double>> byStage;
   for (const KernelCompileTime &t : times)
-    byStage[t.stage].push_back(t.totalSeconds);
+    byStage[moec::abi::stageName(t.stage)].push_back(t.totalSeconds);
   for (auto &[stage, seconds] : byStage)
     rows.push_back({"stage " + stage, timeStats(std::move(seconds))});
   return rows;
@@ -127,7 +127,7 @@ bool writeTimingsJson(const std::string &path, const CompileArgs &args,
   nlohmann::json kernels = nlohmann::json::array();
   for (const moec::KernelCompileTime &t : summary.kernelTimes)
     kernels.push_back({{"symbol", t.symbol},
-                       {"stage", t.stage},
+                       {"stage", moec::abi::stageName(t.stage)},
                        {"from_cache", t.fromCache},
                        {"ir_s", t.irSeconds},
                        {"cache_s", t.cacheSeconds},

@@ -13,6 +13,7 @@
 #include "moec/Harness/EmulatedTileCounter.h"
 
 #include "moec/Compiler/CompileCache.h"
+#include "moec/Compiler/CompileTarget.h"
 #include "moec/Compiler/ModelCheck.h"
 
 #include <CLI/CLI.hpp>
@@ -38,6 +39,9 @@ struct ModelCheckArgs {
   unsigned jobs = 0;
   std::string cacheDir = moec::CompileCache::defaultDirectory();
   bool noCache = false;
+  /// The chip or part to compile and predict for (--target); empty: the
+  /// default chip.
+  std::string target;
 };
 
 bool writeText(const std::string &path, const std::string &text) {
@@ -70,7 +74,11 @@ int runModelCheck(const ModelCheckArgs &args) {
               << "' (moec-cost-2, moec-cost-3)\n";
     return cli::kBadInput;
   }
+  const target::TargetInfo *chip = cli::targetOrReport(args.target);
+  if (!chip)
+    return cli::kBadInput;
   ModelCheckOptions options;
+  options.compile.target = &CompileTarget::of(*chip);
   options.figuresPath = args.figures;
   options.tablePaths = args.tables;
   options.aiterPaths = args.aiter;
@@ -148,5 +156,8 @@ void addModelCheckCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--cache-dir", args->cacheDir, "compile cache")
       ->capture_default_str();
   cmd->add_flag("--no-cache", args->noCache, "neither read nor write the cache");
+  moec::cli::addTargetOption(cmd, args->target,
+                             "predict for: the kernels and the AITER rows "
+                             "compile for it and its facts bound the model");
   cmd->callback([args, &exitStatus] { exitStatus = runModelCheck(*args); });
 }

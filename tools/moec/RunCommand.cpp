@@ -113,7 +113,7 @@ int emulateConfig(const RunArgs &args, const rt::Bundle &bundleRef,
   for (uint32_t k : config.kernels) {
     const KernelInfo &kernel = manifest.kernels[k];
     kernels.push_back(
-        {kernel.name, stageSpecOfAttributes(rt::stageName(kernel.stage), kernel.attributes)});
+        {kernel.name, stageSpecOfAttributes(kernel.stage, kernel.attributes)});
   }
   // The emulator runs the kernel IR stored in the bundle; only a changed
   // shape (--small, or a fused config's capacity) rebuilds the kernels from

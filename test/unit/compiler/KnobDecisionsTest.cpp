@@ -197,8 +197,9 @@ TEST_CASE("the knobs GemmStageShape holds are Modeled and reach the model",
   resources.vgpr = 128;
   resources.sgpr = 64;
   resources.ldsBytes = 32768;
-  for (const char *stage : {"w13", "w2"})
+  for (abi::Stage gemm : {abi::Stage::W13, abi::Stage::W2})
     for (const auto &[knob, change] : fields) {
+      const char *stage = abi::stageName(gemm);
       INFO(stage << "." << knob);
       const KnobDecision *row = lookupKnobDecision(stage, knob);
       REQUIRE(row);
@@ -207,7 +208,7 @@ TEST_CASE("the knobs GemmStageShape holds are Modeled and reach the model",
       // prediction (at this shape the HBM term dominates, so the LDS and
       // MFMA terms do not always show in the total).
       GemmStageShape base;
-      base.stage = stage;
+      base.stage = gemm;
       base.hidden = 5120;
       base.intermediate = 2304;
       base.experts = 384;
@@ -316,15 +317,14 @@ TEST_CASE("the AITER table builder writes the Mapped knobs and only those",
   std::map<std::string, std::set<std::string>> written;
   for (const TableKernel &kernel : table.kernels)
     for (const auto &[knob, value] : kernel.knobs) {
-      written[kernel.stage].insert(knob);
-      if (kernel.stage == "w13" || kernel.stage == "w2" ||
-          (kernel.stage == "sort" && knob == "m_tile")) {
-        INFO(kernel.stage << "." << knob << "=" << value);
-        CHECK(isMapped(kernel.stage, knob));
-      } else {
-        INFO(kernel.stage << "." << knob << "=" << value);
-        CHECK_FALSE(isMapped(kernel.stage, knob));
-      }
+      const std::string stage = abi::stageName(kernel.stage);
+      written[stage].insert(knob);
+      INFO(stage << "." << knob << "=" << value);
+      if (abi::isGemmStage(kernel.stage) ||
+          (kernel.stage == abi::Stage::Sort && knob == "m_tile"))
+        CHECK(isMapped(stage, knob));
+      else
+        CHECK_FALSE(isMapped(stage, knob));
     }
   for (const KnobDecision *r = knobDecisionsBegin(); r != knobDecisionsEnd();
        ++r) {

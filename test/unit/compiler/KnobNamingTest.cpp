@@ -30,7 +30,7 @@ namespace {
 /// apply too, at a shape every knob value below fits.
 moec::StageSpec baseSpec(const std::string &stage) {
   moec::StageSpec spec;
-  spec.stage = stage;
+  spec.stage = *moec::abi::parseStage(stage);
   spec.fields = {{"hidden", "1024"},     {"intermediate", "1024"},
                  {"experts", "8"},       {"top_k", "2"},
                  {"ep", "2"},            {"m", "32"},
@@ -161,7 +161,7 @@ TEST_CASE("every knob of the quant, sort and combine stages shows in the "
       INFO(stage << " knob " << name);
       REQUIRE(variants.at(stage).count(name) > 0);
       moec::StageSpec base;
-      base.stage = stage;
+      base.stage = *moec::abi::parseStage(stage);
       base.fields = {{"hidden", "1024"}, {"intermediate", "1024"},
                      {"experts", "8"},   {"top_k", "2"},
                      {"ep", "2"}};
@@ -189,7 +189,7 @@ TEST_CASE("every knob of the quant, sort and combine stages shows in the "
 TEST_CASE("the quant kernel's symbol, ABI and grid rule", "[stage][quant]") {
   moec::test::StageBuilderFixture fixture;
   moec::StageSpec spec;
-  spec.stage = "quant";
+  spec.stage = moec::abi::Stage::Quant;
   spec.fields = {{"hidden", "5120"}, {"intermediate", "2304"},
                  {"experts", "384"}, {"top_k", "6"},
                  {"ep", "4"}};

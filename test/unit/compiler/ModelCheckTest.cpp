@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Compiler/ModelCheck.h"
+#include "moec/target/target_info.h"
 
 #include <catch2/catch.hpp>
 
@@ -20,7 +21,7 @@ moec::ModelKernel smallW2() {
   moec::ModelKernel kernel;
   kernel.name = "w2";
   kernel.gemm = true;
-  kernel.shape.stage = "w2";
+  kernel.shape.stage = moec::abi::Stage::W2;
   kernel.shape.hidden = 1024;
   kernel.shape.intermediate = 256;
   kernel.shape.experts = 1;
@@ -40,6 +41,18 @@ moec::ModelKernel otherKernel() {
   moec::ModelKernel kernel;
   kernel.name = "quant";
   return kernel;
+}
+
+/// `base` with round numbers that make each term easy to work by hand:
+/// half the HBM bandwidth, 1 GB/s a CU, 2 us a round of tiles, 4 us a
+/// launch, 5 us a kernel other than a GEMM.
+moec::CostModelParameters perCuBound(moec::CostModelParameters base) {
+  base.hbmEfficiency = 0.5;
+  base.cuBytesPerSecond = 1e9;
+  base.tileRoundUs = 2;
+  base.launchOverheadUs = 4;
+  base.otherKernelUs = 5;
+  return base;
 }
 
 const char *kFigures =
@@ -67,23 +80,40 @@ TEST_CASE("model-check: hand-checked predictions of one small layer",
   // MFMA 16 x 32 / 4 + issue 128 / 4 = 160 cycles = 0.0667 us); + 3 us.
   moec::CostModelParameters cost2;
   REQUIRE(moec::costModelParameters("moec-cost-2", cost2));
-  CHECK(moec::predictKernels(kernels, {1}, 16, cost2) ==
+  CHECK(moec::predictKernels(kernels, {1}, 16, cost2,
+                              moec::target::kGfx950) ==
         Approx(3.182083).epsilon(1e-6));
   // The layer adds the quant kernel's 3 us.
-  CHECK(moec::predictKernels(kernels, {0, 1}, 16, cost2) ==
+  CHECK(moec::predictKernels(kernels, {0, 1}, 16, cost2,
+                              moec::target::kGfx950) ==
         Approx(6.182083).epsilon(1e-6));
   // A per-CU bound of 1 GB/s: 25728 B take 25.728 us; one round of tiles
   // adds 2 us; launch 4 us; the quant costs 5 us.
-  moec::CostModelParameters p = cost2;
-  p.hbmEfficiency = 0.5;
-  p.cuBytesPerSecond = 1e9;
-  p.tileRoundUs = 2;
-  p.launchOverheadUs = 4;
-  p.otherKernelUs = 5;
-  CHECK(moec::predictKernels(kernels, {0, 1}, 16, p) ==
+  const moec::CostModelParameters p = perCuBound(cost2);
+  CHECK(moec::predictKernels(kernels, {0, 1}, 16, p,
+                              moec::target::kGfx950) ==
         Approx(36.728).epsilon(1e-6));
   moec::CostModelParameters unknown;
   CHECK_FALSE(moec::costModelParameters("moec-cost-9", unknown));
+}
+
+TEST_CASE("model-check: the chip's CU count bounds the tiles a CU runs",
+          "[modelcheck]") {
+  std::vector<moec::ModelKernel> kernels = {otherKernel(), smallW2()};
+  // M 1024 on one expert: 64 M tiles x 8 N tiles = 512 tiles, 2 a CU on
+  // gfx950's 256 CUs and 4 on mi350p's 128. A per-CU bound of 1 GB/s makes
+  // each CU's 25728 bytes a tile the largest term (HBM: 512 x 25728 B at
+  // 2 TB/s = 6.6 us): 51.456 us against 102.912 us, each plus one round of
+  // resident tiles (2 us), the launch (4 us) and the quant kernel (5 us).
+  moec::CostModelParameters cost2;
+  REQUIRE(moec::costModelParameters("moec-cost-2", cost2));
+  const moec::CostModelParameters p = perCuBound(cost2);
+  CHECK(moec::predictKernels(kernels, {0, 1}, 1024, p,
+                              moec::target::kGfx950) ==
+        Approx(62.456).epsilon(1e-6));
+  CHECK(moec::predictKernels(kernels, {0, 1}, 1024, p,
+                              moec::target::kMi350p) ==
+        Approx(113.912).epsilon(1e-6));
 }
 
 TEST_CASE("model-check: figures, summary and its statistics", "[modelcheck]") {
@@ -94,6 +124,7 @@ TEST_CASE("model-check: figures, summary and its statistics", "[modelcheck]") {
   CHECK(figures[0].where.line == 2);
   CHECK(figures[2].measuredUs == Approx(3.0910415));
   moec::ModelCheckData data;
+  data.chip = &moec::target::kGfx950;
   data.kernels = {otherKernel(), smallW2()};
   for (const moec::PublishedFigure &figure : figures) {
     moec::ModelCheckEntry entry;
@@ -124,6 +155,7 @@ TEST_CASE("model-check: figures, summary and its statistics", "[modelcheck]") {
 
 TEST_CASE("model-check: the published-winner check", "[modelcheck]") {
   moec::ModelCheckData data;
+  data.chip = &moec::target::kGfx950;
   moec::ModelKernel wide = smallW2();
   // N 256: 4 tiles; LDS (4224 + 34816 written, 4 x 4224 + 34816 read) =
   // 90752 bytes = 709 cycles = 0.295 us, slower than N 128's 0.182 us.

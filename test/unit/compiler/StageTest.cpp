@@ -95,7 +95,7 @@ TEST_CASE("every stage op answers the stage interfaces", "[stage]") {
     const std::string name = moec::abi::stageName(abiStage);
     INFO(name);
     moec::StageSpec spec;
-    spec.stage = name;
+    spec.stage = abiStage;
     spec.fields = {{"hidden", "1024"}, {"intermediate", "1024"},
                    {"experts", "8"},   {"top_k", "2"}};
     for (const auto &[knob, value] : required.at(name))

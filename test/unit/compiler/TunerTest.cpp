@@ -35,7 +35,7 @@ moec::TuningTable flashSpec(int ep, int fixedCapacity) {
 /// Flash EP4's W2 stage (H 5120, I 2304, 384 experts, top-6).
 moec::GemmStageShape flashW2(int64_t tileM, int64_t tileN) {
   moec::GemmStageShape shape;
-  shape.stage = "w2";
+  shape.stage = moec::abi::Stage::W2;
   shape.hidden = 5120;
   shape.intermediate = 2304;
   shape.experts = 384;
@@ -84,7 +84,7 @@ TEST_CASE("countTile: bytes and MFMAs of one W2 tile", "[tuner][cost]") {
   CHECK(c.globalBytesWritten == 16 * 128 * 2);
   // 1 x 8 MFMAs of 16x16 over 2304 / 128 = 18 K steps.
   CHECK(c.scaledMfmas == 144);
-  shape.stage = "w13";
+  shape.stage = moec::abi::Stage::W13;
   shape.tileN = 64;
   // W13 reads gate and up: 128 weight rows over K = 5120.
   CHECK(moec::countTile(shape).scaledMfmas == 1 * 8 * 40);

@@ -95,7 +95,7 @@ TEST_CASE("a stage's description rebuilds the same op", "[stage]") {
   moec::test::StageBuilderFixture fixture;
   mlir::OpBuilder &builder = fixture.builder;
 
-  for (const char *stage : {"w13", "w2"}) {
+  for (moec::abi::Stage stage : {moec::abi::Stage::W13, moec::abi::Stage::W2}) {
     moec::StageSpec spec;
     spec.stage = stage;
     spec.fields = {{"hidden", "512"}, {"intermediate", "256"},
@@ -123,7 +123,7 @@ TEST_CASE("a stage's description rebuilds the same op", "[stage]") {
   }
 
   moec::StageSpec bad;
-  bad.stage = "w2";
+  bad.stage = moec::abi::Stage::W2;
   bad.where = {"t.table", 7};
   bad.fields = {{"hidden", "512"}, {"intermediate", "256"}, {"experts", "8"},
                 {"top_k", "2"},    {"m", "48"},            {"n", "128"}};
@@ -167,7 +167,7 @@ TEST_CASE("a stage's description rebuilds the same op", "[stage]") {
   // A knob the stage has no attribute for: dispatch_cus belongs to the
   // peer transport, which a combine kernel does not take.
   bad.fields.erase("colour");
-  bad.stage = "combine";
+  bad.stage = moec::abi::Stage::Combine;
   bad.fields.erase("m");
   bad.fields.erase("n");
   bad.fields["dispatch_cus"] = "4";

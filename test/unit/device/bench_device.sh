@@ -2,10 +2,11 @@
 # CTest bench-device: `moec bench` on the HIP test double
 # (libmoec_timing_double_hip.so: a synthetic clock, no GPU), with two
 # devices so fused EP2 runs a rank on each; and on moec's emulated device,
-# which must refuse to time.
-#   bench_device.sh MOEC TIMING_DOUBLE EMULATED_HIP BUNDLE FIGURES WORKDIR
+# which must refuse to time. Per-stage times beside the layer's, and for a
+# bundle compiled from an AITER CSV its us1/us2/us beside them.
+#   bench_device.sh MOEC TIMING_DOUBLE EMULATED_HIP BUNDLE FIGURES AITER_CSV WORKDIR
 set -euo pipefail
-moec=$1 double=$2 emulated=$3 bundle=$4 figures=$5 work=$6
+moec=$1 double=$2 emulated=$3 bundle=$4 figures=$5 aiter_csv=$6 work=$7
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 bench() { # output name, then moec bench's options
@@ -41,9 +42,25 @@ awk -F, -v want="$want" '$1 == "flash" && $4 == 6 {
   NR > 1 && $5 + 0 <= 0 { exit 1 }
   END { exit !found }' "$work/full.csv" ||
   fail "m=6 row: $(grep '^flash,2,512,6,' "$work/full.csv")"
-grep -Eq "^flash +2 +512 +6 +[0-9.]+ +$want +[0-9.]+ +flash-ep2-m6-ws512$" \
+grep -Eq "^flash +2 +512 +6 +[0-9.]+( +[0-9.]+){5} +$want +[0-9.]+ +flash-ep2-m6-ws512$" \
   "$work/full.stdout" || fail "text m=6: $(grep '^flash  *2  *512  *6 ' "$work/full.stdout")"
+# Each stage alone, timed as the layer: on the double's clock (a kernel's
+# cost does not depend on what ran before it, but for the cold factor the
+# flush gives both) the stages add up to the layer.
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+  { sum = 0
+    for (s = 1; s <= 5; s++) {
+      split("quant_us sort_us w13_us w2_us combine_us", name, " ")
+      t = $c[name[s]]
+      if (t == "" || t + 0 <= 0) { print "m=" $4 ": no " name[s]; exit 1 }
+      sum += t }
+    d = sum - $c["layer_us"]; if (d < 0) d = -d
+    if (d > 0.01 * $c["layer_us"]) { print "m=" $4 ": stages " sum " layer " $c["layer_us"]; exit 1 } }' \
+  "$work/full.csv" || fail "stage times: $(head -3 "$work/full.csv")"
+grep -Eq '^network +ep +ws +m +layer_us +quant_us +sort_us +w13_us +w2_us +combine_us +published_us ' \
+  "$work/full.stdout" || fail "text header: $(sed -n 3p "$work/full.stdout")"
 grep -q '"synthetic": true' "$work/full.json" || fail "JSON synthetic"
+grep -q '"w13_us": [0-9]' "$work/full.json" || fail "JSON stage times"
 [ "$(grep -c '{"network": "flash", "ep": 2, "workspace": 512' "$work/full.json")" = "$keys" ] ||
   fail "JSON rows"
 [ ! -e "$work/full.csv.tmp" ] || fail "temporary file left"
@@ -57,12 +74,47 @@ bench resumed --network flash --ep 2 --workspace 512 --resume "$work/part.csv" \
 [ "$(($(wc -l < "$work/resumed.csv") - 1))" = "$keys" ] || fail "resumed rows"
 bench fromjson --network flash --ep 2 --workspace 512 --resume "$work/full.json" \
   --csv "$work/fromjson.csv"
-cmp -s <(cut -d, -f1-8 "$work/full.csv") <(cut -d, -f1-8 "$work/fromjson.csv") ||
+cmp -s <(cut -d, -f1-8,12-16 "$work/full.csv") <(cut -d, -f1-8,12-16 "$work/fromjson.csv") ||
   fail "resume from JSON changed the rows"
 
-# Fused EP2: one rank per device.
+# Fused EP2: one rank per device; its stages wait on each other's ranks
+# and are not timed apart.
 bench fused --network flash-fused --csv "$work/fused.csv"
 [ "$(($(wc -l < "$work/fused.csv") - 1))" -gt 0 ] || fail "no fused rows"
+awk -F, 'NR > 1 && ($12 != "" || $14 != "") { exit 1 }' "$work/fused.csv" ||
+  fail "fused stage times: $(sed -n 2p "$work/fused.csv")"
+
+# A bundle compiled from an AITER CSV: the CSV's us1, us2 and us of the row
+# compiled at each key beside W13, W2 and the layer, read here from the CSV
+# by its header.
+"$moec" compile "$aiter_csv" --small --skip-unsupported -q -o "$work/aiter.moeb" \
+  2> "$work/aiter-compile.stderr" || fail "compile $aiter_csv: $(cat "$work/aiter-compile.stderr")"
+MOEC_HIP_LIBRARY=$double "$moec" bench "$work/aiter.moeb" --samples 4 \
+  --published "$figures" --aiter-csv "$aiter_csv" --csv "$work/aiter.csv" \
+  > "$work/aiter.stdout" 2> "$work/aiter.stderr" || fail "bench aiter: $(cat "$work/aiter.stderr")"
+name=$(basename "$aiter_csv")
+awk -F, -v name="$name" '
+  FNR == 1 { for (i = 1; i <= NF; i++) col[FILENAME, $i] = i; next }
+  FILENAME != ARGV[2] { us1[FNR] = $col[FILENAME, "us1"]; us2[FNR] = $col[FILENAME, "us2"]
+                        us[FNR] = $col[FILENAME, "us"]; next }
+  { split($col[FILENAME, "figure"], at, ":"); line = at[2]
+    if (at[1] != name || !(line in us1)) { print "figure " $col[FILENAME, "figure"]; exit 1 }
+    if ($col[FILENAME, "published_us1"] + 0 != us1[line] + 0 ||
+        $col[FILENAME, "published_us2"] + 0 != us2[line] + 0 ||
+        $col[FILENAME, "published_us"] + 0 != us[line] + 0) { print "line " line; exit 1 }
+    r = $col[FILENAME, "w13_us"] / us1[line] - $col[FILENAME, "ratio_w13"]
+    if (r > 0.001 || r < -0.001) { print "ratio_w13 at line " line; exit 1 }
+    rows++ }
+  END { if (rows < 1) { print "no rows"; exit 1 } }' "$aiter_csv" "$work/aiter.csv" ||
+  fail "AITER figures: $(cat "$work/aiter.csv")"
+grep -Eq ' us1 +w13/us1 +us2 +w2/us2 +figure$' "$work/aiter.stdout" ||
+  fail "AITER text header: $(sed -n 3p "$work/aiter.stdout")"
+# Without the CSV (its name and hash found nowhere), a note, no figures.
+MOEC_HIP_LIBRARY=$double "$moec" bench "$work/aiter.moeb" --samples 4 \
+  --published "$figures" > "$work/aiter-none.stdout" 2> "$work/aiter-none.stderr" ||
+  fail "bench aiter without the CSV: $(cat "$work/aiter-none.stderr")"
+grep -q "^note: no AITER figures: $name with hash [0-9a-f]* not found" \
+  "$work/aiter-none.stdout" || fail "no note: $(cat "$work/aiter-none.stdout")"
 
 # --compare: the bundle against itself shows no gain, and so does the
 # A-against-A control.
@@ -80,4 +132,4 @@ if MOEC_HIP_LIBRARY=$emulated "$moec" bench "$bundle" > "$work/emu.stdout" \
 fi
 grep -q "timings are not available on moec's emulated device" "$work/emu.stderr" ||
   fail "emulated: $(cat "$work/emu.stderr")"
-echo "PASS: bench on the test double ($keys keys), resume, fused, compare, emulated refusal"
+echo "PASS: bench on the test double ($keys keys, stages), resume, fused, AITER figures, compare, emulated refusal"

@@ -16,14 +16,12 @@ namespace {
 
 // One wave per workgroup, grid 2. Per op: what it moves and its LDS bank
 // conflicts (64 banks of 4 bytes; 16-byte accesses in phases of 16 lanes).
-const char *kCountersKernel = R"mlir(
-gpu.module @m {
-  gpu.func @counters(%in: memref<256xi32, #gpu.address_space<global>>,
+const std::string kCountersKernel = kernelText(
+    "counters", R"mlir((%in: memref<256xi32, #gpu.address_space<global>>,
                      %out: memref<128xi32, #gpu.address_space<global>>,
                      %flag: memref<16xi32, #gpu.address_space<global>>)
-      workgroup(%lds : memref<4096xi32, #gpu.address_space<workgroup>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+      workgroup(%lds : memref<4096xi32, #gpu.address_space<workgroup>>))mlir",
+    R"mlir(
     %bid = gpu.block_id x
     %c0 = arith.constant 0 : index
     %c2 = arith.constant 2 : index
@@ -51,22 +49,17 @@ gpu.module @m {
     %oi = arith.addi %ob, %tid : index
     memref.store %t3, %out[%oi] : memref<128xi32, #gpu.address_space<global>>
     memref.store %t3, %flag[%c0] : memref<16xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
 
 // One scaled MFMA 16x16x128, FP8 x FP8, scalar scales.
-const char *kMfmaKernel = R"mlir(
-gpu.module @m {
-  gpu.func @mfma(%a: memref<512xi32, #gpu.address_space<global>>,
+const std::string kMfmaKernel = kernelText(
+    "mfma", R"mlir((%a: memref<512xi32, #gpu.address_space<global>>,
                  %b: memref<512xi32, #gpu.address_space<global>>,
                  %sa: memref<64xi8, #gpu.address_space<global>>,
                  %sb: memref<64xi8, #gpu.address_space<global>>,
                  %c: memref<256xf32, #gpu.address_space<global>>,
-                 %d: memref<256xf32, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+                 %d: memref<256xf32, #gpu.address_space<global>>))mlir",
+    R"mlir(
     %c8 = arith.constant 8 : index
     %c4 = arith.constant 4 : index
     %r8 = arith.muli %tid, %c8 : index
@@ -82,10 +75,7 @@ gpu.module @m {
     %cv = vector.load %c[%r4] : memref<256xf32, #gpu.address_space<global>>, vector<4xf32>
     %dv = amdgpu.scaled_mfma 16x16x128 (%sav[0] * %av) * (%sbv[0] * %bv) + %cv : f8E8M0FNU, vector<32xf8E4M3FN>, f8E8M0FNU, vector<32xf8E4M3FN>, vector<4xf32>
     vector.store %dv, %d[%r4] : memref<256xf32, #gpu.address_space<global>>, vector<4xf32>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
 
 } // namespace
 
@@ -95,15 +85,14 @@ TEST_CASE("counters: global and LDS bytes, distinct lines, bank conflicts",
   std::vector<int32_t> in(256);
   for (int i = 0; i < 256; ++i)
     in[size_t(i)] = 7 * i + 1;
-  GlobalMemory memory;
-  unsigned inId = addInput(memory, "in", in);
-  unsigned outId = memory.addBuffer("out", 128 * 4);
-  unsigned flagId = memory.addBuffer("flag", 16 * 4);
   LaunchConfig launch;
   launch.grid = {2, 1, 1};
-  RunResult result = runOrFail(kernel, memory,
-                               bufferArgs({inId, outId, flagId}),
-                               launch);
+  const BufferRun run(kernel,
+                      {BufferArg::input("in", in),
+                       BufferArg::output("out", 128 * 4),
+                       BufferArg::output("flag", 16 * 4)},
+                      launch);
+  const RunResult &result = run.result;
   REQUIRE(result.totalFindings() == 0);
   const RunStats &s = result.stats;
   // Per workgroup: in[tid] 64 x 4 bytes; in[5] a uniform load, once, 4.
@@ -141,18 +130,12 @@ TEST_CASE("counters: a scaled MFMA and its operand traffic", "[counters]") {
     b[i] = static_cast<uint8_t>((i * 11 + 3) % 0x7E);
   }
   std::vector<float> c(256, 0.5f);
-  GlobalMemory memory;
-  unsigned aId = addInput(memory, "a", a);
-  unsigned bId = addInput(memory, "b", b);
-  unsigned saId = addInput(memory, "sa", sa);
-  unsigned sbId = addInput(memory, "sb", sb);
-  unsigned cId = addInput(memory, "c", c);
-  unsigned dId = memory.addBuffer("d", 256 * 4);
-  RunResult result = runOrFail(
-      kernel, memory,
-      bufferArgs({aId, bId, saId, sbId, cId, dId}));
-  REQUIRE(result.totalFindings() == 0);
-  const RunStats &s = result.stats;
+  const BufferRun run(
+      kernel, {BufferArg::input("a", a), BufferArg::input("b", b),
+               BufferArg::input("sa", sa), BufferArg::input("sb", sb),
+               BufferArg::input("c", c), BufferArg::output("d", 256 * 4)});
+  REQUIRE(run.result.totalFindings() == 0);
+  const RunStats &s = run.result.stats;
   CHECK(s.scaledMfmas == 1);
   // A and B: 64 lanes x 32 bytes each; scales 64 x 1 each; C 64 x 16.
   CHECK(s.globalBytesRead == 2048 + 2048 + 64 + 64 + 1024);
@@ -205,13 +188,11 @@ namespace {
 // Every lane of every workgroup reads one byte past `in` (an out-of-bounds
 // finding each) and one never-written byte of `gap`, so each of the 8
 // workgroups reports findings.
-const char *kFindingsKernel = R"mlir(
-gpu.module @m {
-  gpu.func @findings(%in: memref<64xi32, #gpu.address_space<global>>,
+const std::string kFindingsKernel = kernelText(
+    "findings", R"mlir((%in: memref<64xi32, #gpu.address_space<global>>,
                      %gap: memref<512xi32, #gpu.address_space<global>>,
-                     %out: memref<512xi32, #gpu.address_space<global>>) kernel
-      attributes {known_block_size = array<i32: 64, 1, 1>} {
-    %tid = gpu.thread_id x
+                     %out: memref<512xi32, #gpu.address_space<global>>))mlir",
+    R"mlir(
     %bid = gpu.block_id x
     %c64 = arith.constant 64 : index
     %base = arith.muli %bid, %c64 : index
@@ -220,10 +201,7 @@ gpu.module @m {
     %y = memref.load %gap[%i] : memref<512xi32, #gpu.address_space<global>>
     %s = arith.addi %x, %y : i32
     memref.store %s, %out[%i] : memref<512xi32, #gpu.address_space<global>>
-    gpu.return
-  }
-}
-)mlir";
+)mlir");
 
 RunResult runFindings(ParsedKernel &kernel, unsigned threads,
                       GlobalMemory &memory, unsigned &outId) {
@@ -271,7 +249,7 @@ TEST_CASE("threads: a run on 3 threads equals the run on one, findings "
 TEST_CASE("threads: a W2 stage on 3 threads is bit-identical to one thread",
           "[threads]") {
   moec::StageSpec spec;
-  spec.stage = "w2";
+  spec.stage = moec::abi::Stage::W2;
   spec.fields = {{"hidden", "512"},      {"intermediate", "512"},
                  {"experts", "8"},       {"top_k", "2"},
                  {"ep", "1"},            {"m", "16"},

@@ -61,7 +61,7 @@ StageShape smallProblem(const std::vector<LayerKernel> &kernels) {
     specs.push_back(kernel.spec);
   smallConfigSpecs(specs);
   for (const StageSpec &spec : specs)
-    if (spec.stage == "w13") {
+    if (spec.stage == moec::abi::Stage::W13) {
       mlir::MLIRContext context;
       prepareContext(context);
       BuiltKernel kernel;
@@ -220,7 +220,7 @@ TEST_CASE("an unfused config saves its weights, inputs and output per rank",
   // intermediate, W2's rows, the combine's input rows.
   using ref::NpyDtype;
   const int64_t routes = 6 * s.topK;
-  REQUIRE(layer.kernels.front().spec.stage == "quant");
+  REQUIRE(layer.kernels.front().spec.stage == moec::abi::Stage::Quant);
   const std::vector<uint8_t> quantCodes =
       expectArray(dir, "quant_codes", NpyDtype::UInt8, {6, s.hidden})
           .toVector<uint8_t>();

@@ -42,18 +42,18 @@ struct PeerKnobs {
   int64_t planCus = 1, chunkRoutes = 1;
 };
 
-StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
+StageSpec peerSpec(abi::Stage stage, const PeerKnobs &k) {
   StageSpec spec;
   spec.stage = stage;
   spec.fields = {{"hidden", "512"},        {"intermediate", "256"},
                  {"experts", std::to_string(4 * k.ep)},
                  {"top_k", "2"},           {"ep", std::to_string(k.ep)}};
-  if (std::string(stage) == "combine") {
+  if (stage == abi::Stage::Combine) {
     spec.fields["waves"] = "4";
     spec.fields["peer_rows"] = "true";
     return spec;
   }
-  const bool w13 = std::string(stage) == "w13";
+  const bool w13 = stage == abi::Stage::W13;
   spec.fields["m"] = std::to_string(w13 ? k.m1 : k.m2);
   spec.fields["n"] = std::to_string(w13 ? k.n1 : k.n2);
   spec.fields["orientation"] = k.orientation;
@@ -77,9 +77,9 @@ StageSpec peerSpec(const char *stage, const PeerKnobs &k) {
 /// The fused stage 1, stage 2 and peer-rows combine kernels of `k`.
 struct PeerKernels {
   explicit PeerKernels(const PeerKnobs &k) {
-    test::buildKernelOrFail(peerSpec("w13", k), stage1);
-    test::buildKernelOrFail(peerSpec("w2", k), stage2);
-    test::buildKernelOrFail(peerSpec("combine", k), combine);
+    test::buildKernelOrFail(peerSpec(abi::Stage::W13, k), stage1);
+    test::buildKernelOrFail(peerSpec(abi::Stage::W2, k), stage2);
+    test::buildKernelOrFail(peerSpec(abi::Stage::Combine, k), combine);
   }
   BuiltKernel stage1, stage2, combine;
 };
@@ -140,6 +140,7 @@ PeerLayerOutcome runLayer(const PeerKernels &kernels,
   INFO(outcome.summary);
   checkLayerPasses(outcome);
   CHECK(outcome.countMismatches == 0);
+  CHECK(outcome.epochMismatches == 0);
   CHECK(outcome.unknownRows == 0);
   CHECK(outcome.overflows == 0);
   CHECK(outcome.outputUnwritten == 0);
@@ -291,17 +292,17 @@ TEST_CASE("separate dispatch kernel, then W13, W2 and combine", "[peer]") {
     const bool compact = std::string(transport) == "compact";
     PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", compact ? 2 * 12 * 2 : 32,
                     12, 6, 3, transport};
-    StageSpec dispatchSpec = peerSpec("w13", knobs);
+    StageSpec dispatchSpec = peerSpec(abi::Stage::W13, knobs);
     dispatchSpec.fields["dispatch"] = "only";
     dispatchSpec.fields["workgroups"] = "3";
     dispatchSpec.fields["dispatch_cus"] = "3";
-    StageSpec w13Spec = peerSpec("w13", knobs);
+    StageSpec w13Spec = peerSpec(abi::Stage::W13, knobs);
     w13Spec.fields["dispatch"] = "none";
     BuiltKernel d, s1, s2, c;
     test::buildKernelOrFail(dispatchSpec, d);
     test::buildKernelOrFail(w13Spec, s1);
-    test::buildKernelOrFail(peerSpec("w2", knobs), s2);
-    test::buildKernelOrFail(peerSpec("combine", knobs), c);
+    test::buildKernelOrFail(peerSpec(abi::Stage::W2, knobs), s2);
+    test::buildKernelOrFail(peerSpec(abi::Stage::Combine, knobs), c);
     PeerLayerOptions options = routing(59, {12, 7}, 0.1);
     options.maxResidentWorkgroups = 3;
     PeerLayerOutcome outcome;
@@ -336,8 +337,8 @@ TEST_CASE("fused MegaMoE layer with a leading quant kernel: stage 1 reads "
           "its FP8 rows",
           "[peer][quant]") {
   PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
-  StageSpec quantSpec = peerSpec("combine", knobs);
-  quantSpec.stage = "quant";
+  StageSpec quantSpec = peerSpec(abi::Stage::Combine, knobs);
+  quantSpec.stage = moec::abi::Stage::Quant;
   quantSpec.fields.erase("peer_rows");
   quantSpec.fields["waves"] = "1";
   PeerKernels kernels(knobs);

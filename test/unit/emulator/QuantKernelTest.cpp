@@ -30,7 +30,7 @@ constexpr int64_t kHidden = 512;
 
 test::BuiltStage buildQuant(int64_t waves) {
   StageSpec spec;
-  spec.stage = "quant";
+  spec.stage = moec::abi::Stage::Quant;
   spec.fields = {{"hidden", std::to_string(kHidden)},
                  {"intermediate", "256"},
                  {"experts", "16"},

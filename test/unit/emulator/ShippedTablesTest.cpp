@@ -53,7 +53,8 @@ TEST_CASE("every op of every shipped kernel is supported by the emulator",
     INFO(path);
     REQUIRE(readTuningTable(path, table, error));
     for (const TableKernel &kernel : table.kernels) {
-      INFO("kernel " << kernel.name << " (" << kernel.stage << ")");
+      INFO("kernel " << kernel.name << " (" << abi::stageName(kernel.stage)
+                     << ")");
       BuiltKernel built;
       bool builtOk = mlir::succeeded(
           buildKernelIR(context, smallStageSpec(stageSpecOf(table, kernel)), built, error));
@@ -83,7 +84,7 @@ namespace {
 /// Runs every unfused kernel of `stage` in the shipped tables through its
 /// harness at a small shape (`tokens` tokens, 10% invalid routing slots, an
 /// empty tile) and requires it to pass.
-void checkShippedStage(const std::string &stage, uint64_t seed,
+void checkShippedStage(abi::Stage stage, uint64_t seed,
                        int64_t tokens) {
   DataOptions options;
   options.seed = seed;
@@ -135,17 +136,17 @@ void checkShippedStage(const std::string &stage, uint64_t seed,
 TEST_CASE("every shipped quant kernel matches the oracle bit for bit at a "
           "small shape",
           "[tables][quant]") {
-  checkShippedStage("quant", /*seed=*/104, /*tokens=*/33);
+  checkShippedStage(abi::Stage::Quant, /*seed=*/104, /*tokens=*/33);
 }
 
 TEST_CASE("every shipped W2 kernel matches the oracle at a small shape",
           "[tables][w2]") {
-  checkShippedStage("w2", /*seed=*/101, /*tokens=*/48);
+  checkShippedStage(abi::Stage::W2, /*seed=*/101, /*tokens=*/48);
 }
 
 TEST_CASE("every shipped W13 kernel matches the oracle at a small shape",
           "[tables][w13]") {
-  checkShippedStage("w13", /*seed=*/102, /*tokens=*/24);
+  checkShippedStage(abi::Stage::W13, /*seed=*/102, /*tokens=*/24);
 }
 
 TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
@@ -176,16 +177,16 @@ TEST_CASE("every shipped fused MegaMoE config matches the oracle at a small "
       const BuiltKernel *stage[5] = {nullptr, nullptr, nullptr, nullptr,
                                      nullptr};
       for (size_t i = 0; i < specs.size(); ++i) {
-        INFO("stage " << specs[i].stage);
+        INFO("stage " << abi::stageName(specs[i].stage));
         bool built =
             mlir::succeeded(buildKernelIR(context, specs[i], kernels[i], error));
         INFO(error);
         REQUIRE(built);
         const bool dispatchOnly = specText(specs[i], "dispatch") == "only";
         stage[dispatchOnly                ? 3
-              : specs[i].stage == "quant" ? 4
-              : specs[i].stage == "w13"   ? 0
-              : specs[i].stage == "w2"    ? 1
+              : specs[i].stage == abi::Stage::Quant ? 4
+              : specs[i].stage == abi::Stage::W13   ? 0
+              : specs[i].stage == abi::Stage::W2    ? 1
                                           : 2] = &kernels[i];
       }
       // Every shipped config quantises its own input.

@@ -16,7 +16,7 @@ namespace {
 
 using Stage = test::BuiltStage;
 
-Stage buildStage(const std::string &stage,
+Stage buildStage(abi::Stage stage,
                  std::map<std::string, std::string> knobs) {
   StageSpec spec;
   spec.stage = stage;
@@ -41,7 +41,7 @@ LayerData layerOf(const ref::TokenBatch &batch) {
 TEST_CASE("sort kernel builds the oracle's route list on every rank",
           "[sort]") {
   for (const char *m : {"16", "64"}) {
-    Stage sort = buildStage("sort", {{"m_tile", m}, {"waves", "4"}});
+    Stage sort = buildStage(abi::Stage::Sort, {{"m_tile", m}, {"waves", "4"}});
     for (double invalid : {0.0, 0.2, 1.0}) {
       ref::RoutingOptions routing;
       routing.invalidFraction = invalid;
@@ -69,7 +69,7 @@ TEST_CASE("combine kernel matches ref::combineRoutes", "[combine]") {
   for (auto [waves, splitK] : {std::pair{"1", 1}, std::pair{"4", 1},
                                std::pair{"4", 2}, std::pair{"2", 4}}) {
     Stage combine = buildStage(
-        "combine", {{"waves", waves}, {"split_k", std::to_string(splitK)}});
+        abi::Stage::Combine, {{"waves", waves}, {"split_k", std::to_string(splitK)}});
     const int64_t tokens = 37, hidden = 256, experts = 16;
     ref::RoutingOptions routing;
     routing.invalidFraction = 0.25;

@@ -20,7 +20,7 @@ using namespace moec;
 namespace {
 
 /// A Flash EP4 kernel (H 5120, I 2304, 384 experts, top-6) with its knobs.
-StageSpec flashSpec(const std::string &stage,
+StageSpec flashSpec(abi::Stage stage,
                     std::map<std::string, std::string> knobs) {
   StageSpec spec;
   spec.stage = stage;
@@ -28,7 +28,7 @@ StageSpec flashSpec(const std::string &stage,
                  {"experts", "384"}, {"top_k", "6"},
                  {"ep", "4"},        {"k", "256"},
                  {"orientation", "b_major"}, {"scale_prefetch", "true"}};
-  if (stage == "w13")
+  if (stage == abi::Stage::W13)
     spec.fields["swiglu_limit"] = "10";
   for (auto &[name, value] : knobs)
     spec.fields[name] = value;
@@ -54,7 +54,7 @@ GemmStageShape shapeOf(const StageSpec &spec) {
 /// The analytic global bytes one tile reads: FP8 A + its E8M0 scales, E2M1
 /// B + its scales (countTile()'s formula).
 double analyticABBytes(const GemmStageShape &s) {
-  const bool w13 = s.stage == "w13";
+  const bool w13 = s.stage == abi::Stage::W13;
   const double k = double(w13 ? s.hidden : s.intermediate);
   const double rows = double(w13 ? 2 * s.tileN : s.tileN);
   return double(s.tileM) * k * (1 + 1.0 / 32) + rows * k * (0.5 + 1.0 / 32);
@@ -68,7 +68,7 @@ void checkCounted(harness::EmulatedTileCounter &counter, const StageSpec &spec) 
   INFO(error);
   REQUIRE(ok);
   const TileCounts analytic = countTile(shape);
-  INFO(spec.stage << " m " << shape.tileM << " n " << shape.tileN << " waves "
+  INFO(abi::stageName(spec.stage) << " m " << shape.tileM << " n " << shape.tileN << " waves "
                   << shape.waves << (shape.mfma32 ? " mfma32" : "")
                   << (shape.bDirect ? " b_direct" : "") << ": counted read "
                   << counted.globalBytesRead << " written "
@@ -112,8 +112,8 @@ void checkCounted(harness::EmulatedTileCounter &counter, const StageSpec &spec) 
 TEST_CASE("counted W2 tile: MFMAs exact, bytes read close to A + B",
           "[tilecounter]") {
   harness::EmulatedTileCounter counter;
-  checkCounted(counter, flashSpec("w2", {{"m", "16"}, {"n", "128"}, {"waves", "4"}}));
-  checkCounted(counter, flashSpec("w2", {{"m", "32"}, {"n", "128"},
+  checkCounted(counter, flashSpec(abi::Stage::W2, {{"m", "16"}, {"n", "128"}, {"waves", "4"}}));
+  checkCounted(counter, flashSpec(abi::Stage::W2, {{"m", "32"}, {"n", "128"},
                                          {"waves", "4"}, {"b_direct", "true"}}));
 }
 
@@ -121,8 +121,8 @@ TEST_CASE("counted W13 tile: MFMAs exact, bytes read close to A + B",
           "[tilecounter]") {
   harness::EmulatedTileCounter counter;
   checkCounted(counter,
-               flashSpec("w13", {{"m", "16"}, {"n", "64"}, {"waves", "4"}}));
-  checkCounted(counter, flashSpec("w13", {{"m", "32"},
+               flashSpec(abi::Stage::W13, {{"m", "16"}, {"n", "64"}, {"waves", "4"}}));
+  checkCounted(counter, flashSpec(abi::Stage::W13, {{"m", "32"},
                                           {"n", "128"},
                                           {"waves", "4"},
                                           {"mfma", "m32n32k64"}}));
@@ -131,12 +131,12 @@ TEST_CASE("counted W13 tile: MFMAs exact, bytes read close to A + B",
 TEST_CASE("a fused stage is counted as its one-tile GEMM", "[tilecounter]") {
   std::map<std::string, std::string> knobs = {
       {"m", "16"}, {"n", "128"}, {"waves", "4"}};
-  const StageSpec plain = flashSpec("w2", knobs);
+  const StageSpec plain = flashSpec(abi::Stage::W2, knobs);
   knobs.insert({{"transport", "fixed_slot"},
                 {"capacity", "4096"},
                 {"max_tokens", "1024"},
                 {"workgroups", "256"}});
-  const StageSpec fused = flashSpec("w2", knobs);
+  const StageSpec fused = flashSpec(abi::Stage::W2, knobs);
   const StageSpec one = harness::oneTileSpec(fused);
   CHECK(one.fields == harness::oneTileSpec(plain).fields);
   CHECK(one.fields.at("experts") == "1");

@@ -46,7 +46,7 @@ struct W13Knobs {
 
 StageSpec w13Spec(const W13Knobs &k, int64_t size) {
   StageSpec spec;
-  spec.stage = "w13";
+  spec.stage = moec::abi::Stage::W13;
   spec.fields = {{"hidden", std::to_string(size)},
                  {"intermediate", std::to_string(size)},
                  {"experts", "8"},

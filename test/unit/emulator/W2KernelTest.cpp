@@ -57,7 +57,7 @@ std::string describe(const Knobs &k) {
 StageSpec w2Spec(const Knobs &k, int64_t hidden, int64_t inter,
                  int64_t experts, int64_t topK, int64_t ep) {
   StageSpec spec;
-  spec.stage = "w2";
+  spec.stage = moec::abi::Stage::W2;
   spec.fields = {{"hidden", std::to_string(hidden)},
                  {"intermediate", std::to_string(inter)},
                  {"experts", std::to_string(experts)},

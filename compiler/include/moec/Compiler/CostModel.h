@@ -16,6 +16,7 @@
 #ifndef MOEC_COMPILER_COSTMODEL_H
 #define MOEC_COMPILER_COSTMODEL_H
 
+#include "moec/abi/stage.h"
 #include "moec/manifest.h"
 #include "moec/target/occupancy.h"
 
@@ -75,7 +76,7 @@ inline target::KernelResourceUse resourceUse(const rt::KernelResources &r,
 
 /// One GEMM stage (W13 or W2) kernel as the model sees it.
 struct GemmStageShape {
-  std::string stage;       ///< "w13" or "w2"
+  abi::Stage stage = abi::Stage::W2; ///< W13 or W2
   int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
   int64_t tileM = 16, tileN = 64, waves = 4;
   bool mfma32 = false;     ///< m32n32k64 rather than m16n16k128

@@ -11,6 +11,8 @@
 #ifndef MOEC_COMPILER_KNOBSPELLING_H
 #define MOEC_COMPILER_KNOBSPELLING_H
 
+#include "moec/abi/stage.h"
+
 #include <string>
 
 namespace moec {
@@ -18,7 +20,7 @@ namespace moec {
 /// The message for a knob value written in a spelling moe no longer reads
 /// (`mfma=16x16x128`, `b_prefetch=1`), naming the spelling to write instead;
 /// empty when the value is not an old spelling.
-std::string oldKnobSpelling(const std::string &stage, const std::string &knob,
+std::string oldKnobSpelling(abi::Stage stage, const std::string &knob,
                             const std::string &value);
 
 } // namespace moec

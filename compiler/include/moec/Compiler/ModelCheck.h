@@ -114,6 +114,9 @@ struct ModelCheckData {
   /// The parameters of the last predictEntries (the winner check predicts
   /// the alternatives with them).
   CostModelParameters parameters;
+  /// The chip or part the kernels are compiled and predicted for
+  /// (ModelCheckOptions::compile's target); set by loadModelCheck.
+  const target::TargetInfo *chip = nullptr;
 };
 
 struct ModelCheckOptions {
@@ -126,6 +129,8 @@ struct ModelCheckOptions {
   std::vector<std::string> aiterPaths;
   /// Per-tile counts; empty: the analytic countTile() for every kernel.
   TileCounter countTile;
+  /// How the kernels compile; its `target` (required) is the chip or part
+  /// the AITER rows are imported for and every kernel is predicted on.
   CompileOptions compile;
 };
 
@@ -144,7 +149,8 @@ CompileStatus loadModelCheck(const ModelCheckOptions &options,
 /// The model's time of a list of kernels at key m.
 double predictKernels(const std::vector<ModelKernel> &kernels,
                       const std::vector<size_t> &launched, int64_t m,
-                      const CostModelParameters &parameters);
+                      const CostModelParameters &parameters,
+                      const target::TargetInfo &chip);
 /// An entry's time: its kernels plus, for an expert-parallel layer, the
 /// token exchange (predictPeerExchange).
 struct ModelCheckData;

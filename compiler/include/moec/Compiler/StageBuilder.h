@@ -18,6 +18,7 @@
 #include "moec/Codegen/KernelAbi.h"
 #include "moec/Compiler/KnobSpelling.h"
 #include "moec/Compiler/TuningTable.h"
+#include "moec/abi/stage.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/Support/LLVM.h"
@@ -35,7 +36,7 @@ class Operation;
 namespace moec {
 
 struct StageSpec {
-  std::string stage;
+  abi::Stage stage = abi::Stage::Quant;
   /// Problem fields and knobs, as text ("hidden" -> "5120", "b_cache" -> "nt").
   std::map<std::string, std::string> fields;
   /// Where the description was written; used in messages when set.
@@ -49,7 +50,7 @@ StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel);
 /// its attributes as the dialect printed them (StageDescription::attributes).
 /// Building it gives the same op.
 StageSpec stageSpecOfAttributes(
-    const std::string &stage,
+    abi::Stage stage,
     const std::vector<std::pair<std::string, std::string>> &attributes);
 
 /// What the rest of the compiler needs to know about a built stage op.

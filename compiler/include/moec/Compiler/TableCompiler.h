@@ -11,6 +11,7 @@
 
 #include "moec/Codegen/KernelAbi.h"
 #include "moec/Compiler/TuningTable.h"
+#include "moec/abi/stage.h"
 #include "moec/manifest.h"
 
 #include <cstdint>
@@ -37,7 +38,7 @@ struct CompiledKernel {
   /// symbol plus the first 8 hex digits of the content hash, so a name never
   /// refers to two different binaries.
   std::string name;
-  std::string stage;
+  abi::Stage stage = abi::Stage::Quant;
   /// The stage op's attributes as the dialect prints them
   /// (StageDescription::attributes).
   std::vector<std::pair<std::string, std::string>> attributes;
@@ -57,7 +58,7 @@ struct CompiledKernel {
 /// kernel's time includes waiting for them).
 struct KernelCompileTime {
   std::string symbol;
-  std::string stage;
+  abi::Stage stage = abi::Stage::Quant;
   bool fromCache = false;
   /// Serialising its kernel IR (which the cache key hashes).
   double irSeconds = 0;

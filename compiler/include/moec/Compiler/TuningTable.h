@@ -10,6 +10,8 @@
 #ifndef MOEC_COMPILER_TUNINGTABLE_H
 #define MOEC_COMPILER_TUNINGTABLE_H
 
+#include "moec/abi/stage.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -37,7 +39,8 @@ struct TableProblem {
 /// messages are the single source of legality.
 struct TableKernel {
   std::string name;
-  std::string stage;
+  /// Parsed once from the line's `stage=` text (abi::parseStage).
+  abi::Stage stage = abi::Stage::Quant;
   std::string problem;
   std::map<std::string, std::string> knobs;
   SourceLine where;

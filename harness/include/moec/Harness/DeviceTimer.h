@@ -27,6 +27,19 @@
 
 namespace moec::harness {
 
+/// One stage's time at one key: its launches alone (the layer's operations
+/// of that stage, LaunchRecorder.h) captured in a graph and timed as the
+/// layer is.
+struct StageTime {
+  std::string stage; ///< "quant", "sort", "w13", "w2", "combine"
+  unsigned kernels = 0;
+  double us = -1.0;
+};
+
+/// Per configuration, per key: the stages in launch order (empty: not
+/// timed, e.g. a fused table).
+using StageTimings = std::vector<std::vector<std::vector<StageTime>>>;
+
 struct DeviceTimerOptions {
   /// HIP libraries tried in order (empty: rt::defaultHipLibraryCandidates(),
   /// i.e. $MOEC_HIP_LIBRARY or libamdhip64).
@@ -57,6 +70,11 @@ struct DeviceTimerOptions {
   /// Graph replays (fused: forwards) between a sample's two events; the
   /// sample is their mean (`moec bench --compare`: 16, as the TP4 seed).
   unsigned replaysPerSample = 1;
+  /// When set, every key of an unfused table is followed by its stages,
+  /// each timed with the same warm-ups, flush, samples and statistic
+  /// (`moec bench`); fused tables' stages wait on the other ranks' and
+  /// cannot run alone. run() fills it in `configs` order.
+  StageTimings *stageTimes = nullptr;
 };
 
 /// The timer of device `device` (its rank 0; fused tables' ranks on

@@ -7,9 +7,11 @@
 /// 512 MiB cache flush outside the timed region, 5 warm-ups, two passes of
 /// 30 samples (the second in a shuffled key order), the mean of the two
 /// passes' medians; one selection table at a time. It runs on the device timer
-/// of `moec tune --device` (DeviceTimer.h) with those settings, and puts
+/// of `moec tune --device` (DeviceTimer.h) with those settings, each stage
+/// of an unfused table too (its launches alone, LaunchRecorder.h), and puts
 /// the published figure of the same key (tuning_tables/published/
-/// figures.csv) beside each measurement.
+/// figures.csv, or the `us1`, `us2`, `us` of the AITER CSV row a key was
+/// compiled from) beside each measurement.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -53,6 +55,14 @@ struct BenchOptions {
   std::set<BenchKey> done;
   /// figures.csv to read published times from (empty: none).
   std::string publishedFigures;
+  /// Where to look for the AITER CSVs a bundle was compiled from (its
+  /// manifest names each by file name and content hash): these files, then
+  /// the `aiter` folder beside the figures file's folder
+  /// (tuning_tables/aiter), then the bundle's folder. A file whose hash
+  /// differs is not used.
+  std::vector<std::string> aiterCsvs;
+  /// Time each stage of unfused tables too (StageTime).
+  bool stages = true;
   /// The protocol; the defaults are the seeds'.
   unsigned warmups = 5, samplesPerPass = 30, passes = 2;
   uint64_t flushBytes = uint64_t(512) << 20;
@@ -67,9 +77,18 @@ struct BenchOptions {
 struct BenchRow {
   BenchKey key;
   double layerUs = -1.0;
-  /// The published figure of the same key, or a negative value.
+  /// The published figure of the same key, or a negative value: a
+  /// figures.csv `layer` figure, or for a bundle compiled from an AITER CSV
+  /// the `us` of the row compiled at this key.
   double publishedUs = -1.0;
-  std::string figure; ///< its id in figures.csv
+  std::string figure; ///< its id in figures.csv, or "FILE.csv:LINE"
+  /// Each stage's time (unfused tables), in launch order.
+  std::vector<StageTime> stages;
+  /// The AITER row's `us1` (its stage-1 kernel: W13) and `us2` (stage 2:
+  /// W2), or negative values.
+  double publishedW13Us = -1.0, publishedW2Us = -1.0;
+  /// The time of every launch of `stage` at this key; negative: none.
+  double stageUs(const std::string &stage) const;
 };
 
 struct BenchResult {
@@ -80,6 +99,8 @@ struct BenchResult {
   bool synthetic = false;
   std::vector<BenchRow> rows;
   std::vector<std::string> skipped;
+  /// Why figures are missing (an AITER CSV not found).
+  std::vector<std::string> notes;
   bool interrupted = false;
 };
 
@@ -92,8 +113,13 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
 
 /// The result as a table (one line per key) for a terminal.
 std::string formatBenchText(const BenchResult &result);
+/// The stages a row may have, in launch order (abi::Stage's names).
+const std::vector<std::string> &benchStages();
+
 /// The result as CSV (network,ep,workspace,m,layer_us,published_us,ratio,
-/// figure) and as JSON; both written atomically (a temporary file renamed).
+/// figure,device,method,synthetic, then one `STAGE_us` column per stage and
+/// published_us1,ratio_w13,published_us2,ratio_w2) and as JSON; both
+/// written atomically (a temporary file renamed).
 bool writeBenchCsv(const BenchResult &result, const std::string &path,
                    std::string &error);
 bool writeBenchJson(const BenchResult &result, const std::string &path,

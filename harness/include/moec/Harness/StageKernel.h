@@ -68,8 +68,7 @@ struct BuiltKernel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   /// The one gpu.func of the module (owned by `module`).
   mlir::Operation *func = nullptr;
-  /// "quant", "sort", "w13", "w2" or "combine".
-  std::string stage;
+  abi::Stage stage = abi::Stage::Quant;
   StageDescription description;
 };
 
@@ -129,7 +128,7 @@ void fitPeerCapacity(StageSpec &spec, int64_t tokens);
 
 /// The problem and the knobs of one stage kernel that a harness needs.
 struct StageShape {
-  std::string stage;
+  abi::Stage stage = abi::Stage::Quant;
   int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
   int64_t localExperts = 0;
   /// Tile: M rows (the sorted list's tile), N columns, K of one MFMA
