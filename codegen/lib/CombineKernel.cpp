@@ -30,7 +30,7 @@ constexpr int64_t kTokenIndexedExtent = int64_t(1) << 28;
 enum CombineArg : unsigned {
   kRows, kTopkIds, kTopkWeights, kOut, kNumTokens, kCombineArgCount,
   // Only with peer_rows.
-  kControl = kCombineArgCount, kEpoch
+  kControl = kCombineArgCount
 };
 
 class CombineEmitter : KernelEmitter {
@@ -49,7 +49,6 @@ public:
     if (op.getPeerRows()) {
       argTypes.push_back(globalBuffer(
           peer::controlWords(problem.getLocalExperts(), problem.getEp()), b.getI32Type()));
-      argTypes.push_back(b.getI32Type());
     }
     OpBuilder::InsertionGuard guard(b);
     FailureOr<gpu::GPUFuncOp> func = createKernel(
@@ -115,11 +114,15 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
   Value lane = remC(tid, chip.wavefrontSize);
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   const bool peerRows = op.getPeerRows();
-  // Peer rows are complete once every rank's stage 2 has signalled.
-  if (peerRows)
-    emitWaitUntil(tid, arg(kControl), idx(peer::kCombineReady),
-                  arith::MulIOp::create(b, loc, arg(kEpoch),
-                                        i32(problem.getEp())));
+  // Peer rows are complete once every rank's stage 2 has signalled. This
+  // launch's stage 1 ran before on the stream: its epoch word is final.
+  if (peerRows) {
+    Value control = arg(kControl);
+    Value epoch =
+        memref::LoadOp::create(b, loc, control, ValueRange{idx(peer::kEpoch)});
+    emitWaitUntil(tid, control, idx(peer::kCombineReady),
+                  arith::MulIOp::create(b, loc, epoch, i32(problem.getEp())));
+  }
   // A fixed grid (blocks > 0) strides over the tokens; otherwise the grid
   // covers them and each wave handles at most one. (No gpu.grid_dim: its
   // ROCDL lowering ignores the 32-bit index width.)
@@ -222,7 +225,6 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op) {
   if (op.getPeerRows()) {
     abi.args.push_back({"control", K::Buffer, "i32", A::ReadWrite,
                         "[control words] (this rank's)"});
-    abi.args.push_back({"epoch", K::I32, "i32", A::Read, "scalar"});
   }
   int64_t blocks = op.getTile().getBlocks();
   int64_t waves = op.getTile().getWaves();

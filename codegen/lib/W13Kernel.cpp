@@ -45,8 +45,7 @@ enum W13Arg : unsigned {
 /// metadata buffers and ep control buffers, one of each per rank.
 enum W13PeerArg : unsigned {
   kPA, kPAScale, kPTopkIds, kPTopkWeights, kPB, kPBScale, kPRecvA,
-  kPRecvScale, kPOut, kPOutScale, kPControl, kPNumTokens, kPEpoch, kPRank,
-  kPeerFirst
+  kPRecvScale, kPOut, kPOutScale, kPControl, kPNumTokens, kPRank, kPeerFirst
 };
 
 class W13Emitter : GemmEmitter {
@@ -76,6 +75,12 @@ private:
   void emitBody(gpu::GPUFuncOp func);
   /// The fused MegaMoE stage 1 (`peer`): dispatch, then W13 tiles.
   void emitPeerBody(gpu::GPUFuncOp func);
+  /// Stage 1's arrival: thread 0 reads the launch epoch from the control
+  /// word (peer::kEpoch), then takes the workgroup's ticket and arrives;
+  /// the launch's last arrival advances the epoch. Returns (role, epoch),
+  /// both broadcast to the workgroup through LDS.
+  std::pair<Value, Value> emitStage1Arrival(Value control, Value lds,
+                                            const PeerLds &words);
   /// GEMM, activation and quantisation of one tile.
   void emitTile(const TileRows &rows);
   /// Quantises the activation staged in LDS (FP32 [tile.m][tile.n]) to
@@ -133,7 +138,6 @@ SmallVector<Type> W13Emitter::peerArgTypes(moe::PeerTransportAttr peer) {
   argTypes[kPOutScale] = globalBuffer(rows * inter / 32, b.getI8Type());
   argTypes[kPControl] = control;
   argTypes[kPNumTokens] = b.getI32Type();
-  argTypes[kPEpoch] = b.getI32Type();
   argTypes[kPRank] = b.getI32Type();
   for (Type type : {recvA, recvScale, recvMeta, control})
     argTypes.append(problem.getEp(), type);
@@ -350,6 +354,50 @@ void W13Emitter::storeQuantised(const TileRows &rows) {
 }
 
 
+std::pair<Value, Value> W13Emitter::emitStage1Arrival(Value control, Value lds,
+                                                      const PeerLds &words) {
+  moe::PeerTransportAttr peer = op.getPeerAttr();
+  const int64_t groups = peer.getWorkgroups();
+  const moe::PeerDispatch dispatch = peer.getDispatch();
+  // Arrivals per launch: this kernel's workgroups, and with a separate
+  // dispatch kernel (dispatch = none) its dispatch_cus workgroups too. The
+  // dispatch kernel only arrives; the W13 kernel behind it completes.
+  const int64_t arrivals =
+      groups + (dispatch == moe::PeerDispatch::none ? peer.getDispatchCus() : 0);
+  const int64_t epochWord = words.waveWords;
+  onThreadZero(tid, [&] {
+    // The read comes before this workgroup's arrival (acquire-release), and
+    // the epoch advances only after the last arrival: every workgroup of
+    // the launch reads the same word.
+    Value epoch = arith::AddIOp::create(
+        b, loc, atomicAddI32(control, idx(peer::kEpoch), i32(0)), i32(1));
+    memref::StoreOp::create(b, loc, epoch, lds, ValueRange{idx(epochWord)});
+    // Roles by ticket: the first `producers` tickets of a launch dispatch.
+    Value ticket = atomicAddI32(control, idx(peer::kStage1Ticket), i32(1));
+    Value role = arith::RemUIOp::create(b, loc, ticket, i32(groups));
+    memref::StoreOp::create(b, loc, role, lds, ValueRange{idx(words.groupWord)});
+    Value arrived =
+        atomicAddI32(control, idx(peer::kStage1Arrivals), i32(1));
+    if (dispatch == moe::PeerDispatch::only)
+      return;
+    Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                       arrived, i32(arrivals - 1));
+    auto ifLast = scf::IfOp::create(b, loc, last, false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifLast.thenBlock());
+    (void)atomicAddI32(control, idx(peer::kStage1Arrivals), i32(-arrivals));
+    (void)atomicAddI32(control, idx(peer::kEpoch), i32(1));
+  });
+  gpu::BarrierOp::create(b, loc);
+  Value role = toIndex(
+      memref::LoadOp::create(b, loc, lds, ValueRange{idx(words.groupWord)}));
+  Value epoch =
+      memref::LoadOp::create(b, loc, lds, ValueRange{idx(epochWord)});
+  // The epoch's LDS word is wave 0's dispatch slot: read before reuse.
+  gpu::BarrierOp::create(b, loc);
+  return {role, epoch};
+}
+
 void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   moe::PeerTransportAttr peer = op.getPeerAttr();
   const int64_t hidden = problem.getHidden();
@@ -358,7 +406,6 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t ep = problem.getEp();
   const int64_t experts = problem.getLocalExperts();
   const int64_t rowsTotal = peer.getReceiveRows(experts);
-  const int64_t groups = peer.getWorkgroups();
   const int64_t producers = peer.getDispatchCus();
   const int64_t waves = tile.getWaves();
   const int64_t tileN = tile.getN();
@@ -370,23 +417,14 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const PeerLds words = PeerLds::at(
       (op.getLdsBytes() - op.getPeerLdsBytes()) / 4, experts, waves);
   Value control = arg(kPControl);
-  Value numTokens = arg(kPNumTokens), epoch = arg(kPEpoch);
+  Value numTokens = arg(kPNumTokens);
   Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
   Value aBuf = asBuffer(arg(kPA), bytesOf(numTokens, hidden));
   Value aScaleBuf = asBuffer(arg(kPAScale), bytesOf(numTokens, hidden / 32));
   Value idsBuf = asBuffer(arg(kPTopkIds), bytesOf(numRoutes, 4));
   Value weightsBuf = asBuffer(arg(kPTopkWeights), bytesOf(numRoutes, 4));
   emitLaneIds();
-  // Roles by arrival: the first `producers` tickets of a launch dispatch.
-  onThreadZero(tid, [&] {
-    Value ticket =
-        atomicAddI32(control, idx(peer::kStage1Ticket), i32(1));
-    Value role = arith::RemUIOp::create(b, loc, ticket, i32(groups));
-    memref::StoreOp::create(b, loc, role, lds, ValueRange{idx(words.groupWord)});
-  });
-  gpu::BarrierOp::create(b, loc);
-  Value role = toIndex(
-      memref::LoadOp::create(b, loc, lds, ValueRange{idx(words.groupWord)}));
+  auto [role, epoch] = emitStage1Arrival(control, lds, words);
   PeerDispatchArgs dispatchArgs;
   dispatchArgs.peer = peer;
   dispatchArgs.problem = problem;
@@ -471,7 +509,6 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
         {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[local_experts * capacity, I/32]"},
         {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
         {"num_tokens", K::I32, "i32", A::Read, "scalar (<= max_tokens)"},
-        {"epoch", K::I32, "i32", A::Read, "scalar (launch count, from 1, equal on every rank)"},
         {"rank", K::I32, "i32", A::Read, "scalar"},
     };
     const char *kinds[] = {"peer_recv_a", "peer_recv_scale", "peer_recv_meta",

@@ -51,7 +51,7 @@ enum W2Arg : unsigned {
 /// Argument positions of the fused stage 2 (`peer`); after kPeerFirst come
 /// problem.ep combine buffers and problem.ep control buffers.
 enum W2PeerArg : unsigned {
-  kPA, kPAScale, kPB, kPBScale, kPRecvMeta, kPControl, kPEpoch, kPeerFirst
+  kPA, kPAScale, kPB, kPBScale, kPRecvMeta, kPControl, kPeerFirst
 };
 
 /// Emits one W2 kernel: the shared GEMM plus its arguments and epilogue.
@@ -140,7 +140,6 @@ SmallVector<Type> W2Emitter::peerArgTypes(moe::PeerTransportAttr peer) {
   argTypes[kPRecvMeta] = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
   Type control = peerControlType(problem);
   argTypes[kPControl] = control;
-  argTypes[kPEpoch] = b.getI32Type();
   argTypes.append(
       ep, globalBuffer(peer.getMaxTokens() * problem.getTopK() * hidden,
                        b.getBF16Type()));
@@ -342,7 +341,10 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   Value lds = func.getWorkgroupAttributions()[0];
   const PeerLds words = PeerLds::at(
       (op.getLdsBytes() - op.getPeerLdsBytes()) / 4, experts, waves);
-  Value control = arg(kPControl), epoch = arg(kPEpoch);
+  Value control = arg(kPControl);
+  // This launch's stage 1 ran before on the stream: its epoch word is final.
+  Value epoch =
+      memref::LoadOp::create(b, loc, control, ValueRange{idx(peer::kEpoch)});
   Value metaBuf =
       asBuffer(arg(kPRecvMeta), i64(rowsTotal * peer::kMetaWords * 4));
   SmallVector<Value> combine;
@@ -517,7 +519,6 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
         {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
         {"recv_meta", K::Buffer, "i32", A::Read, "[local_experts * capacity, 2] (this rank's)"},
         {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
-        {"epoch", K::I32, "i32", A::Read, "scalar (as stage 1)"},
     };
     for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
       abi.args.push_back({"peer_combine" + std::to_string(r), K::Buffer, "bf16",

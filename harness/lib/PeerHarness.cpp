@@ -395,7 +395,7 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
                      buffer(rb.weights), buffer(rb.w13), buffer(rb.w13Scale),
                      buffer(rb.recvA), buffer(rb.recvScale), buffer(rb.inter),
                      buffer(rb.interScale), buffer(rb.control),
-                     scalar(batches[r].tokens), scalar(epoch), scalar(r)},
+                     scalar(batches[r].tokens), scalar(r)},
                     launchOf(shape.workgroups1), rank};
     for (int kind = 0; kind < 4; ++kind)
       for (int64_t d = 0; d < ep; ++d) {
@@ -416,7 +416,7 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
     KernelLaunch s2{func(kernels.stage2),
                     {buffer(rb.inter), buffer(rb.interScale), buffer(rb.w2),
                      buffer(rb.w2Scale), buffer(rb.recvMeta),
-                     buffer(rb.control), scalar(epoch)},
+                     buffer(rb.control)},
                     launchOf(shape.workgroups2), rank};
     for (int64_t s = 0; s < ep; ++s)
       s2.args.push_back(buffer(buffers[s].combineRows));
@@ -428,8 +428,7 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
       phases[2].push_back(
           {func(kernels.combine),
            {buffer(rb.combineRows), buffer(rb.ids), buffer(rb.weights),
-            buffer(rb.out), scalar(batches[r].tokens), buffer(rb.control),
-            scalar(epoch)},
+            buffer(rb.out), scalar(batches[r].tokens), buffer(rb.control)},
            launchOf((batches[r].tokens + shape.combineWaves - 1) /
                     shape.combineWaves),
            rank + " combine"});

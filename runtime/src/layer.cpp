@@ -35,7 +35,7 @@ enum class Source : uint8_t {
   // Rank `peer`'s symmetric buffer.
   PeerRecvA, PeerRecvScale, PeerRecvMeta, PeerControl, PeerCombineRows,
   // Scalars.
-  NumTokens, NumSorted, NumRoutes, ExpertOffset, Capacity, Epoch, Rank,
+  NumTokens, NumSorted, NumRoutes, ExpertOffset, Capacity, Rank,
 };
 constexpr size_t kPointerSources = size_t(Source::PeerRecvA);
 
@@ -193,8 +193,6 @@ bool sourceOf(Stage role, bool peerKernel, std::string_view name,
     return set(Source::ExpertOffset);
   if (name == "capacity")
     return set(Source::Capacity);
-  if (name == "epoch")
-    return set(Source::Epoch);
   if (name == "rank")
     return set(Source::Rank);
   if (name == "control")
@@ -305,7 +303,8 @@ struct Layer::Plan {
   uint8_t *workspace = nullptr;
   LayerWeights weights;
   std::vector<uint8_t *> peers;
-  uint64_t epoch = 0;
+  /// Forwards launched (the fused kernels count their epoch themselves).
+  uint64_t forwards = 0;
   bool workspaceBound = false, weightsBound = false, peersBound = false;
 };
 
@@ -914,14 +913,12 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
     pointers[size_t(Source::CombineRows)] = ownPeer + peer.combineRows;
   }
 
-  const uint64_t epoch = plan.epoch + 1;
   const int64_t scalars[] = {
       int64_t(M),
       int64_t(capacity),
       int64_t(routes),
       int64_t(plan.problem.epRank) * plan.localExperts,
       int64_t(capacity),
-      int64_t(uint32_t(epoch)),
       int64_t(plan.problem.epRank),
   };
   const RuleVariable variables[] = {
@@ -1001,7 +998,7 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
       return S::HipError;
     ++last_.launches;
   }
-  plan.epoch = epoch;
+  ++plan.forwards;
   return S::Ok;
 }
 
@@ -1029,7 +1026,7 @@ bool Layer::readStatus(LayerStatus &out, Error &error) {
   } else {
     if (!plan.workspaceBound)
       return error.fail(Status::InvalidArgument, "layer status: no workspace bound");
-    if (plan.epoch > 0)
+    if (plan.forwards > 0)
       status = api.hipMemcpy(words, plan.workspace +
                                         plan.regions[size_t(Source::SortStatus)].offset,
                              8, hip::kMemcpyDeviceToHost);
@@ -1041,7 +1038,7 @@ bool Layer::readStatus(LayerStatus &out, Error &error) {
   if (status != hip::kSuccess)
     return error.fail(Status::HipError, "layer status: hipMemcpy failed: " +
                                             plan.loader->device().library().describe(status));
-  out.forwards = plan.epoch;
+  out.forwards = plan.forwards;
   return true;
 }
 

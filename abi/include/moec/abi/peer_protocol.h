@@ -20,7 +20,8 @@
 /* Word indices of a rank's control buffer (int32 words). The engine zeroes
  * the buffer once at allocation; the kernels never need it reset again:
  * tickets and signals only grow (compared modulo 2^32), and the banks of
- * counts, cursors and queues alternate with the launch's epoch. */
+ * counts, cursors and queues alternate with the launch's epoch, which the
+ * kernels count themselves (MOEC_PEER_EPOCH). */
 enum moec_peer_control_word {
   /* Arrival tickets of stage 1 workgroups (role = ticket % workgroups). */
   MOEC_PEER_STAGE1_TICKET = 0,
@@ -37,6 +38,18 @@ enum moec_peer_control_word {
   /* Compact: +1 from every planner wave of every source rank per launch,
    * once its row counts are in this rank's source-count table. */
   MOEC_PEER_COUNTS_READY = 5,
+  /* The launch epoch, kept by the kernels themselves (no kernel argument,
+   * so a captured graph replays correctly): the number of launches whose
+   * stage 1 workgroups have all arrived. Every stage 1 workgroup (and every
+   * workgroup of a `dispatch = only` kernel) reads it before it arrives and
+   * works in epoch = word + 1; the last arrival of a launch advances it.
+   * Stage 2 and the combine run after stage 1 on the stream and work in
+   * epoch = word. */
+  MOEC_PEER_EPOCH = 6,
+  /* Stage 1 arrivals of the launch in flight: +1 per workgroup after it
+   * has read MOEC_PEER_EPOCH; the last arrival (G, plus D with a separate
+   * dispatch kernel) takes the count back to 0 and advances the epoch. */
+  MOEC_PEER_STAGE1_ARRIVALS = 7,
   /* Fixed slot: two banks of per-local-expert receive counts, bank =
    * epoch & 1. Then (both transports) the compact source-count table and
    * source cursors, then the work-queue counters (see the functions
@@ -120,6 +133,8 @@ enum ControlWord : int64_t {
   kStage2Ticket = MOEC_PEER_STAGE2_TICKET,
   kCombineReady = MOEC_PEER_COMBINE_READY,
   kCountsReady = MOEC_PEER_COUNTS_READY,
+  kEpoch = MOEC_PEER_EPOCH,
+  kStage1Arrivals = MOEC_PEER_STAGE1_ARRIVALS,
   kExpertCounts = MOEC_PEER_EXPERT_COUNTS,
 };
 
