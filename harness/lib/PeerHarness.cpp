@@ -500,6 +500,8 @@ void PeerLayerRun::compareRank(int epoch, int64_t r, int64_t tokens,
       reinterpret_cast<const int32_t *>(memory.data(rb.control));
   if (control[peer::kOverflow] != 0)
     ++outcome.overflows;
+  if (control[peer::kEpoch] != epoch || control[peer::kStage1Arrivals] != 0)
+    ++outcome.epochMismatches;
   std::map<std::pair<int32_t, int32_t>, int64_t> oracleRow;
   for (int64_t row = 0; row < want.plan.numRows; ++row)
     if (want.plan.sourceRank[row] >= 0)
@@ -680,8 +682,9 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
     const bool epochPass =
         outcome.findings == 0 && outcome.overflows == 0 &&
         outcome.countMismatches == 0 && outcome.unknownRows == 0 &&
-        outcome.outputUnwritten == 0 && outcome.inputMismatches == 0 &&
-        outcome.inputUnwritten == 0 && errors.overTolerance == 0 &&
+        outcome.epochMismatches == 0 && outcome.outputUnwritten == 0 &&
+        outcome.inputMismatches == 0 && outcome.inputUnwritten == 0 &&
+        errors.overTolerance == 0 &&
         interRel <= kW13RelL2Bound && outRel <= kPeerOutputRelL2Bound;
     pass &= epochPass;
     run.summary << "epoch " << epoch << ": intermediate rel L2 " << interRel
@@ -696,8 +699,9 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
             << " token codes and scales differ from the oracle's, "
             << outcome.inputUnwritten << " unwritten\n";
   if (outcome.countMismatches || outcome.unknownRows || outcome.overflows ||
-      outcome.outputUnwritten || outcome.findings)
+      outcome.outputUnwritten || outcome.findings || outcome.epochMismatches)
     summary << "count mismatches " << outcome.countMismatches
+            << ", epoch words wrong " << outcome.epochMismatches
             << ", unknown receive rows " << outcome.unknownRows
             << ", overflow words " << outcome.overflows
             << ", unwritten output elements " << outcome.outputUnwritten

@@ -72,6 +72,9 @@ struct PeerLayerOutcome {
   /// elements nothing wrote.
   int64_t unknownRows = 0, countMismatches = 0, overflows = 0,
           outputUnwritten = 0;
+  /// Ranks whose control buffer after launch n does not hold epoch n, or
+  /// stage 1 arrivals not back at 0 (the kernels count the epoch).
+  int64_t epochMismatches = 0;
   bool pass = false;
   /// One line per epoch and a verdict.
   std::string summary;
