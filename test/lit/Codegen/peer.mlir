@@ -1,4 +1,6 @@
-// The fused MegaMoE stages (#moe.peer): stage 1 takes an arrival ticket,
+// The fused MegaMoE stages (#moe.peer): stage 1 reads the launch epoch from
+// control word 6, takes an arrival ticket, arrives on word 7 (the last of
+// the 6 workgroups takes it back to 0 and advances the epoch),
 // dispatches routes with an atomic per receive row on the destination and
 // signals every destination, spins (scf.while + s_sleep) until every rank's
 // producers are done, then runs W13 tiles from the work list; stage 2 stores
@@ -18,11 +20,17 @@
 #peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6,
                   dispatch_cus = 2>
 
-// Stage 1: 14 fixed arguments, then 4 x ep peer buffers.
+// Stage 1: 13 fixed arguments (no epoch), then 4 x ep peer buffers.
 // CHECK-LABEL: gpu.func @stage1(
 // CHECK-COUNT-22: memref<
-// CHECK: memref.atomic_rmw addi %c1_i32
+// CHECK-NOT: epoch
+// CHECK: memref.atomic_rmw addi %c0_i32{{[_0-9]*}}, %{{.*}}[%c6{{[_0-9]*}}]
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c0{{[_0-9]*}}]
 // CHECK: arith.remui %{{.*}}, %c6_i32
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c7{{[_0-9]*}}]
+// CHECK: arith.cmpi eq, %{{.*}}, %c5_i32
+// CHECK: memref.atomic_rmw addi %c-6_i32{{[_0-9]*}}, %{{.*}}[%c7{{[_0-9]*}}]
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c6{{[_0-9]*}}]
 // Producer: the count of the route's expert on the destination, per rank.
 // CHECK: arith.cmpi eq, %{{.*}}, %c0_i32
 // CHECK: memref.atomic_rmw addi %c1_i32
@@ -40,8 +48,10 @@
 // CHECK: amdgpu.scaled_mfma
 moe.w13 @stage1 problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #peer}
 
-// Stage 2: weighted BF16 rows, non-temporal stores into rank 0 or rank 1.
+// Stage 2: the epoch stage 1 advanced, then weighted BF16 rows,
+// non-temporal stores into rank 0 or rank 1.
 // CHECK-LABEL: gpu.func @stage2(
+// CHECK: memref.load %{{.*}}[%c6{{[_0-9]*}}]
 // CHECK: amdgpu.scaled_mfma
 // CHECK: arith.mulf
 // CHECK: arith.truncf {{.*}} to vector<4xbf16>
@@ -56,6 +66,7 @@ moe.w13 @stage1 problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_majo
 moe.w2 @stage2 problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6>}
 
 // CHECK-LABEL: gpu.func @combine(
+// CHECK: memref.load %{{.*}}[%c6{{[_0-9]*}}]
 // CHECK: arith.muli %{{.*}}, %c2_i32
 // CHECK: scf.while
 // CHECK: gpu.barrier
