@@ -29,6 +29,18 @@ namespace moec {
 /// bound comes from the validBytes of the buffer descriptor.
 constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
 
+/// The GEMM below loads FP8 A rows and writes an FP8 intermediate: a stage
+/// whose problem names MXFP4 activations (A4W4, which the dialect admits)
+/// is refused with a message until the FP4 A path is emitted.
+inline mlir::LogicalResult refuseMxfp4Activations(mlir::Operation *op,
+                                                  moe::ProblemAttr problem) {
+  if (problem.getActivationFormat() != moe::ActivationFormat::fp4 &&
+      problem.getOutputFormat() != moe::ActivationFormat::fp4)
+    return mlir::success();
+  return op->emitOpError("MXFP4 activations (f4E2M1FN, A4W4) are not "
+                         "lowered to a kernel yet");
+}
+
 /// The scaled-MFMA GEMM shared by W13 and W2.
 class GemmEmitter : public KernelEmitter {
 public:

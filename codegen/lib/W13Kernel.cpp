@@ -558,6 +558,8 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
 }
 
 FailureOr<gpu::GPUModuleOp> buildW13Kernel(OpBuilder &builder, moe::W13Op op) {
+  if (failed(refuseMxfp4Activations(op, op.getProblem())))
+    return failure();
   return W13Emitter(builder, op).emit();
 }
 

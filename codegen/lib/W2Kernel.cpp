@@ -564,6 +564,8 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
 }
 
 FailureOr<gpu::GPUModuleOp> buildW2Kernel(OpBuilder &builder, moe::W2Op op) {
+  if (failed(refuseMxfp4Activations(op, op.getProblem())))
+    return failure();
   return W2Emitter(builder, op).emit();
 }
 

@@ -131,10 +131,19 @@ std::string peerPart(PeerTransportAttr peer, bool stageOne) {
   return s;
 }
 
+/// The spelling of an activation format in a symbol's type tokens ("fp8",
+/// "fp4", "bf16"): the enum's own, so FP8 kernels keep their symbols.
+std::string formatToken(std::optional<ActivationFormat> format) {
+  assert(format && "the verifier admits only activation formats here");
+  return stringifyActivationFormat(*format).str();
+}
+
 std::string w13Symbol(W13Op op) {
   ProblemAttr problem = op.getProblem();
   // W13 reads token row route / top_k, so top_k is part of its identity.
-  std::string s = "moe1_afp8_wfp4_fp8" + problemPart(problem) +
+  std::string s = "moe1_a" + formatToken(problem.getActivationFormat()) +
+                  "_wfp4_" + formatToken(problem.getOutputFormat()) +
+                  problemPart(problem) +
                   tilePart(op.getTile()) + "_k" +
                   std::to_string(problem.getTopK());
   if (op.getGateUpInterleave() != opDefault(Stage::w13, "gate_up_interleave"))
@@ -159,7 +168,9 @@ std::string w13Symbol(W13Op op) {
 }
 
 std::string w2Symbol(W2Op op) {
-  std::string s = "moe2_afp8_wfp4_bf16" + problemPart(op.getProblem()) +
+  std::string s = "moe2_a" +
+                  formatToken(op.getProblem().getActivationFormat()) +
+                  "_wfp4_bf16" + problemPart(op.getProblem()) +
                   tilePart(op.getTile());
   if (op.getSharedFp8Expert() != opFlagDefault(Stage::w2, "shared_fp8_expert"))
     s += "_shfp8";
@@ -187,7 +198,8 @@ std::string sortSymbol(SortOp op) {
 /// symbol.
 std::string quantSymbol(QuantOp op) {
   ProblemAttr problem = op.getProblem();
-  return "moe_quant_bf16_fp8_e" + std::to_string(problem.getExperts()) + "_h" +
+  return "moe_quant_bf16_" + formatToken(problem.getOutputFormat()) + "_e" +
+         std::to_string(problem.getExperts()) + "_h" +
          std::to_string(problem.getHidden()) + "_k" +
          std::to_string(problem.getTopK()) + "_w" +
          std::to_string(op.getWaves());

@@ -35,6 +35,41 @@ static LogicalResult verifyOnOwnTarget(Operation *op) {
 // ProblemAttr
 //===----------------------------------------------------------------------===//
 
+std::optional<ActivationFormat> moec::moe::activationFormatOf(Type type) {
+  if (isa_and_nonnull<Float8E4M3FNType>(type))
+    return ActivationFormat::fp8;
+  if (isa_and_nonnull<Float4E2M1FNType>(type))
+    return ActivationFormat::fp4;
+  if (type && type.isBF16())
+    return ActivationFormat::bf16;
+  return std::nullopt;
+}
+
+/// Whether `type` is a scaled (1x32 E8M0) activation format: FP8 or MXFP4.
+static bool isQuantizedFormat(Type type) {
+  std::optional<ActivationFormat> format = activationFormatOf(type);
+  return format == ActivationFormat::fp8 || format == ActivationFormat::fp4;
+}
+
+/// The fused MegaMoE stages move FP8 rows between ranks: `peer` admits no
+/// MXFP4 activation or intermediate.
+static LogicalResult verifyPeerFormats(Operation *op, ProblemAttr problem,
+                                       PeerTransportAttr peer) {
+  if (peer && (problem.getActivationFormat() == ActivationFormat::fp4 ||
+               problem.getOutputFormat() == ActivationFormat::fp4))
+    return op->emitOpError("peer needs FP8 activations (f8E4M3FN); MXFP4 "
+                           "(f4E2M1FN) is for the two-stage kernels");
+  return success();
+}
+
+ActivationFormat ProblemAttr::getActivationFormat() const {
+  return *activationFormatOf(getActivation());
+}
+
+std::optional<ActivationFormat> ProblemAttr::getOutputFormat() const {
+  return activationFormatOf(getOutput());
+}
+
 LogicalResult
 ProblemAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                     int64_t hidden, int64_t intermediate, int64_t experts,
@@ -64,6 +99,10 @@ ProblemAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (topK > experts)
     return emitError() << "problem.top_k (" << topK
                        << ") exceeds problem.experts (" << experts << ")";
+  if (!activationFormatOf(activation))
+    return emitError() << "problem.activation must be an activation format "
+                          "(f8E4M3FN, f4E2M1FN or bf16), got "
+                       << activation;
   return success();
 }
 
@@ -288,8 +327,9 @@ int64_t W13Op::getPeerLdsBytes() {
 LogicalResult W2Op::verify() {
   ProblemAttr problem = getProblem();
   TileAttr tile = getTile();
-  if (!isa<Float8E4M3FNType>(problem.getActivation()))
-    return emitOpError("problem.activation must be f8E4M3FN for W2, got ")
+  if (!isQuantizedFormat(problem.getActivation()))
+    return emitOpError("problem.activation must be f8E4M3FN or f4E2M1FN "
+                       "for W2 (the intermediate), got ")
            << problem.getActivation();
   if (!isa<Float4E2M1FNType>(problem.getWeight()))
     return emitOpError("problem.weight must be f4E2M1FN for W2, got ")
@@ -297,6 +337,8 @@ LogicalResult W2Op::verify() {
   if (!problem.getOutput().isBF16())
     return emitOpError("problem.output must be bf16 for W2, got ")
            << problem.getOutput();
+  if (failed(verifyPeerFormats(*this, problem, getPeerAttr())))
+    return failure();
   if (getSharedFp8Expert() && failed(verifySharedExpert(*this, problem)))
     return failure();
   // W2 computes [routes, I] x [I, H]: N is the hidden size, K the
@@ -376,16 +418,19 @@ int64_t W13Op::getLdsBytes() {
 LogicalResult W13Op::verify() {
   ProblemAttr problem = getProblem();
   TileAttr tile = getTile();
-  if (!isa<Float8E4M3FNType>(problem.getActivation()))
-    return emitOpError("problem.activation must be f8E4M3FN for W13, got ")
+  if (!isQuantizedFormat(problem.getActivation()))
+    return emitOpError("problem.activation must be f8E4M3FN or f4E2M1FN "
+                       "for W13, got ")
            << problem.getActivation();
   if (!isa<Float4E2M1FNType>(problem.getWeight()))
     return emitOpError("problem.weight must be f4E2M1FN for W13, got ")
            << problem.getWeight();
-  if (!isa<Float8E4M3FNType>(problem.getOutput()))
-    return emitOpError("problem.output must be f8E4M3FN for W13 (the "
-                       "quantised intermediate), got ")
+  if (!isQuantizedFormat(problem.getOutput()))
+    return emitOpError("problem.output must be f8E4M3FN or f4E2M1FN for W13 "
+                       "(the quantised intermediate), got ")
            << problem.getOutput();
+  if (failed(verifyPeerFormats(*this, problem, getPeerAttr())))
+    return failure();
   if (getSharedFp8Expert() && failed(verifySharedExpert(*this, problem)))
     return failure();
   // W13 computes [tokens, H] x [H, 2I]: K is the hidden size, N the
@@ -482,9 +527,9 @@ LogicalResult QuantOp::verify() {
     return emitOpError("problem.activation must be bf16 for quant (the "
                        "layer's input hidden states), got ")
            << problem.getActivation();
-  if (!isa<Float8E4M3FNType>(problem.getOutput()))
-    return emitOpError("problem.output must be f8E4M3FN for quant (the "
-                       "token rows moe.w13 reads), got ")
+  if (!isQuantizedFormat(problem.getOutput()))
+    return emitOpError("problem.output must be f8E4M3FN or f4E2M1FN for "
+                       "quant (the token rows moe.w13 reads), got ")
            << problem.getOutput();
   return verifyOnOwnTarget(*this);
 }

@@ -48,8 +48,22 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, waves = 2>)
 
 // -----
-// expected-error @+1 {{problem.activation must be f8E4M3FN for W2, got 'bf16'}}
+// expected-error @+1 {{problem.activation must be f8E4M3FN or f4E2M1FN for W2 (the intermediate), got 'bf16'}}
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// The activation is an activation format: FP8, MXFP4 or BF16.
+// expected-error @+1 {{problem.activation must be an activation format (f8E4M3FN, f4E2M1FN or bf16), got 'f16'}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f16, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// The fused MegaMoE stages move FP8 rows.
+// expected-error @+1 {{peer needs FP8 activations (f8E4M3FN); MXFP4 (f4E2M1FN) is for the two-stage kernels}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f4E2M1FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {peer = #moe.peer<capacity = 32, max_tokens = 16>}
+
+// -----
+// expected-error @+1 {{peer needs FP8 activations (f8E4M3FN); MXFP4 (f4E2M1FN) is for the two-stage kernels}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f4E2M1FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16>}
 
 // -----
 // expected-error @+1 {{problem.weight must be f4E2M1FN for W2, got 'f8E4M3FN'}}
@@ -72,11 +86,11 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384,
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2048, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, k = 1024, waves = 8>)
 
 // -----
-// expected-error @+1 {{problem.output must be f8E4M3FN for W13 (the quantised intermediate), got 'bf16'}}
+// expected-error @+1 {{problem.output must be f8E4M3FN or f4E2M1FN for W13 (the quantised intermediate), got 'bf16'}}
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
 
 // -----
-// expected-error @+1 {{problem.activation must be f8E4M3FN for W13, got 'bf16'}}
+// expected-error @+1 {{problem.activation must be f8E4M3FN or f4E2M1FN for W13, got 'bf16'}}
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>)
 
 // -----
@@ -266,7 +280,7 @@ moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, to
 moe.quant @q problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>)
 
 // -----
-// expected-error @+1 {{'moe.quant' op problem.output must be f8E4M3FN for quant (the token rows moe.w13 reads), got 'bf16'}}
+// expected-error @+1 {{'moe.quant' op problem.output must be f8E4M3FN or f4E2M1FN for quant (the token rows moe.w13 reads), got 'bf16'}}
 moe.quant @q problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>)
 
 // -----

@@ -228,3 +228,39 @@ TEST_CASE("the quant kernel's symbol, ABI and grid rule", "[stage][quant]") {
   CHECK(error.find("problem.activation must be bf16 for quant") !=
         std::string::npos);
 }
+
+TEST_CASE("the activation format shows in the type tokens of the symbol",
+          "[naming]") {
+  // Formats other than FP8 change the type tokens; FP8 keeps the symbols
+  // every shipped kernel has.
+  moec::test::StageBuilderFixture fixture;
+  auto symbolOf = [&](const char *stage,
+                      std::map<std::string, std::string> types) {
+    moec::StageSpec spec;
+    spec.stage = *moec::abi::parseStage(stage);
+    spec.fields = {{"hidden", "512"}, {"intermediate", "256"},
+                   {"experts", "8"},  {"top_k", "2"}};
+    if (std::string(stage) != "quant")
+      spec.fields.insert({{"m", "32"}, {"n", "64"}});
+    for (auto &[name, type] : types)
+      spec.fields[name] = type;
+    moec::StageDescription description;
+    std::string error;
+    mlir::Operation *op =
+        moec::buildStageOp(fixture.builder, spec, description, error);
+    INFO(stage << ": " << error);
+    REQUIRE(op);
+    return description.symbol;
+  };
+  CHECK(symbolOf("w13", {}).rfind("moe1_afp8_wfp4_fp8_e8_h512_i256_", 0) == 0);
+  CHECK(symbolOf("w13", {{"activation", "f4E2M1FN"}, {"output", "f4E2M1FN"}})
+            .rfind("moe1_afp4_wfp4_fp4_e8_h512_i256_", 0) == 0);
+  CHECK(symbolOf("w13", {{"activation", "f4E2M1FN"}})
+            .rfind("moe1_afp4_wfp4_fp8_e8_h512_i256_", 0) == 0);
+  CHECK(symbolOf("w2", {}).rfind("moe2_afp8_wfp4_bf16_e8_h512_i256_", 0) == 0);
+  CHECK(symbolOf("w2", {{"activation", "f4E2M1FN"}})
+            .rfind("moe2_afp4_wfp4_bf16_e8_h512_i256_", 0) == 0);
+  CHECK(symbolOf("quant", {}) == "moe_quant_bf16_fp8_e8_h512_k2_w4");
+  CHECK(symbolOf("quant", {{"output", "f4E2M1FN"}}) ==
+        "moe_quant_bf16_fp4_e8_h512_k2_w4");
+}

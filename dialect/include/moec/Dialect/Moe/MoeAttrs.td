@@ -57,6 +57,24 @@ def Moe_PeerKind : I32EnumAttr<"PeerKind",
   let genSpecializedAttr = 0;
 }
 
+// The element formats of a GEMM stage's A operand and of the quantised
+// activations between stages. The problem attribute carries them as element
+// types (f8E4M3FN, f4E2M1FN, bf16); ProblemAttr::getActivationFormat and
+// getOutputFormat give them as this enum, and its verifier admits no other
+// activation type.
+def Moe_ActivationFormat : I32EnumAttr<"ActivationFormat",
+    "element format of quantised activations", [
+    // FP8 E4M3FN, one E8M0 scale per 1x32 (A8W4; the default).
+    I32EnumAttrCase<"fp8", 0>,
+    // MXFP4: E2M1 pairs, one E8M0 scale per 1x32 (A4W4).
+    I32EnumAttrCase<"fp4", 1>,
+    // BF16, unscaled (A16W4; the layer input before moe.quant).
+    I32EnumAttrCase<"bf16", 2>
+  ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+
 // The values are abi::Stage's (abi/include/moec/abi/stage.h), in pipeline
 // order, and the spellings the stage ops' mnemonics; MoeDialect.cpp
 // static_asserts the values, the compiler test [stage] the names.
@@ -81,6 +99,14 @@ def Moe_ProblemAttr : Moe_Attr<"Problem", "problem"> {
     consecutive experts. `activation`, `weight` and `output` are the element
     types of the GEMM A operand, the B operand and the result.
 
+    `activation` is an activation format: `f8E4M3FN` (FP8 with one E8M0
+    scale per 1x32, A8W4), `f4E2M1FN` (MXFP4 with one E8M0 scale per 1x32,
+    A4W4) or `bf16`; so is `output` where it is quantised activations (the
+    intermediate `moe.w13` writes and `moe.w2` reads, the rows `moe.quant`
+    writes). A kernel symbol names a format only through the type tokens it
+    always had (`moe1_afp8_wfp4_fp8`, `moe1_afp4_wfp4_fp4`, ...), so every
+    FP8 kernel keeps its symbol.
+
     ```mlir
     #moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6,
                  ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>
@@ -101,6 +127,10 @@ def Moe_ProblemAttr : Moe_Attr<"Problem", "problem"> {
   let extraClassDeclaration = [{
     /// Experts owned by one rank of the expert-parallel group.
     int64_t getLocalExperts() const { return getExperts() / getEp(); }
+    /// The format of `activation` (always one: the verifier checks it).
+    ActivationFormat getActivationFormat() const;
+    /// The format of `output`, if it is one.
+    std::optional<ActivationFormat> getOutputFormat() const;
   }];
 }
 

@@ -25,6 +25,7 @@
 
 #include "moec/abi/stage.h"
 
+#include <optional>
 #include <string>
 
 namespace moec::target {
@@ -35,6 +36,10 @@ namespace moec::moe {
 /// The stage of the stage op named `opName` ("moe.w13"): the mnemonic is
 /// the stage's name. Asserts that it is one.
 Stage stageOfOpName(llvm::StringRef opName);
+
+/// The activation format of element type `type` (f8E4M3FN, f4E2M1FN,
+/// bf16), or none for another type.
+std::optional<ActivationFormat> activationFormatOf(mlir::Type type);
 
 /// The runtime's name for `stage` (the values agree, see MoeDialect.cpp).
 constexpr abi::Stage toAbiStage(Stage stage) {
