@@ -114,6 +114,10 @@ uint8_t activationFp4ScaleCode(double amax) {
   // the clamp below gives code 0 anyway).
   if (amax >= std::ldexp(1.75, exponent))
     ++exponent;
+  // Rounded past FP32's range, AITER's amax is infinity, its log2 too, and
+  // the clamp gives the largest scale.
+  if (exponent > 127)
+    return 254;
   return static_cast<uint8_t>(std::clamp(exponent - 2 + 127, 0, 254));
 }
 

@@ -199,6 +199,8 @@ int aiterFp4ScaleCode(float amax) {
   bits = (bits + 0x200000u) & 0xFF800000u;
   if ((bits & 0x7F800000u) == 0) // +0 (or a subnormal that stayed one)
     return 0;
+  if ((bits & 0x7F800000u) == 0x7F800000u) // rounded to infinity: log2 = inf
+    return 254;
   const int unbiased = int((bits >> 23) & 0xFF) - 127; // floor(log2)
   return std::clamp(unbiased - 2, -127, 127) + 127;
 }
@@ -218,6 +220,9 @@ TEST_CASE("MXFP4 activation scale: AITER's rule, hand-checked values",
   CHECK(activationFp4ScaleCode(0.0) == 0);
   CHECK(activationFp4ScaleCode(0x1p-140) == 0);   // clamped at 2^-127
   CHECK(activationFp4ScaleCode(0x1p+200) == 254); // clamped at 2^127
+  // 1.75 * 2^127 rounds to infinity in AITER's FP32 bits: the largest scale.
+  CHECK(activationFp4ScaleCode(0x1.cp+127) == 254);
+  CHECK(activationFp4ScaleCode(0x1.8p+127) == 252);
   CHECK(activationFp4ScaleCode(std::numeric_limits<double>::infinity()) == 0xFF);
   CHECK(activationFp4ScaleCode(std::numeric_limits<double>::quiet_NaN()) == 0xFF);
 }

@@ -63,8 +63,9 @@ void dequantizeMxfp4Row(const uint8_t *packed, const uint8_t *scales,
 /// except that amax is first rounded up to the next power of two when its
 /// significand is at least 1.75 (AITER adds 0x200000 to the FP32 bits and
 /// truncates the mantissa), so amax / scale lies in [3.5, 7). The biased
-/// exponent is clamped to [0, 254]; amax == 0 gives code 0; non-finite amax
-/// gives 0xFF.
+/// exponent is clamped to [0, 254], and an amax that rounds up past FP32's
+/// range (>= 1.75 * 2^127) gets 254 (AITER's log2 of infinity); amax == 0
+/// gives code 0; non-finite amax gives 0xFF.
 uint8_t activationFp4ScaleCode(double amax);
 
 /// Quantises one row of `k` values (k % 32 == 0) to MXFP4 activations: scale
