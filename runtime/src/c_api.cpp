@@ -111,6 +111,21 @@ moec_status_t fail(Error &&error) {
   return fail(status, std::move(error.message));
 }
 
+/// A forward's status as the C API's, recording the message on failure.
+moec_status_t forwardStatus(Layer::ForwardStatus status, const std::string &error) {
+  switch (status) {
+  case Layer::ForwardStatus::Ok:
+    return MOEC_STATUS_OK;
+  case Layer::ForwardStatus::InvalidArgument:
+    return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
+  case Layer::ForwardStatus::SelectionMiss:
+    return fail(MOEC_STATUS_SELECTION_MISS, error);
+  case Layer::ForwardStatus::HipError:
+    return fail(MOEC_STATUS_HIP_ERROR, error);
+  }
+  return fail(MOEC_STATUS_INTERNAL, error);
+}
+
 } // namespace
 
 extern "C" {
@@ -855,17 +870,27 @@ moec_status_t moec_layer_forward(moec_layer_t *layer, uint32_t m, const void *hi
     inputs.topkWeights = topk_weights;
     inputs.out = out;
     thread_local std::string error;
-    switch (layer->layer->forward(inputs, stream, error)) {
-    case Layer::ForwardStatus::Ok:
-      return MOEC_STATUS_OK;
-    case Layer::ForwardStatus::InvalidArgument:
-      return fail(MOEC_STATUS_INVALID_ARGUMENT, error);
-    case Layer::ForwardStatus::SelectionMiss:
-      return fail(MOEC_STATUS_SELECTION_MISS, error);
-    case Layer::ForwardStatus::HipError:
-      return fail(MOEC_STATUS_HIP_ERROR, error);
-    }
-    return fail(MOEC_STATUS_INTERNAL, error);
+    return forwardStatus(layer->layer->forward(inputs, stream, error), error);
+  });
+}
+
+moec_status_t moec_layer_forward_experts(moec_layer_t *layer,
+                                         const moec_expert_rows_t *rows,
+                                         void *stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!layer || !rows)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_layer_forward_experts: null layer or rows");
+    ExpertRows expertRows;
+    expertRows.rows = rows->rows;
+    expertRows.hidden = rows->hidden;
+    expertRows.localIds = rows->local_ids;
+    expertRows.weights = rows->weights;
+    expertRows.expertCounts = rows->expert_counts;
+    expertRows.out = rows->out;
+    thread_local std::string error;
+    return forwardStatus(layer->layer->forwardExperts(expertRows, stream, error),
+                         error);
   });
 }
 

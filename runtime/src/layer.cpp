@@ -827,6 +827,40 @@ bool Layer::bindWeights(const LayerWeights &weights, std::string &error) {
 
 Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
                                    std::string &error) {
+  return run(in, /*dispatched=*/false, /*expertCounts=*/nullptr, stream, error);
+}
+
+Layer::ForwardStatus Layer::forwardExperts(const ExpertRows &rows,
+                                           hip::Stream stream, std::string &error) {
+  if (fused_ || sharedExpert_) {
+    error = fused_ ? "layer forwardExperts: a fused MegaMoE table exchanges its "
+                     "own rows; the experts-only entry needs an unfused table"
+                   : "layer forwardExperts: an FHMoE table adds its shared expert "
+                     "to every token, which belongs to the token's own rank; "
+                     "the experts-only entry needs a table without one";
+    return ForwardStatus::InvalidArgument;
+  }
+  if (rows.expertCounts) {
+    const uint64_t slots = uint64_t(rows.rows) * plan_->topK;
+    uint64_t counted = 0;
+    for (uint32_t e = 0; e < plan_->localExperts; ++e)
+      counted += rows.expertCounts[e];
+    if (counted > slots) {
+      error = "layer forwardExperts: the expert counts sum to " +
+              std::to_string(counted) + " routes, more than the " +
+              std::to_string(slots) + " slots of " + std::to_string(rows.rows) +
+              " rows";
+      return ForwardStatus::InvalidArgument;
+    }
+  }
+  const LayerInputs inputs{rows.rows, rows.hidden, rows.localIds, rows.weights,
+                           rows.out};
+  return run(inputs, /*dispatched=*/true, rows.expertCounts, stream, error);
+}
+
+Layer::ForwardStatus Layer::run(const LayerInputs &in, bool dispatched,
+                                const uint32_t *expertCounts, hip::Stream stream,
+                                std::string &error) {
   using S = ForwardStatus;
   Plan &plan = *plan_;
   if (!plan.workspaceBound || !plan.weightsBound || (fused_ && !plan.peersBound)) {
@@ -865,8 +899,14 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
   const HipSymbols &api = plan.loader->device().hipApi();
   const uint64_t M = in.m, K = plan.topK, H = plan.problem.hidden;
   const uint64_t routes = M * K;
-  const uint64_t capacity =
-      sortedCapacity(routes, plan.localExperts, config.sortTile);
+  uint64_t capacity = 0;
+  if (expertCounts) {
+    // Each expert's routes padded to the M tile, as the sort lays them out.
+    for (uint32_t e = 0; e < plan.localExperts; ++e)
+      capacity += alignUp(expertCounts[e], config.sortTile);
+  } else {
+    capacity = sortedCapacity(routes, plan.localExperts, config.sortTile);
+  }
 
   const void *pointers[kPointerSources] = {};
   for (size_t s = size_t(Source::ACodes); s <= size_t(Source::Rows); ++s)
@@ -917,7 +957,7 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
       int64_t(M),
       int64_t(capacity),
       int64_t(routes),
-      int64_t(plan.problem.epRank) * plan.localExperts,
+      dispatched ? 0 : int64_t(plan.problem.epRank) * plan.localExperts,
       int64_t(capacity),
       int64_t(plan.problem.epRank),
   };
@@ -944,6 +984,20 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
       }
       grid[d] = uint32_t(value);
       empty = empty || value == 0;
+    }
+    // Unfused expert parallel: routes of other ranks' experts must read as
+    // zero rows in the combine (this rank's output is its partial sum);
+    // likewise the dispatched rows' slots of no local expert, also when
+    // no route is local and W2's grid is empty.
+    if (step.role == Stage::W2 && (plan.unfusedExpertParallel || dispatched)) {
+      hip::Error status = api.hipMemsetAsync(
+          const_cast<void *>(pointers[size_t(Source::Rows)]), 0,
+          routes * config.rowBytes, stream);
+      if (status != hip::kSuccess) {
+        error = "layer forward: hipMemsetAsync of the route rows failed: " +
+                plan.loader->device().library().describe(status);
+        return S::HipError;
+      }
     }
     if (empty) {
       if (step.peer && step.role != Stage::Combine) {
@@ -980,18 +1034,6 @@ Layer::ForwardStatus Layer::forward(const LayerInputs &in, hip::Stream stream,
         pointer = pointers[size_t(arg.source)];
       }
       std::memcpy(kernarg + arg.offset, &pointer, 8);
-    }
-    // Unfused expert parallel: routes of other ranks' experts must read as
-    // zero rows in the combine (this rank's output is its partial sum).
-    if (step.role == Stage::W2 && plan.unfusedExpertParallel) {
-      hip::Error status = api.hipMemsetAsync(
-          const_cast<void *>(pointers[size_t(Source::Rows)]), 0,
-          routes * config.rowBytes, stream);
-      if (status != hip::kSuccess) {
-        error = "layer forward: hipMemsetAsync of the route rows failed: " +
-                plan.loader->device().library().describe(status);
-        return S::HipError;
-      }
     }
     if (!plan.loader->launchPacked(step.kernel, grid, kernarg,
                                    step.kernarg.size(), stream, error))

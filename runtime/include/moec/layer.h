@@ -96,6 +96,24 @@ struct LayerInputs {
   void *out = nullptr;               ///< BF16 [M, H]
 };
 
+/// The rows an all-to-all dispatcher (DeepEP, MORI, vLLM's modular
+/// kernels) delivered to this EP rank, for forwardExperts. Each row is one
+/// token with its routing: its slots naming this rank's experts by local id
+/// in [0, local experts) are computed, every other slot (-1, another rank's
+/// expert) adds exactly zero.
+struct ExpertRows {
+  uint32_t rows = 0;
+  const void *hidden = nullptr;   ///< BF16 [rows, H]
+  const void *localIds = nullptr; ///< int32 [rows, top_k], local expert ids
+  const void *weights = nullptr;  ///< FP32 [rows, top_k]
+  /// Host [local experts]: the routes per local expert the dispatcher
+  /// reports; the sorted list is then launched for exactly those routes
+  /// (an undercount is reported by readStatus as overflow routes). Null:
+  /// sized for every slot of every row.
+  const uint32_t *expertCounts = nullptr;
+  void *out = nullptr; ///< BF16 [rows, H]: each row's weighted sum
+};
+
 /// What the device reported about the forwards so far (readStatus).
 struct LayerStatus {
   /// Fused: routes that found no receive row (sticky until clearStatus);
@@ -166,6 +184,15 @@ public:
   /// Allocation-free on success; `error` is written only on failure.
   ForwardStatus forward(const LayerInputs &inputs, hip::Stream stream,
                         std::string &error);
+  /// The experts-only entry: the rows a dispatcher delivered, computed by
+  /// this rank's experts and weighted, for the dispatcher's combine (no
+  /// peer traffic of its own). The same kernels as forward() after the
+  /// dispatch: quant, sort by local expert, W13, W2, combine. Unfused
+  /// tables without a shared expert (the shared expert belongs to the
+  /// token's own rank); rows at most memory().maxTokens. The statuses of
+  /// forward().
+  ForwardStatus forwardExperts(const ExpertRows &rows, hip::Stream stream,
+                               std::string &error);
   const ForwardInfo &lastForward() const { return last_; }
 
   /// Reads the status words (a synchronous device-to-host copy: sync the
@@ -184,6 +211,12 @@ public:
 
 private:
   Layer() = default;
+  /// forward() and forwardExperts(): `dispatched` takes the ids as local
+  /// ids and zeroes every route row; `expertCounts` (may be null) sizes
+  /// the sorted list.
+  ForwardStatus run(const LayerInputs &inputs, bool dispatched,
+                    const uint32_t *expertCounts, hip::Stream stream,
+                    std::string &error);
   std::unique_ptr<Plan> plan_;
   LayerMemory memory_;
   bool fused_ = false, sharedExpert_ = false;

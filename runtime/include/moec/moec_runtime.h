@@ -429,6 +429,33 @@ MOEC_API moec_status_t moec_layer_forward(moec_layer_t *layer, uint32_t m,
                                           const int32_t *topk_ids,
                                           const float *topk_weights, void *out,
                                           void *stream);
+/** The rows an all-to-all dispatcher (DeepEP, MORI, vLLM's modular
+ *  kernels) delivered to this EP rank, for moec_layer_forward_experts. */
+typedef struct moec_expert_rows_t {
+  uint32_t rows;
+  const void *hidden;       /**< BF16 [rows, H] */
+  /** int32 [rows, top_k]: this rank's experts by local id in [0, local
+   *  experts); any other id (-1, another rank's expert) adds exactly zero. */
+  const int32_t *local_ids;
+  const float *weights;     /**< FP32 [rows, top_k] routing weights */
+  /** Host [local experts]: the routes per local expert the dispatcher
+   *  reports, which size the sorted list (an undercount shows as
+   *  overflow_routes in moec_layer_read_status); NULL: every slot. */
+  const uint32_t *expert_counts;
+  void *out;                /**< BF16 [rows, H] */
+} moec_expert_rows_t;
+
+/** The experts-only entry, for expert parallelism through an external
+ *  all-to-all: the delivered rows through this rank's experts (the same
+ *  quant, sort, W13, W2 and combine kernels as moec_layer_forward), each
+ *  output row the weighted sum of its local slots, ready for the
+ *  dispatcher's combine. No peer traffic. Unfused tables without a shared
+ *  expert (else MOEC_STATUS_INVALID_ARGUMENT); rows <= max_tokens; counts
+ *  summing above rows * top_k are refused. Statuses and allocation as
+ *  moec_layer_forward. */
+MOEC_API moec_status_t moec_layer_forward_experts(moec_layer_t *layer,
+                                                  const moec_expert_rows_t *rows,
+                                                  void *stream);
 /** The configuration the last forward ran (a moec_bundle_config_info index)
  *  and how many kernels it launched. */
 MOEC_API moec_status_t moec_layer_last_forward(const moec_layer_t *layer,
