@@ -11,6 +11,7 @@ caller passes their objects. docs/python.md describes the whole API.
 """
 
 from ._capi import MoecError, library_path
+from .experts import experts_forward
 from .fused import current_layers, fused_moe, use
 from .megamoe import MegaMoE
 from .npy import HostArray
@@ -19,7 +20,7 @@ from .runtime import (AiterSelection, Bundle, Device, DeviceBuffer, Layer, Table
 from .weights import (AITER, CHECKPOINT, PreparedWeights, WeightLayout,
                       has_weight_preparation, prepare_expert_weights, prepare_shared_expert,
                       weight_sizes)
-from . import aiter_compat, megamoe, npy, weights
+from . import aiter_compat, megamoe, npy, vllm_experts, weights
 
 __version__ = "0.1.0"
 
@@ -27,4 +28,4 @@ __all__ = ["MoecError", "Bundle", "AiterSelection", "select_aiter", "Device", "D
            "fused_moe", "use", "current_layers", "emulated_hip_library", "library_path",
            "WeightLayout", "PreparedWeights", "weight_sizes", "prepare_expert_weights",
            "prepare_shared_expert", "has_weight_preparation", "CHECKPOINT", "AITER", "npy",
-           "weights", "aiter_compat", "MegaMoE", "megamoe"]
+           "weights", "aiter_compat", "experts_forward", "vllm_experts", "MegaMoE", "megamoe"]

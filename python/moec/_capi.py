@@ -123,6 +123,11 @@ class LayerWeights(ctypes.Structure):
                 ("shared_w2", vp), ("shared_w2_scale", vp)]
 
 
+class ExpertRows(ctypes.Structure):
+    _fields_ = [("rows", c_u32), ("hidden", vp), ("local_ids", vp), ("weights", vp),
+                ("expert_counts", ctypes.POINTER(c_u32)), ("out", vp)]
+
+
 class LayerStatus(ctypes.Structure):
     _fields_ = [("overflow_routes", c_u64), ("forwards", c_u64)]
 
@@ -244,6 +249,7 @@ _PROTOTYPES = {
     "moec_layer_bind_weights": (S, [vp, P(LayerWeights)]),
     "moec_layer_bind_bias": (S, [vp, vp, vp]),
     "moec_layer_forward": (S, [vp, c_u32, vp, vp, vp, vp, vp]),
+    "moec_layer_forward_experts": (S, [vp, P(ExpertRows), vp]),
     "moec_layer_last_forward": (S, [vp, P(c_u32), P(c_u32)]),
     "moec_layer_read_status": (S, [vp, P(LayerStatus)]),
     "moec_layer_clear_status": (S, [vp]),

@@ -581,6 +581,28 @@ class Layer:
              pointer_of(hidden, "hidden_states"), pointer_of(topk_ids, "topk_ids"),
              pointer_of(topk_weights, "topk_weight"), pointer_of(out, "out"), _stream(stream))
 
+    def forward_experts(self, rows, hidden, local_ids, weights, out, expert_counts=None,
+                        stream=None):
+        """moec_layer_forward_experts: the rows a dispatcher delivered (device
+        pointers: BF16 [rows, H], int32 local ids [rows, top_k], FP32
+        weights [rows, top_k], out BF16 [rows, H]); expert_counts: None or
+        the routes per local expert as host ints (moec.experts_forward
+        takes tensors and arrays)."""
+        counts = None
+        if expert_counts is not None:
+            values = [int(c) for c in expert_counts]
+            if len(values) != self.local_experts or min(values, default=0) < 0:
+                raise invalid("expert_counts", "%d counts %s, expected one non-negative "
+                              "count per local expert (%d)" %
+                              (len(values), values[:8], self.local_experts))
+            counts = (ctypes.c_uint32 * len(values))(*values)
+        struct_ = _capi.ExpertRows(int(rows), pointer_of(hidden, "hidden_states", rows == 0),
+                                   pointer_of(local_ids, "topk_ids", rows == 0),
+                                   pointer_of(weights, "topk_weights", rows == 0), counts,
+                                   pointer_of(out, "out", rows == 0))
+        call("moec_layer_forward_experts", "forward_experts rows=%d" % rows, self.handle,
+             ctypes.byref(struct_), _stream(stream))
+
     def last_forward(self):
         """(config id, launches) of the last forward."""
         config, launches = ctypes.c_uint32(), ctypes.c_uint32()
