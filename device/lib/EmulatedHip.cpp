@@ -48,6 +48,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -61,6 +62,9 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
 #include <vector>
@@ -168,14 +172,50 @@ const moec::target::TargetInfo &chip() {
 // State
 //===----------------------------------------------------------------------===//
 
-/// One hipMalloc: the bytes the kernels see and one written flag per byte.
+/// One hipMalloc: the bytes the kernels see and one written flag per byte,
+/// in one mapping (the data's pages, then the shadow's), so that IPC can
+/// share both with another process.
 struct Allocation {
   uint8_t *data = nullptr;
   uint8_t *written = nullptr;
   size_t size = 0;
   int device = 0;
   uint64_t serial = 0;
+  /// The whole mapping from `data`: data and shadow, each page-rounded.
+  size_t mappedBytes = 0;
+  /// The memfd behind the mapping once an IPC handle was taken, else -1.
+  int sharedFd = -1;
+  /// Another process's allocation, mapped by hipIpcOpenMemHandle.
+  bool imported = false;
 };
+
+size_t pageRounded(size_t bytes) {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
+/// Maps `size` bytes of data and their shadow (anonymous: zero, i.e.
+/// unwritten). False when the memory is not there.
+bool mapAllocation(size_t size, Allocation &allocation) {
+  const size_t dataBytes = pageRounded(size);
+  const size_t total = dataBytes + pageRounded(size);
+  void *base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    return false;
+  allocation.data = static_cast<uint8_t *>(base);
+  allocation.written = allocation.data + dataBytes;
+  allocation.size = size;
+  allocation.mappedBytes = total;
+  return true;
+}
+
+void unmapAllocation(Allocation &allocation) {
+  ::munmap(allocation.data, allocation.mappedBytes);
+  if (allocation.sharedFd >= 0)
+    ::close(allocation.sharedFd);
+  allocation.sharedFd = -1;
+}
 
 /// How one kernel argument travels in the kernarg buffer.
 struct ArgSlot {
@@ -870,22 +910,15 @@ MOEC_EXPORT int hipMalloc(void **pointer, size_t size) {
   }
   if (size == 0)
     return succeed();
+  // Page-aligned (HIP's allocator gives at least 256 bytes).
   Allocation allocation;
-  // 256-byte alignment, as HIP's allocator gives at least.
-  void *data = nullptr;
-  if (::posix_memalign(&data, 256, size) != 0)
+  if (!mapAllocation(size, allocation))
     return fail(kOutOfMemory, "hipMalloc: " + std::to_string(size) +
-                                  " bytes do not fit in host memory");
-  allocation.written = static_cast<uint8_t *>(std::calloc(size, 1));
-  if (!allocation.written) {
-    std::free(data);
-    return fail(kOutOfMemory, "hipMalloc: " + std::to_string(size) +
-                                  " bytes of shadow do not fit in host memory");
-  }
+                                  " bytes and their shadow do not fit in "
+                                  "host memory");
   // Poisoned: unwritten, and 0xFF so a value nothing stored reads as NaN.
-  std::memset(data, 0xFF, size);
-  allocation.data = static_cast<uint8_t *>(data);
-  allocation.size = size;
+  std::memset(allocation.data, 0xFF, size);
+  void *data = allocation.data;
   allocation.device = currentDevice;
   EmulatedDevices &devices = EmulatedDevices::get();
   Guard guard(devices.mutex);
@@ -905,8 +938,11 @@ MOEC_EXPORT int hipFree(void *pointer) {
   auto it = devices.allocations.find(reinterpret_cast<uintptr_t>(pointer));
   if (it == devices.allocations.end())
     return fail(kInvalidValue, "hipFree: not the start of an allocation");
-  std::free(it->second.data);
-  std::free(it->second.written);
+  if (it->second.imported)
+    return fail(kInvalidValue, "hipFree: another process's memory opened by "
+                               "hipIpcOpenMemHandle (close it with "
+                               "hipIpcCloseMemHandle)");
+  unmapAllocation(it->second);
   devices.allocations.erase(it);
   return status;
 }
@@ -1159,9 +1195,10 @@ MOEC_EXPORT int hipEventDestroy(void *event) {
 
 namespace {
 
-/// hipIpcMemHandle_t: 64 opaque bytes. Ours name the process and the
-/// allocation; all devices share one address space, so opening a handle
-/// gives back the allocation's own address.
+/// hipIpcMemHandle_t: 64 opaque bytes. Ours name the process, the
+/// allocation and the memfd its pages live in from then on: the same
+/// process gets the allocation's own address back, another one maps the
+/// memfd through /proc/<pid>/fd/<fd> (the same memory, shadow included).
 struct IpcMemHandle {
   char reserved[kIpcHandleSize];
 };
@@ -1170,9 +1207,84 @@ struct IpcPayload {
   int64_t process;
   uint64_t base;
   uint64_t serial;
+  uint64_t size;
+  uint64_t mappedBytes;
+  int32_t fd;
 };
 static_assert(sizeof(IpcPayload) <= kIpcHandleSize);
-constexpr char kIpcMagic[8] = {'m', 'o', 'e', 'c', 'i', 'p', 'c', '1'};
+constexpr char kIpcMagic[8] = {'m', 'o', 'e', 'c', 'i', 'p', 'c', '2'};
+
+std::string errnoText() { return std::strerror(errno); }
+
+/// Moves an allocation's pages (data and shadow) into a memfd mapped at
+/// the same address, so another process can map them too. Once per
+/// allocation; the contents are kept.
+int shareAllocation(Allocation &allocation) {
+  if (allocation.sharedFd >= 0)
+    return kSuccess;
+  const int fd = ::memfd_create("moec-emulated-device", MFD_CLOEXEC);
+  if (fd < 0)
+    return fail(kOutOfMemory, "hipIpcGetMemHandle: memfd_create: " + errnoText());
+  void *staging = MAP_FAILED;
+  if (::ftruncate(fd, off_t(allocation.mappedBytes)) == 0)
+    staging = ::mmap(nullptr, allocation.mappedBytes, PROT_READ | PROT_WRITE,
+                     MAP_SHARED, fd, 0);
+  if (staging == MAP_FAILED) {
+    const std::string reason = errnoText();
+    ::close(fd);
+    return fail(kOutOfMemory, "hipIpcGetMemHandle: " +
+                                  std::to_string(allocation.mappedBytes) +
+                                  " bytes of shared memory: " + reason);
+  }
+  std::memcpy(staging, allocation.data, allocation.mappedBytes);
+  ::munmap(staging, allocation.mappedBytes);
+  // Replaces the private pages in place: every pointer stays valid.
+  if (::mmap(allocation.data, allocation.mappedBytes, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    const std::string reason = errnoText();
+    ::close(fd);
+    return fail(kOutOfMemory, "hipIpcGetMemHandle: remapping shared: " + reason);
+  }
+  allocation.sharedFd = fd;
+  return kSuccess;
+}
+
+/// Maps another process's shared allocation and registers it here, on the
+/// calling thread's device.
+int importAllocation(EmulatedDevices &devices, const IpcPayload &payload,
+                     void **pointer) {
+  const std::string path = "/proc/" + std::to_string(payload.process) +
+                           "/fd/" + std::to_string(payload.fd);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  struct stat info {};
+  if (fd < 0 || ::fstat(fd, &info) != 0 ||
+      uint64_t(info.st_size) != payload.mappedBytes) {
+    const std::string reason = fd < 0 ? errnoText() : "not that allocation";
+    if (fd >= 0)
+      ::close(fd);
+    return fail(kInvalidValue,
+                "hipIpcOpenMemHandle: process " + std::to_string(payload.process) +
+                    "'s allocation is not there (" + path + ": " + reason +
+                    "): the process ended or freed it");
+  }
+  void *base = ::mmap(nullptr, payload.mappedBytes, PROT_READ | PROT_WRITE,
+                      MAP_SHARED, fd, 0);
+  ::close(fd); // the mapping keeps the memory
+  if (base == MAP_FAILED)
+    return fail(kOutOfMemory, "hipIpcOpenMemHandle: mapping " + path + ": " +
+                                  errnoText());
+  Allocation allocation;
+  allocation.data = static_cast<uint8_t *>(base);
+  allocation.written = allocation.data + pageRounded(payload.size);
+  allocation.size = payload.size;
+  allocation.mappedBytes = payload.mappedBytes;
+  allocation.device = currentDevice;
+  allocation.imported = true;
+  allocation.serial = devices.nextSerial++;
+  devices.allocations[reinterpret_cast<uintptr_t>(base)] = allocation;
+  *pointer = base;
+  return kSuccess;
+}
 
 } // namespace
 
@@ -1182,14 +1294,19 @@ MOEC_EXPORT int hipIpcGetMemHandle(IpcMemHandle *handle, void *pointer) {
   EmulatedDevices &devices = EmulatedDevices::get();
   Guard guard(devices.mutex);
   auto it = devices.allocations.find(reinterpret_cast<uintptr_t>(pointer));
-  if (it == devices.allocations.end())
+  if (it == devices.allocations.end() || it->second.imported)
     return fail(kInvalidValue, "hipIpcGetMemHandle: not the start of an "
-                               "allocation");
+                               "allocation of this process");
+  if (int status = shareAllocation(it->second))
+    return status;
   IpcPayload payload{};
   std::memcpy(payload.magic, kIpcMagic, sizeof(kIpcMagic));
   payload.process = int64_t(::getpid());
   payload.base = it->first;
   payload.serial = it->second.serial;
+  payload.size = it->second.size;
+  payload.mappedBytes = it->second.mappedBytes;
+  payload.fd = it->second.sharedFd;
   std::memset(handle->reserved, 0, sizeof(handle->reserved));
   std::memcpy(handle->reserved, &payload, sizeof(payload));
   return succeed();
@@ -1204,12 +1321,10 @@ MOEC_EXPORT int hipIpcOpenMemHandle(void **pointer, IpcMemHandle handle,
   if (std::memcmp(payload.magic, kIpcMagic, sizeof(kIpcMagic)) != 0)
     return fail(kInvalidValue, "hipIpcOpenMemHandle: not an emulated device's "
                                "handle");
-  if (payload.process != int64_t(::getpid()))
-    return fail(kInvalidValue, "hipIpcOpenMemHandle: the handle is another "
-                               "process's; emulated devices share memory only "
-                               "within one process");
   EmulatedDevices &devices = EmulatedDevices::get();
   Guard guard(devices.mutex);
+  if (payload.process != int64_t(::getpid()))
+    return importAllocation(devices, payload, pointer);
   auto it = devices.allocations.find(uintptr_t(payload.base));
   if (it == devices.allocations.end() || it->second.serial != payload.serial)
     return fail(kInvalidValue, "hipIpcOpenMemHandle: the allocation was freed");
@@ -1220,8 +1335,16 @@ MOEC_EXPORT int hipIpcOpenMemHandle(void **pointer, IpcMemHandle handle,
 MOEC_EXPORT int hipIpcCloseMemHandle(void *pointer) {
   EmulatedDevices &devices = EmulatedDevices::get();
   Guard guard(devices.mutex);
-  if (!devices.allocations.count(reinterpret_cast<uintptr_t>(pointer)))
+  auto it = devices.allocations.find(reinterpret_cast<uintptr_t>(pointer));
+  if (it == devices.allocations.end())
     return fail(kInvalidValue, "hipIpcCloseMemHandle: not an opened handle");
+  if (it->second.imported) {
+    // Pending launches may still read it, as hipFree's would.
+    const int status = devices.flush();
+    unmapAllocation(it->second);
+    devices.allocations.erase(it);
+    return status;
+  }
   return succeed();
 }
 

@@ -179,6 +179,7 @@ class MegaMoE:
             self._opened.append(pointer.value)
             bases.append(pointer.value)
         self.layer.bind_peers(bases)
+        self.peer_buffers = bases  # every rank's symmetric buffer, as this process maps it
 
     # -- properties (AITER's names) --
     model_dim = property(lambda self: self.layer.hidden)

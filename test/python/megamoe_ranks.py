@@ -114,17 +114,43 @@ def main():
 def process_rank():
     """megamoe_ranks.py --process BUNDLE NETWORK EP M RANK INIT_FILE: one
     rank in this process, constructed through torch.distributed (gloo,
-    file rendezvous); prints what construction gave as one JSON line."""
+    file rendezvous). Then every rank writes a pattern into the next
+    rank's symmetric buffer (through the mapping of the other process's
+    memory) and reads what the previous rank wrote into its own, and runs
+    one forward. Prints one JSON line: what each step gave."""
     bundle_path, network, ep, m, rank, init_file = sys.argv[2:8]
+    ep, m, rank = int(ep), int(m), int(rank)
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=int(rank),
-                            world_size=int(ep))
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
+                            world_size=ep)
+    result = {}
     try:
-        moe = moec.MegaMoE(bundle_path, rank=int(rank), world_size=int(ep),
-                           max_tok_per_rank=int(m), network=network, device="emulated")
-        result = {"constructed": repr(moe)}
+        moe = moec.MegaMoE(bundle_path, rank=rank, world_size=ep, max_tok_per_rank=m,
+                           network=network, device="emulated")
+        result["constructed"] = repr(moe)
+        tail = moe.layer.memory.peer_bytes - 64  # the last 64 bytes: combine rows
+        pattern = bytes([rank + 1]) * 64
+        moe.device.copy_to_device(moe.peer_buffers[(rank + 1) % ep] + tail, pattern)
+        dist.barrier()
+        seen = moe.device.copy_to_host(moe.symmetric.ptr + tail, 64)
+        result["seen"] = sorted(set(seen))
+        moe.device.copy_to_device(moe.symmetric.ptr + tail, bytes(64))  # zero again
+        dist.barrier()
+        device, H, K = moe.device, moe.model_dim, moe.topk
+        hidden = device.upload(bytes(m * H * 2))
+        weights = device.upload(bytes(m * K * 4))
+        ids = device.upload(np.full((m, K), -1, dtype=np.int32))
+        expert_weights = [device.upload(bytes(n)) for n in (
+            moe.local_experts * 2 * moe.inter_dim * H // 2,
+            moe.local_experts * 2 * moe.inter_dim * H // 32,
+            moe.local_experts * H * moe.inter_dim // 2,
+            moe.local_experts * H * moe.inter_dim // 32)]
+        moe.finalize_weights(*expert_weights)  # bound by pointer: kept alive here
+        moe.forward(hidden, weights, ids, m=m)
+        moe.check()
+        result["forward"] = "ok"
     except moec.MoecError as error:
-        result = {"what": error.what, "status": error.status_name, "message": error.message}
+        result.update(what=error.what, status=error.status_name, message=error.message)
     print(json.dumps(result))
     dist.destroy_process_group()
 

@@ -90,12 +90,14 @@ def test_megamoe_refusals(bundle_path, device):
     assert "rank order" in error.value.message
 
 
-def test_megamoe_ranks_in_processes_refused(bundle_path, workdir, tmp_path):
+def test_megamoe_ranks_in_processes(bundle_path, workdir, tmp_path):
     """EP2 with each rank in its own process, the buffers exchanged through
-    torch.distributed (gloo): the exchange reaches every rank, and opening
-    the other process's IPC handle is refused by name, because emulated
-    device memory is not shared between processes yet (docs/emulator.md,
-    "Ranks in separate processes"). A GPU's HIP opens it."""
+    torch.distributed (gloo): each process maps the other's symmetric
+    buffer (the emulated device's IPC across processes), and a pattern one
+    rank writes there is what the other reads in its own. A forward does
+    not run across processes yet: the emulator runs a launch over copies of
+    its buffers, so a rank waiting on the other's flags is a deadlock
+    (docs/emulator.md, "Ranks in separate processes", steps 2 and 3)."""
     from conftest import require_torch
     require_torch()
     bundle = bundle_path("flash_ep2")
@@ -109,6 +111,8 @@ def test_megamoe_ranks_in_processes_refused(bundle_path, workdir, tmp_path):
         output, _ = process.communicate(timeout=120)
         assert process.returncode == 0, output
         result = json.loads(output.strip().splitlines()[-1])
-        assert result.get("what") == "ipc open (rank %d's symmetric buffer)" % (1 - rank), output
-        assert result["status"] == "MOEC_STATUS_HIP_ERROR"
-        assert "another process's" in result["message"]
+        assert result.get("constructed", "").startswith("MegaMoE(flash-fused rank %d/2" % rank), \
+            output
+        assert result["seen"] == [2 - rank]  # rank (r - 1) mod 2 wrote r - 1 + 1
+        assert result.get("what") == "forward m=16", output
+        assert "deadlock" in result["message"]
