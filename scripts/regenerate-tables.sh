@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates every shipped tuning table from its spec (tuning_tables/specs)
 # with `moec tune`, and writes each table's candidate CSV (every candidate
-# with its resources, rejection reason and predicted time) under
+# with its resources, rejection reason and predicted time) and predictions
+# CSV (every surviving candidate's predicted time at every key) under
 # build/tuning/. docs/tuning.md describes the spec, the search space and the
 # figures. The same inputs give the same tables byte for byte.
 #
@@ -16,5 +17,6 @@ mkdir -p "$csvs"
 for spec in tuning_tables/specs/*.spec; do
   name=$(basename "$spec" .spec)
   "$moec" tune "$spec" -o "tuning_tables/$name.table" \
-    --csv "$csvs/$name.candidates.csv" "$@"
+    --csv "$csvs/$name.candidates.csv" \
+    --predictions "$csvs/$name.predictions.csv" "$@"
 done

@@ -178,6 +178,20 @@ void writeCsv(const Search &search,
     result.classes.push_back(std::move(summary));
   }
   result.csv = csv.str();
+
+  std::ostringstream predictions;
+  predictions << "selection,m,candidate,predicted_us,chosen\n";
+  for (size_t s = 0; s < spec.selections.size(); ++s) {
+    const std::string key = selectionKey(spec.selections[s]);
+    const std::vector<Candidate> &candidates = search.candidatesOf[s];
+    for (size_t c = 0; c < candidates.size(); ++c)
+      for (size_t k = 0; k < candidates[c].predictedUs.size(); ++k)
+        predictions << key << "," << search.keysOf[s][k] << ","
+                    << candidates[c].configName << ","
+                    << formatUs(candidates[c].predictedUs[k]) << ","
+                    << (winnerOf[s][k] == c ? "yes" : "no") << "\n";
+  }
+  result.predictionsCsv = predictions.str();
 }
 
 CompileStatus writeTable(const Search &search,
@@ -232,9 +246,9 @@ CompileStatus writeTable(const Search &search,
     out << "# Rows are measured on " << timings.device << " (" << timings.method
         << ", " << timings.date << ") among the cost model's best\n"
         << "# candidates where the device timed them, and ranked by the cost "
-           "model " << kCostModelName << " elsewhere\n# (docs/tuning.md).\n\n";
+           "model " << search.options.costModel << " elsewhere\n# (docs/tuning.md).\n\n";
   else
-    out << "# Every row is ranked by the cost model " << kCostModelName
+    out << "# Every row is ranked by the cost model " << search.options.costModel
         << " (docs/cost-model.md) among\n"
         << "# the candidates of the search space that passed the resource gate\n"
         << "# (docs/tuning.md); none is measured on gfx950 hardware.\n\n";
@@ -279,7 +293,7 @@ CompileStatus writeTable(const Search &search,
       } else {
         out << " provenance=model-ranked";
       }
-      out << " model=" << kCostModelName
+      out << " model=" << search.options.costModel
           << " predicted_us=" << formatUs(candidate.predictedUs[key]) << "\n";
     }
     result.rows += search.keysOf[s].size();

@@ -238,7 +238,7 @@ void Search::predict() {
                                target.chip, &tileCounts[k])
                       .totalUs;
           else
-            us += parameters.launchOverheadUs;
+            us += parameters.otherKernelUs;
         }
         candidate.predictedUs.push_back(us);
       }
@@ -483,6 +483,11 @@ CompileStatus tuneSpec(const TuningTable &spec, const std::string &specPath,
                        std::string &error) {
   result = TuneResult();
   Search search(spec, specPath, options);
+  if (!costModelParameters(options.costModel, search.parameters)) {
+    error = "--model: unknown cost model '" + options.costModel +
+            "' (moec-cost-2, moec-cost-3)";
+    return CompileStatus::BadInput;
+  }
   // Round 0: the grid of every searchable template, or the template itself.
   for (size_t s = 0; s < spec.selections.size(); ++s) {
     const TableSelection &selection = spec.selections[s];

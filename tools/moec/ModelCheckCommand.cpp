@@ -32,7 +32,7 @@ struct ModelCheckArgs {
                                      "tuning_tables/flash_tp4.table"};
   std::vector<std::string> aiter = {
       "tuning_tables/aiter/dsv4_fp8fp4_tuned_fmoe.csv"};
-  std::string model = "moec-cost-2";
+  std::string model = moec::kCostModelName;
   std::string csv, json;
   bool fit = false;
   bool analyticCounts = false;

@@ -40,8 +40,10 @@ struct TuneArgs {
   unsigned refinementRounds = 2;
   size_t timedPerKey = 3;
   std::string measurements;
+  std::string predictions;
   /// The chip or part to tune for (--target); empty: the default chip.
   std::string target;
+  std::string model = moec::kCostModelName;
 };
 
 int runTune(const TuneArgs &args) {
@@ -58,6 +60,7 @@ int runTune(const TuneArgs &args) {
     return cli::kBadInput;
   TuneOptions options;
   options.target = &CompileTarget::of(*chip);
+  options.costModel = args.model;
   options.jobs = args.jobs;
   options.space.tieMargin = args.tieMargin;
   options.space.refinementRounds = args.refinementRounds;
@@ -98,7 +101,7 @@ int runTune(const TuneArgs &args) {
   if (args.device >= 0 && !result.timingUnavailable.empty())
     std::cerr << "moec: --device " << args.device << ": "
               << result.timingUnavailable << "; ranking with the cost model "
-              << kCostModelName << ", so every row is model-ranked\n";
+              << args.model << ", so every row is model-ranked\n";
   for (const std::string &note : result.timingNotes)
     std::cerr << "moec: --device " << args.device << ": " << note << "\n";
   if (!cli::writeFileAtomically(args.output, result.table.data(),
@@ -108,7 +111,10 @@ int runTune(const TuneArgs &args) {
                                  error)) ||
       (!args.measurements.empty() &&
        !cli::writeFileAtomically(args.measurements, result.measurementsCsv.data(),
-                                 result.measurementsCsv.size(), error))) {
+                                 result.measurementsCsv.size(), error)) ||
+      (!args.predictions.empty() &&
+       !cli::writeFileAtomically(args.predictions, result.predictionsCsv.data(),
+                                 result.predictionsCsv.size(), error))) {
     std::cerr << "moec: " << error << "\n";
     return cli::kCheckFailed;
   }
@@ -161,6 +167,9 @@ void addTuneCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--csv", args->csv,
                   "write every candidate (resources, rejection reason, "
                   "predicted time) to this CSV");
+  cmd->add_option("--predictions", args->predictions,
+                  "write every surviving candidate's predicted time at every "
+                  "key to this CSV (selection,m,candidate,predicted_us,chosen)");
   cmd->add_option("--device", args->device,
                   "time the model's best candidates at every key on GPU N "
                   "(EP ranks of fused tables on N, N+1, ...) and write "
@@ -194,6 +203,10 @@ void addTuneCommand(CLI::App &app, int &exitStatus) {
                 "rank with the analytic per-tile counts instead of counting "
                 "one tile of every GEMM kernel on the emulator "
                 "(docs/cost-model.md)");
+  cmd->add_option("--model", args->model,
+                  "the cost model that ranks the candidates: moec-cost-2 or "
+                  "moec-cost-3 (docs/cost-model.md)")
+      ->capture_default_str();
   moec::cli::addTargetOption(cmd, args->target,
                              "tune for: the candidates compile for it and "
                              "its CUs bound the resident grids");

@@ -25,8 +25,9 @@
 
 namespace moec {
 
-/// Name and version recorded with every row the model ranks.
-inline constexpr const char *kCostModelName = "moec-cost-2";
+/// The model `moec tune` and `moec model-check` use unless `--model` names
+/// another (costModelParameters()); recorded with every row it ranks.
+inline constexpr const char *kCostModelName = "moec-cost-3";
 
 /// The model's own assumptions (docs/cost-model.md gives each one's
 /// source); the chip's facts (CUs, SIMDs, clock, HBM and LDS bandwidth,

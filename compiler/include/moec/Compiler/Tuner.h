@@ -116,6 +116,9 @@ struct TuneOptions {
   /// callback for every distinct GEMM kernel that passes the resource gate;
   /// empty: the analytic countTile() for all.
   TileCounter countTile;
+  /// The named cost model that ranks the candidates (costModelParameters());
+  /// the table's rows record it.
+  std::string costModel = kCostModelName;
   unsigned jobs = 0;
   std::string cacheDirectory;
   uint64_t cacheMaxBytes = uint64_t(2) << 30;
@@ -143,6 +146,10 @@ struct TuneClassSummary {
 struct TuneResult {
   std::string table; ///< the tuning table text
   std::string csv;   ///< every candidate of every selection
+  /// Every surviving candidate's predicted time at every key:
+  /// "selection,m,candidate,predicted_us,chosen" (`moec tune
+  /// --predictions`; scripts/table_diff.py reads it).
+  std::string predictionsCsv;
   std::vector<TuneClassSummary> classes;
   size_t compiledKernels = 0, distinctConfigs = 0, rows = 0;
   /// GEMM kernels whose tile was counted by TuneOptions::countTile, and
