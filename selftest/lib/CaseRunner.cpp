@@ -51,6 +51,11 @@ bool SelftestRunner::runForwards(const std::string &name,
       return false;
     }
   }
+  if (options_.faults.afterForwards &&
+      !options_.faults.afterForwards(ranks, batches, m, facts, message)) {
+    report(false, name + " m=" + std::to_string(m) + ": " + message);
+    return false;
+  }
   // Read back (a blocking copy runs every pending launch).
   got.assign(ep, std::vector<uint16_t>(M * H));
   overflow = 0;
@@ -91,6 +96,8 @@ void SelftestRunner::saveCaseInputs(SavedCase &saved,
                  {"config", configId},
                  {"activation", harness::activationName(oracleGptOss(facts))},
                  {"files", nlohmann::json::array()}};
+  if (!weightsDirectory_.empty())
+    saved.entry["weights"] = weightsDirectory_;
   for (uint32_t r = 0; r < (ownBatches ? ep : 1); ++r) {
     const std::string prefix = ownBatches ? "rank" + std::to_string(r) + "_" : "";
     saved.save(prefix + "hidden",

@@ -46,8 +46,16 @@ CaseSaver::~CaseSaver() {
 }
 
 std::string CaseSaver::beginCase() {
+  return beginDirectory("case-%04d", caseCount_);
+}
+
+std::string CaseSaver::beginWeights() {
+  return beginDirectory("weights-%04d", weightsCount_);
+}
+
+std::string CaseSaver::beginDirectory(const char *format, int &count) {
   char name[32];
-  std::snprintf(name, sizeof(name), "case-%04d", caseCount_++);
+  std::snprintf(name, sizeof(name), format, count++);
   std::error_code ec;
   std::filesystem::create_directory(partial_ + "/" + name, ec);
   if (ec && error_.empty())
@@ -70,6 +78,7 @@ bool CaseSaver::commit(nlohmann::json header, std::string &error) {
     return false;
   }
   header["cases"] = cases_;
+  header["weights"] = weights_;
   header["skipped"] = skips_;
   header["lines"] = lines_;
   const std::string text = header.dump(1) + "\n";

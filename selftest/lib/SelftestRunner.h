@@ -99,6 +99,12 @@ private:
   /// after a failed case line.
   bool setUpRanks(const rt::SelectionTable &table,
                   const harness::TableFacts &facts, TableRanks &ranks);
+  /// --save: the table's weights in checkpoint layout into a directory its
+  /// cases name (at the small shape, or with --save-weights); otherwise
+  /// its cases name none.
+  void saveTableWeights(const rt::SelectionTable &table,
+                        const harness::TableFacts &facts,
+                        const harness::HostLayerWeights &host);
   /// --repeat: many forwards with changing M; a repeated case (M and its
   /// scenario: the clamp case shares an M with a random one) must give the
   /// same output bits as its first run.
@@ -161,6 +167,8 @@ private:
   int passed_ = 0, failed_ = 0, skipped_ = 0;
   /// The weights of the current table (host, checkpoint numbering).
   SelftestWeights weights_;
+  /// Where --save put them ("weights-0000"), or empty.
+  std::string weightsDirectory_;
 };
 
 } // namespace moec::selftest

@@ -179,6 +179,10 @@ bool SelftestRunner::setUpRanks(const rt::SelectionTable &table,
   // Weights: routed experts in checkpoint numbering, sliced per rank.
   harness::HostLayerWeights host;
   generateWeights(options_.seed, facts, weights_, host);
+  if (saver_)
+    saveTableWeights(table, facts, host);
+  if (options_.faults.uploadedWeights)
+    options_.faults.uploadedWeights(facts, host);
   std::string message;
   for (uint32_t r = 0; r < table.ep; ++r)
     if (!harness::setUpRank(ranks.ranks[r], *ranks.memory[r], facts, table.ep,
@@ -191,6 +195,50 @@ bool SelftestRunner::setUpRanks(const rt::SelectionTable &table,
     return false;
   }
   return true;
+}
+
+void SelftestRunner::saveTableWeights(const rt::SelectionTable &table,
+                                      const TableFacts &facts,
+                                      const harness::HostLayerWeights &host) {
+  weightsDirectory_.clear();
+  if (runsAsCompiled(options_) && !options_.saveWeights)
+    return;
+  const int64_t H = facts.problem.hidden, I = facts.problem.intermediate;
+  const int64_t E = host.experts;
+  SavedCase saved;
+  saved.saver = saver_;
+  saved.directory = weightsDirectory_ = saver_->beginWeights();
+  saved.entry = {{"weights", weightsDirectory_},
+                 {"table", rt::describeTableKey(table.network, table.ep,
+                                                table.workspace)},
+                 {"gate_up_interleave", facts.interleave},
+                 {"files", nlohmann::json::array()}};
+  using ref::NpyArray;
+  using ref::NpyDtype;
+  saved.save("w13_weight",
+             NpyArray::fromVector(NpyDtype::UInt8, {E, 2 * I, H / 2}, host.w13));
+  saved.save("w13_scale", NpyArray::fromVector(NpyDtype::UInt8,
+                                               {E, 2 * I, H / 32},
+                                               host.w13Scales));
+  saved.save("w2_weight",
+             NpyArray::fromVector(NpyDtype::UInt8, {E, H, I / 2}, host.w2));
+  saved.save("w2_scale", NpyArray::fromVector(NpyDtype::UInt8, {E, H, I / 32},
+                                              host.w2Scales));
+  if (facts.shared) {
+    saved.save("shared_w13_weight",
+               npyOf(NpyDtype::UInt8, 2 * I, H, host.sharedW13));
+    saved.save("shared_w13_scale",
+               npyOf(NpyDtype::UInt8, 2 * I, H / 32, host.sharedW13Scales));
+    saved.save("shared_w2_weight", npyOf(NpyDtype::UInt8, H, I, host.sharedW2));
+    saved.save("shared_w2_scale",
+               npyOf(NpyDtype::UInt8, H, I / 32, host.sharedW2Scales));
+  }
+  if (facts.bias) {
+    const int64_t rows = int64_t(host.w2Bias.size()) / H;
+    saved.save("w13_bias", npyOf(NpyDtype::Float32, rows, 2 * I, host.w13Bias));
+    saved.save("w2_bias", npyOf(NpyDtype::Float32, rows, H, host.w2Bias));
+  }
+  saver_->addWeights(std::move(saved.entry));
 }
 
 SelftestStatus SelftestRunner::runTable(uint32_t tableIndex) {

@@ -39,9 +39,15 @@ void addSelftestCommand(CLI::App &app, int &exitStatus) {
                   "(default: the one the W13 kernels were compiled with; "
                   "another must fail)")
       ->check(CLI::IsMember({"silu", "gpt-oss-swiglu"}));
-  cmd->add_option("--save", args->saveDir,
-                  "write every case's inputs, outputs and the oracle's output "
-                  "(.npy) and manifest.json into this new directory");
+  CLI::Option *save = cmd->add_option(
+      "--save", args->saveDir,
+      "write every case's inputs, outputs and the oracle's output (.npy), "
+      "each table's weights at the small shape, and manifest.json into "
+      "this new directory");
+  cmd->add_flag("--save-weights", args->saveWeights,
+                "with --save at the bundle's own shapes: save each table's "
+                "weights in checkpoint layout too (as large as the layer's)")
+      ->needs(save);
   cmd->add_flag("--small", args->small,
                 "compile the bundle's table at a small shape with the same "
                 "knobs and run that (the default on the emulated device)");

@@ -36,10 +36,15 @@ public:
 
   /// A new case; returns its directory's name ("case-0003").
   std::string beginCase();
+  /// A new directory for a table's weights ("weights-0001"), which its
+  /// cases name.
+  std::string beginWeights();
   /// Writes `file`.npy into the case's directory and lists it in `entry`.
   void save(const std::string &caseName, const std::string &file,
             const ref::NpyArray &array, nlohmann::json &entry);
   void addCase(nlohmann::json entry) { cases_.push_back(std::move(entry)); }
+  /// A weights directory's entry (manifest.json's "weights").
+  void addWeights(nlohmann::json entry) { weights_.push_back(std::move(entry)); }
   void addLine(const std::string &line) { lines_.push_back(line); }
   void skipped(const std::string &table, const std::string &reason) {
     skips_.push_back({{"table", table}, {"reason", reason}});
@@ -56,10 +61,14 @@ public:
 
 private:
   CaseSaver() = default;
+  /// Creates `name` (printf format of the count) under the partial
+  /// directory; returns the name.
+  std::string beginDirectory(const char *format, int &count);
   std::string final_, partial_, error_;
-  int caseCount_ = 0;
+  int caseCount_ = 0, weightsCount_ = 0;
   bool committed_ = false;
   nlohmann::json cases_ = nlohmann::json::array(),
+                 weights_ = nlohmann::json::array(),
                  skips_ = nlohmann::json::array(),
                  lines_ = nlohmann::json::array();
 };

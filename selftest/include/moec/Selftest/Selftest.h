@@ -14,12 +14,33 @@
 #ifndef MOEC_SELFTEST_SELFTEST_H
 #define MOEC_SELFTEST_SELFTEST_H
 
+#include "moec/Harness/LayerSetup.h"
+#include "moec/reference/Families.h"
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace moec::selftest {
+
+/// Faults a test plants in what the device computes, to prove the verdict
+/// catches them (test/unit/selftest/PlantedFaultTest.cpp); no CLI option
+/// sets them. The oracle always sees the table's true weights.
+struct PlantedFaults {
+  /// Alters a table's weights (device layout, every expert) before they
+  /// are uploaded to the ranks.
+  std::function<void(const harness::TableFacts &, harness::HostLayerWeights &)>
+      uploadedWeights;
+  /// Runs once every rank's forward of a case is queued, before the
+  /// outputs are read back: may write into any rank's device buffers (a
+  /// copy on the null stream runs the pending launches first). False with
+  /// `error` fails the case.
+  std::function<bool(std::vector<harness::Rank> &,
+                     const std::vector<ref::TokenBatch> &, uint32_t m,
+                     const harness::TableFacts &, std::string &error)>
+      afterForwards;
+};
 
 /// What `moec selftest` was asked (docs/cli.md).
 struct SelftestOptions {
@@ -46,8 +67,12 @@ struct SelftestOptions {
   /// --activation: the oracle's W13 activation, "silu" or "gpt-oss-swiglu"
   /// (empty: the one the table's W13 kernels were compiled with).
   std::string activation;
-  /// --save: a new directory for every case's inputs and outputs.
+  /// --save: a new directory for every case's inputs and outputs, and
+  /// each table's weights in checkpoint layout (always at the small shape,
+  /// with --save-weights at the bundle's own).
   std::string saveDir;
+  bool saveWeights = false;
+  PlantedFaults faults;
 };
 
 /// Whether the self-test runs the bundle's own code objects (--real, or a
