@@ -134,12 +134,4 @@ void quantizeActivationRow(ActivationFormat format, const double *values,
     quantizeFp8Row(values, k, codes, scales);
 }
 
-void dequantizeActivationRow(ActivationFormat format, const uint8_t *codes,
-                             const uint8_t *scales, int64_t k, double *values) {
-  if (format == ActivationFormat::Mxfp4)
-    dequantizeMxfp4Row(codes, scales, k, values);
-  else
-    dequantizeFp8Row(codes, scales, k, values);
-}
-
 } // namespace moec::ref

@@ -118,15 +118,32 @@ TEST_CASE("FP8 1x32 quantisation: nearest codes, bounds, never saturates",
   }
 }
 
+namespace {
+
+/// One spreadRow of `k` values through an MXFP4 quantiser and back.
+struct Mxfp4Trial {
+  std::vector<double> row, back;
+  std::vector<uint8_t> packed, scales;
+};
+
+template <typename Quantize>
+Mxfp4Trial mxfp4Trial(std::mt19937_64 &rng, int64_t k, Quantize quantize) {
+  Mxfp4Trial t{spreadRow(rng, k), std::vector<double>(size_t(k)),
+               std::vector<uint8_t>(size_t(k / 2)),
+               std::vector<uint8_t>(size_t(k / 32))};
+  quantize(t.row.data(), k, t.packed.data(), t.scales.data());
+  dequantizeMxfp4Row(t.packed.data(), t.scales.data(), k, t.back.data());
+  return t;
+}
+
+} // namespace
+
 TEST_CASE("MXFP4 quantisation: nearest codes, bounds, packing", "[quantize]") {
   std::mt19937_64 rng(24);
   const int64_t k = 128;
   for (int trial = 0; trial < 300; ++trial) {
-    std::vector<double> row = spreadRow(rng, k);
-    std::vector<uint8_t> packed(k / 2), scales(k / 32);
-    quantizeMxfp4Row(row.data(), k, packed.data(), scales.data());
-    std::vector<double> back(k);
-    dequantizeMxfp4Row(packed.data(), scales.data(), k, back.data());
+    const Mxfp4Trial t = mxfp4Trial(rng, k, quantizeMxfp4Row);
+    const auto &[row, back, packed, scales] = t;
     for (int64_t block = 0; block < k / 32; ++block) {
       double amax = 0;
       for (int i = 0; i < 32; ++i)
@@ -274,12 +291,8 @@ TEST_CASE("MXFP4 activation quantisation: nearest codes within [3.5, 7)",
   std::mt19937_64 rng(25);
   const int64_t k = 128;
   for (int trial = 0; trial < 300; ++trial) {
-    std::vector<double> row = spreadRow(rng, k);
-    std::vector<uint8_t> packed(k / 2), scales(k / 32);
-    quantizeFp4ActivationRow(row.data(), k, packed.data(), scales.data());
-    std::vector<double> back(k);
-    dequantizeActivationRow(ActivationFormat::Mxfp4, packed.data(),
-                            scales.data(), k, back.data());
+    const Mxfp4Trial t = mxfp4Trial(rng, k, quantizeFp4ActivationRow);
+    const auto &[row, back, packed, scales] = t;
     for (int64_t block = 0; block < k / 32; ++block) {
       double amax = 0;
       for (int i = 0; i < 32; ++i)

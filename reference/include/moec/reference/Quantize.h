@@ -94,10 +94,6 @@ inline int64_t activationRowBytes(ActivationFormat format, int64_t k) {
 void quantizeActivationRow(ActivationFormat format, const double *values,
                            int64_t k, uint8_t *codes, uint8_t *scales);
 
-/// dequantizeFp8Row or dequantizeMxfp4Row, by `format`.
-void dequantizeActivationRow(ActivationFormat format, const uint8_t *codes,
-                             const uint8_t *scales, int64_t k, double *values);
-
 } // namespace moec::ref
 
 #endif // MOEC_REFERENCE_QUANTIZE_H
