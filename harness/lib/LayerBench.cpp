@@ -310,6 +310,10 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
 
 namespace {
 
+/// The stages AITER's us1 and us2 time.
+const std::string kW13 = rt::stageName(rt::Stage::W13);
+const std::string kW2 = rt::stageName(rt::Stage::W2);
+
 bool hasStages(const BenchResult &result) {
   for (const BenchRow &row : result.rows)
     if (!row.stages.empty())
@@ -371,9 +375,9 @@ std::string formatBenchText(const BenchResult &result) {
     column(" %7s", orDash(ratio(row)));
     if (stageFigures) {
       column(" %8s", orDash(number(row.publishedW13Us)));
-      column(" %7s", orDash(ratio(row.stageUs("w13"), row.publishedW13Us)));
+      column(" %7s", orDash(ratio(row.stageUs(kW13), row.publishedW13Us)));
       column(" %8s", orDash(number(row.publishedW2Us)));
-      column(" %7s", orDash(ratio(row.stageUs("w2"), row.publishedW2Us)));
+      column(" %7s", orDash(ratio(row.stageUs(kW2), row.publishedW2Us)));
     }
     out << "  " << row.figure << "\n";
   }
@@ -407,9 +411,9 @@ bool writeBenchCsv(const BenchResult &result, const std::string &path,
     for (const std::string &stage : benchStages())
       out << ',' << number(row.stageUs(stage), "%.3f");
     out << ',' << number(row.publishedW13Us, "%.3f") << ','
-        << ratio(row.stageUs("w13"), row.publishedW13Us) << ','
+        << ratio(row.stageUs(kW13), row.publishedW13Us) << ','
         << number(row.publishedW2Us, "%.3f") << ','
-        << ratio(row.stageUs("w2"), row.publishedW2Us) << '\n';
+        << ratio(row.stageUs(kW2), row.publishedW2Us) << '\n';
   }
   return writeAtomically(path, out.str(), error);
 }
@@ -438,9 +442,9 @@ bool writeBenchJson(const BenchResult &result, const std::string &path,
       out << ", \"" << stage << "_us\": " << json(number(row.stageUs(stage), "%.3f"));
     out << ", \"published_us1\": " << json(number(row.publishedW13Us, "%.3f"))
         << ", \"ratio_w13\": "
-        << json(ratio(row.stageUs("w13"), row.publishedW13Us))
+        << json(ratio(row.stageUs(kW13), row.publishedW13Us))
         << ", \"published_us2\": " << json(number(row.publishedW2Us, "%.3f"))
-        << ", \"ratio_w2\": " << json(ratio(row.stageUs("w2"), row.publishedW2Us))
+        << ", \"ratio_w2\": " << json(ratio(row.stageUs(kW2), row.publishedW2Us))
         << "}" << (i + 1 < result.rows.size() ? "," : "") << "\n";
   }
   out << " ]}\n";
