@@ -14,7 +14,11 @@
 #include "moec/Report/HtmlReport.h"
 
 #include "moec/Report/BundleAnalysis.h"
+#include "moec/Report/PlotScales.h"
 #include "moec/kernel_occupancy.h"
+
+#include "HtmlParts.h"
+#include "MeasurementSections.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,41 +47,12 @@ std::string escape(std::string_view text) {
   return out;
 }
 
-/// A fixed-precision number ("12.5").
-std::string fixed(double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  return buffer;
-}
-
 std::string bytesText(uint64_t bytes) {
   if (bytes >= 1024 && bytes % 1024 == 0)
     return std::to_string(bytes / 1024) + " KiB";
   if (bytes >= 1024)
     return fixed(double(bytes) / 1024.0, 1) + " KiB";
   return std::to_string(bytes) + " B";
-}
-
-/// Colours for configurations: distinct hues readable with white text.
-constexpr const char *kPalette[] = {
-    "#2f6fb0", "#d9822b", "#3a9a5b", "#c2423f", "#7d5cb8", "#8c6d46",
-    "#c75a9e", "#5f6b7a", "#9aa22e", "#2aa3b8", "#4b4fa8", "#b86b2a"};
-constexpr size_t kPaletteSize = sizeof kPalette / sizeof kPalette[0];
-
-/// A log2 M axis over [1, mMax] mapped to [left, left + width].
-struct LogAxis {
-  double left = 0, width = 0;
-  double mMax = 2;
-  double x(double m) const {
-    const double value = std::log2(std::max(m, 1.0));
-    return left + width * std::min(value / std::log2(mMax), 1.0);
-  }
-};
-
-std::string mText(uint64_t m) {
-  if (m >= 1024 && m % 1024 == 0)
-    return std::to_string(m / 1024) + "K";
-  return std::to_string(m);
 }
 
 /// Tables with more rows than this get no per-row marker on the band chart.
@@ -88,9 +63,9 @@ constexpr size_t kMaxOpenRows = 40;
 class ReportWriter {
 public:
   ReportWriter(const rt::Bundle &bundle, const target::TargetInfo &chip,
-               std::string bundleName)
+               std::string bundleName, const ReportMeasurements &measurements)
       : bundle_(bundle), manifest_(bundle.manifest()), chip_(chip),
-        bundleName_(std::move(bundleName)) {}
+        bundleName_(std::move(bundleName)), measurements_(measurements) {}
 
   bool write(std::ostringstream &out, std::string &error) {
     if (!readKernelFacts(manifest_, facts_, error))
@@ -98,6 +73,13 @@ public:
     header(out);
     summary(out);
     legend(out);
+    if (measurements_.modelCheck)
+      writeModelCheckSection(out, manifest_, *measurements_.modelCheck,
+                             measurements_.allFigures);
+    if (measurements_.bench)
+      writeBenchSection(out, manifest_, *measurements_.bench);
+    if (measurements_.published)
+      writeAnchorSection(out, manifest_, facts_, *measurements_.published);
     for (size_t t = 0; t < manifest_.selection.size(); ++t)
       table(out, t);
     configurations(out);
@@ -240,10 +222,7 @@ private:
     for (const rt::SelectionTable &other : manifest_.selection)
       if (other.network == table.network && other.ep == table.ep)
         top = std::max<uint64_t>(top, other.workspace);
-    uint64_t power = 2;
-    while (power < top * 2 && power < (uint64_t(1) << 33))
-      power *= 2;
-    return double(power);
+    return mAxisEnd(top);
   }
 
   void bandChart(std::ostringstream &out, size_t t,
@@ -266,16 +245,14 @@ private:
     out << "<line x1=\"" << axis.left << "\" y1=\"" << axisY << "\" x2=\""
         << axis.left + axis.width << "\" y2=\"" << axisY
         << "\" stroke=\"#888\"/>";
-    const int powers = int(std::log2(axis.mMax));
-    const int step = powers > 16 ? 2 : 1;
-    for (int p = 0; p <= powers; p += step) {
-      const double x = axis.x(std::ldexp(1.0, p));
+    for (uint64_t m : axis.ticks()) {
+      const double x = axis.x(double(m));
       out << "<line x1=\"" << fixed(x, 1) << "\" y1=\"" << bandTop - 4
           << "\" x2=\"" << fixed(x, 1) << "\" y2=\"" << axisY + 4
           << "\" stroke=\"#e4e4e4\"/>"
           << "<text x=\"" << fixed(x, 1) << "\" y=\"" << axisY + 17
           << "\" class=\"tick\" text-anchor=\"middle\">"
-          << mText(uint64_t(1) << p) << "</text>";
+          << mText(m) << "</text>";
     }
     out << "<text x=\"" << axis.left + axis.width / 2 << "\" y=\"" << axisY + 36
         << "\" class=\"axis-title\" text-anchor=\"middle\">M (source tokens "
@@ -417,11 +394,10 @@ private:
           << "\" class=\"tick\" text-anchor=\"end\">" << fixed(value, 1)
           << "</text>";
     }
-    const int powers = int(std::log2(axis.mMax));
-    for (int p = 0; p <= powers; p += powers > 16 ? 2 : 1)
-      out << "<text x=\"" << fixed(axis.x(std::ldexp(1.0, p)), 1) << "\" y=\""
+    for (uint64_t m : axis.ticks())
+      out << "<text x=\"" << fixed(axis.x(double(m)), 1) << "\" y=\""
           << plotBottom + 16 << "\" class=\"tick\" text-anchor=\"middle\">"
-          << mText(uint64_t(1) << p) << "</text>";
+          << mText(m) << "</text>";
     out << "<text x=\"14\" y=\"" << (plotTop + plotBottom) / 2
         << "\" class=\"axis-title\" transform=\"rotate(-90 14 "
         << (plotTop + plotBottom) / 2 << ")\" text-anchor=\"middle\">µs</text>"
@@ -685,7 +661,7 @@ h3 { font-size: 15px; margin: 0 0 6px; display: flex; align-items: center; gap: 
 h3 small { font-weight: normal; color: var(--muted); }
 a { color: #2456a4; text-decoration: none; }
 .summary { display: grid; grid-template-columns: repeat(4, 1fr); gap: 12px; margin-bottom: 16px; }
-.card, section.table, .legend, .configs { background: #fff; border: 1px solid var(--line);
+.card, section.table, .legend, .configs, section.measure { background: #fff; border: 1px solid var(--line);
   border-radius: 8px; padding: 14px 18px; }
 .card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .06em; }
 .card .value { font-size: 24px; font-weight: 600; margin: 2px 0; }
@@ -722,6 +698,10 @@ td.num { font-variant-numeric: tabular-nums; }
   margin-right: 6px; vertical-align: -1px; }
 .config { border-top: 1px solid var(--line); padding-top: 10px; margin-top: 10px; }
 footer { color: var(--muted); font-size: 12px; margin-top: 18px; }
+section.measure { margin-bottom: 16px; }
+section.measure h3 { margin-top: 14px; }
+.synthetic { background: #fdecea; border: 1px solid #e07b73; color: #8a1c13;
+  border-radius: 6px; padding: 8px 12px; margin: 6px 0 10px; }
 details summary { cursor: pointer; color: #2456a4; margin-top: 8px; font-size: 13px; }
 )css";
 
@@ -729,6 +709,7 @@ details summary { cursor: pointer; color: #2456a4; margin-top: 8px; font-size: 1
   const rt::Manifest &manifest_;
   const target::TargetInfo &chip_;
   std::string bundleName_;
+  const ReportMeasurements &measurements_;
   std::vector<KernelFacts> facts_;
 };
 
@@ -738,9 +719,10 @@ std::string htmlEscape(std::string_view text) { return escape(text); }
 
 bool writeHtmlReport(const rt::Bundle &bundle, const target::TargetInfo &chip,
                      const std::string &bundleName, std::string &html,
-                     std::string &error) {
+                     std::string &error,
+                     const ReportMeasurements &measurements) {
   std::ostringstream out;
-  ReportWriter writer(bundle, chip, bundleName);
+  ReportWriter writer(bundle, chip, bundleName, measurements);
   if (!writer.write(out, error))
     return false;
   html = out.str();

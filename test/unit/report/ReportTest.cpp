@@ -105,5 +105,76 @@ TEST_CASE("the page of a compiled bundle names its tables and configurations",
   CHECK(html.find(rt::describeTableKey("rep", 2, 1024)) != std::string::npos);
   CHECK(html.find("id=\"config-0\"") != std::string::npos);
   CHECK(html.find(chip->arch) != std::string::npos);
+  // No measurement given: no measured section.
+  CHECK(html.find("id=\"model-check\"") == std::string::npos);
+  CHECK(html.find("id=\"bench\"") == std::string::npos);
+
+  // With measurements: one model-check figure of the bundle's network
+  // (measured 10 us, predicted 20 us at M 4), one of another network and
+  // one the model skipped; one synthetic bench key of the table, one of
+  // another table.
+  ModelCheckData modelCheck;
+  ModelCheckEntry mine;
+  mine.figure = "mine";
+  mine.family = "megamoe";
+  mine.stage = "layer";
+  mine.network = "rep";
+  mine.part = "train";
+  mine.m = 4;
+  mine.measuredUs = 10;
+  mine.predictedUs = 20;
+  mine.series = {"configuration rep"};
+  ModelCheckEntry other = mine;
+  other.figure = "other";
+  other.network = "elsewhere";
+  ModelCheckEntry skipped = mine;
+  skipped.figure = "skipped";
+  skipped.skipped = "no table";
+  modelCheck.entries = {mine, other, skipped};
+  BenchMeasurements bench;
+  bench.device = "double";
+  bench.method = "graph";
+  bench.synthetic = true;
+  bench.keys = {{"rep", 2, 1024, 64, 50.0, -1, ""},
+                {"gone", 4, 512, 6, 30.0, -1, ""}};
+  ReportMeasurements measurements;
+  measurements.modelCheck = &modelCheck;
+  measurements.bench = &bench;
+  REQUIRE(writeHtmlReport(*bundle, *chip, "r.moeb", html, error, measurements));
+  auto chart = [&](const std::string &id) {
+    const size_t at = html.find("<svg class=\"chart\" id=\"" + id + "\"");
+    REQUIRE(at != std::string::npos);
+    return html.substr(at, html.find("</svg>", at) - at);
+  };
+  auto count = [](const std::string &text, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos;
+         at = text.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  // Scatter: both times in the decade 10 .. 100 over x 80 .. 600 and
+  // y 540 .. 20: measured 10 at x 80, predicted 20 at
+  // 540 - 520 * log10(2) = 383.5; filled (training part).
+  const std::string scatter = chart("model-check-scatter");
+  CHECK(scatter.find("data-points=\"1\"") != std::string::npos);
+  CHECK(count(scatter, "class=\"point\"") == 1);
+  CHECK(scatter.find("<circle cx=\"80.0\" cy=\"383.5\" r=\"4.5\" "
+                     "class=\"point\" data-figure=\"mine\"") !=
+        std::string::npos);
+  // Error along M: M 4 on an axis to 8 over x 80 .. 960 is at
+  // 80 + 880 * 2 / 3 = 666.7; the ratio 2 on 0.1 .. 10 over y 280 .. 16 at
+  // 280 - 264 * (log10(2) + 1) / 2 = 108.3.
+  const std::string alongM = chart("model-check-error");
+  CHECK(count(alongM, "class=\"point\"") == 1);
+  CHECK(alongM.find("<circle cx=\"666.7\" cy=\"108.3\"") != std::string::npos);
+  CHECK(html.find("1 predicted · 1 not predicted · 3 in the file") !=
+        std::string::npos);
+  // Bench: the synthetic label, one measured point, the other key named.
+  CHECK(html.find("<b>SYNTHETIC</b>") != std::string::npos);
+  CHECK(count(chart("bench-table-0"), "class=\"point\"") == 1);
+  CHECK(html.find("Measured keys of no table of this bundle (not drawn): gone "
+                  "ep4 ws512.") != std::string::npos);
+  CHECK(html.find("<script") == std::string::npos);
   fs::remove_all(dir);
 }

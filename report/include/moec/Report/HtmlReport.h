@@ -13,6 +13,7 @@
 #ifndef MOEC_REPORT_HTMLREPORT_H
 #define MOEC_REPORT_HTMLREPORT_H
 
+#include "moec/Report/Measurements.h"
 #include "moec/bundle.h"
 #include "moec/target/target_info.h"
 
@@ -22,11 +23,13 @@
 namespace moec::report {
 
 /// The page about `bundle` on `chip` (the bundle's own, bundleChip()),
-/// titled with `bundleName`. False with a one-line `error` when a kernel's
+/// titled with `bundleName`, with the sections `measurements` asks for
+/// (docs/report.md). False with a one-line `error` when a kernel's
 /// attributes do not parse.
 bool writeHtmlReport(const rt::Bundle &bundle, const target::TargetInfo &chip,
                      const std::string &bundleName, std::string &html,
-                     std::string &error);
+                     std::string &error,
+                     const ReportMeasurements &measurements = {});
 
 /// `text` escaped for HTML element content and attribute values.
 std::string htmlEscape(std::string_view text);
