@@ -38,8 +38,7 @@ std::string deviceToken(const std::string &name, int ordinal) {
   return token + "-gpu" + std::to_string(ordinal);
 }
 
-std::string timingMethodToken(const DeviceTimerOptions &options,
-                              bool fusedDirect) {
+std::string timingMethodToken(const DeviceTimerOptions &options) {
   std::string flush = "noflush";
   if (options.flushBytes) {
     const uint64_t mib = options.flushBytes >> 20;
@@ -55,8 +54,7 @@ std::string timingMethodToken(const DeviceTimerOptions &options,
          std::to_string(options.passes * options.samplesPerPass) + "samples" +
          (options.replaysPerSample > 1
               ? "-" + std::to_string(options.replaysPerSample) + "replays"
-              : "") +
-         (fusedDirect ? "-fused-direct" : "");
+              : "");
 }
 
 namespace {
@@ -162,11 +160,14 @@ private:
                   std::vector<StageTime> &stages,
                   std::vector<std::vector<double>> &samples,
                   std::string &error);
-  /// Captures what `issue` puts on rank 0's stream in a graph, replays it
-  /// once (the upload) and `warmups` times, then takes a pass of samples,
-  /// one flush before each.
+  /// Captures what `issue(r)` puts on rank r's stream in one graph per
+  /// rank, replays them once (the upload) and `warmups` times, then takes
+  /// a pass of samples, one flush before each; a sample is the slowest
+  /// rank's time. Every rank's replay is queued before any is waited on:
+  /// fused ranks wait on each other's kernels, and their launch epoch is
+  /// in device memory, so a replayed graph serves any number of launches.
   bool sampleCaptured(ConfigSetUp &setUp,
-                      const std::function<bool(std::string &)> &issue,
+                      const std::function<bool(size_t, std::string &)> &issue,
                       unsigned warmups, std::vector<double> &samples,
                       std::string &error);
   /// timeStages for key `k` in this pass, its pass medians kept in
@@ -180,10 +181,8 @@ private:
                          const DeviceTimings &timings, StageTimings &out) const;
   bool syncAll(ConfigSetUp &setUp, std::string &error);
   bool flushAll(ConfigSetUp &setUp, std::string &error);
-  /// Every rank's forward, `repeats` times; with `events`, between the
-  /// rank's start and stop events.
-  bool forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
-                  std::string &error, unsigned repeats = 1);
+  /// Every rank's forward (the warm-ups before a key is captured).
+  bool forwardAll(ConfigSetUp &setUp, uint32_t m, std::string &error);
   bool check(const rt::HipDevice &device, rt::hip::Error status,
              const char *what, std::string &error) const {
     if (status == rt::hip::kSuccess)
@@ -374,29 +373,19 @@ bool Timer::setUp(const TimedConfig &config, ConfigState &state,
   return true;
 }
 
-bool Timer::forwardAll(ConfigSetUp &setUp, uint32_t m, bool events,
-                       std::string &error, unsigned repeats) {
+bool Timer::forwardAll(ConfigSetUp &setUp, uint32_t m, std::string &error) {
   // Every rank's forward is queued before any is waited on: fused ranks
   // wait on each other's kernels.
   for (size_t r = 0; r < setUp.ranks.size(); ++r) {
     Rank &rank = setUp.ranks[r];
     DeviceContext &ctx = *setUp.contexts[r];
-    const rt::HipTimingSymbols &t = ctx.timing();
     if (!ctx.device->makeCurrent(error))
       return false;
-    if (events && !check(*ctx.device, t.hipEventRecord(ctx.start, ctx.stream),
-                         "hipEventRecord", error))
+    if (rank.layer->forward(rankInputs(rank, m), ctx.stream, error) !=
+        rt::Layer::ForwardStatus::Ok) {
+      error = "forward: " + error;
       return false;
-    const rt::LayerInputs inputs = rankInputs(rank, m);
-    for (unsigned i = 0; i < repeats; ++i)
-      if (rank.layer->forward(inputs, ctx.stream, error) !=
-          rt::Layer::ForwardStatus::Ok) {
-        error = "forward: " + error;
-        return false;
-      }
-    if (events && !check(*ctx.device, t.hipEventRecord(ctx.stop, ctx.stream),
-                         "hipEventRecord", error))
-      return false;
+    }
   }
   return true;
 }
@@ -430,45 +419,19 @@ bool Timer::timeKey(ConfigState &state, ConfigSetUp &setUp, uint32_t m,
     return false;
   }
   for (unsigned w = 0; w < options_.warmups; ++w)
-    if (!forwardAll(setUp, m, false, error))
+    if (!forwardAll(setUp, m, error))
       return false;
   if (!syncAll(setUp, error))
     return false;
 
-  // Fused: direct launches, the slowest rank's time per sample.
-  if (state.facts.fused) {
-    for (unsigned s = 0; s < options_.samplesPerPass; ++s) {
-      if (!flushAll(setUp, error) ||
-          !forwardAll(setUp, m, true, error, options_.replaysPerSample))
-        return false;
-      double slowest = 0.0;
-      for (DeviceContext *ctx : setUp.contexts) {
-        const rt::HipTimingSymbols &t = ctx->timing();
-        float ms = 0.0f;
-        if (!ctx->device->makeCurrent(error) ||
-            !check(*ctx->device, t.hipEventSynchronize(ctx->stop),
-                   "hipEventSynchronize", error) ||
-            !check(*ctx->device, t.hipEventElapsedTime(&ms, ctx->start, ctx->stop),
-                   "hipEventElapsedTime", error))
-          return false;
-        slowest = std::max(slowest, double(ms) * 1000.0 /
-                                        double(options_.replaysPerSample));
-      }
-      samples.push_back(slowest);
-    }
-    return syncAll(setUp, error);
-  }
-
-  // Unfused: one rank; one forward captured, then replayed. Captured here,
-  // right before its samples, so the replay's arguments are this key's
-  // whatever HIP keeps of the layer's argument buffers.
-  Rank &rank = setUp.ranks[0];
-  const rt::LayerInputs inputs = rankInputs(rank, m);
+  // Every rank (rank 0 alone of an unfused table): its forward captured
+  // right before its samples, so the replay's arguments are this key's.
   return sampleCaptured(
       setUp,
-      [&](std::string &why) {
-        if (rank.layer->forward(inputs, setUp.contexts[0]->stream, why) ==
-            rt::Layer::ForwardStatus::Ok)
+      [&](size_t r, std::string &why) {
+        Rank &rank = setUp.ranks[r];
+        if (rank.layer->forward(rankInputs(rank, m), setUp.contexts[r]->stream,
+                                why) == rt::Layer::ForwardStatus::Ok)
           return true;
         why = "forward under capture: " + why;
         return false;
@@ -511,7 +474,7 @@ bool Timer::timeStages(ConfigSetUp &setUp, uint32_t m,
     stages.push_back({rt::stageName(stageOps[s].stage), stageOps[s].kernels});
     if (!sampleCaptured(
             setUp,
-            [&](std::string &why) {
+            [&](size_t, std::string &why) {
               return issueOps(*ctx.device, stageOps[s].ops, ctx.stream, why);
             },
             options_.warmups, samples[s], error)) {
@@ -522,70 +485,95 @@ bool Timer::timeStages(ConfigSetUp &setUp, uint32_t m,
   return true;
 }
 
-bool Timer::sampleCaptured(ConfigSetUp &setUp,
-                           const std::function<bool(std::string &)> &issue,
-                           unsigned warmups, std::vector<double> &samples,
-                           std::string &error) {
-  DeviceContext &ctx = *setUp.contexts[0];
-  const rt::HipDevice &device = *ctx.device;
-  const rt::HipTimingSymbols &t = ctx.timing();
-  rt::hip::Graph graph = nullptr;
-  rt::hip::GraphExec exec = nullptr;
+bool Timer::sampleCaptured(
+    ConfigSetUp &setUp, const std::function<bool(size_t, std::string &)> &issue,
+    unsigned warmups, std::vector<double> &samples, std::string &error) {
+  const size_t ranks = setUp.ranks.size();
+  std::vector<rt::hip::Graph> graphs(ranks, nullptr);
+  std::vector<rt::hip::GraphExec> execs(ranks, nullptr);
   struct Cleanup {
-    const rt::HipTimingSymbols &t;
-    rt::hip::Graph &graph;
-    rt::hip::GraphExec &exec;
+    ConfigSetUp &setUp;
+    std::vector<rt::hip::Graph> &graphs;
+    std::vector<rt::hip::GraphExec> &execs;
     ~Cleanup() {
-      if (exec)
-        (void)t.hipGraphExecDestroy(exec);
-      if (graph)
-        (void)t.hipGraphDestroy(graph);
+      for (size_t r = 0; r < graphs.size(); ++r) {
+        const rt::HipTimingSymbols &t = setUp.contexts[r]->timing();
+        if (execs[r])
+          (void)t.hipGraphExecDestroy(execs[r]);
+        if (graphs[r])
+          (void)t.hipGraphDestroy(graphs[r]);
+      }
     }
-  } cleanup{t, graph, exec};
-  if (!device.makeCurrent(error) ||
-      !check(device,
-             t.hipStreamBeginCapture(ctx.stream, rt::hip::kStreamCaptureModeGlobal),
-             "hipStreamBeginCapture", error))
-    return false;
-  std::string issueError;
-  const bool issued = issue(issueError);
-  // The capture ends whatever the issue did, or the stream stays in it.
-  const rt::hip::Error ended = t.hipStreamEndCapture(ctx.stream, &graph);
-  if (!issued) {
-    error = issueError;
-    return false;
+  } cleanup{setUp, graphs, execs};
+  for (size_t r = 0; r < ranks; ++r) {
+    DeviceContext &ctx = *setUp.contexts[r];
+    const rt::HipDevice &device = *ctx.device;
+    const rt::HipTimingSymbols &t = ctx.timing();
+    if (!device.makeCurrent(error) ||
+        !check(device,
+               t.hipStreamBeginCapture(ctx.stream,
+                                       rt::hip::kStreamCaptureModeGlobal),
+               "hipStreamBeginCapture", error))
+      return false;
+    std::string issueError;
+    const bool issued = issue(r, issueError);
+    // The capture ends whatever the issue did, or the stream stays in it.
+    const rt::hip::Error ended = t.hipStreamEndCapture(ctx.stream, &graphs[r]);
+    if (!issued) {
+      error = issueError;
+      return false;
+    }
+    char log[256] = {};
+    rt::hip::GraphNode errorNode = nullptr;
+    if (!check(device, ended, "hipStreamEndCapture", error) ||
+        !check(device,
+               t.hipGraphInstantiate(&execs[r], graphs[r], &errorNode, log,
+                                     sizeof(log)),
+               "hipGraphInstantiate", error))
+      return false;
   }
-  char log[256] = {};
-  rt::hip::GraphNode errorNode = nullptr;
-  if (!check(device, ended, "hipStreamEndCapture", error) ||
-      !check(device,
-             t.hipGraphInstantiate(&exec, graph, &errorNode, log, sizeof(log)),
-             "hipGraphInstantiate", error))
-    return false;
-  auto replay = [&](unsigned count) {
-    for (unsigned i = 0; i < count; ++i)
-      if (!check(device, t.hipGraphLaunch(exec, ctx.stream), "hipGraphLaunch",
-                 error))
+  // Every rank's replays, between its events when `timed`.
+  auto replayAll = [&](unsigned count, bool timed) {
+    for (size_t r = 0; r < ranks; ++r) {
+      DeviceContext &ctx = *setUp.contexts[r];
+      const rt::HipDevice &device = *ctx.device;
+      const rt::HipTimingSymbols &t = ctx.timing();
+      if (!device.makeCurrent(error) ||
+          (timed && !check(device, t.hipEventRecord(ctx.start, ctx.stream),
+                           "hipEventRecord", error)))
         return false;
+      for (unsigned i = 0; i < count; ++i)
+        if (!check(device, t.hipGraphLaunch(execs[r], ctx.stream),
+                   "hipGraphLaunch", error))
+          return false;
+      if (timed && !check(device, t.hipEventRecord(ctx.stop, ctx.stream),
+                          "hipEventRecord", error))
+        return false;
+    }
     return true;
   };
   // The first replay uploads the graph; it is not a sample.
-  if (!replay(1 + warmups) || !syncAll(setUp, error))
+  if (!replayAll(1 + warmups, false) || !syncAll(setUp, error))
     return false;
   for (unsigned s = 0; s < options_.samplesPerPass; ++s) {
-    float ms = 0.0f;
     if (!flushAll(setUp, error) ||
-        !check(device, t.hipEventRecord(ctx.start, ctx.stream), "hipEventRecord",
-               error) ||
-        !replay(options_.replaysPerSample) ||
-        !check(device, t.hipEventRecord(ctx.stop, ctx.stream), "hipEventRecord",
-               error) ||
-        !check(device, t.hipEventSynchronize(ctx.stop), "hipEventSynchronize",
-               error) ||
-        !check(device, t.hipEventElapsedTime(&ms, ctx.start, ctx.stop),
-               "hipEventElapsedTime", error))
+        !replayAll(options_.replaysPerSample, true))
       return false;
-    samples.push_back(double(ms) * 1000.0 / double(options_.replaysPerSample));
+    double slowest = 0.0;
+    for (size_t r = 0; r < ranks; ++r) {
+      DeviceContext &ctx = *setUp.contexts[r];
+      const rt::HipTimingSymbols &t = ctx.timing();
+      float ms = 0.0f;
+      if (!ctx.device->makeCurrent(error) ||
+          !check(*ctx.device, t.hipEventSynchronize(ctx.stop),
+                 "hipEventSynchronize", error) ||
+          !check(*ctx.device, t.hipEventElapsedTime(&ms, ctx.start, ctx.stop),
+                 "hipEventElapsedTime", error))
+        return false;
+      slowest = std::max(slowest, double(ms) * 1000.0 /
+                                      double(options_.replaysPerSample));
+    }
+    samples.push_back(slowest);
   }
   return syncAll(setUp, error);
 }
@@ -618,7 +606,6 @@ bool Timer::run(const std::string &bundlePath,
 
   std::vector<ConfigState> states(configs.size());
   timings.us.assign(configs.size(), {});
-  bool fusedTimed = false;
   for (size_t c = 0; c < configs.size(); ++c) {
     const TimedConfig &config = configs[c];
     ConfigState &state = states[c];
@@ -644,11 +631,10 @@ bool Timer::run(const std::string &bundlePath,
       timings.skipped.push_back(reason);
       continue;
     }
-    fusedTimed |= state.facts.fused;
     for (int64_t m : config.keys)
       batchTokens_ = std::max(batchTokens_, uint32_t(std::max<int64_t>(m, 0)));
   }
-  timings.method = timingMethodToken(options_, fusedTimed);
+  timings.method = timingMethodToken(options_);
 
   std::mt19937_64 shuffler(options_.seed);
   bool stopped = false;

@@ -279,9 +279,7 @@ bool runBench(const std::string &bundlePath, const BenchOptions &options,
       return false;
     result.device = timings.device;
     result.date = timings.date;
-    // Fused tables are launched directly; the method says so once any is.
-    if (result.method.empty() || timings.method.size() > result.method.size())
-      result.method = timings.method;
+    result.method = timings.method;
     result.skipped.insert(result.skipped.end(), timings.skipped.begin(),
                           timings.skipped.end());
     for (size_t k = 0; k < keys[c].size(); ++k) {

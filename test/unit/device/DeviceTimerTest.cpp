@@ -150,14 +150,14 @@ TEST_CASE("tokens", "[timer]") {
   CHECK(deviceToken("AMD Instinct MI355X", 2) == "AMD-Instinct-MI355X-gpu2");
   CHECK(deviceToken("  a=b  (c) ", 0) == "a-b-c-gpu0");
   CHECK(deviceToken("", 1) == "hip-device-gpu1");
-  CHECK(timingMethodToken(DeviceTimerOptions(), false) ==
+  CHECK(timingMethodToken(DeviceTimerOptions()) ==
         "hip-graph-median-flush512M-4pass-reversed-40samples");
   DeviceTimerOptions options;
   options.passes = 2;
   options.samplesPerPass = 3;
   options.flushBytes = 0;
-  CHECK(timingMethodToken(options, true) ==
-        "hip-graph-median-noflush-2pass-reversed-6samples-fused-direct");
+  CHECK(timingMethodToken(options) ==
+        "hip-graph-median-noflush-2pass-reversed-6samples");
 }
 
 TEST_CASE("one median per config and key, whatever the pass order and the "
@@ -264,7 +264,8 @@ TEST_CASE("configs the timer cannot time are skipped with a reason", "[timer]") 
   // Nothing fused was timed.
   CHECK(timings.method == "hip-graph-median-flush512M-4pass-reversed-40samples");
 
-  // Two devices: the fused ranks on devices 0 and 1, launched directly.
+  // Two devices: the fused ranks on devices 0 and 1, each rank's forward
+  // captured and replayed as an unfused one is.
   ScopedEnv devices("MOEC_TIMING_DOUBLE_DEVICES", "2");
   DeviceTimings fused;
   REQUIRE(runTimer(0, doubleOptions(), MOEC_EP2_SMALL_BUNDLE,
@@ -273,8 +274,7 @@ TEST_CASE("configs the timer cannot time are skipped with a reason", "[timer]") 
   CHECK(fused.us[0][0] == Approx(timings.us[0][0]).epsilon(1e-5));
   CHECK(fused.us[1][0] > 1.0);
   CHECK(fused.us[1][1] > 1.0);
-  CHECK(fused.method ==
-        "hip-graph-median-flush512M-4pass-reversed-40samples-fused-direct");
+  CHECK(fused.method == "hip-graph-median-flush512M-4pass-reversed-40samples");
   // From device 1 the second rank would be device 2.
   DeviceTimings second;
   REQUIRE(runTimer(1, doubleOptions(), MOEC_EP2_SMALL_BUNDLE,

@@ -89,10 +89,8 @@ std::string deviceToken(const std::string &name, int ordinal);
 /// The method token of a run (docs/tuning.md, "Timing on a device"), e.g.
 /// "hip-graph-median-flush512M-4pass-reversed-40samples" (`moec bench`:
 /// "hip-graph-mean-of-pass-medians-flush512M-2pass-reversed-shuffled-
-/// 60samples"); `fusedDirect` appends "-fused-direct" (fused tables
-/// launched without a graph).
-std::string timingMethodToken(const DeviceTimerOptions &options,
-                              bool fusedDirect);
+/// 60samples"). Fused tables are timed by the same graph replay.
+std::string timingMethodToken(const DeviceTimerOptions &options);
 
 } // namespace moec::harness
 
