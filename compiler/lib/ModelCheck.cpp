@@ -13,6 +13,7 @@
 #include "TunerInternal.h"
 
 #include "moec/Compiler/AiterCsv.h"
+#include "moec/Compiler/CsvText.h"
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/target/target_info.h"
 
@@ -30,31 +31,10 @@
 namespace moec {
 namespace {
 
-bool readText(const std::string &path, std::string &text, std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = path + ": cannot read the file";
-    return false;
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  text = buffer.str();
-  return true;
-}
+using csv::fieldsOf;
+using csv::parseNumber;
+using csv::readText;
 
-/// The fields of a CSV line (no quoting in the files read here).
-std::vector<std::string> fieldsOf(std::string line) {
-  if (!line.empty() && line.back() == '\r')
-    line.pop_back();
-  std::vector<std::string> fields;
-  std::string field;
-  std::istringstream in(line);
-  while (std::getline(in, field, ','))
-    fields.push_back(field);
-  if (!line.empty() && line.back() == ',')
-    fields.push_back("");
-  return fields;
-}
 
 /// Reads a CSV: the header's column positions, then `onRow(fields, line)`
 /// per non-empty data line; a line with another field count is an error,
@@ -101,14 +81,6 @@ bool forEachCsvRow(
     }
   }
   return true;
-}
-
-bool parseNumber(const std::string &text, double &value) {
-  if (text.empty())
-    return false;
-  char *end = nullptr;
-  value = std::strtod(text.c_str(), &end);
-  return end && *end == '\0' && std::isfinite(value);
 }
 
 bool parseInteger(const std::string &text, int64_t &value) {

@@ -2,32 +2,15 @@
 
 #include "moec/Report/Measurements.h"
 
-#include <cstdlib>
+#include "moec/Compiler/CsvText.h"
+
 #include <map>
 #include <sstream>
 
 namespace moec::report {
 namespace {
 
-std::vector<std::string> splitCsvLine(const std::string &line) {
-  std::vector<std::string> fields;
-  std::string field;
-  std::istringstream in(line);
-  while (std::getline(in, field, ','))
-    fields.push_back(field);
-  // A trailing comma is an empty last field.
-  if (!line.empty() && line.back() == ',')
-    fields.emplace_back();
-  return fields;
-}
-
-bool parseNumber(const std::string &text, double &value) {
-  if (text.empty())
-    return false;
-  char *end = nullptr;
-  value = std::strtod(text.c_str(), &end);
-  return *end == '\0';
-}
+using csv::parseNumber;
 
 /// The string value of `"key": "value"` in a JSON line, or false.
 bool jsonString(const std::string &line, const std::string &key,
@@ -54,7 +37,7 @@ bool parseModelCheckCsv(const std::string &path, const std::string &text,
     error = path + ": empty, expected moec model-check --csv output";
     return false;
   }
-  const std::vector<std::string> header = splitCsvLine(line);
+  const std::vector<std::string> header = csv::fieldsOf(line);
   std::map<std::string, size_t> column;
   for (size_t i = 0; i < header.size(); ++i)
     column[header[i]] = i;
@@ -71,7 +54,7 @@ bool parseModelCheckCsv(const std::string &path, const std::string &text,
     if (line.empty())
       continue;
     const std::string where = path + ":" + std::to_string(number) + ": ";
-    const std::vector<std::string> f = splitCsvLine(line);
+    const std::vector<std::string> f = csv::fieldsOf(line);
     if (f.size() != header.size()) {
       error = where + std::to_string(f.size()) + " fields, the header has " +
               std::to_string(header.size());

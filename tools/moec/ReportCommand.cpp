@@ -10,6 +10,7 @@
 #include "CommandSupport.h"
 #include "Commands.h"
 
+#include "moec/Compiler/CsvText.h"
 #include "moec/Harness/LayerBench.h"
 #include "moec/Report/BundleAnalysis.h"
 #include "moec/Report/HtmlReport.h"
@@ -38,19 +39,6 @@ struct ReportArgs {
   bool publishedGiven = false;
 };
 
-bool readWholeFile(const std::string &path, std::string &text,
-                   std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = path + ": cannot read the file";
-    return false;
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  text = buffer.str();
-  return true;
-}
-
 /// Reads the files behind --bench, --model-check and --published into
 /// `measurements` (pointing into the other arguments).
 bool readMeasurements(const ReportArgs &args, report::BenchMeasurements &bench,
@@ -61,7 +49,7 @@ bool readMeasurements(const ReportArgs &args, report::BenchMeasurements &bench,
   std::string text;
   if (!args.bench.empty()) {
     std::vector<harness::BenchRow> rows;
-    if (!readWholeFile(args.bench, text, error) ||
+    if (!csv::readText(args.bench, text, error) ||
         !report::parseBenchHeader(args.bench, text, bench, error) ||
         !harness::readBenchRows(args.bench, rows, error))
       return false;
@@ -72,7 +60,7 @@ bool readMeasurements(const ReportArgs &args, report::BenchMeasurements &bench,
     measurements.bench = &bench;
   }
   if (!args.modelCheck.empty()) {
-    if (!readWholeFile(args.modelCheck, text, error) ||
+    if (!csv::readText(args.modelCheck, text, error) ||
         !report::parseModelCheckCsv(args.modelCheck, text, modelCheck, error))
       return false;
     measurements.modelCheck = &modelCheck;
@@ -81,7 +69,7 @@ bool readMeasurements(const ReportArgs &args, report::BenchMeasurements &bench,
   // The default figures file is the repository's: run elsewhere, the page
   // goes without the EP8 anchor rather than not at all.
   if (args.publishedGiven || std::filesystem::exists(args.published)) {
-    if (!readWholeFile(args.published, text, error) ||
+    if (!csv::readText(args.published, text, error) ||
         !parsePublishedFigures(args.published, text, published, error))
       return false;
     measurements.published = &published;
