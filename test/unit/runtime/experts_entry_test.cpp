@@ -31,28 +31,7 @@ std::string lastError() { return moec_last_error_message(); }
 /// class 16: enough for a layer to plan and launch.
 std::string writeQuantTable(const TempDir &dir, const std::string &name, uint32_t ep,
                             bool sharedExpert) {
-  json kernel = kernelJson("moe_quant_eeee0001", 0, 64, 16384);
-  kernel["stage"] = "quant";
-  kernel["attributes"] = {
-      {"problem", std::string("#moe.problem<hidden = 256, intermediate = 128, ") +
-                      (sharedExpert ? "experts = 9, top_k = 3" : "experts = 8, top_k = 2") +
-                      ", ep = " + std::to_string(ep) + ">"}};
-  if (sharedExpert)
-    kernel["attributes"]["shared_fp8_expert"] = "true";
-  kernel["abi"] = json::array(
-      {{{"name", "x"}, {"kind", "buffer"}, {"dtype", "bf16"}, {"access", "read"}},
-       {{"name", "out"}, {"kind", "buffer"}, {"dtype", "f8E4M3FN"}, {"access", "write"}},
-       {{"name", "out_scale"}, {"kind", "buffer"}, {"dtype", "ui8"}, {"access", "write"}},
-       {{"name", "num_tokens"}, {"kind", "i32"}}});
-  kernel["launch"]["grid"] = {{"x", "num_tokens"}, {"y", "1"}, {"z", "1"}};
-  json manifest = sampleManifest();
-  manifest["kernels"] = json::array({kernel});
-  manifest["configs"] =
-      json::array({{{"id", "quant"}, {"kernels", {0}}, {"provenance", "measured"}}});
-  manifest["selection"] = json::array(
-      {{{"network", "flash"}, {"family", "megamoe"}, {"ep", ep}, {"workspace", 16},
-        {"transport", "fixed-slot"}, {"above_max", "largest"},
-        {"rows", json::array({{{"m", 16}, {"config", 0}}})}}});
+  const json manifest = quantLayerManifest(16384, sharedExpert, ep);
   std::string error;
   const std::string path = dir.file(name);
   REQUIRE(moec::rt::writeBundle(path, manifest.dump(), {syntheticCodeObject(1500, 1)},

@@ -67,41 +67,11 @@ std::unique_ptr<HipDevice> fakeDevice() {
   return device;
 }
 
-/// A table a Layer accepts: one configuration of one quant kernel compiled
-/// for H 256, I 128, 8 experts, top-2 (9 and top-3 with the FHMoE shared
-/// expert), EP 1, workspace class 16.
-json layerManifest(uint32_t ldsBytes, bool sharedExpert) {
-  json kernel = kernelJson("moe_quant_aaaa0004", 0, 64, ldsBytes);
-  kernel["stage"] = "quant";
-  kernel["attributes"] = {
-      {"problem", sharedExpert ? "#moe.problem<hidden = 256, intermediate = 128, "
-                                 "experts = 9, top_k = 3>"
-                               : "#moe.problem<hidden = 256, intermediate = 128, "
-                                 "experts = 8, top_k = 2>"}};
-  if (sharedExpert)
-    kernel["attributes"]["shared_fp8_expert"] = "true";
-  kernel["abi"] = json::array(
-      {{{"name", "x"}, {"kind", "buffer"}, {"dtype", "bf16"}, {"access", "read"}},
-       {{"name", "out"}, {"kind", "buffer"}, {"dtype", "f8E4M3FN"}, {"access", "write"}},
-       {{"name", "out_scale"}, {"kind", "buffer"}, {"dtype", "ui8"}, {"access", "write"}},
-       {{"name", "num_tokens"}, {"kind", "i32"}}});
-  kernel["launch"]["grid"] = {{"x", "num_tokens"}, {"y", "1"}, {"z", "1"}};
-  json manifest = sampleManifest();
-  manifest["kernels"] = json::array({kernel});
-  manifest["configs"] =
-      json::array({{{"id", "quant"}, {"kernels", {0}}, {"provenance", "measured"}}});
-  manifest["selection"] = json::array(
-      {{{"network", "flash"}, {"family", "megamoe"}, {"ep", 1}, {"workspace", 16},
-        {"transport", "fixed-slot"}, {"above_max", "largest"},
-        {"rows", json::array({{{"m", 16}, {"config", 0}}})}}});
-  return manifest;
-}
-
 std::string writeLayerBundle(const TempDir &dir, const std::string &name,
                              uint32_t ldsBytes = 32768, bool sharedExpert = false) {
   std::string error;
   const std::string path = dir.file(name);
-  REQUIRE(writeBundle(path, layerManifest(ldsBytes, sharedExpert).dump(),
+  REQUIRE(writeBundle(path, quantLayerManifest(ldsBytes, sharedExpert).dump(),
                       {syntheticCodeObject(1500, 1)}, error));
   return path;
 }

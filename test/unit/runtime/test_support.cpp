@@ -123,6 +123,34 @@ nlohmann::json kernelJson(const std::string &name, uint32_t codeObject,
   };
 }
 
+nlohmann::json quantLayerManifest(uint32_t ldsBytes, bool sharedExpert,
+                                  uint32_t ep) {
+  using nlohmann::json;
+  json kernel = kernelJson("moe_quant_aaaa0004", 0, 64, ldsBytes);
+  kernel["stage"] = "quant";
+  kernel["attributes"] = {
+      {"problem", std::string("#moe.problem<hidden = 256, intermediate = 128, ") +
+                      (sharedExpert ? "experts = 9, top_k = 3" : "experts = 8, top_k = 2") +
+                      (ep > 1 ? ", ep = " + std::to_string(ep) : std::string()) + ">"}};
+  if (sharedExpert)
+    kernel["attributes"]["shared_fp8_expert"] = "true";
+  kernel["abi"] = json::array(
+      {{{"name", "x"}, {"kind", "buffer"}, {"dtype", "bf16"}, {"access", "read"}},
+       {{"name", "out"}, {"kind", "buffer"}, {"dtype", "f8E4M3FN"}, {"access", "write"}},
+       {{"name", "out_scale"}, {"kind", "buffer"}, {"dtype", "ui8"}, {"access", "write"}},
+       {{"name", "num_tokens"}, {"kind", "i32"}}});
+  kernel["launch"]["grid"] = {{"x", "num_tokens"}, {"y", "1"}, {"z", "1"}};
+  json manifest = sampleManifest();
+  manifest["kernels"] = json::array({kernel});
+  manifest["configs"] =
+      json::array({{{"id", "quant"}, {"kernels", {0}}, {"provenance", "measured"}}});
+  manifest["selection"] = json::array(
+      {{{"network", "flash"}, {"family", "megamoe"}, {"ep", ep}, {"workspace", 16},
+        {"transport", "fixed-slot"}, {"above_max", "largest"},
+        {"rows", json::array({{{"m", 16}, {"config", 0}}})}}});
+  return manifest;
+}
+
 nlohmann::json sampleManifest() {
   using nlohmann::json;
   json manifest = {

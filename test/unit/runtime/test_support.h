@@ -43,6 +43,11 @@ nlohmann::json kernelJson(const std::string &name, uint32_t codeObject,
 ///  flash ep4 ws16384 (compact, above_max error) rows m 64, 512, 4096;
 ///  flash ep2 ws512 (fixed-slot, largest) rows m 1, 8.
 nlohmann::json sampleManifest();
+/// A table a Layer accepts: one configuration of one quant kernel
+/// (`moe_quant_aaaa0004`) compiled for H 256, I 128, 8 experts, top-2 (9 and
+/// top-3 with the FHMoE shared expert), EP `ep`, workspace class 16.
+nlohmann::json quantLayerManifest(uint32_t ldsBytes, bool sharedExpert,
+                                  uint32_t ep = 1);
 /// The two code objects sampleManifest() refers to.
 std::vector<std::vector<uint8_t>> sampleCodeObjects();
 
