@@ -13,6 +13,7 @@ caller passes their objects. docs/python.md describes the whole API.
 from ._capi import MoecError, library_path
 from .experts import experts_forward
 from .fused import current_layers, fused_moe, use
+from .graph import Graph, graph_capture
 from .megamoe import MegaMoE
 from .npy import HostArray
 from .runtime import (AiterSelection, Bundle, Device, DeviceBuffer, Layer, TableFacts,
@@ -28,4 +29,5 @@ __all__ = ["MoecError", "Bundle", "AiterSelection", "select_aiter", "Device", "D
            "fused_moe", "use", "current_layers", "emulated_hip_library", "library_path",
            "WeightLayout", "PreparedWeights", "weight_sizes", "prepare_expert_weights",
            "prepare_shared_expert", "has_weight_preparation", "CHECKPOINT", "AITER", "npy",
-           "weights", "aiter_compat", "experts_forward", "vllm_experts", "MegaMoE", "megamoe"]
+           "weights", "aiter_compat", "experts_forward", "vllm_experts", "MegaMoE", "megamoe",
+           "Graph", "graph_capture"]

@@ -241,6 +241,13 @@ _PROTOTYPES = {
     "moec_device_ipc_handle": (S, [vp, vp, P(IpcHandle)]),
     "moec_device_ipc_open": (S, [vp, P(IpcHandle), P(vp)]),
     "moec_device_ipc_close": (S, [vp, vp]),
+    # Streams and graph capture (bound when the runtime exports them).
+    "moec_device_stream_create": (S, [vp, P(vp)]),
+    "moec_device_stream_destroy": (S, [vp, vp]),
+    "moec_device_begin_capture": (S, [vp, vp]),
+    "moec_device_end_capture": (S, [vp, vp, P(vp)]),
+    "moec_graph_launch": (S, [vp, vp]),
+    "moec_graph_release": (None, [vp]),
     "moec_layer_create": (S, [vp, Table, P(LayerProblem), P(vp)]),
     "moec_layer_release": (None, [vp]),
     "moec_layer_memory": (S, [vp, P(LayerMemory)]),

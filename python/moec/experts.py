@@ -8,7 +8,8 @@ sends back and sums per token. docs/engines.md, "Past one node".
 """
 
 from ._capi import invalid
-from .fused import _check_dtype, _cpu_tensor_over, _host_values, _is_tensor, _shape
+from .fused import (_check_dtype, _cpu_tensor_over, _host_values, _is_tensor,
+                    _refuse_prequantised, _shape)
 from .runtime import DeviceBuffer, Layer
 
 __all__ = ["experts_forward"]
@@ -33,6 +34,7 @@ def _check_rows(layer, hidden, local_ids, weights):
         if shapes[name] != (rows, layer.top_k):
             raise invalid(name, "expected [%d, top_k=%d], got shape %s" %
                           (rows, layer.top_k, shapes[name]))
+    _refuse_prequantised(hidden, "hidden_states")
     _check_dtype(hidden, "hidden_states", ("torch.bfloat16",))
     _check_dtype(local_ids, "topk_ids", ("torch.int32",))
     _check_dtype(weights, "topk_weights", ("torch.float32",))
@@ -87,7 +89,8 @@ def experts_forward(layer, hidden_states, topk_ids, topk_weights, expert_counts=
     elif _shape(out) != (rows, H):
         raise invalid("out", "expected [%d, %d], got shape %s" % (rows, H, _shape(out)))
     _check_dtype(out, "out", ("torch.bfloat16",))
-    if stream is None and getattr(hidden_states, "is_cuda", False):
+    if (stream is None and layer.device.capture_stream is None
+            and getattr(hidden_states, "is_cuda", False)):
         import torch
         stream = torch.cuda.current_stream(hidden_states.device).cuda_stream
     layer.forward_experts(rows, hidden_states, topk_ids, topk_weights, out, counts, stream)

@@ -4,7 +4,7 @@ import ctypes
 import threading
 
 from ._capi import invalid
-from .runtime import DeviceBuffer, Layer, pointer_of
+from .runtime import DeviceBuffer, Layer, check_weight_dtype, pointer_of
 
 __all__ = ["fused_moe", "use", "current_layers"]
 
@@ -84,6 +84,21 @@ def _check_dtype(value, what, allowed):
     if _is_tensor(value) and str(value.dtype) not in allowed:
         raise invalid(what, "dtype %s is not supported (expected %s)" %
                       (value.dtype, " or ".join(allowed)))
+
+
+_FP8_ACTIVATIONS = ("torch.float8_e4m3fn", "torch.float8_e4m3fnuz", "torch.float8_e5m2",
+                    "torch.float8_e5m2fnuz")
+
+
+def _refuse_prequantised(value, what):
+    """Pre-quantised FP8 rows (AITER's a8w4 path with a1_scale) are not
+    an input of moec's layers: their first kernel quantises BF16 rows to
+    FP8 1x32 on the device. Refused naming the argument, with that reason."""
+    if _is_tensor(value) and str(value.dtype) in _FP8_ACTIVATIONS:
+        raise invalid(what, "%s rows are pre-quantised activations, which moec's layers do "
+                      "not take: the layer's first kernel quantises BF16 rows to FP8 with "
+                      "E8M0 1x32 scales on the device; pass the BF16 rows (and no "
+                      "a1_scale)" % value.dtype)
 
 
 def _numel(shape):
@@ -355,7 +370,8 @@ class _Call:
                                        torch.bfloat16)
             else:
                 out = DeviceBuffer(layer.device, m * H * 2)
-        if (stream is None and _is_tensor(self.hidden_states)
+        if (stream is None and layer.device.capture_stream is None
+                and _is_tensor(self.hidden_states)
                 and getattr(self.hidden_states, "is_cuda", False)):
             import torch
             stream = torch.cuda.current_stream(self.hidden_states.device).cuda_stream
@@ -389,6 +405,7 @@ def _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation,
     if hs is not None:
         if len(hs) != 2:
             raise invalid("hidden_states", "expected [M, H], got shape %s" % (hs,))
+        _refuse_prequantised(hidden_states, "hidden_states")
         _check_dtype(hidden_states, "hidden_states", ("torch.bfloat16",))
         M, H = hs
         if m is not None and int(m) != M:
@@ -413,6 +430,8 @@ def _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation,
                           "tensors or all as pointers")
         _check_dtype(w1, "w1", packed)
         _check_dtype(w2, "w2", packed)
+        check_weight_dtype(w1_scale, "w13_scale", "w1_scale")
+        check_weight_dtype(w2_scale, "w2_scale", "w2_scale")
         if len(w2s) != 3 or w2s[1] != H:
             raise invalid("w2", "expected [E, H=%d, I/2], got shape %s" % (H, w2s))
         E, I = w2s[0], w2s[2] * 2

@@ -293,12 +293,32 @@ class Device:
         call("moec_device_create", "device %s" % (hip_library or "(default HIP)"),
              hip_library.encode() if hip_library else None, ordinal, ctypes.byref(handle))
         self._handle = handle
+        #: The stream of the capture under way on this device
+        #: (moec.graph_capture), which calls given stream=None use; None
+        #: when no capture is open.
+        self.capture_stream = None
 
     @property
     def handle(self):
         if not self._handle:
             raise invalid("device", "the device is released")
         return self._handle
+
+    def default_stream(self, stream):
+        """`stream` as a hipStream_t (None: the null stream), or the open
+        capture's stream when `stream` is None."""
+        stream = _stream(stream)
+        return self.capture_stream if stream is None else stream
+
+    def create_stream(self):
+        """A new hipStream_t of this device (moec_device_stream_create), as
+        an int; destroy it with destroy_stream."""
+        stream = ctypes.c_void_p()
+        call("moec_device_stream_create", "stream", self.handle, ctypes.byref(stream))
+        return stream.value
+
+    def destroy_stream(self, stream):
+        call("moec_device_stream_destroy", "stream", self.handle, _stream(stream))
 
     def release(self):
         if getattr(self, "_handle", None):
@@ -352,8 +372,10 @@ class Device:
         return out
 
     def fill(self, dst, value, nbytes, stream=None):
+        """Stream-ordered fill (stream None: the null stream, or the open
+        capture's stream, where it is recorded)."""
         call("moec_device_fill", "fill", self.handle, pointer_of(dst, "fill"), value, nbytes,
-             _stream(stream))
+             self.default_stream(stream))
 
 
 class DeviceBuffer:
@@ -414,6 +436,28 @@ class _Executable:
 
 _WEIGHT_NAMES = ("w13", "w13_scale", "w2", "w2_scale", "shared_w13", "shared_w13_scale",
                  "shared_w2", "shared_w2_scale")
+# The torch dtypes a bound weight tensor may have: its bytes are in moec's
+# layout either way, so uint8 always passes; the typed ones are what
+# AITER's and vLLM's MXFP4 paths hold (packed FP4, E8M0 scales) and the
+# FHMoE shared expert's FP8 E4M3FN.
+_PACKED_FP4 = ("torch.uint8", "torch.float4_e2m1fn_x2")
+_E8M0 = ("torch.uint8", "torch.float8_e8m0fnu")
+_FP8 = ("torch.uint8", "torch.float8_e4m3fn")
+WEIGHT_DTYPES = {"w13": _PACKED_FP4, "w13_scale": _E8M0, "w2": _PACKED_FP4, "w2_scale": _E8M0,
+                 "shared_w13": _FP8, "shared_w13_scale": _E8M0, "shared_w2": _FP8,
+                 "shared_w2_scale": _E8M0}
+
+
+def check_weight_dtype(value, name, what=None):
+    """MoecError naming `what` (default the weight's name) when `value` is
+    a tensor whose dtype the weight `name` cannot have."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "data_ptr"):
+        return
+    allowed = WEIGHT_DTYPES[name]
+    if str(dtype) not in allowed:
+        raise invalid(what or name, "dtype %s is not supported (expected %s)" %
+                      (dtype, " or ".join(allowed)))
 
 
 class Layer:
@@ -536,6 +580,7 @@ class Layer:
         weights = dict(self._weights)
         for name, value in given.items():
             if value is not None:
+                check_weight_dtype(value, name)
                 weights[name] = pointer_of(value, name)
         for name in _WEIGHT_NAMES[:4]:
             if weights[name] is None:
@@ -576,10 +621,13 @@ class Layer:
 
     # -- forward --
     def forward(self, m, hidden, topk_ids, topk_weights, out, stream=None):
-        """moec_layer_forward: device pointers (ints, DeviceBuffers, tensors)."""
+        """moec_layer_forward: device pointers (ints, DeviceBuffers, tensors).
+        stream None: the null stream, or inside moec.graph_capture the
+        capture's stream (the forward is recorded, not run)."""
         call("moec_layer_forward", "forward m=%d" % m, self.handle, int(m),
              pointer_of(hidden, "hidden_states"), pointer_of(topk_ids, "topk_ids"),
-             pointer_of(topk_weights, "topk_weight"), pointer_of(out, "out"), _stream(stream))
+             pointer_of(topk_weights, "topk_weight"), pointer_of(out, "out"),
+             self.device.default_stream(stream))
 
     def forward_experts(self, rows, hidden, local_ids, weights, out, expert_counts=None,
                         stream=None):
@@ -601,7 +649,7 @@ class Layer:
                                    pointer_of(weights, "topk_weights", rows == 0), counts,
                                    pointer_of(out, "out", rows == 0))
         call("moec_layer_forward_experts", "forward_experts rows=%d" % rows, self.handle,
-             ctypes.byref(struct_), _stream(stream))
+             ctypes.byref(struct_), self.device.default_stream(stream))
 
     def last_forward(self):
         """(config id, launches) of the last forward."""

@@ -49,6 +49,22 @@ struct moec_executable_t {
   KernelLoader &loader;
 };
 
+/// An instantiated graph of one capture; it keeps its device (and so the
+/// HIP library whose functions destroy it) alive.
+struct moec_graph_t {
+  std::shared_ptr<HipDevice> device;
+  hip::Graph graph = nullptr;
+  hip::GraphExec exec = nullptr;
+  ~moec_graph_t() {
+    if (const HipTimingSymbols *t = device->library().timing()) {
+      if (exec)
+        t->hipGraphExecDestroy(exec);
+      if (graph)
+        t->hipGraphDestroy(graph);
+    }
+  }
+};
+
 struct moec_layer_t {
   std::shared_ptr<ExecutableState> executable; // outlives `layer`
   std::unique_ptr<Layer> layer;
@@ -750,6 +766,130 @@ moec_status_t moec_device_ipc_close(moec_device_t *device, void *pointer) {
                      "hipIpcCloseMemHandle");
   });
 }
+
+} // extern "C"
+
+namespace {
+
+/// The stream and graph entry points of the device's HIP library, or null
+/// with the failure recorded (MOEC_STATUS_NO_HIP_RUNTIME naming what the
+/// library lacks).
+const HipTimingSymbols *streamApi(const moec_device_t *device, const char *what,
+                                  moec_status_t &status) {
+  const HipTimingSymbols *api = device->device->library().timing();
+  if (!api)
+    status = fail(MOEC_STATUS_NO_HIP_RUNTIME,
+                  std::string(what) + ": no stream capture in this HIP library (" +
+                      device->device->library().timingError() + ")");
+  return api;
+}
+
+} // namespace
+
+extern "C" {
+
+moec_status_t moec_device_stream_create(moec_device_t *device, void **out_stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !out_stream)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_stream_create: null argument");
+    moec_status_t status = MOEC_STATUS_OK;
+    const HipTimingSymbols *api = streamApi(device, "moec_device_stream_create", status);
+    if (!api)
+      return status;
+    std::string error;
+    if (!device->device->makeCurrent(error))
+      return fail(MOEC_STATUS_HIP_ERROR, error);
+    hip::Stream stream = nullptr;
+    status = hipResult(device, api->hipStreamCreate(&stream), "hipStreamCreate");
+    if (status == MOEC_STATUS_OK)
+      *out_stream = stream;
+    return status;
+  });
+}
+
+moec_status_t moec_device_stream_destroy(moec_device_t *device, void *stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !stream)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_stream_destroy: null argument");
+    moec_status_t status = MOEC_STATUS_OK;
+    const HipTimingSymbols *api = streamApi(device, "moec_device_stream_destroy", status);
+    if (!api)
+      return status;
+    return hipResult(device, api->hipStreamDestroy(stream), "hipStreamDestroy");
+  });
+}
+
+moec_status_t moec_device_begin_capture(moec_device_t *device, void *stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!device)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_begin_capture: null device");
+    if (!stream)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT,
+                  "moec_device_begin_capture: the null stream cannot be captured "
+                  "(moec_device_stream_create makes a stream)");
+    moec_status_t status = MOEC_STATUS_OK;
+    const HipTimingSymbols *api = streamApi(device, "moec_device_begin_capture", status);
+    if (!api)
+      return status;
+    std::string error;
+    if (!device->device->makeCurrent(error))
+      return fail(MOEC_STATUS_HIP_ERROR, error);
+    return hipResult(device,
+                     api->hipStreamBeginCapture(stream, hip::kStreamCaptureModeGlobal),
+                     "hipStreamBeginCapture");
+  });
+}
+
+moec_status_t moec_device_end_capture(moec_device_t *device, void *stream,
+                                      moec_graph_t **out_graph) {
+  return guarded([&]() -> moec_status_t {
+    if (!device || !stream || !out_graph)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_device_end_capture: null argument");
+    moec_status_t status = MOEC_STATUS_OK;
+    const HipTimingSymbols *api = streamApi(device, "moec_device_end_capture", status);
+    if (!api)
+      return status;
+    auto graph = std::make_unique<moec_graph_t>();
+    graph->device = device->device;
+    status = hipResult(device, api->hipStreamEndCapture(stream, &graph->graph),
+                       "hipStreamEndCapture");
+    if (status != MOEC_STATUS_OK)
+      return status;
+    if (!graph->graph)
+      return fail(MOEC_STATUS_HIP_ERROR, "hipStreamEndCapture returned no graph");
+    char log[256] = {};
+    hip::GraphNode errorNode = nullptr;
+    status = hipResult(device,
+                       api->hipGraphInstantiate(&graph->exec, graph->graph, &errorNode,
+                                                log, sizeof(log)),
+                       "hipGraphInstantiate");
+    if (status != MOEC_STATUS_OK) {
+      if (log[0])
+        lastError += std::string(": ") + log;
+      return status;
+    }
+    *out_graph = graph.release();
+    return MOEC_STATUS_OK;
+  });
+}
+
+moec_status_t moec_graph_launch(moec_graph_t *graph, void *stream) {
+  return guarded([&]() -> moec_status_t {
+    if (!graph)
+      return fail(MOEC_STATUS_INVALID_ARGUMENT, "moec_graph_launch: null graph");
+    const HipTimingSymbols *api = graph->device->library().timing();
+    std::string error;
+    if (!graph->device->makeCurrent(error))
+      return fail(MOEC_STATUS_HIP_ERROR, error);
+    hip::Error result = api->hipGraphLaunch(graph->exec, stream);
+    if (result == hip::kSuccess)
+      return MOEC_STATUS_OK;
+    return fail(MOEC_STATUS_HIP_ERROR,
+                "hipGraphLaunch failed: " + graph->device->library().describe(result));
+  });
+}
+
+void moec_graph_release(moec_graph_t *graph) { delete graph; }
 
 moec_status_t moec_layer_create(moec_executable_t *executable, moec_table_t table,
                                 const moec_layer_problem_t *problem,

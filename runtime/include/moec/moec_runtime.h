@@ -339,6 +339,46 @@ MOEC_API moec_status_t moec_device_ipc_open(moec_device_t *device,
 MOEC_API moec_status_t moec_device_ipc_close(moec_device_t *device,
                                              void *pointer);
 
+/* ---- Streams and graphs: capture a forward, replay it ----------------- */
+
+/** An instantiated HIP graph (hipGraphExec_t with its hipGraph_t) of the
+ *  work one capture recorded; it keeps its device alive. */
+typedef struct moec_graph_t moec_graph_t;
+
+/** hipStreamCreate on the device: a stream of its own, e.g. to capture on
+ *  (the null stream cannot be captured). Destroy it with
+ *  moec_device_stream_destroy. These and the capture functions below need
+ *  the HIP library's stream and graph entry points (ROCm's libamdhip64 and
+ *  moec's emulated device have them); a library without them:
+ *  MOEC_STATUS_NO_HIP_RUNTIME naming the missing symbol. */
+MOEC_API moec_status_t moec_device_stream_create(moec_device_t *device,
+                                                 void **out_stream);
+MOEC_API moec_status_t moec_device_stream_destroy(moec_device_t *device,
+                                                  void *stream);
+/** hipStreamBeginCapture(stream, hipStreamCaptureModeGlobal): from now on,
+ *  launches, fills and copies on `stream` are recorded, not run (a layer's
+ *  forward on it records its kernels). While the capture lasts, HIP refuses
+ *  allocations (hipMalloc: hipErrorStreamCaptureUnsupported), synchronous
+ *  copies and work on the null stream (hipErrorStreamCaptureImplicit), and
+ *  each refusal invalidates the capture. A null stream:
+ *  MOEC_STATUS_INVALID_ARGUMENT. */
+MOEC_API moec_status_t moec_device_begin_capture(moec_device_t *device,
+                                                 void *stream);
+/** hipStreamEndCapture, then hipGraphInstantiate: *out_graph is the work
+ *  recorded since moec_device_begin_capture. The stream stops capturing
+ *  whatever the outcome; a capture invalidated by a refused call fails
+ *  with MOEC_STATUS_HIP_ERROR and HIP's text
+ *  ("hipErrorStreamCaptureInvalidated (901)"), and no graph. */
+MOEC_API moec_status_t moec_device_end_capture(moec_device_t *device, void *stream,
+                                               moec_graph_t **out_graph);
+/** hipGraphLaunch on `stream` (NULL: the null stream): the recorded work
+ *  again, with the kernel arguments captured (the same pointers) and the
+ *  buffers' contents as they are when it runs; stream-ordered, so sync the
+ *  stream before reading the outputs. */
+MOEC_API moec_status_t moec_graph_launch(moec_graph_t *graph, void *stream);
+/** hipGraphExecDestroy and hipGraphDestroy; NULL is ignored. */
+MOEC_API void moec_graph_release(moec_graph_t *graph);
+
 /* ---- Layers: a whole MoE layer in one call (docs/runtime-api.md) ------- */
 
 /** The layer as the engine sees it: routed experts and routed top-k (an
