@@ -76,12 +76,24 @@ class ModularExperts:
                           "without a shared expert" % (layer,))
         self.layer = layer
         self.quant_config, self.moe_config = quant_config, moe_config
-        self.w1_scale = w1_scale if w1_scale is not None else getattr(quant_config,
-                                                                      "w1_scale", None)
-        self.w2_scale = w2_scale if w2_scale is not None else getattr(quant_config,
-                                                                      "w2_scale", None)
+        # Kept under private names: vLLM's base class has read-only
+        # properties w1_scale / w2_scale (reading quant_config), which an
+        # instance attribute of the mixed class could not be assigned over.
+        self._w1_scale = w1_scale if w1_scale is not None else getattr(quant_config,
+                                                                       "w1_scale", None)
+        self._w2_scale = w2_scale if w2_scale is not None else getattr(quant_config,
+                                                                       "w2_scale", None)
         self.max_num_tokens = self.num_dispatchers = None
         self._scratch = {}
+
+    @property
+    def w1_scale(self):
+        """The E8M0 scales of W13 (torch.uint8 or torch.float8_e8m0fnu)."""
+        return self._w1_scale
+
+    @property
+    def w2_scale(self):
+        return self._w2_scale
 
     # -- what vLLM asks of the class --
     @staticmethod
@@ -240,7 +252,10 @@ def _reduce_no_op():
 
 def vllm_class():
     """ModularExperts mixed into vLLM's FusedMoEExpertsModular, for
-    FusedMoEKernel's isinstance check (vLLM must be installed). Untested
-    here: no vLLM on this machine."""
+    FusedMoEKernel's isinstance check (vLLM must be installed). Tested
+    against a stand-in of vLLM's modules at VLLM_COMMIT (the abstract
+    methods, the read-only quant-config properties, the enums and the
+    no-op reduction: test/python/test_vllm_class.py), not against vLLM
+    itself."""
     from vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEExpertsModular
     return type("MoecModularExperts", (ModularExperts, FusedMoEExpertsModular), {})
