@@ -7,27 +7,7 @@
 # names every other archive by path. Included from tools/CMakeLists.txt
 # when MOEC_STATIC is ON; it costs one link, nothing is compiled again.
 
-# This project's static libraries that `target` links, recursively, by path.
-function(moec_collect_project_archives target out)
-  set(seen ${${out}})
-  get_target_property(libs ${target} LINK_LIBRARIES)
-  if(NOT libs)
-    return()
-  endif()
-  foreach(lib IN LISTS libs)
-    if(NOT TARGET ${lib})
-      continue()
-    endif()
-    get_target_property(imported ${lib} IMPORTED)
-    get_target_property(type ${lib} TYPE)
-    if(imported OR NOT type STREQUAL "STATIC_LIBRARY" OR lib IN_LIST seen)
-      continue()
-    endif()
-    list(APPEND seen ${lib})
-    moec_collect_project_archives(${lib} seen)
-  endforeach()
-  set(${out} ${seen} PARENT_SCOPE)
-endfunction()
+include(${PROJECT_SOURCE_DIR}/cmake/ProjectArchives.cmake)
 
 set(moec_static_targets)
 moec_collect_project_archives(moec moec_static_targets)
