@@ -73,7 +73,7 @@ def test_fhmoe_shared_expert_fp8_tensors(bundle_path, device, oracle, torch):
     layer = moec.Layer(moec.Bundle(bundle_path("dsv4_pro_tp8_fhmoe")), device)
     assert layer.shared_expert
     H, I, E, K, m = layer.hidden, layer.intermediate, layer.experts, layer.top_k, 13
-    o = oracle("fhmoe", H, I, E, K, m, 52, interleave=0)
+    o = oracle("fhmoe", H, I, E, K, m, 53, interleave=0)
     a = o.arrays
     names = ("shared_w13", "shared_w13_scale", "shared_w2", "shared_w2_scale")
     typed = [torch.from_numpy(np.ascontiguousarray(a[n])).view(fp8 if "scale" not in n else e8m0)
