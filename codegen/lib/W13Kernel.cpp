@@ -93,6 +93,9 @@ private:
   /// with gpt_oss_swiglu g' * sigmoid(1.702 g') * (u' + 1) of the clamped
   /// g', u'.
   Value gatedActivation(Value gate, Value up);
+  /// With situ_v2: B tanh(g / B) sigmoid(g) * LB tanh(u / LB) of the
+  /// clamped g, u (B = situ_beta, LB = situ_linear_beta).
+  Value situV2(Value gate, Value up, function_ref<Value(float)> splat);
 
   moe::W13Op op;
   moe::ProblemAttr problem;
@@ -168,6 +171,8 @@ Value W13Emitter::gatedActivation(Value gate, Value up) {
         b, loc, arith::MinimumFOp::create(b, loc, up, splat(limit)),
         splat(-limit));
   }
+  if (op.getSituV2())
+    return situV2(gate, up, splat);
   // g * sigmoid(alpha * g) = g / (1 + exp(-alpha * g)), with the exp as
   // exp2(-alpha * g * log2(e)); alpha = 1 for SiLU, 1.702 for GPT-OSS.
   const bool gptOss = op.getGptOssSwiglu();
@@ -180,6 +185,38 @@ Value W13Emitter::gatedActivation(Value gate, Value up) {
   if (gptOss)
     up = arith::AddFOp::create(b, loc, up, splat(1.0f));
   return arith::MulFOp::create(b, loc, silu, up);
+}
+
+Value W13Emitter::situV2(Value gate, Value up,
+                         function_ref<Value(float)> splat) {
+  // tanh(x) = (1 - e) / (1 + e) with e = exp2(-2 log2(e) x). x is first
+  // raised to -20 (tanh(-20) is -1 in FP32), so e stays finite; AITER's
+  // kernels take |x| and restore the sign, the same value to an ulp.
+  auto tanhOf = [&](Value x) {
+    x = arith::MaximumFOp::create(b, loc, x, splat(-20.0f));
+    Value e = math::Exp2Op::create(
+        b, loc, arith::MulFOp::create(b, loc, x, splat(-2.8853900817779268f)));
+    return arith::DivFOp::create(
+        b, loc, arith::SubFOp::create(b, loc, splat(1.0f), e),
+        arith::AddFOp::create(b, loc, splat(1.0f), e));
+  };
+  const float beta = op.getSituBeta().convertToFloat();
+  const float linearBeta = op.getSituLinearBeta().convertToFloat();
+  // B * tanh(g / B) * sigmoid(g), sigmoid(g) = 1 / (1 + exp2(-g log2(e))).
+  Value gateTanh = arith::MulFOp::create(
+      b, loc, splat(beta),
+      tanhOf(arith::MulFOp::create(b, loc, gate, splat(1.0f / beta))));
+  Value sigmoidDenominator = arith::AddFOp::create(
+      b, loc, splat(1.0f),
+      math::Exp2Op::create(
+          b, loc,
+          arith::MulFOp::create(b, loc, gate, splat(-1.4426950408889634f))));
+  Value gateAct = arith::DivFOp::create(b, loc, gateTanh, sigmoidDenominator);
+  // LB * tanh(u / LB).
+  Value upAct = arith::MulFOp::create(
+      b, loc, splat(linearBeta),
+      tanhOf(arith::MulFOp::create(b, loc, up, splat(1.0f / linearBeta))));
+  return arith::MulFOp::create(b, loc, gateAct, upAct);
 }
 
 void W13Emitter::emitBody(gpu::GPUFuncOp func) {

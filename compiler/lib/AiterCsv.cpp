@@ -71,6 +71,7 @@ const char *const kFhmoeColumns[] = {"shared_expert_id", "hidden_pad",
 
 constexpr const char *kSilu = "ActivationType.Silu";
 constexpr const char *kSwiglu = "ActivationType.Swiglu";
+constexpr const char *kSituv2 = "ActivationType.Situv2";
 
 /// W13's clamp for ActivationType.Swiglu rows: --swiglu-limit when given,
 /// else 7, the limit AITER's runtime_swiglu_limit passes for swiglu.
@@ -383,6 +384,263 @@ static bool xcdSchedule(int64_t groups, std::map<std::string, std::string> &knob
   return true;
 }
 
+/// The parts of `text` between underscores.
+static std::vector<std::string> underscoreParts(const std::string &text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t us = text.find('_', start);
+    parts.push_back(text.substr(start, us == std::string::npos
+                                           ? std::string::npos
+                                           : us - start));
+    if (us == std::string::npos)
+      return parts;
+    start = us + 1;
+  }
+}
+
+/// `{a}x{b}x...` with exactly `count` unsigned fields.
+static bool tileFields(const std::string &text, size_t count,
+                       std::vector<int64_t> &out) {
+  out.clear();
+  size_t start = 0;
+  while (true) {
+    size_t x = text.find('x', start);
+    uint32_t value = 0;
+    if (!parseUnsigned(text.substr(start, x == std::string::npos
+                                              ? std::string::npos
+                                              : x - start),
+                       value))
+      return false;
+    out.push_back(value);
+    if (x == std::string::npos)
+      return out.size() == count;
+    start = x + 1;
+  }
+}
+
+/// AITER's CK two-stage names (csrc/ck_gemm_moe_2stages_codegen/
+/// gemm_moe_ck2stages_common.py, kernelInstanceGEMM1/2 `name`):
+///   moe_ck2stages_gemm{S}_{BLOCK_SIZE}x{MPerBlock}x{NPerBlock}x{KPerBlock}
+///   _{MWaves}x{NWaves}_{CDEElementOp}_v{pipeline}_Nswizzle{0|1}_Quant{Q}
+///   _MulRoutedWeight{0|1}[_{act}, stage 1 only]_{A}_{B}_{C}
+/// A stage-2 name with moec's dtypes (A FP8, B FP4X2, C B16) and Quant3
+/// (QuantType.per_1x32) is served by moec's W2 with m = MPerBlock, n =
+/// NPerBlock, k = KPerBlock and MWaves x NWaves waves.
+template <typename Refuse>
+static bool parseCkName(const std::string &name, int stage,
+                        AiterStageKnobs &out, Refuse &refuse) {
+  const std::vector<std::string> p = underscoreParts(name);
+  // moe, ck2stages, gemm{S}, tile, waves, op, v{n}, Nswizzle, Quant,
+  // MulRoutedWeight, [act], A, B, C.
+  std::vector<int64_t> tile, waves;
+  const size_t expected = p.size() > 2 && p[2] == "gemm1" ? 14 : 13;
+  if (p.size() != expected || (p[2] != "gemm1" && p[2] != "gemm2") ||
+      !tileFields(p[3], 4, tile) || !tileFields(p[4], 2, waves) ||
+      p[6].size() < 2 || p[6][0] != 'v' || p[7].rfind("Nswizzle", 0) != 0 ||
+      p[8].rfind("Quant", 0) != 0 || p[9].rfind("MulRoutedWeight", 0) != 0)
+    return refuse("family ck2stages: malformed",
+                  "not a CK two-stage name as AITER spells it "
+                  "(moe_ck2stages_gemm{S}_{BS}x{M}x{N}x{K}_{MW}x{NW}_{op}_v{P}_"
+                  "Nswizzle{n}_Quant{Q}_MulRoutedWeight{n}[_{act}]_{A}_{B}_{C})");
+  const std::string &a = p[p.size() - 3], &b = p[p.size() - 2],
+                    &c = p[p.size() - 1];
+  if (p[2] != "gemm" + std::to_string(stage))
+    return refuse("family ck2stages: other stage",
+                  "a CK " + p[2] + " kernel named as stage " +
+                      std::to_string(stage));
+  if (a != "F8")
+    return refuse("family ck2stages: A " + a,
+                  "CK kernel with A " + a + (a == "FP4X2"
+                                                 ? " (MXFP4 activations)"
+                                                 : std::string()) +
+                      ": moec's GEMMs take FP8 activations, so no moec kernel "
+                      "of the same dtypes serves it");
+  if (b != "FP4X2" || c != "B16" || p[8] != "Quant3")
+    return refuse("family ck2stages: dtypes",
+                  "CK kernel with B " + b + ", C " + c + ", " + p[8] +
+                      ": moec's GEMMs take FP4X2 weights, per_1x32 (Quant3) "
+                      "scales and write B16");
+  if (stage == 1)
+    return refuse("family ck2stages: stage 1",
+                  "a CK stage-1 kernel: how its NPerBlock covers the gate "
+                  "and up rows is not mapped to moec's W13, so no W13 is "
+                  "known to be the same tile");
+  if (tile[0] != 64 * waves[0] * waves[1])
+    return refuse("family ck2stages: malformed",
+                  "BLOCK_SIZE " + std::to_string(tile[0]) + " is not 64 x " +
+                      p[4] + " waves");
+  out.tileM = tile[1];
+  out.knobs = {{"m", std::to_string(tile[1])},
+               {"n", std::to_string(tile[2])},
+               {"k", std::to_string(tile[3])},
+               {"waves", std::to_string(waves[0] * waves[1])},
+               {"orientation", "b_major"}};
+  out.substitutedFrom = name;
+  out.notes.push_back(
+      "substituted: AITER's CK kernel " + name + " is served by moec's W2 "
+      "with its tile (m " + std::to_string(tile[1]) + ", n " +
+      std::to_string(tile[2]) + ", k " + std::to_string(tile[3]) + ", " +
+      std::to_string(waves[0] * waves[1]) + " waves); CK's pipeline, " +
+      p[7] + " and " + p[9] + " are CK's own schedule and epilogue (moec's "
+      "combine applies the routing weights)");
+  return true;
+}
+
+/// AITER's opus names (csrc/opus_moe/opus_moe_common.py, the Stage1/Stage2
+/// instance tables). Stage 2:
+///   opus_moe2_a{A}_w{W}_{atomic|bf16|fp8}_t{M}x{N}x{K}_sbm{n}[_...]
+/// where the parts after _sbm are opus launch settings (occ{n}, cache_b{n},
+/// ws{n}, bt{n}, rbn{n}, small, ring{n}). atomic and bf16 (per-route BF16
+/// rows, then opus's route reduction) are served by moec's W2 (per-route
+/// BF16 rows, then the combine); fp8 writes the route rows in FP8 and is
+/// refused. Stage 1 (opus_moe1_a{A}_w{W}_{out}_t{M}x{N}_{pair|gs}...) names
+/// no K step: refused.
+template <typename Refuse>
+static bool parseOpusName(const std::string &name, int stage,
+                          AiterStageKnobs &out, Refuse &refuse) {
+  if (name.rfind("opus_moe2_layout_", 0) == 0)
+    return refuse("family opus: layout",
+                  "opus's _layout_ stage 2 reads its own intermediate layout "
+                  "(like flydsl_moe2_layout_); no moec W2 reads it");
+  const std::string prefix = stage == 1 ? "opus_moe1_" : "opus_moe2_";
+  if (name.rfind(prefix, 0) != 0)
+    return refuse("family opus: other stage",
+                  "not an opus stage-" + std::to_string(stage) + " name (" +
+                      prefix + "...)");
+  if (stage == 1)
+    return refuse("family opus: stage 1",
+                  "an opus stage-1 kernel: its t{M}x{N} names no K step and "
+                  "its N is opus's own gate/up blocking ('pair' with k_wave, "
+                  "'gs' group split), so no moec W13 is known to be the same "
+                  "tile");
+  const std::vector<std::string> p =
+      underscoreParts(name.substr(prefix.size()));
+  std::vector<int64_t> tile;
+  if (p.size() < 5 || p[0] != "afp8" || p[1] != "wfp4" ||
+      !tileFields(p[3].empty() ? "" : p[3].substr(1), 3, tile) ||
+      p[3][0] != 't')
+    return refuse("family opus: not A8W4",
+                  "not an opus A8W4 stage-2 name (opus_moe2_afp8_wfp4_{mode}_"
+                  "t{M}x{N}x{K}_sbm{n}...); moec's W2 takes FP8 x MXFP4");
+  const std::string &mode = p[2];
+  if (mode == "fp8")
+    return refuse("family opus: fp8 route rows",
+                  "opus mode fp8 writes each route's row in FP8 before its "
+                  "route reduction; moec's W2 writes BF16 route rows, not "
+                  "the same numerics");
+  if (mode != "atomic" && mode != "bf16")
+    return refuse("family opus: malformed",
+                  "opus stage-2 mode '" + mode + "' (atomic, bf16 or fp8)");
+  int64_t sbm = 0;
+  if (!numberedPart(p[4], "sbm", sbm))
+    return refuse("family opus: malformed", "expected _sbm{n} after the tile");
+  std::string launch;
+  for (size_t i = 5; i < p.size(); ++i)
+    launch += "_" + p[i];
+  out.tileM = tile[0];
+  out.sortBlockM = sbm;
+  out.knobs = {{"m", std::to_string(tile[0])},
+               {"n", std::to_string(tile[1])},
+               {"k", std::to_string(tile[2])},
+               {"waves", "4"},
+               {"orientation", "b_major"},
+               {"b_cache", "cached"}};
+  if (sbm != tile[0])
+    out.knobs["sort_block_m"] = std::to_string(sbm);
+  out.substitutedFrom = name;
+  out.notes.push_back(
+      "substituted: AITER's opus kernel " + name + " is served by moec's W2 "
+      "with its tile (m " + std::to_string(tile[0]) + ", n " +
+      std::to_string(tile[1]) + ", k " + std::to_string(tile[2]) +
+      ", 4 waves as FlyDSL's stage 2); mode " + mode +
+      ": moec's W2 writes each route's BF16 row and the combine sums them" +
+      (launch.empty() ? std::string()
+                      : "; opus's launch settings " + launch +
+                            " are not reproduced"));
+  return true;
+}
+
+/// AITER's FlyDSL "v2" stage 2 (aiter/ops/flydsl/mxfp4_kname.py,
+/// _FLYDSL_V2_GEMM2_RE; the kernel is aiter/ops/flydsl/kernels/mega_moe/
+/// gemm2.py):
+///   flydsl_moe2_layout_a{A}_w{W}_{out}_t{M}x{N}x{K}_{atomic|reduce}
+///   [_persist][_nt][_sbm{n}][_bf16lds][_sp{n}]
+/// It reads the intermediate by sorted row (its stage 1 writes with
+/// v2_output_layout: row = the sorted position, not token * topk + slot).
+/// moec's W13 and W2 both index the intermediate by route, so the layer is
+/// the same: a name with moec's dtypes is served by moec's W2 with its tile
+/// (_nt: b_cache nt; _sbm: sort_block_m); _persist, _bf16lds and _sp{n}
+/// (the tile order of the spatial partition, group sp / 100, m01 sp % 100)
+/// are its own schedule.
+template <typename Refuse>
+static bool parseLayoutName(const std::string &name, AiterStageKnobs &out,
+                            Refuse &refuse) {
+  const std::vector<std::string> p =
+      underscoreParts(name.substr(std::strlen("flydsl_moe2_layout_")));
+  std::vector<int64_t> tile;
+  if (p.size() < 5 || p[3].size() < 2 || p[3][0] != 't' ||
+      !tileFields(p[3].substr(1), 3, tile) ||
+      (p[4] != "atomic" && p[4] != "reduce"))
+    return refuse("family flydsl_moe2_layout: malformed",
+                  "not a flydsl_moe2_layout_ name as AITER spells it "
+                  "(a{A}_w{W}_{out}_t{M}x{N}x{K}_{atomic|reduce}[_persist]"
+                  "[_nt][_sbm{n}][_bf16lds][_sp{n}])");
+  if (p[0] != "afp8")
+    return refuse("part '_" + p[0] + "'",
+                  "part '_" + p[0] + "': moec's GEMMs take FP8 E4M3 "
+                  "activations (afp8)");
+  if (p[1] != "wfp4" || p[2] != "bf16")
+    return refuse("family flydsl_moe2_layout: dtypes",
+                  "weights " + p[1] + ", output " + p[2] +
+                      ": moec's W2 takes wfp4 and writes bf16");
+  size_t i = 5;
+  bool persist = false, nt = false, bf16Lds = false;
+  int64_t sbm = 0, sp = 0;
+  if (i < p.size() && p[i] == "persist")
+    persist = true, ++i;
+  if (i < p.size() && p[i] == "nt")
+    nt = true, ++i;
+  if (i < p.size() && numberedPart(p[i], "sbm", sbm))
+    ++i;
+  if (i < p.size() && p[i] == "bf16lds")
+    bf16Lds = true, ++i;
+  if (i < p.size() && numberedPart(p[i], "sp", sp))
+    ++i;
+  if (i < p.size())
+    return refuse("family flydsl_moe2_layout: malformed",
+                  "part '_" + p[i] + "' is not of the flydsl_moe2_layout_ "
+                  "grammar");
+  out.tileM = tile[0];
+  out.sortBlockM = sbm;
+  out.knobs = {{"m", std::to_string(tile[0])},
+               {"n", std::to_string(tile[1])},
+               {"k", std::to_string(tile[2])},
+               {"waves", "4"},
+               {"orientation", "b_major"},
+               {"b_cache", nt ? "nt" : "cached"}};
+  if (sbm > 0 && sbm != tile[0])
+    out.knobs["sort_block_m"] = std::to_string(sbm);
+  out.substitutedFrom = name;
+  std::string own;
+  if (persist)
+    own += " _persist";
+  if (bf16Lds)
+    own += " _bf16lds";
+  if (sp > 0)
+    own += " _sp" + std::to_string(sp);
+  out.notes.push_back(
+      "substituted: AITER's FlyDSL layout (v2) stage 2 " + name +
+      " is served by moec's W2 with its tile (m " + std::to_string(tile[0]) +
+      ", n " + std::to_string(tile[1]) + ", k " + std::to_string(tile[2]) +
+      ", 4 waves): it reads the intermediate by sorted row, moec's W13 and "
+      "W2 by route, the same layer; _" + p[4] +
+      ": moec's W2 writes each route's row and the combine sums them" +
+      (own.empty() ? std::string()
+                   : ";" + own + " (its schedule) not reproduced"));
+  return true;
+}
+
 bool parseAiterKernelName(const std::string &name, int stage,
                           AiterStageKnobs &out, std::string &reason) {
   out = AiterStageKnobs();
@@ -399,13 +657,20 @@ bool parseAiterKernelName(const std::string &name, int stage,
                       "kernel in kernelName1 only): moec has no one-stage "
                       "kernel");
   // Other families, each its own backend: AITER's CK two-stage kernels
-  // (moe_ck2stages_*), CK tile, opus, and assembly kernels.
+  // (moe_ck2stages_*) and opus, served by moec's own kernel where their
+  // names give the tile and moec's dtypes; CK tile names give only the
+  // block M; assembly kernels.
+  if (name.rfind("moe_ck2stages_", 0) == 0)
+    return parseCkName(name, stage, out, refuse);
+  if (name.rfind("opus_", 0) == 0)
+    return parseOpusName(name, stage, out, refuse);
+  if (name.rfind("cktile_", 0) == 0)
+    return refuse("family cktile",
+                  "backend cktile: CK-tile kernels are not mapped to "
+                  "moec's (the sample tables' names, cktile_a8w4_bm32 and "
+                  "_bm64, give only the block M, no tile N or K)");
   for (auto [other, backend] :
-       {std::pair<const char *, const char *>{"moe_ck2stages_", "ck2stages"},
-        {"cktile_", "cktile"},
-        {"ck_", "ck"},
-        {"opus_", "opus"},
-        {"asm", "asm"}})
+       {std::pair<const char *, const char *>{"ck_", "ck"}, {"asm", "asm"}})
     if (name.rfind(other, 0) == 0)
       return refuse(std::string("family ") + backend,
                     std::string("backend ") + backend +
@@ -419,10 +684,7 @@ bool parseAiterKernelName(const std::string &name, int stage,
                                       std::to_string(stage) + " name (" +
                                       prefix + "...)");
   if (stage == 2 && name.rfind("flydsl_moe2_layout_", 0) == 0)
-    return refuse("family flydsl_moe2_layout",
-                  "the flydsl_moe2_layout_ form (AITER's mxmoe front end "
-                  "with its own intermediate layout) has no moec "
-                  "counterpart");
+    return parseLayoutName(name, out, refuse);
   std::vector<std::string> parts;
   {
     std::string rest = name.substr(prefix.size());
@@ -616,11 +878,11 @@ std::string rowSupport(const AiterCsvRow &row, const target::TargetInfo &part,
     return refuse("run_1stage 1 (one-stage kernel)",
                   "run_1stage 1: AITER's one-stage kernel; moec has no "
                   "one-stage kernel");
-  if (r.actType != kSilu && r.actType != kSwiglu)
+  if (r.actType != kSilu && r.actType != kSwiglu && r.actType != kSituv2)
     return refuse("act_type " + r.actType,
                   "act_type " + r.actType +
-                      ": moec's W13 implements ActivationType.Silu and "
-                      "ActivationType.Swiglu only");
+                      ": moec's W13 implements ActivationType.Silu, "
+                      "ActivationType.Swiglu and ActivationType.Situv2 only");
   if (r.dtype != "torch.bfloat16")
     return refuse("dtype " + r.dtype,
                   "dtype " + r.dtype +
@@ -749,6 +1011,11 @@ GemmKnobs gemmKnobsOf(const rt::AiterRowInfo &info, const AiterStageKnobs &s1,
       swiglu ? swigluLimitOf(options) : options.swigluLimit);
   if (swiglu)
     w13["gpt_oss_swiglu"] = "true";
+  // SiTUv2: the betas are AITER's runtime arguments, not in the CSV; the
+  // ODS defaults are its tuner's (DEFAULT_SITUV2_BETA 4, _LINEAR_BETA 25).
+  // Like Silu, no clamp unless --swiglu-limit (runtime_swiglu_limit).
+  if (info.actType == kSituv2)
+    w13["situ_v2"] = "true";
   if (info.fhmoe) {
     w13["shared_fp8_expert"] = w2["shared_fp8_expert"] = "true";
     // FlyDSL's heterogeneous-B (FHMoE) stage 1 also hands _w{n} to the
@@ -949,10 +1216,20 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
           " (AITER's default 7 unless --swiglu-limit); " +
           (options.bias ? std::string("with gate/up bias (--aiter-bias)")
                         : std::string("no gate/up bias")));
+    if (info.actType == kSituv2)
+      info.notes.push_back(
+          "act_type ActivationType.Situv2: 4 tanh(g / 4) sigmoid(g) * "
+          "25 tanh(u / 25) (the betas of AITER's tuner; AITER passes 1 and 1 "
+          "to FlyDSL when the caller gives none), " +
+          (options.swigluLimit > 0
+               ? "clamp at " + std::to_string(options.swigluLimit)
+               : std::string("no clamp")));
     if (options.bias)
       info.notes.push_back(
           "--aiter-bias: AITER's bias1 (FP32 [E, 2I], gate then up) and "
           "bias2 (FP32 [E, H]) are the W13 and W2 kernels' argument bias");
+    info.substitutedFrom1 = s1.substitutedFrom;
+    info.substitutedFrom2 = s2.substitutedFrom;
     for (const std::string &note : s1.notes)
       info.notes.push_back("kernelName1: " + note);
     for (const std::string &note : s2.notes)
@@ -1103,8 +1380,11 @@ CompileStatus compileAiterCsvsToBundle(const std::vector<std::string> &paths,
                        &aiterSummary.refusalsByReason))
     return CompileStatus::BadInput;
   aiterSummary.rows = manifestRows.size();
-  for (const rt::AiterRowInfo &row : manifestRows)
+  for (const rt::AiterRowInfo &row : manifestRows) {
     (row.compiled() ? aiterSummary.compiledRows : aiterSummary.skippedRows)++;
+    if (!row.substitutedFrom1.empty() || !row.substitutedFrom2.empty())
+      ++aiterSummary.substitutedRows;
+  }
   table.path = paths.front();
   for (const std::string &path : paths) {
     std::ifstream in(path, std::ios::binary);

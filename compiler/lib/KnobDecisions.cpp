@@ -463,6 +463,16 @@ constexpr KnobDecision kDecisions[] = {
      "--swiglu-limit (0: plain SiLU)"},
     {"w13", "gpt_oss_swiglu", T::Fixed, "the model's activation function",
      C::NotApplicable, kFixedInTile, A::Mapped, "act_type ActivationType.Swiglu"},
+    {"w13", "situ_v2", T::Fixed, "the model's activation function",
+     C::NotApplicable, kFixedInTile, A::Mapped, "act_type ActivationType.Situv2"},
+    {"w13", "situ_beta", T::Fixed, "the model's SiTUv2 constants",
+     C::NotApplicable, kFixedInTile, A::NotMapped,
+     "a runtime argument in AITER (not in the CSV): the ODS default 4, "
+     "AITER's DEFAULT_SITUV2_BETA"},
+    {"w13", "situ_linear_beta", T::Fixed, "the model's SiTUv2 constants",
+     C::NotApplicable, kFixedInTile, A::NotMapped,
+     "a runtime argument in AITER (not in the CSV): the ODS default 25, "
+     "AITER's DEFAULT_SITUV2_LINEAR_BETA"},
     {"w13", "shared_fp8_expert", T::Fixed, kSharedFp8Fixed, C::NotApplicable,
      kSharedFp8Cost, A::Mapped, kSharedFp8Aiter},
     {"w13", "bias", T::Fixed, kBiasFixed, C::NotApplicable, kFixedInTile,

@@ -13,6 +13,7 @@
 #include "moec/Dialect/Moe/MoeKnobs.h"
 
 #include <cstdlib>
+#include <tuple>
 
 using namespace mlir;
 
@@ -138,6 +139,16 @@ std::string formatToken(std::optional<ActivationFormat> format) {
   return stringifyActivationFormat(*format).str();
 }
 
+/// A non-negative float as symbol text: its integer part, then "p" and
+/// the millionths when it has a fraction (10 -> "10", 2.5 -> "2p500000").
+std::string decimalToken(float value) {
+  const auto whole = static_cast<int64_t>(value);
+  std::string s = std::to_string(whole);
+  if (static_cast<float>(whole) != value)
+    s += "p" + std::to_string(static_cast<int64_t>((value - whole) * 1e6));
+  return s;
+}
+
 std::string w13Symbol(W13Op op) {
   ProblemAttr problem = op.getProblem();
   // W13 reads token row route / top_k, so top_k is part of its identity.
@@ -153,13 +164,21 @@ std::string w13Symbol(W13Op op) {
       std::strtof(opKnob(Stage::w13, "swiglu_limit").defaultValue, nullptr)) {
     // Tables write the limit as an integer (DeepSeek V4: 10); a fractional
     // limit keeps its digits apart from the next token.
-    const auto whole = static_cast<int64_t>(limit);
-    s += "_clamp" + std::to_string(whole);
-    if (static_cast<float>(whole) != limit)
-      s += "p" + std::to_string(static_cast<int64_t>((limit - whole) * 1e6));
+    s += "_clamp" + decimalToken(limit);
   }
   if (op.getGptOssSwiglu() != opFlagDefault(Stage::w13, "gpt_oss_swiglu"))
     s += "_gptoss";
+  if (op.getSituV2() != opFlagDefault(Stage::w13, "situ_v2")) {
+    s += "_situ";
+    // The betas only act with situ_v2; away from the default they are
+    // part of the name ("_b" beta, "_lb" linear beta).
+    for (auto [knob, value, token] :
+         {std::tuple{"situ_beta", op.getSituBeta().convertToFloat(), "_b"},
+          {"situ_linear_beta", op.getSituLinearBeta().convertToFloat(),
+           "_lb"}})
+      if (value != std::strtof(opKnob(Stage::w13, knob).defaultValue, nullptr))
+        s += token + decimalToken(value);
+  }
   if (op.getSharedFp8Expert() != opFlagDefault(Stage::w13, "shared_fp8_expert"))
     s += "_shfp8";
   if (op.getBias() != opFlagDefault(Stage::w13, "bias"))

@@ -18,6 +18,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <sstream>
 
 using namespace mlir;
 using namespace moec::moe;
@@ -454,6 +455,22 @@ LogicalResult W13Op::verify() {
   if (getGptOssSwiglu() && !(getSwigluLimit().convertToFloat() > 0.0f))
     return emitOpError("gpt_oss_swiglu needs swiglu_limit > 0 (GPT-OSS and "
                        "AITER clamp at 7)");
+  if (getSituV2()) {
+    if (getGptOssSwiglu())
+      return emitOpError("situ_v2 and gpt_oss_swiglu are two activations; "
+                         "give one");
+    // tanh(x / B) with B <= 0 (or NaN) is no SiTUv2; AITER's launcher
+    // refuses it as well.
+    const float beta = getSituBeta().convertToFloat();
+    const float linearBeta = getSituLinearBeta().convertToFloat();
+    if (!(beta > 0.0f) || !(linearBeta > 0.0f)) {
+      std::ostringstream got; // 4 and -1, as tables write them
+      got << beta << " and " << linearBeta;
+      return emitOpError("situ_v2 needs situ_beta > 0 and situ_linear_beta "
+                         "> 0, got ")
+             << got.str();
+    }
+  }
   if (PeerTransportAttr peer = getPeerAttr()) {
     if (failed(verifyPeerStage(*this, peer, problem, tile)))
       return failure();

@@ -42,6 +42,16 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
       facts.bias = bias;
       if (kernel.stage != rt::Stage::W13)
         continue;
+      // The layer oracle (ref::TpMoeConfig) has SiLU and GPT-OSS's SwiGLU;
+      // a SiTUv2 kernel is refused by name rather than compared with them.
+      if (emu::specFlag(spec, "situ_v2")) {
+        error = "table " +
+                rt::describeTableKey(table.network, table.ep, table.workspace) +
+                ": W13 kernel " + kernel.name +
+                " computes SiTUv2 (situ_v2), which the layer oracle does not "
+                "have yet (its stages run on the emulator: moec run --emulate)";
+        return false;
+      }
       // One oracle serves the whole table, so its W13 kernels must agree on
       // the activation.
       const bool gptOss = emu::specFlag(spec, "gpt_oss_swiglu");

@@ -329,6 +329,11 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
   if (auto limit = attrs.getAs<FloatAttr>("swiglu_limit"))
     shape.swigluLimit = limit.getValueAsDouble();
   shape.gptOssSwiglu = static_cast<bool>(attrs.get("gpt_oss_swiglu"));
+  shape.situV2 = static_cast<bool>(attrs.get("situ_v2"));
+  if (auto beta = attrs.getAs<FloatAttr>("situ_beta"))
+    shape.situBeta = beta.getValueAsDouble();
+  if (auto beta = attrs.getAs<FloatAttr>("situ_linear_beta"))
+    shape.situLinearBeta = beta.getValueAsDouble();
   shape.sharedFp8 = static_cast<bool>(attrs.get("shared_fp8_expert"));
   shape.bias = static_cast<bool>(attrs.get("bias"));
   shape.peerRows = static_cast<bool>(attrs.get("peer_rows"));

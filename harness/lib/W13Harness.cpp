@@ -102,6 +102,9 @@ public:
       glu.interleave = s.interleave;
       glu.clampLimit = s.swigluLimit;
       glu.gptOssSwiglu = s.gptOssSwiglu;
+      glu.situV2 = s.situV2;
+      glu.situBeta = s.situBeta;
+      glu.situLinearBeta = s.situLinearBeta;
       if (s.bias)
         glu.bias = mine.w13.bias.data();
       ref::W13Outputs outputs;

@@ -139,6 +139,24 @@ double gatedActivation(double gate, double up, double clampLimit,
   return gate / (1.0 + std::exp(-gate)) * up;
 }
 
+double situV2Activation(double gate, double up, double clampLimit, double beta,
+                        double linearBeta) {
+  if (clampLimit > 0.0) {
+    gate = std::min(gate, clampLimit);
+    up = std::clamp(up, -clampLimit, clampLimit);
+  }
+  const double sigmoid = 1.0 / (1.0 + std::exp(-gate));
+  return beta * std::tanh(gate / beta) * sigmoid * linearBeta *
+         std::tanh(up / linearBeta);
+}
+
+double gatedActivation(const GluConfig &glu, double gate, double up) {
+  if (glu.situV2)
+    return situV2Activation(gate, up, glu.clampLimit, glu.situBeta,
+                            glu.situLinearBeta);
+  return gatedActivation(gate, up, glu.clampLimit, glu.gptOssSwiglu);
+}
+
 namespace {
 
 /// Decoded values of every E2M1 code and every E4M3FN code.
@@ -469,10 +487,8 @@ double activationDeviation(double gate, double up, double dGate, double dUp,
   double worst = 0.0;
   for (double sg : {-1.0, 1.0})
     for (double su : {-1.0, 1.0})
-      worst = std::max(worst, std::fabs(gatedActivation(gate + sg * dGate,
-                                                        up + su * dUp,
-                                                        glu.clampLimit,
-                                                        glu.gptOssSwiglu) -
+      worst = std::max(worst, std::fabs(gatedActivation(glu, gate + sg * dGate,
+                                                        up + su * dUp) -
                                         act));
   return worst;
 }
@@ -600,9 +616,9 @@ Status runW13Stage(const ActivationRows &a, int64_t routesPerARow,
                     outputs.preActivation[route * twoI + n] = roundToFloat(h[n]);
                 std::vector<double> act(intermediate);
                 for (int64_t j = 0; j < intermediate; ++j)
-                  act[j] = gatedActivation(h[gateRowOf(glu, intermediate, j)],
-                                           h[upRowOf(glu, intermediate, j)],
-                                           glu.clampLimit, glu.gptOssSwiglu);
+                  act[j] = gatedActivation(glu,
+                                           h[gateRowOf(glu, intermediate, j)],
+                                           h[upRowOf(glu, intermediate, j)]);
                 if (outputs.activation)
                   std::copy(act.begin(), act.end(),
                             outputs.activation + route * intermediate);

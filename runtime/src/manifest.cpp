@@ -9,6 +9,7 @@
 #include <cctype>
 
 #include <unordered_set>
+#include <tuple>
 
 namespace moec::rt {
 
@@ -740,7 +741,7 @@ bool parseAiterRows(const Json &root, Manifest &m, std::string &error) {
              "use_g1u1", "doweight_stage1", "fhmoe", "shared_expert_id",
              "hidden_pad", "intermediate_pad", "gate_mode", "kernelName1",
              "kernelName2", "block_m", "ksplit", "source", "line", "config",
-             "skipped", "notes"},
+             "skipped", "notes", "substituted_from"},
             error) ||
         !readString(entry, "gfx", where, true, row.gfx, error) ||
         !readU32(entry, "cu_num", where, true, row.cuNum, error) ||
@@ -822,6 +823,36 @@ bool parseAiterRows(const Json &root, Manifest &m, std::string &error) {
       error = fieldPath(where, "notes") + ": missing";
       return false;
     }
+    if (const Json *substituted = findField(entry, "substituted_from")) {
+      // {"kernelName1": name, "kernelName2": name}, either or both, each the
+      // row's own name of that stage; only on a compiled row.
+      const std::string path = fieldPath(where, "substituted_from");
+      if (!expectObject(*substituted, path, error) ||
+          !knownFieldsOnly(*substituted, path, {"kernelName1", "kernelName2"},
+                           error) ||
+          !readString(*substituted, "kernelName1", path, false,
+                      row.substitutedFrom1, error) ||
+          !readString(*substituted, "kernelName2", path, false,
+                      row.substitutedFrom2, error))
+        return false;
+      if (row.substitutedFrom1.empty() && row.substitutedFrom2.empty()) {
+        error = path + ": names no kernel";
+        return false;
+      }
+      for (auto [name, own, key] :
+           {std::tuple<const std::string *, const std::string *, const char *>{
+                &row.substitutedFrom1, &row.kernelName1, "kernelName1"},
+            {&row.substitutedFrom2, &row.kernelName2, "kernelName2"}})
+        if (!name->empty() && *name != *own) {
+          error = fieldPath(path, key) + ": '" + *name +
+                  "' is not the row's " + key + " '" + *own + "'";
+          return false;
+        }
+      if (!hasConfig) {
+        error = path + ": only a compiled row has it";
+        return false;
+      }
+    }
     m.aiterRows.push_back(std::move(row));
   }
   return true;
@@ -860,6 +891,14 @@ Json serializeAiterRow(const AiterRowInfo &row) {
     out["config"] = row.config;
   else
     out["skipped"] = row.skipped;
+  if (!row.substitutedFrom1.empty() || !row.substitutedFrom2.empty()) {
+    Json substituted = Json::object();
+    if (!row.substitutedFrom1.empty())
+      substituted["kernelName1"] = row.substitutedFrom1;
+    if (!row.substitutedFrom2.empty())
+      substituted["kernelName2"] = row.substitutedFrom2;
+    out["substituted_from"] = substituted;
+  }
   return out;
 }
 

@@ -58,6 +58,11 @@ int runAiterCompile(const std::vector<std::string> &paths,
     std::cerr << "moec: " << error << "\n";
     return status == CompileStatus::BadInput ? kBadInput : kCheckFailed;
   }
+  if (aiter.substitutedRows > 0)
+    std::cerr << "moec: " << aiter.substitutedRows
+              << " compiled AITER row(s) name a kernel of another family "
+                 "that moec's own kernel of the same stage, tile and dtypes "
+                 "serves (substituted_from in the manifest)\n";
   double seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)
                        .count();
@@ -141,6 +146,10 @@ int runAiterSelect(const std::string &bundlePath, uint64_t m,
                           {"config", config.id},
                           {"notes", row.notes},
                           {"kernels", kernels}};
+    if (!row.substitutedFrom1.empty())
+      out["substituted_from"]["kernelName1"] = row.substitutedFrom1;
+    if (!row.substitutedFrom2.empty())
+      out["substituted_from"]["kernelName2"] = row.substitutedFrom2;
     std::cout << out.dump(2) << "\n";
     return kSuccess;
   }
@@ -150,6 +159,13 @@ int runAiterSelect(const std::string &bundlePath, uint64_t m,
             << "kernelName2 " << row.kernelName2 << "\n"
             << "block_m " << row.blockM << " ksplit " << row.ksplit << "\n"
             << "config " << config.id << "\n";
+  // A kernel of another family that moec's own kernel serves.
+  for (auto [column, name] :
+       {std::pair<const char *, const std::string *>{"kernelName1",
+                                                    &row.substitutedFrom1},
+        {"kernelName2", &row.substitutedFrom2}})
+    if (!name->empty())
+      std::cout << column << " substituted_from=" << *name << "\n";
   for (uint32_t k : config.kernels)
     std::cout << "  " << rt::stageName(manifest.kernels[k].stage) << ": "
               << manifest.kernels[k].name << "\n";

@@ -215,6 +215,11 @@ struct AiterRowInfo {
   std::string skipped;
   /// Parts of the row moec reproduces differently (docs/aiter-tables.md).
   std::vector<std::string> notes;
+  /// A compiled row's kernel of another family (CK, opus) that moec's own
+  /// kernel of the same stage, tile and dtypes serves: the AITER name
+  /// (kernelName1 or kernelName2), empty when AITER's own name was
+  /// compiled. Manifest field substituted_from {kernelName1, kernelName2}.
+  std::string substitutedFrom1, substitutedFrom2;
   static constexpr uint32_t kNoConfig = UINT32_MAX;
   bool compiled() const { return config != kNoConfig; }
 };

@@ -54,3 +54,30 @@ moe.w13 @w13_interleaved problem(#p) tile(#moe.tile<m = 16, n = 64>) {gate_up_in
 // CHECK: amdgpu.scaled_mfma
 // CHECK: math.exp2
 moe.w13 @w13_async problem(#p) tile(#moe.tile<m = 32, n = 128, async_a = true>)
+
+// situ_v2 (against @w13_silu): B tanh(g/B) sigmoid(g) * LB tanh(u/LB), with
+// B = 2, LB = 10: the gate scaled by 1/B, raised to -20, tanh's exp2 of
+// -2 log2(e) x, times B; sigmoid's exp2; the up scaled by 1/LB, the same
+// tanh, times LB; three exp2 per activation vector and no clamp (L = 0).
+// CHECK-LABEL: gpu.func @w13_situ(
+// CHECK: amdgpu.scaled_mfma
+// CHECK: gpu.barrier
+// CHECK: arith.constant dense<5.000000e-01> : vector<4xf32>
+// CHECK: arith.constant dense<-2.000000e+01> : vector<4xf32>
+// CHECK-NEXT: arith.maximumf
+// CHECK-NEXT: arith.constant dense<-2.885390e+00> : vector<4xf32>
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: math.exp2
+// CHECK: arith.constant dense<2.000000e+00> : vector<4xf32>
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: arith.constant dense<-1.44269502> : vector<4xf32>
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: math.exp2
+// CHECK: arith.constant dense<1.000000e-01> : vector<4xf32>
+// CHECK: arith.constant dense<-2.000000e+01> : vector<4xf32>
+// CHECK: math.exp2
+// CHECK: arith.constant dense<1.000000e+01> : vector<4xf32>
+// CHECK-NEXT: arith.mulf
+// CHECK-NOT: arith.minimumf
+// CHECK: gpu.barrier
+moe.w13 @w13_situ problem(#p) tile(#moe.tile<m = 32, n = 128>) {situ_v2, situ_beta = 2.0 : f32, situ_linear_beta = 10.0 : f32}

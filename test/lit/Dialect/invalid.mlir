@@ -118,6 +118,14 @@ moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 38
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>) {gpt_oss_swiglu}
 
 // -----
+// expected-error @+1 {{situ_v2 and gpt_oss_swiglu are two activations; give one}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>) {situ_v2, gpt_oss_swiglu, swiglu_limit = 7.0 : f32}
+
+// -----
+// expected-error @+1 {{situ_v2 needs situ_beta > 0 and situ_linear_beta > 0, got 0 and 25}}
+moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>) {situ_v2, situ_beta = 0.0 : f32}
+
+// -----
 // expected-error @+1 {{needs 512 gate and up accumulator registers per lane; at most 448 fit}}
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 128, n = 256, waves = 2>)
 

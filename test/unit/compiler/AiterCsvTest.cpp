@@ -79,7 +79,7 @@ TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
   CHECK(reason.find("part '_xcd3'") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
                                    1, k, reason));
-  CHECK(reason.find("backend opus") != std::string::npos);
+  CHECK(reason.find("an opus stage-1 kernel") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm64", 1, k, reason));
   CHECK(reason.find("backend cktile") != std::string::npos);
   // Out of the registry's order: _gui before _bnt0 is not an AITER name.
@@ -114,10 +114,32 @@ TEST_CASE("AITER stage-2 names", "[aiter]") {
   CHECK(k.knobs.at("xcd_swizzle") == "true");
   CHECK(k.knobs.at("group_m") == "4");
   CHECK(k.knobs.count("residency_cap") == 0); // stage 2 has no _w
-  CHECK_FALSE(parseAiterKernelName(
+  // The layout (v2) stage 2 with moec's dtypes: moec's W2 of its tile.
+  REQUIRE(parseAiterKernelName(
       "flydsl_moe2_layout_afp8_wfp4_bf16_t32x256x256_atomic_nt_sbm32", 2,
       k, reason));
-  CHECK(reason.find("flydsl_moe2_layout_") != std::string::npos);
+  CHECK(k.substitutedFrom ==
+        "flydsl_moe2_layout_afp8_wfp4_bf16_t32x256x256_atomic_nt_sbm32");
+  CHECK(k.tileM == 32);
+  CHECK(k.sortBlockM == 32);
+  CHECK(k.knobs.at("n") == "256");
+  CHECK(k.knobs.at("k") == "256");
+  CHECK(k.knobs.at("b_cache") == "nt");
+  CHECK(k.knobs.count("sort_block_m") == 0);
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe2_layout_afp8_wfp4_bf16_t64x256x128_reduce_sbm128_sp801", 2,
+      k, reason));
+  CHECK(k.knobs.at("sort_block_m") == "128");
+  CHECK(k.knobs.at("b_cache") == "cached");
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe2_layout_afp8_wfp4_bf16_t32x256x256_atomic_sbm32_nt", 2, k,
+      reason)); // _nt after _sbm is not AITER's order
+  CHECK(k.refusalClass == "family flydsl_moe2_layout: malformed");
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe2_layout_afp4_wfp4_bf16_t64x256x128_reduce_sbm64_sp801", 2,
+      k, reason));
+  CHECK(k.refusalClass == "part '_afp4'");
+  CHECK(k.substitutedFrom.empty());
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic_persist_async_w4_cumul3",
       2, k, reason));
@@ -254,14 +276,15 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
   CHECK_THAT(reason, Catch::Contains("moec has no one-stage kernel"));
   for (auto [name, cls] :
        {std::pair<const char *, const char *>{
-            "moe_ck2stages_gemm2_64x32x32x128_1x1_v1", "family ck2stages"},
+            "moe_ck2stages_gemm2_64x32x32x128_1x1_v1",
+            "family ck2stages: malformed"},
         {"cktile_moe2_t32", "family cktile"},
-        {"opus_moe2_t64", "family opus"},
+        {"opus_moe2_t64", "family opus: not A8W4"},
         {"asm_moe2", "family asm"},
         {"triton_moe2", "family other"},
         {"flydsl_mxmoe_g2_a4w4_16x256x256_atomic", "family flydsl_mxmoe"},
         {"flydsl_moe2_layout_afp4_wfp4_bf16_t32x128x128_atomic",
-         "family flydsl_moe2_layout"},
+         "part '_afp4'"},
         {"flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic", "part '_afp4'"}}) {
     INFO(name);
     CHECK_FALSE(parseAiterKernelName(name, 2, knobs, reason));
@@ -283,16 +306,17 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
   CHECK_THAT(unsupported[0],
              Catch::StartsWith("families.csv:3: run_1stage 1") &&
                  Catch::Contains("kernelName2 '': no stage-2 kernel"));
-  CHECK_THAT(unsupported[1], Catch::Contains("backend ck2stages"));
+  CHECK_THAT(unsupported[1],
+             Catch::Contains("not a CK two-stage name as AITER spells it"));
   CHECK_THAT(unsupported[4], Catch::StartsWith("families.csv:7: kernelName1 "
                                                "'asm_moe1_g1u1': backend asm"));
   const std::map<std::string, size_t> expected = {
       {"run_1stage 1 (one-stage kernel)", 1},
       {"kernelName1 family other", 1}, // fmoe_one_stage
       {"kernelName2 empty (a one-stage row)", 1},
-      {"kernelName2 family ck2stages", 1},
+      {"kernelName2 family ck2stages: malformed", 1},
       {"kernelName1 family cktile", 1},
-      {"kernelName2 family opus", 1},
+      {"kernelName2 family opus: not A8W4", 1},
       {"kernelName1 family asm", 1}};
   CHECK(byReason == expected);
 }
@@ -377,4 +401,92 @@ TEST_CASE("AITER audit: timings copied across shapes", "[aiter][audit]") {
   CHECK(auditAiterRows(auditRows({{"8", "384", "", "", "", "", ""},
                                   {"16", "384", "", "", "", "", ""}}))
             .warnings.empty());
+}
+
+TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
+          "and dtypes, or a refusal by name",
+          "[aiter][substitution]") {
+  AiterStageKnobs k;
+  std::string reason;
+  // opus stage 2, atomic and bf16 (route rows): moec's W2 of the tile.
+  const std::string atomic =
+      "opus_moe2_afp8_wfp4_atomic_t32x128x256_sbm32_occ1_cache_b3_ws2";
+  REQUIRE(parseAiterKernelName(atomic, 2, k, reason));
+  CHECK(k.substitutedFrom == atomic);
+  CHECK(k.tileM == 32);
+  CHECK(k.sortBlockM == 32);
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "32"}, {"n", "128"}, {"k", "256"},
+                       {"waves", "4"}, {"orientation", "b_major"},
+                       {"b_cache", "cached"}});
+  REQUIRE(k.notes.size() == 1);
+  CHECK_THAT(k.notes[0], Catch::Contains("_occ1_cache_b3_ws2 are not reproduced"));
+  REQUIRE(parseAiterKernelName(
+      "opus_moe2_afp8_wfp4_bf16_t64x256x256_sbm128_small", 2, k, reason));
+  CHECK(k.knobs.at("sort_block_m") == "128");
+  CHECK(k.knobs.at("n") == "256");
+  // opus refusals: FP8 route rows, stage 1, the layout form.
+  CHECK_FALSE(parseAiterKernelName(
+      "opus_moe2_afp8_wfp4_fp8_t64x256x256_sbm64_rbn3584", 2, k, reason));
+  CHECK(k.refusalClass == "family opus: fp8 route rows");
+  CHECK(k.substitutedFrom.empty());
+  CHECK_FALSE(parseAiterKernelName(
+      "opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8", 1, k, reason));
+  CHECK(k.refusalClass == "family opus: stage 1");
+  CHECK_FALSE(parseAiterKernelName(
+      "opus_moe2_layout_afp8_wfp4_atomic_t32x128x256_sbm32", 2, k, reason));
+  CHECK(k.refusalClass == "family opus: layout");
+  CHECK_FALSE(parseAiterKernelName(atomic, 1, k, reason));
+  CHECK(k.refusalClass == "family opus: other stage");
+
+  // CK two-stage: BLOCK_SIZE x MPerBlock x NPerBlock x KPerBlock, MWaves x
+  // NWaves; only A F8 x B FP4X2 -> B16 with Quant3 has moec's dtypes.
+  const std::string ckFp8 =
+      "moe_ck2stages_gemm2_256x32x128x128_1x4_MulABScaleExpertWeightShuffled_"
+      "v3_Nswizzle0_Quant3_MulRoutedWeight1_F8_FP4X2_B16";
+  REQUIRE(parseAiterKernelName(ckFp8, 2, k, reason));
+  CHECK(k.substitutedFrom == ckFp8);
+  CHECK(k.tileM == 32);
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "32"}, {"n", "128"}, {"k", "128"},
+                       {"waves", "4"}, {"orientation", "b_major"}});
+  const std::string ckFp4 =
+      "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_"
+      "v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16";
+  CHECK_FALSE(parseAiterKernelName(ckFp4, 2, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: A FP4X2");
+  CHECK_THAT(reason, Catch::Contains("A FP4X2 (MXFP4 activations)"));
+  CHECK_FALSE(parseAiterKernelName(
+      "moe_ck2stages_gemm1_256x128x128x128_1x4_MulABScaleShuffled_v3_"
+      "Nswizzle0_Quant3_MulRoutedWeight0_silu_F8_FP4X2_B16",
+      1, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: stage 1");
+  CHECK_FALSE(parseAiterKernelName(ckFp8, 1, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: other stage");
+  // BLOCK_SIZE must be 64 x the waves.
+  CHECK_FALSE(parseAiterKernelName(
+      "moe_ck2stages_gemm2_128x32x128x128_1x4_MulABScaleExpertWeightShuffled_"
+      "v3_Nswizzle0_Quant3_MulRoutedWeight1_F8_FP4X2_B16",
+      2, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: malformed");
+  CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm32", 1, k, reason));
+  CHECK(k.refusalClass == "family cktile");
+
+  // A whole row: the substituted name reaches the manifest row.
+  const std::string csv =
+      std::string(kHeader) + "\n" + "gfx950,256,1,7168,512,384,6," +
+      kSiluKey + ",32,0,flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8," +
+      atomic + "\n";
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  REQUIRE(parseAiterCsv("s.csv", csv, rows, error));
+  TuningTable table;
+  std::vector<rt::AiterRowInfo> manifestRows;
+  std::vector<std::string> unsupported;
+  REQUIRE(buildAiterTable(rows, target::kGfx950, AiterCompileOptions(), table,
+                          manifestRows, unsupported, error));
+  REQUIRE(manifestRows.size() == 1);
+  CHECK(manifestRows[0].compiled());
+  CHECK(manifestRows[0].substitutedFrom1.empty());
+  CHECK(manifestRows[0].substitutedFrom2 == atomic);
 }

@@ -275,7 +275,7 @@ TEST_CASE("the AITER table builder writes the Mapped knobs and only those",
       "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,"
       "kernelName1,kernelName2";
   // Stage 1 with _w, _bnt0, _gui, _xcd; stage 2 with _bnt2, _xcd and a sort
-  // block of two tiles (_sbm64); a Silu and a Swiglu row.
+  // block of two tiles (_sbm64); a Silu, a Swiglu and a Situv2 row.
   const std::string names =
       "flydsl_moe1_afp8_wfp4_bf16_t64x128x256_w3_bnt0_gui_xcd4_fp8,"
       "flydsl_moe2_afp8_wfp4_bf16_t32x256x256_atomic_bnt2_xcd4_sbm64";
@@ -283,7 +283,9 @@ TEST_CASE("the AITER table builder writes the Mapped knobs and only those",
       header + "\n" +
       "gfx950,256,8,7168,512,384,6,ActivationType.Silu," + key + ",64,0," +
       names + "\n" + "gfx950,256,16,7168,512,384,6,ActivationType.Swiglu," +
-      key + ",64,0," + names + "\n";
+      key + ",64,0," + names + "\n" +
+      "gfx950,256,32,7168,512,384,6,ActivationType.Situv2," + key + ",64,0," +
+      names + "\n";
   // An FHMoE row: the shared FP8 expert and stage 1's _w as waves per EU.
   const std::string fhmoe =
       header + ",shared_expert_id,hidden_pad,intermediate_pad,gate_mode\n" +

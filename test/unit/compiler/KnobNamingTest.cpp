@@ -59,6 +59,9 @@ const std::map<std::string, std::map<std::string, std::string>> kVariants = {
     {"work_shards", {{"work_shards", "2"}}},
     {"swiglu_limit", {{"swiglu_limit", "10"}}},
     {"gpt_oss_swiglu", {{"gpt_oss_swiglu", "true"}, {"swiglu_limit", "7"}}},
+    {"situ_v2", {{"situ_v2", "true"}}},
+    {"situ_beta", {{"situ_v2", "true"}, {"situ_beta", "2.5"}}},
+    {"situ_linear_beta", {{"situ_v2", "true"}, {"situ_linear_beta", "10"}}},
     {"dispatch_cus", {{"dispatch_cus", "8"}}},
     {"plan_cus", {{"plan_cus", "2"}, {"transport", "compact"}}},
     {"chunk_routes", {{"chunk_routes", "2"}}},
@@ -263,4 +266,52 @@ TEST_CASE("the activation format shows in the type tokens of the symbol",
   CHECK(symbolOf("quant", {}) == "moe_quant_bf16_fp8_e8_h512_k2_w4");
   CHECK(symbolOf("quant", {{"output", "f4E2M1FN"}}) ==
         "moe_quant_bf16_fp4_e8_h512_k2_w4");
+}
+
+TEST_CASE("SiTUv2: the betas show in the symbol and the verifier refuses "
+          "bad pairs",
+          "[stage][naming][situv2]") {
+  moec::test::StageBuilderFixture fixture;
+  auto build = [&](std::map<std::string, std::string> knobs,
+                   std::string &symbol, std::string &error) {
+    moec::StageSpec spec;
+    spec.stage = moec::abi::Stage::W13;
+    spec.fields = {{"hidden", "1024"}, {"intermediate", "1024"},
+                   {"experts", "8"},   {"top_k", "2"},
+                   {"ep", "2"},        {"m", "32"},
+                   {"n", "128"}};
+    for (const auto &[key, value] : knobs)
+      spec.fields[key] = value;
+    moec::StageDescription description;
+    mlir::Operation *op =
+        moec::buildStageOp(fixture.builder, spec, description, error);
+    symbol = description.symbol;
+    return op != nullptr;
+  };
+  std::string plain, situ, beta, linear, error;
+  REQUIRE(build({}, plain, error));
+  REQUIRE(build({{"situ_v2", "true"}}, situ, error));
+  REQUIRE(build({{"situ_v2", "true"}, {"situ_beta", "2.5"}}, beta, error));
+  REQUIRE(build({{"situ_v2", "true"}, {"situ_linear_beta", "10"}}, linear,
+                error));
+  // The defaults (4 and 25) leave the betas out; others are spelled.
+  CHECK(plain.find("_situ") == std::string::npos);
+  CHECK(situ.find("_k2_situ") != std::string::npos);
+  CHECK(situ.find("_situ_") == std::string::npos);
+  CHECK(beta.find("_situ_b2p500000") != std::string::npos);
+  CHECK(linear.find("_situ_lb10") != std::string::npos);
+  CHECK(beta != linear);
+
+  std::string ignored;
+  CHECK_FALSE(build({{"situ_v2", "true"}, {"gpt_oss_swiglu", "true"},
+                     {"swiglu_limit", "7"}},
+                    ignored, error));
+  CHECK(error.find("situ_v2 and gpt_oss_swiglu are two activations") !=
+        std::string::npos);
+  CHECK_FALSE(build({{"situ_v2", "true"}, {"situ_beta", "0"}}, ignored, error));
+  CHECK(error.find("situ_v2 needs situ_beta > 0 and situ_linear_beta > 0, "
+                   "got 0") != std::string::npos);
+  CHECK_FALSE(build({{"situ_v2", "true"}, {"situ_linear_beta", "-1"}}, ignored,
+                    error));
+  CHECK(error.find("got 4 and -1") != std::string::npos);
 }

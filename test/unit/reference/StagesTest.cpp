@@ -154,6 +154,35 @@ TEST_CASE("W13 stage on device buffers: gather by token, activation, FP8 interme
   }
 }
 
+TEST_CASE("SiTUv2 at points with closed-form values", "[stages][situv2]") {
+  // g = 2 ln 3: tanh(g / 4) = 1/2 and sigmoid(g) = 9/10, so the gate half is
+  // 4 * 1/2 * 9/10 = 1.8. u = 25 atanh(0.6) = 12.5 ln 4: 25 * 0.6 = 15.
+  const double g = 2.0 * std::log(3.0), u = 12.5 * std::log(4.0);
+  CHECK(situV2Activation(g, u, 0.0, 4.0, 25.0) == Approx(27.0).epsilon(1e-13));
+  CHECK(situV2Activation(g, -u, 0.0, 4.0, 25.0) ==
+        Approx(-27.0).epsilon(1e-13));
+  // A clamp L = 25 atanh(0.2) = 12.5 ln 1.5 leaves g (below L) and takes u
+  // (above L) to L: 1.8 * 25 * 0.2 = 9; -100 goes to -L.
+  const double limit = 12.5 * std::log(1.5);
+  CHECK(situV2Activation(g, u, limit, 4.0, 25.0) == Approx(9.0).epsilon(1e-13));
+  CHECK(situV2Activation(g, -100.0, limit, 4.0, 25.0) ==
+        Approx(-9.0).epsilon(1e-13));
+  // The gate clamp is upper only: a very negative g gives (almost) 0.
+  CHECK(std::fabs(situV2Activation(-60.0, u, limit, 4.0, 25.0)) < 1e-20);
+  // B = LB = 1: tanh(ln 3) = 4/5, sigmoid(ln 3) = 3/4: 0.6 * tanh(u).
+  CHECK(situV2Activation(std::log(3.0), std::log(3.0), 0.0, 1.0, 1.0) ==
+        Approx(0.6 * 0.8).epsilon(1e-13));
+  // Through GluConfig: situV2 picks it, with the config's betas.
+  GluConfig situ;
+  situ.situV2 = true;
+  CHECK(gatedActivation(situ, g, u) == Approx(27.0).epsilon(1e-13));
+  situ.situBeta = situ.situLinearBeta = 1.0;
+  CHECK(gatedActivation(situ, std::log(3.0), std::log(3.0)) ==
+        Approx(0.48).epsilon(1e-13));
+  GluConfig silu;
+  CHECK(gatedActivation(silu, g, u) != Approx(27.0).epsilon(1e-3));
+}
+
 TEST_CASE("gated activation: clamp and SiLU formulas", "[stages]") {
   auto silu = [](double x) { return x / (1 + std::exp(-x)); };
   CHECK(gatedActivation(2.0, 3.0, 0.0) == silu(2.0) * 3.0);

@@ -85,10 +85,17 @@ struct AiterStageKnobs {
   /// When the name is refused: the reason's class for the per-reason
   /// counts ("family opus", "part '_kw4'", "empty").
   std::string refusalClass;
+  /// When the name is of another family (CK ck2stages, opus) and moec's own
+  /// kernel for the same stage, tile and dtypes serves it: the AITER name
+  /// (recorded as the manifest row's substituted_from); empty for FlyDSL.
+  std::string substitutedFrom;
 };
 
 /// Parses a stage-1 (`stage` 1) or stage-2 name into moec's knobs. A part
 /// moec cannot honour fails with `reason` naming it ("part '_kw4': ...").
+/// A name of another family is served by moec's kernel of the same stage,
+/// tile and dtypes where the name gives them (out.substitutedFrom), and
+/// refused naming the family and why otherwise.
 bool parseAiterKernelName(const std::string &name, int stage,
                           AiterStageKnobs &out, std::string &reason);
 
@@ -156,6 +163,9 @@ AiterAudit auditAiterRows(const std::vector<AiterCsvRow> &rows,
 /// CompileOptions::target names (required).
 struct AiterCompileSummary {
   size_t rows = 0, compiledRows = 0, skippedRows = 0;
+  /// Compiled rows with a kernel of another family served by moec's own
+  /// (AiterRowInfo::substitutedFrom1/2).
+  size_t substitutedRows = 0;
   AiterMergeReport merge;
   std::vector<std::string> unsupported;
   /// Refused rows per reason class, a row under each of its reasons

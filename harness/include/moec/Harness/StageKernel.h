@@ -149,6 +149,9 @@ struct StageShape {
   double swigluLimit = 0.0;
   /// W13: GPT-OSS's SwiGLU (gpt_oss_swiglu) instead of SiLU.
   bool gptOssSwiglu = false;
+  /// W13: SiTUv2 (situ_v2) with its betas (the ODS defaults when absent).
+  bool situV2 = false;
+  double situBeta = 4.0, situLinearBeta = 25.0;
   /// FHMoE: the last local expert is a shared expert with FP8 E4M3 weights
   /// (arguments b_shared, b_shared_scale); b holds the other experts.
   bool sharedFp8 = false;

@@ -183,6 +183,11 @@ struct GluConfig {
   /// column j at [e, I + j]. Added to the GEMM result before the clamp and
   /// the activation. Null: no bias.
   const float *bias = nullptr;
+  /// Kimi K3's SiTUv2 (AITER's ActivationType.Situv2) instead of SiLU:
+  /// situV2Activation with these betas.
+  bool situV2 = false;
+  double situBeta = 4.0;
+  double situLinearBeta = 25.0;
 };
 
 /// Physical W13 row of logical gate row j (up row: gateRow + interleave, or
@@ -197,6 +202,15 @@ int64_t upRowOf(const GluConfig &glu, int64_t intermediate, int64_t j);
 /// (u' + 1), the same clamp.
 double gatedActivation(double gate, double up, double clampLimit,
                        bool gptOssSwiglu = false);
+
+/// SiTUv2 (AITER's ActivationType.Situv2, aiter/fused_moe.py `situv2`):
+/// B tanh(g' / B) sigmoid(g') * LB tanh(u' / LB), with g', u' clamped as in
+/// gatedActivation when L > 0 (B = beta, LB = linearBeta), in double.
+double situV2Activation(double gate, double up, double clampLimit, double beta,
+                        double linearBeta);
+
+/// The activation `glu` names (SiLU, GPT-OSS SwiGLU or SiTUv2).
+double gatedActivation(const GluConfig &glu, double gate, double up);
 
 //===----------------------------------------------------------------------===//
 // Stage functions

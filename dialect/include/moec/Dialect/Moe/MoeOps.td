@@ -130,6 +130,13 @@ def Moe_W13Op : Moe_StageOp<"w13"> {
     `ActivationType.Swiglu`): `g' * sigmoid(1.702 * g') * (u' + 1)` with
     g' = min(g, L), u' = clamp(u, -L, L) and L = `swiglu_limit`, which must
     then be > 0 (AITER's default is 7).
+    With `situ_v2` it is Kimi K3's SiTUv2 (AITER's
+    `ActivationType.Situv2`): `B * tanh(g' / B) * sigmoid(g') *
+    LB * tanh(u' / LB)` with B = `situ_beta`, LB = `situ_linear_beta` (both
+    > 0; AITER's tuner and reference use 4 and 25) and the same clamp of
+    g' and u' when L > 0 (AITER passes no limit for SiTUv2 unless given).
+    Not with `gpt_oss_swiglu`. docs/numerics.md gives the definition and its
+    source.
     Each 1x32 block of the intermediate gets the scale
     2^ceil(log2(max(amax, 1e-4) / 448)) with its biased exponent clamped to
     [1, 254], the same rule as the input activations, so it never saturates.
@@ -179,6 +186,9 @@ def Moe_W13Op : Moe_StageOp<"w13"> {
     DefaultValuedAttr<I64Attr, "0">:$gate_up_interleave,
     DefaultValuedAttr<F32Attr, "0.0f">:$swiglu_limit,
     UnitAttr:$gpt_oss_swiglu,
+    UnitAttr:$situ_v2,
+    DefaultValuedAttr<F32Attr, "4.0f">:$situ_beta,
+    DefaultValuedAttr<F32Attr, "25.0f">:$situ_linear_beta,
     UnitAttr:$shared_fp8_expert,
     UnitAttr:$bias,
     OptionalAttr<Moe_PeerTransportAttr>:$peer
