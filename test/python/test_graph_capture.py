@@ -227,3 +227,34 @@ def test_capture_that_allocates_fails_with_hip_error(bundle_path, device):
     out = allocating_call()  # eagerly: allocates, runs, every id -1 -> zeros
     device.synchronize()
     assert not any(out.download())
+
+
+def test_capture_arguments(bundle_path, device):
+    """The C API refuses capturing the null stream; a capture on a stream
+    the caller made records there and leaves the stream to the caller; a
+    second capture on the same device while one is open is refused."""
+    needs_capture()
+    with pytest.raises(moec.MoecError) as error:
+        moec._capi.call("moec_device_begin_capture", "capture", device.handle, None)
+    assert error.value.status_name == "MOEC_STATUS_INVALID_ARGUMENT"
+    assert "null stream cannot be captured" in error.value.message
+    buffer = device.alloc(64)
+    buffer.fill(0x11)
+    device.synchronize()
+    stream = device.create_stream()
+    try:
+        with moec.graph_capture(device, stream=stream) as graph:
+            assert graph.stream == stream == device.capture_stream
+            buffer.fill(0x22)  # recorded on the capture's stream
+            with pytest.raises(moec.MoecError) as error:
+                with moec.graph_capture(device):
+                    pass
+            assert error.value.what == "graph_capture"
+        device.synchronize(stream)
+        assert set(buffer.download()) == {0x11}  # recorded, not run
+        graph.replay().synchronize()
+        assert set(buffer.download()) == {0x22}
+        graph.release()
+        assert graph.stream == stream  # the caller's stream is not destroyed
+    finally:
+        device.destroy_stream(stream)
