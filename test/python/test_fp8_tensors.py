@@ -103,6 +103,33 @@ def test_fhmoe_shared_expert_fp8_tensors(bundle_path, device, oracle, torch):
     o.compare(bits)
 
 
+@pytest.mark.skipif(not moec.has_weight_preparation(),
+                    reason="the runtime has no moec_prepare_expert_weights")
+def test_prepare_expert_weights_typed_host_tensors(bundle_path, device, torch):
+    """Checkpoint MXFP4 host tensors typed float4_e2m1fn_x2 / float8_e8m0fnu
+    (what MegaMoE.finalize_weights(source="checkpoint") passes on) prepare
+    to the same bytes as their uint8 bits; FP8 E4M3FN weights are refused
+    naming the tensor."""
+    fp4, e8m0, fp8 = dtype_or_skip(torch, "float4_e2m1fn_x2", "float8_e8m0fnu",
+                                   "float8_e4m3fn")
+    layout = _tp_layer(bundle_path, device).weight_layout()
+    rng = np.random.default_rng(3)
+    w13 = rng.integers(0, 256, (4, 1024, 256), dtype=np.uint8)
+    w13s = rng.integers(118, 124, (4, 1024, 16), dtype=np.uint8)
+    w2 = rng.integers(0, 256, (4, 512, 256), dtype=np.uint8)
+    w2s = rng.integers(118, 124, (4, 512, 16), dtype=np.uint8)
+    expected = moec.prepare_expert_weights(layout, w13, w13s, w2, w2s)
+    typed = [torch.from_numpy(x).view(d) for x, d in ((w13, fp4), (w13s, e8m0), (w2, fp4),
+                                                       (w2s, e8m0))]
+    prepared = moec.prepare_expert_weights(layout, *typed)
+    for name in ("w13", "w13_scale", "w2", "w2_scale"):
+        assert bytes(prepared[name].data) == bytes(expected[name].data), name
+    with pytest.raises(moec.MoecError) as error:
+        moec.prepare_expert_weights(layout, torch.from_numpy(w13).view(fp8), *typed[1:])
+    assert error.value.status_name == "MOEC_STATUS_INVALID_ARGUMENT"
+    assert "w13" in error.value.message
+
+
 # ---- refusals ---------------------------------------------------------------------
 
 def _tp_layer(bundle_path, device):
