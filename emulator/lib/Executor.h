@@ -35,6 +35,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace moec::emu::detail {
@@ -64,7 +65,120 @@ struct MemRefDesc {
   int64_t extentBytes = 0;
   /// Raw buffers: bytes the descriptor's range check admits.
   int64_t numRecords = 0;
+  /// Global: an external buffer (GlobalMemory::addExternalBuffer), which
+  /// another process may access concurrently: accesses are atomic.
+  bool shared = false;
 };
+
+/// Copies `bytes` between emulator values and memory another process
+/// accesses concurrently: naturally aligned pieces of up to 8 bytes, each
+/// one sequentially consistent atomic load (sharedLoad, from `src`) or
+/// store (sharedStore, to `dst`). A 16-byte access is two 8-byte atomics,
+/// as the hardware's dwordx4 is not one atomic access either.
+inline void sharedLoad(uint8_t *dst, const uint8_t *src, unsigned bytes) {
+  unsigned at = 0;
+  while (at < bytes) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(src + at);
+    const unsigned left = bytes - at;
+    if (left >= 8 && address % 8 == 0) {
+      const uint64_t v = __atomic_load_n(
+          reinterpret_cast<const uint64_t *>(src + at), __ATOMIC_SEQ_CST);
+      std::memcpy(dst + at, &v, 8);
+      at += 8;
+    } else if (left >= 4 && address % 4 == 0) {
+      const uint32_t v = __atomic_load_n(
+          reinterpret_cast<const uint32_t *>(src + at), __ATOMIC_SEQ_CST);
+      std::memcpy(dst + at, &v, 4);
+      at += 4;
+    } else if (left >= 2 && address % 2 == 0) {
+      const uint16_t v = __atomic_load_n(
+          reinterpret_cast<const uint16_t *>(src + at), __ATOMIC_SEQ_CST);
+      std::memcpy(dst + at, &v, 2);
+      at += 2;
+    } else {
+      dst[at] = __atomic_load_n(src + at, __ATOMIC_SEQ_CST);
+      at += 1;
+    }
+  }
+}
+inline void sharedStore(uint8_t *dst, const uint8_t *src, unsigned bytes) {
+  unsigned at = 0;
+  while (at < bytes) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(dst + at);
+    const unsigned left = bytes - at;
+    if (left >= 8 && address % 8 == 0) {
+      uint64_t v;
+      std::memcpy(&v, src + at, 8);
+      __atomic_store_n(reinterpret_cast<uint64_t *>(dst + at), v,
+                       __ATOMIC_SEQ_CST);
+      at += 8;
+    } else if (left >= 4 && address % 4 == 0) {
+      uint32_t v;
+      std::memcpy(&v, src + at, 4);
+      __atomic_store_n(reinterpret_cast<uint32_t *>(dst + at), v,
+                       __ATOMIC_SEQ_CST);
+      at += 4;
+    } else if (left >= 2 && address % 2 == 0) {
+      uint16_t v;
+      std::memcpy(&v, src + at, 2);
+      __atomic_store_n(reinterpret_cast<uint16_t *>(dst + at), v,
+                       __ATOMIC_SEQ_CST);
+      at += 2;
+    } else {
+      __atomic_store_n(dst + at, src[at], __ATOMIC_SEQ_CST);
+      at += 1;
+    }
+  }
+}
+
+/// A read-modify-write of the naturally aligned `bytes` (1, 2, 4 or 8) at
+/// `at` in memory another process accesses concurrently: `next(old)`
+/// computes the new value, applied with a compare-and-swap loop; returns
+/// the old value (one atomic step, as the hardware's atomic is).
+template <typename Next>
+uint64_t sharedReadModifyWrite(uint8_t *at, unsigned bytes, Next next) {
+  auto loop = [&](auto *word) {
+    using T = std::remove_pointer_t<decltype(word)>;
+    T old = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+    for (;;) {
+      const T value = static_cast<T>(next(uint64_t(old)));
+      if (__atomic_compare_exchange_n(word, &old, value, false,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        return uint64_t(old);
+    }
+  };
+  switch (bytes) {
+  case 1: return loop(at);
+  case 2: return loop(reinterpret_cast<uint16_t *>(at));
+  case 4: return loop(reinterpret_cast<uint32_t *>(at));
+  default: return loop(reinterpret_cast<uint64_t *>(at));
+  }
+}
+
+/// Another process of the PeerGroup, as a stalled run sees it.
+struct PeerInfo {
+  int64_t pid = 0;
+  /// Runs over external buffers it has under way.
+  uint64_t running = 0;
+  /// Its progress counter (summed over the segments it shares with us).
+  uint64_t progress = 0;
+  bool alive = true;
+
+  bool operator==(const PeerInfo &other) const {
+    return pid == other.pid && running == other.running &&
+           progress == other.progress && alive == other.alive;
+  }
+  bool operator!=(const PeerInfo &other) const { return !(*this == other); }
+};
+/// Whether this process is in a PeerGroup segment (shares memory).
+bool peerMember();
+/// Counts a run in this process's slots (delta +1 when it starts, -1 when
+/// it ends); also bumps the progress counter.
+void peerRunning(int delta);
+/// Bumps this process's progress counter in every segment it is in.
+void peerProgressed();
+/// The other members of every segment this process is in, one per pid.
+std::vector<PeerInfo> peerStates();
 
 /// One SSA value of one wave.
 struct RtValue {
@@ -289,6 +403,8 @@ public:
   mlir::LogicalResult runRound(bool &progress);
   /// Every workgroup of the grid has finished.
   bool finished() const { return next >= total && resident.empty(); }
+  /// An argument binds an external buffer (another process may write it).
+  bool bindsExternal() const { return external; }
   /// Deadlock report: one entry per resident workgroup with a retracing
   /// wave, and a note on workgroups never made resident.
   void describeStall(std::vector<std::string> &spinners,
@@ -434,6 +550,7 @@ private:
     uint8_t *data = nullptr;
     uint8_t *written = nullptr;
     size_t size = 0;
+    bool shared = false;
   };
   std::vector<BufferView> views;
   /// Bit per 64-byte line of each global buffer (by id): read, written.
@@ -441,6 +558,8 @@ private:
   /// Linear id of the next workgroup to start, and the grid's size.
   int64_t next = 0;
   int64_t total = 0;
+  /// See bindsExternal().
+  bool external = false;
 };
 
 /// Copies the lanes of `mask` from `src` into `dst`, making `dst` per-lane

@@ -277,26 +277,50 @@ uint8_t *Executor::access(const POp &p, Workgroup &wg, const Wave &wave,
     reportOutOfBounds(p, wg, wave, lane, mem, offset, bytes, isWrite, atomic);
     return nullptr;
   }
-  if (offset + int64_t(bytes) > int64_t(view.size)) {
+  // A memref.view starts baseBytes into its buffer; the checks above are
+  // the view's own, those below the buffer's.
+  const int64_t at = mem.baseBytes + offset;
+  if (at + int64_t(bytes) > int64_t(view.size)) {
     reportOutOfBounds(p, wg, wave, lane, mem, offset, bytes, isWrite, atomic);
     return nullptr;
   }
-  uint8_t *shadow = view.written + offset;
-  if (isWrite && !atomic) {
+  uint8_t *shadow = view.written + at;
+  if (view.shared) {
+    // Another process reads and sets these flags too: byte atomics.
+    uint8_t flags[16];
+    uint8_t *seen = bytes <= sizeof(flags) ? flags : nullptr;
+    bool unwritten = false;
+    for (unsigned b = 0; b < bytes; ++b) {
+      const uint8_t flag = __atomic_load_n(shadow + b, __ATOMIC_RELAXED);
+      unwritten |= flag == 0;
+      if (seen)
+        seen[b] = flag;
+    }
+    if (isWrite && !atomic) {
+      if (unwritten)
+        ++writes;
+      for (unsigned b = 0; b < bytes; ++b)
+        __atomic_store_n(shadow + b, uint8_t(1), __ATOMIC_RELAXED);
+    } else if (unwritten) {
+      reportUnwritten(p, wg, wave, lane, mem, offset, bytes,
+                      seen ? seen : shadow);
+    }
+  } else if (isWrite && !atomic) {
     if (anyZero(shadow, bytes))
       ++writes;
     std::memset(shadow, 1, bytes);
   } else if (anyZero(shadow, bytes)) {
     reportUnwritten(p, wg, wave, lane, mem, offset, bytes, shadow);
   }
-  countGlobal(mem.buffer, offset, bytes, !isWrite || atomic, isWrite);
-  return view.data + offset;
+  countGlobal(mem.buffer, at, bytes, !isWrite || atomic, isWrite);
+  return view.data + at;
 }
 
 void Executor::refreshViews() {
   views.resize(memory.bufferCount());
   for (unsigned b = 0; b < views.size(); ++b)
-    views[b] = {memory.data(b), memory.written(b), memory.size(b)};
+    views[b] = {memory.data(b), memory.written(b), memory.size(b),
+                memory.isExternal(b)};
 }
 
 void Executor::countGlobal(unsigned buffer, int64_t offset, unsigned bytes,

@@ -636,7 +636,9 @@ LogicalResult Executor::execMemLoad(Workgroup &wg, Wave &wave, const POp &p,
     const uint8_t *src =
         access(p, wg, wave, lane, mem, index * mi.memElemBytes, bytes, false);
     uint8_t *dst = r.lane(l, bytes);
-    if (src)
+    if (src && mem.shared)
+      sharedLoad(dst, src, bytes);
+    else if (src)
       copyLane(dst, src, bytes);
     else
       std::memset(dst, 0, bytes);
@@ -671,6 +673,14 @@ LogicalResult Executor::execMemStore(Workgroup &wg, Wave &wave, const POp &p,
         access(p, wg, wave, l, mem, index * mi.memElemBytes, bytes, true);
     if (!dst)
       continue;
+    if (mem.shared) {
+      // Memory another process accesses now: atomic pieces.
+      std::vector<uint8_t> now(bytes);
+      sharedLoad(now.data(), dst, bytes);
+      writes += differ(now.data(), value.lane(l, bytes), bytes);
+      sharedStore(dst, value.lane(l, bytes), bytes);
+      continue;
+    }
     // Only a store that changes memory counts as a write: a wave that
     // rewrites the same value while it waits cannot release anyone.
     if (differ(dst, value.lane(l, bytes), bytes))
@@ -719,7 +729,9 @@ LogicalResult Executor::execGatherToLds(Workgroup &wg, Wave &wave, const POp &p,
     const int64_t from = linearIndex(si, wave, p.in, 1, l);
     const uint8_t *in =
         access(p, wg, wave, l, src, from * si.memElemBytes, bytes, false);
-    if (in)
+    if (in && src.shared)
+      sharedLoad(data, in, bytes);
+    else if (in)
       std::memcpy(data, in, bytes);
     else
       std::memset(data, 0, bytes);
@@ -756,40 +768,57 @@ LogicalResult Executor::execAtomicRmw(Workgroup &wg, Wave &wave, const POp &p,
                          bytes, /*isWrite=*/true, /*atomic=*/true);
     if (!at)
       continue; // result stays 0, as for an out-of-range raw load
-    const uint64_t old = getBits(at, vi.elemBits, 0);
     const uint64_t operand = getBits(value.lane(l, bytes), vi.elemBits, 0);
     const uint64_t m = widthMask(vi.width);
-    const int64_t so = signExtend(old, vi.width), sv = signExtend(operand, vi.width);
-    uint64_t next = 0;
-    auto fp = [&](double v) { return encodeFloat(vi.elem, v); };
-    const double fo = decodeFloat(vi.elem, old), fv = decodeFloat(vi.elem, operand);
-    switch (op) {
-    case AtomicOp::AddI: next = old + operand; break;
-    case AtomicOp::MulI: next = old * operand; break;
-    case AtomicOp::MaxS: next = uint64_t(std::max(so, sv)); break;
-    case AtomicOp::MinS: next = uint64_t(std::min(so, sv)); break;
-    case AtomicOp::MaxU: next = std::max(old & m, operand & m); break;
-    case AtomicOp::MinU: next = std::min(old & m, operand & m); break;
-    case AtomicOp::AndI: next = old & operand; break;
-    case AtomicOp::OrI: next = old | operand; break;
-    case AtomicOp::XorI: next = old ^ operand; break;
-    case AtomicOp::Assign: next = operand; break;
-    case AtomicOp::AddF:
-      next = vi.elem == Elem::F32 ? fp(double(float(fo) + float(fv))) : fp(fo + fv);
-      break;
-    case AtomicOp::MaximumF: next = fp(ieeeMaximum(fo, fv)); break;
-    case AtomicOp::MinimumF: next = fp(ieeeMinimum(fo, fv)); break;
-    case AtomicOp::MaxNumF: next = fp(std::fmax(fo, fv)); break;
-    case AtomicOp::MinNumF: next = fp(std::fmin(fo, fv)); break;
+    // The new value from the old one: in place here, or in a
+    // compare-and-swap loop on memory another process shares.
+    auto apply = [&](uint64_t old) {
+      const int64_t so = signExtend(old, vi.width), sv = signExtend(operand, vi.width);
+      uint64_t next = 0;
+      auto fp = [&](double v) { return encodeFloat(vi.elem, v); };
+      const double fo = decodeFloat(vi.elem, old), fv = decodeFloat(vi.elem, operand);
+      switch (op) {
+      case AtomicOp::AddI: next = old + operand; break;
+      case AtomicOp::MulI: next = old * operand; break;
+      case AtomicOp::MaxS: next = uint64_t(std::max(so, sv)); break;
+      case AtomicOp::MinS: next = uint64_t(std::min(so, sv)); break;
+      case AtomicOp::MaxU: next = std::max(old & m, operand & m); break;
+      case AtomicOp::MinU: next = std::min(old & m, operand & m); break;
+      case AtomicOp::AndI: next = old & operand; break;
+      case AtomicOp::OrI: next = old | operand; break;
+      case AtomicOp::XorI: next = old ^ operand; break;
+      case AtomicOp::Assign: next = operand; break;
+      case AtomicOp::AddF:
+        next = vi.elem == Elem::F32 ? fp(double(float(fo) + float(fv))) : fp(fo + fv);
+        break;
+      case AtomicOp::MaximumF: next = fp(ieeeMaximum(fo, fv)); break;
+      case AtomicOp::MinimumF: next = fp(ieeeMinimum(fo, fv)); break;
+      case AtomicOp::MaxNumF: next = fp(std::fmax(fo, fv)); break;
+      case AtomicOp::MinNumF: next = fp(std::fmin(fo, fv)); break;
+      }
+      return next & m;
+    };
+    if (mem.shared && vi.elemBits >= 8) {
+      const uint64_t old = sharedReadModifyWrite(at, bytes, apply);
+      setBits(r.lane(l, bytes), vi.elemBits, 0, old);
+      writes += apply(old) != old;
+      uint8_t *shadow =
+          memory.written(mem.buffer) + mem.baseBytes + index * mi.memElemBytes;
+      for (unsigned b = 0; b < bytes; ++b)
+        writes += __atomic_exchange_n(shadow + b, uint8_t(1),
+                                      __ATOMIC_RELAXED) == 0;
+      continue;
     }
+    const uint64_t old = getBits(at, vi.elemBits, 0);
     setBits(r.lane(l, bytes), vi.elemBits, 0, old);
-    setBits(at, vi.elemBits, 0, next & m);
+    setBits(at, vi.elemBits, 0, apply(old));
     // An atomic that leaves the value as it was (a spin's fetch-add of 0)
     // is not a write.
     if (getBits(at, vi.elemBits, 0) != old)
       ++writes;
     if (mem.space != Space::Lds) {
-      uint8_t *shadow = memory.written(mem.buffer) + index * mi.memElemBytes;
+      uint8_t *shadow =
+          memory.written(mem.buffer) + mem.baseBytes + index * mi.memElemBytes;
       if (std::memchr(shadow, 0, bytes))
         ++writes;
       std::memset(shadow, 1, bytes);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 namespace moec::emu::detail {
@@ -50,7 +51,9 @@ LogicalResult Executor::bindArguments(llvm::ArrayRef<KernelArgValue> args) {
       int64_t extent = vi.memElemBytes;
       for (int64_t d : vi.shape)
         extent *= d;
-      value.mem = {Space::Global, args[i].buffer, 0, extent, 0};
+      const bool shared = memory.isExternal(args[i].buffer);
+      value.mem = {Space::Global, args[i].buffer, 0, extent, 0, shared};
+      external |= shared;
       continue;
     }
     if (args[i].kind != KernelArgValue::Kind::Scalar || vi.elem != Elem::Int ||
@@ -350,7 +353,8 @@ unsigned threadCount(const LaunchConfig &launch) {
 /// first `maxFindings` of that order). A hard error reports the lowest
 /// failing workgroup's.
 LogicalResult runIndependent(const LaunchInput &in, GlobalMemory &memory,
-                             RunResult &result, std::string &error) {
+                             RunResult &result, std::string &error,
+                             bool member) {
   uint64_t unusedWrites = 0;
   Executor main(*in.program, memory, *in.launch, in.label, unusedWrites,
                 result, error);
@@ -385,7 +389,10 @@ LogicalResult runIndependent(const LaunchInput &in, GlobalMemory &memory,
       const int64_t id = nextGroup.fetch_add(1);
       if (id >= total || id > firstFailure.load())
         return;
-      if (!w.executor->runWorkgroupAlone(id)) {
+      const bool done = w.executor->runWorkgroupAlone(id);
+      if (member)
+        peerProgressed();
+      if (!done) {
         errors[size_t(id)] = w.error;
         int64_t seen = firstFailure.load();
         while (id < seen && !firstFailure.compare_exchange_weak(seen, id)) {
@@ -424,11 +431,95 @@ LogicalResult runIndependent(const LaunchInput &in, GlobalMemory &memory,
   return success();
 }
 
+/// How a stalled run over external buffers waits for its peer processes:
+/// it polls with a growing sleep (50 us doubling to 10 ms) while some other
+/// member of its PeerGroup advances, ends with an error naming a member
+/// whose process is gone, and is a deadlock once no member advanced for
+/// PeerGroup::timeoutSeconds(), or at once when it has no live peer at all
+/// (then nothing outside the run can write its memory).
+class PeerWait {
+public:
+  enum class Verdict { Wait, Deadlock, PeerGone };
+
+  /// The run made progress: the next stall starts afresh.
+  void reset() {
+    stalled = false;
+    sleep = std::chrono::microseconds(0);
+  }
+
+  /// A round without progress. `note` says why a verdict other than Wait
+  /// was reached.
+  Verdict poll(std::string &note) {
+    const auto now = std::chrono::steady_clock::now();
+    const std::vector<PeerInfo> peers = peerStates();
+    for (const PeerInfo &peer : peers)
+      if (!peer.alive) {
+        note = "peer process " + std::to_string(peer.pid) +
+               " ended while this run waits on memory it shares (the "
+               "process died or was killed without leaving its group)";
+        return Verdict::PeerGone;
+      }
+    if (peers.empty()) {
+      note = "no other process shares this run's memory";
+      return Verdict::Deadlock;
+    }
+    if (!stalled || peers != seen) {
+      stalled = true;
+      since = now;
+      seen = peers;
+    }
+    const double timeout = PeerGroup::timeoutSeconds();
+    const double waited = std::chrono::duration<double>(now - since).count();
+    if (waited >= timeout) {
+      note = "no peer process advanced for " + formatSeconds(waited) +
+             " (MOEC_EMULATED_PEER_TIMEOUT " + formatSeconds(timeout) + "):";
+      for (const PeerInfo &peer : peers)
+        note += " process " + std::to_string(peer.pid) + " (" +
+                std::to_string(peer.running) + " run" +
+                (peer.running == 1 ? "" : "s") + " under way)";
+      return Verdict::Deadlock;
+    }
+    sleep = std::min<std::chrono::microseconds>(
+        std::max<std::chrono::microseconds>(sleep * 2,
+                                            std::chrono::microseconds(50)),
+        std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(sleep);
+    return Verdict::Wait;
+  }
+
+private:
+  static std::string formatSeconds(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3g s", seconds);
+    return text;
+  }
+
+  bool stalled = false;
+  std::chrono::steady_clock::time_point since;
+  std::vector<PeerInfo> seen;
+  std::chrono::microseconds sleep{0};
+};
+
 } // namespace
 
 FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
                              GlobalMemory &memory, std::string &error) {
   const auto start = std::chrono::steady_clock::now();
+  // In a process that shares memory with others, every run counts in its
+  // PeerGroup slots while it lasts and bumps its progress counter as it
+  // advances, so that a peer waiting on this process sees it working.
+  const bool member = peerMember();
+  struct RunningSlot {
+    bool on;
+    explicit RunningSlot(bool on) : on(on) {
+      if (on)
+        peerRunning(+1);
+    }
+    ~RunningSlot() {
+      if (on)
+        peerRunning(-1);
+    }
+  } runningSlot(member);
   // Kernels whose workgroups cannot wait on each other run launch after
   // launch, workgroups spread over threads; anything that may spin keeps
   // the cooperative scheduler below.
@@ -439,7 +530,7 @@ FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
     RunResult total;
     for (const LaunchInput &in : launches) {
       RunResult one;
-      if (failed(runIndependent(in, memory, one, error)))
+      if (failed(runIndependent(in, memory, one, error, member)))
         return failure();
       accumulate(total.stats, one.stats);
       total.launchStats.push_back(one.stats);
@@ -464,10 +555,18 @@ FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
     if (failed(executors.back()->prepare(in.args)))
       return failure();
   }
+  // External buffers: another process may write what a wave waits on
+  // (docs/emulator.md, "Ranks in separate processes").
+  bool external = false;
+  for (const auto &executor : executors)
+    external |= executor->bindsExternal();
+  PeerWait peerWait;
   // Rounds over all launches until every grid has finished. A round with
   // no progress and no memory write leaves every live wave retracing a
-  // spin or waiting at a barrier only such waves could release: nothing can
-  // ever change what they wait on.
+  // spin or waiting at a barrier only such waves could release: nothing in
+  // this run can ever change what they wait on. Over external buffers a
+  // peer process still may: the waves poll (they re-read memory every
+  // round) until PeerWait gives up.
   for (;;) {
     bool live = false;
     for (const auto &executor : executors)
@@ -479,8 +578,23 @@ FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
     for (auto &executor : executors)
       if (!executor->finished() && failed(executor->runRound(progress)))
         return failure();
-    if (progress || writes != writesBefore)
+    if (progress || writes != writesBefore) {
+      if (member)
+        peerProgressed();
+      if (external)
+        peerWait.reset();
       continue;
+    }
+    std::string peerNote;
+    if (external) {
+      const PeerWait::Verdict verdict = peerWait.poll(peerNote);
+      if (verdict == PeerWait::Verdict::Wait)
+        continue;
+      if (verdict == PeerWait::Verdict::PeerGone) {
+        error = "emulator: " + peerNote;
+        return failure();
+      }
+    }
     std::vector<std::string> spinners, notes;
     for (const auto &executor : executors)
       executor->describeStall(spinners, notes);
@@ -496,6 +610,8 @@ FailureOr<RunResult> execute(llvm::ArrayRef<LaunchInput> launches,
       error += "; and " + std::to_string(spinners.size() - shown) + " more";
     for (const std::string &note : notes)
       error += "; " + note;
+    if (!peerNote.empty())
+      error += "; " + peerNote;
     return failure();
   }
 

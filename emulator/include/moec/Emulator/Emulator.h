@@ -56,6 +56,16 @@ public:
 
   /// Registers a zero-filled, poisoned buffer of `size` bytes; returns its id.
   unsigned addBuffer(std::string name, size_t size);
+  /// Registers `size` bytes at `data`, with their written-shadow at
+  /// `written`, as a buffer this GlobalMemory does not own: memory another
+  /// process maps too and may read and write while a launch runs (an IPC
+  /// allocation). Every access to it is an atomic operation, and a run that
+  /// waits on it polls while a peer process (PeerGroup) may still write
+  /// (docs/emulator.md, "Ranks in separate processes").
+  unsigned addExternalBuffer(std::string name, size_t size, uint8_t *data,
+                             uint8_t *written);
+  /// Whether buffer `id` was registered by addExternalBuffer.
+  bool isExternal(unsigned id) const;
   /// Copies host data into a buffer at `offset` and marks it written.
   void write(unsigned id, size_t offset, const void *data, size_t size);
   /// Marks every byte of the buffer unwritten and fills it with 0xFF, so a
@@ -74,6 +84,36 @@ public:
 private:
   struct Buffer;
   std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+/// The processes that share memory with this one, so that a run waiting on
+/// an external buffer can tell a peer that is still working from a
+/// deadlock. A *segment* is a page of shared memory (a memfd) holding one
+/// slot per member process: its pid, the runs over external buffers it has
+/// under way, and a counter it bumps whenever such a run makes progress.
+/// A process creates its own segment with the first memory it shares and
+/// joins the segment of every process whose memory it maps; a run over
+/// external buffers publishes its progress in every segment the process is
+/// in and, when it stalls, watches the other members' slots: it keeps
+/// polling while some member advances, and fails when none has advanced
+/// for `MOEC_EMULATED_PEER_TIMEOUT` seconds (a deadlock; default 30) or
+/// when a member's process is gone. A process leaves its slots at exit;
+/// a child forked from a member joins its parent's segments (announce()).
+class PeerGroup {
+public:
+  /// This process's segment, created on first use; its descriptor, which
+  /// peers open through /proc/<pid>/fd, or -1 with `error` set.
+  static int ownSegment(std::string &error);
+  /// Maps segment `fd` of process `pid` and takes a slot in it (once per
+  /// segment).
+  static mlir::LogicalResult joinSegment(int64_t pid, int fd,
+                                         std::string &error);
+  /// Takes this process's slot in every segment it has mapped (a forked
+  /// child thereby joins its parent's segments); runs do it themselves.
+  static void announce();
+  /// The stall limit: $MOEC_EMULATED_PEER_TIMEOUT seconds (a positive
+  /// number), else 30.
+  static double timeoutSeconds();
 };
 
 /// One kernel argument: a global buffer (for a memref parameter) or an
