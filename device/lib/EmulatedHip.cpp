@@ -11,8 +11,11 @@
 // - Memory: hipMalloc returns host memory with a written-shadow byte per
 //   byte; it starts poisoned (0xFF, unwritten). A launch binds each pointer
 //   argument to a view of its allocation: from the pointer to the next
-//   argument pointer into the same allocation (or its end). Views are copied
-//   into one emulator GlobalMemory (data and shadow), run, and copied back.
+//   argument pointer into the same allocation (or its end). Views of
+//   ordinary allocations are copied into one emulator GlobalMemory (data and
+//   shadow), run, and copied back; views of shared (IPC) allocations are
+//   bound in place as external buffers, so a peer process sees the stores
+//   while the launch runs.
 // - Code: hipModuleLoadData accepts only a code object whose kernel IR was
 //   registered (moecEmulatedRegisterKernelIr), and launches execute exactly
 //   that IR.
@@ -187,6 +190,10 @@ struct Allocation {
   int sharedFd = -1;
   /// Another process's allocation, mapped by hipIpcOpenMemHandle.
   bool imported = false;
+
+  /// Memory another process may map: exported (an IPC handle was taken)
+  /// or imported.
+  bool shared() const { return sharedFd >= 0 || imported; }
 };
 
 size_t pageRounded(size_t bytes) {
@@ -497,9 +504,18 @@ int EmulatedDevices::runTogether(std::vector<PendingLaunch> &launches) {
       std::snprintf(name, sizeof(name), "device %d allocation #%llu +%zu",
                     allocation.device,
                     static_cast<unsigned long long>(allocation.serial), *it);
-      const unsigned id = memory.addBuffer(name, size);
-      std::memcpy(memory.data(id), allocation.data + *it, size);
-      std::memcpy(memory.written(id), allocation.written + *it, size);
+      // Shared memory is bound in place (another process may write it
+      // while the launch runs, and must see this launch's stores); other
+      // allocations through a private copy.
+      unsigned id;
+      if (allocation.shared()) {
+        id = memory.addExternalBuffer(name, size, allocation.data + *it,
+                                      allocation.written + *it);
+      } else {
+        id = memory.addBuffer(name, size);
+        std::memcpy(memory.data(id), allocation.data + *it, size);
+        std::memcpy(memory.written(id), allocation.written + *it, size);
+      }
       views.push_back({&allocation, *it, size, id});
       bufferOf[{base, *it}] = id;
     }
@@ -536,6 +552,8 @@ int EmulatedDevices::runTogether(std::vector<PendingLaunch> &launches) {
   // What the kernels wrote reaches device memory even when the run failed,
   // as a faulting kernel's earlier stores do on hardware.
   for (const View &view : views) {
+    if (memory.isExternal(view.buffer))
+      continue;
     std::memcpy(view.allocation->data + view.offset, memory.data(view.buffer),
                 view.size);
     std::memcpy(view.allocation->written + view.offset,
@@ -1198,7 +1216,10 @@ namespace {
 /// hipIpcMemHandle_t: 64 opaque bytes. Ours name the process, the
 /// allocation and the memfd its pages live in from then on: the same
 /// process gets the allocation's own address back, another one maps the
-/// memfd through /proc/<pid>/fd/<fd> (the same memory, shadow included).
+/// memfd through /proc/<pid>/fd/<fd> (the same memory, shadow included)
+/// and joins the exporting process's peer segment (`segmentFd`,
+/// moec::emu::PeerGroup), through which launches that wait on each other
+/// across the processes tell a slow peer from a deadlock.
 struct IpcMemHandle {
   char reserved[kIpcHandleSize];
 };
@@ -1210,9 +1231,10 @@ struct IpcPayload {
   uint64_t size;
   uint64_t mappedBytes;
   int32_t fd;
+  int32_t segmentFd;
 };
 static_assert(sizeof(IpcPayload) <= kIpcHandleSize);
-constexpr char kIpcMagic[8] = {'m', 'o', 'e', 'c', 'i', 'p', 'c', '2'};
+constexpr char kIpcMagic[8] = {'m', 'o', 'e', 'c', 'i', 'p', 'c', '3'};
 
 std::string errnoText() { return std::strerror(errno); }
 
@@ -1273,6 +1295,12 @@ int importAllocation(EmulatedDevices &devices, const IpcPayload &payload,
   if (base == MAP_FAILED)
     return fail(kOutOfMemory, "hipIpcOpenMemHandle: mapping " + path + ": " +
                                   errnoText());
+  std::string error;
+  if (mlir::failed(moec::emu::PeerGroup::joinSegment(payload.process,
+                                                     payload.segmentFd, error))) {
+    ::munmap(base, payload.mappedBytes);
+    return fail(kInvalidValue, "hipIpcOpenMemHandle: " + error);
+  }
   Allocation allocation;
   allocation.data = static_cast<uint8_t *>(base);
   allocation.written = allocation.data + pageRounded(payload.size);
@@ -1299,6 +1327,10 @@ MOEC_EXPORT int hipIpcGetMemHandle(IpcMemHandle *handle, void *pointer) {
                                "allocation of this process");
   if (int status = shareAllocation(it->second))
     return status;
+  std::string error;
+  const int segment = moec::emu::PeerGroup::ownSegment(error);
+  if (segment < 0)
+    return fail(kOutOfMemory, "hipIpcGetMemHandle: " + error);
   IpcPayload payload{};
   std::memcpy(payload.magic, kIpcMagic, sizeof(kIpcMagic));
   payload.process = int64_t(::getpid());
@@ -1307,6 +1339,7 @@ MOEC_EXPORT int hipIpcGetMemHandle(IpcMemHandle *handle, void *pointer) {
   payload.size = it->second.size;
   payload.mappedBytes = it->second.mappedBytes;
   payload.fd = it->second.sharedFd;
+  payload.segmentFd = segment;
   std::memset(handle->reserved, 0, sizeof(handle->reserved));
   std::memcpy(handle->reserved, &payload, sizeof(payload));
   return succeed();

@@ -12,9 +12,11 @@ inputs. TENSORS: "torch" (torch tensors over device memory) or "pointers"
 (DeviceBuffers). Writes OUT/rank{r}_f{f}.npy (BF16 bits [M, H]) and
 OUT/status.json (forwards launched and overflow per rank).
 
-    megamoe_ranks.py --process BUNDLE NETWORK EP M RANK INIT_FILE
+    megamoe_ranks.py --process BUNDLE NETWORK EP M RANK INIT_FILE INPUTS OUT FORWARDS
 
-runs one rank per process instead (process_rank).
+runs rank RANK alone in this process instead (process_rank), the group
+formed through torch.distributed (gloo, file rendezvous INIT_FILE), with
+the same inputs, forwards and outputs (OUT/status{RANK}.json).
 """
 
 import json
@@ -112,46 +114,44 @@ def main():
 
 
 def process_rank():
-    """megamoe_ranks.py --process BUNDLE NETWORK EP M RANK INIT_FILE: one
-    rank in this process, constructed through torch.distributed (gloo,
-    file rendezvous). Then every rank writes a pattern into the next
-    rank's symmetric buffer (through the mapping of the other process's
-    memory) and reads what the previous rank wrote into its own, and runs
-    one forward. Prints one JSON line: what each step gave."""
-    bundle_path, network, ep, m, rank, init_file = sys.argv[2:8]
-    ep, m, rank = int(ep), int(m), int(rank)
+    """megamoe_ranks.py --process ...: one rank in this process, on its own
+    emulated device (MOEC_EMULATED_DEVICES=1: launches run when made). The
+    collective construction exchanges the symmetric buffers' IPC handles
+    through torch.distributed; each forward's launches then run in this
+    process and wait on the other processes' stores in the shared buffers
+    while those run theirs (docs/emulator.md, "Ranks in separate
+    processes"). Writes OUT/rank{RANK}_f{f}.npy and OUT/status{RANK}.json."""
+    bundle_path, network, ep, m, rank, init_file, inputs, out_dir, forwards = sys.argv[2:11]
+    ep, m, rank, forwards = int(ep), int(m), int(rank), int(forwards)
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
                             world_size=ep)
-    result = {}
-    try:
-        moe = moec.MegaMoE(bundle_path, rank=rank, world_size=ep, max_tok_per_rank=m,
-                           network=network, device="emulated")
-        result["constructed"] = repr(moe)
-        tail = moe.layer.memory.peer_bytes - 64  # the last 64 bytes: combine rows
-        pattern = bytes([rank + 1]) * 64
-        moe.device.copy_to_device(moe.peer_buffers[(rank + 1) % ep] + tail, pattern)
-        dist.barrier()
-        seen = moe.device.copy_to_host(moe.symmetric.ptr + tail, 64)
-        result["seen"] = sorted(set(seen))
-        moe.device.copy_to_device(moe.symmetric.ptr + tail, bytes(64))  # zero again
-        dist.barrier()
-        device, H, K = moe.device, moe.model_dim, moe.topk
-        hidden = device.upload(bytes(m * H * 2))
-        weights = device.upload(bytes(m * K * 4))
-        ids = device.upload(np.full((m, K), -1, dtype=np.int32))
-        expert_weights = [device.upload(bytes(n)) for n in (
-            moe.local_experts * 2 * moe.inter_dim * H // 2,
-            moe.local_experts * 2 * moe.inter_dim * H // 32,
-            moe.local_experts * H * moe.inter_dim // 2,
-            moe.local_experts * H * moe.inter_dim // 32)]
-        moe.finalize_weights(*expert_weights)  # bound by pointer: kept alive here
-        moe.forward(hidden, weights, ids, m=m)
-        moe.check()
-        result["forward"] = "ok"
-    except moec.MoecError as error:
-        result.update(what=error.what, status=error.status_name, message=error.message)
-    print(json.dumps(result))
+    arrays = {name: npy.load(os.path.join(inputs, name + ".npy")).numpy()
+              for name in ("hidden_states", "topk_ids", "topk_weights", "w13", "w13_scale",
+                           "w2", "w2_scale")}
+    moe = moec.MegaMoE(bundle_path, rank=rank, world_size=ep, max_tok_per_rank=m,
+                       network=network, device="emulated")
+    first = rank * moe.local_experts
+    moe.finalize_weights(*[arrays[k][first:first + moe.local_experts]
+                           for k in ("w13", "w13_scale", "w2", "w2_scale")],
+                         source="checkpoint")
+    rows = slice(rank * m, rank * m + m)
+    for f in range(forwards):
+        host = {k: np.ascontiguousarray(np.roll(arrays[k][rows], f, axis=0))
+                for k in ("hidden_states", "topk_weights", "topk_ids")}
+        out = moe.device.alloc(m * moe.model_dim * 2)
+        out.fill(0xFF)  # poison: BF16 0xFFFF is NaN
+        moe.forward(moe.device.upload(host["hidden_states"]),
+                    moe.device.upload(host["topk_weights"]),
+                    moe.device.upload(host["topk_ids"]), out=out, m=m)
+        moe.synchronize()
+        bits = np.frombuffer(out.download(), dtype=np.uint16)
+        np.save(os.path.join(out_dir, "rank%d_f%d.npy" % (rank, f)),
+                bits.reshape(m, moe.model_dim))
+    with open(os.path.join(out_dir, "status%d.json" % rank), "w") as handle:
+        json.dump({"forwards": moe.check()}, handle)
+    dist.barrier()  # no rank leaves while another may still read its buffer
+    moe.release()
     dist.destroy_process_group()
 
 

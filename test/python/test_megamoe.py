@@ -1,7 +1,10 @@
 """moec.MegaMoE (the fused MegaMoE networks as one object per EP rank) on
 the emulated device against the oracle: EP2 and EP4, every rank in one
-process (megamoe_ranks.py, one emulated device per rank), and the
-refusals. docs/python.md, "MegaMoE"."""
+process (megamoe_ranks.py, one emulated device per rank) and every rank in
+its own process (the group through torch.distributed, the launches of the
+processes running concurrently over shared memory), and the refusals.
+docs/python.md, "MegaMoE"; docs/emulator.md, "Ranks in separate
+processes"."""
 
 import json
 import os
@@ -57,6 +60,14 @@ def test_megamoe_all_ranks_one_process(bundle_path, oracle, workdir, table, ep, 
     status = run_ranks(bundle, ep, m, os.path.join(o.directory, "in"), out_dir, forwards,
                        tensors)
     assert status == {r: {"forwards": forwards} for r in range(ep)}  # overflow: check() raised
+    compare_forwards(o, out_dir, ep, forwards, E)
+
+
+def compare_forwards(o, out_dir, ep, forwards, E):
+    """Each forward's outputs of every rank (rank{r}_f{f}.npy, rows rolled
+    by f) against the oracle of all ep*m tokens: every element within its
+    bound (Oracle.compare), routes with only ids -1 exactly zero, and every
+    forward equal to the first."""
     ids = o.arrays["topk_ids"]
     outputs = []
     for f in range(forwards):
@@ -90,29 +101,48 @@ def test_megamoe_refusals(bundle_path, device):
     assert "rank order" in error.value.message
 
 
-def test_megamoe_ranks_in_processes(bundle_path, workdir, tmp_path):
-    """EP2 with each rank in its own process, the buffers exchanged through
-    torch.distributed (gloo): each process maps the other's symmetric
-    buffer (the emulated device's IPC across processes), and a pattern one
-    rank writes there is what the other reads in its own. A forward does
-    not run across processes yet: the emulator runs a launch over copies of
-    its buffers, so a rank waiting on the other's flags is a deadlock
-    (docs/emulator.md, "Ranks in separate processes", steps 2 and 3)."""
+@pytest.mark.parametrize("table, ep, m, forwards", [
+    # The transports of the one-process test: compact at EP2, fixed slot at EP4.
+    ("flash_ep2", 2, 40, 2),
+    ("flash_ep4", 4, 16, 2),
+])
+def test_megamoe_ranks_in_processes(bundle_path, oracle, tmp_path, table, ep, m, forwards):
+    """Every rank in its own process (megamoe_ranks.py --process), one
+    emulated device each, the group and the symmetric buffers' IPC handles
+    through torch.distributed (gloo): each process runs its own launches
+    when it makes them, over its own mapping of every rank's symmetric
+    buffer, and waits on the other processes' flags while they run theirs.
+    The same data, poisoned outputs and oracle check as the one-process
+    test."""
     from conftest import require_torch
     require_torch()
-    bundle = bundle_path("flash_ep2")
-    env = dict(os.environ, MOEC_EMULATED_DEVICES="1")
+    bundle = bundle_path(table)
+    facts = moec.Bundle(bundle).table_facts("flash-fused", ep, m)
+    H, I, E, K = facts.hidden, facts.intermediate, facts.experts, facts.top_k
+    o = oracle("tp", H, I, E, K, ep * m, 20 + ep, interleave=0, swiglu=facts.swiglu_limit)
+    out_dir = os.path.join(o.directory, "processes")
+    os.makedirs(out_dir, exist_ok=True)
+    env = dict(os.environ, MOEC_EMULATED_DEVICES="1", MOEC_EMULATED_DEFER_LAUNCHES="0",
+               MOEC_EMULATED_PEER_TIMEOUT="60")
+    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in [env.get("PYTHONPATH")] if p])
     init_file = str(tmp_path / "rendezvous")
     ranks = [subprocess.Popen([sys.executable, os.path.join(HERE, "megamoe_ranks.py"),
-                               "--process", bundle, "flash-fused", "2", "16", str(rank),
-                               init_file], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True, env=env) for rank in range(2)]
-    for rank, process in enumerate(ranks):
-        output, _ = process.communicate(timeout=120)
-        assert process.returncode == 0, output
-        result = json.loads(output.strip().splitlines()[-1])
-        assert result.get("constructed", "").startswith("MegaMoE(flash-fused rank %d/2" % rank), \
-            output
-        assert result["seen"] == [2 - rank]  # rank (r - 1) mod 2 wrote r - 1 + 1
-        assert result.get("what") == "forward m=16", output
-        assert "deadlock" in result["message"]
+                               "--process", bundle, "flash-fused", str(ep), str(m), str(rank),
+                               init_file, os.path.join(o.directory, "in"), out_dir,
+                               str(forwards)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, env=env) for rank in range(ep)]
+    outputs = []
+    try:
+        for process in ranks:
+            outputs.append(process.communicate(timeout=240)[0])
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for rank, (process, output) in enumerate(zip(ranks, outputs)):
+        assert process.returncode == 0, "rank %d:\n%s" % (rank, output)
+        with open(os.path.join(out_dir, "status%d.json" % rank)) as handle:
+            assert json.load(handle) == {"forwards": forwards}  # overflow: check() raised
+    compare_forwards(o, out_dir, ep, forwards, E)
