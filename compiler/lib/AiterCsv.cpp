@@ -777,6 +777,15 @@ bool parseAiterKernelName(const std::string &name, int stage,
     // (by_n + n_tile_base) / 2 + ...), blocks of 16 gate then 16 up rows.
     if (tn % 32 != 0)
       return fail(parts[3], "tile n must be a multiple of 32");
+    // t{M}x32 (registered for tile m 32): 16 intermediate columns, half an
+    // FP8 1x32 scale block; moec's W13 finds each block's amax inside one
+    // tile, so a tile holds whole blocks (tile.n >= 32).
+    if (tn < 64)
+      return fail(parts[3], "an interleaved N of " + std::to_string(tn) +
+                                " is " + std::to_string(tn / 2) +
+                                " intermediate columns, half a 1x32 FP8 "
+                                "scale block: moec's W13 quantises whole "
+                                "blocks within a tile (tile.n >= 32)");
     knobs["n"] = std::to_string(tn / 2);
     knobs["gate_up_interleave"] = "16";
     knobs["waves"] = std::to_string(std::min<int64_t>(4, tn / 32));

@@ -80,6 +80,12 @@ TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
   CHECK_FALSE(parseAiterKernelName("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
                                    1, k, reason));
   CHECK(reason.find("an opus stage-1 kernel") != std::string::npos);
+  // t32x32 with _gui (registered for tile m 32): 16 columns, half a block.
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t32x32x256_gui_fp8", 1, k, reason));
+  CHECK(k.refusalClass == "part 't32x32x256'");
+  CHECK(reason.find("an interleaved N of 32 is 16 intermediate columns, half "
+                    "a 1x32 FP8 scale block") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm64", 1, k, reason));
   CHECK(reason.find("backend cktile") != std::string::npos);
   // Out of the registry's order: _gui before _bnt0 is not an AITER name.
