@@ -258,3 +258,25 @@ def test_capture_arguments(bundle_path, device):
         assert graph.stream == stream  # the caller's stream is not destroyed
     finally:
         device.destroy_stream(stream)
+
+
+def test_hip_library_without_capture():
+    """A HIP library without the stream and graph entry points (the null
+    HIP of moec-layer-bench, bench/null_hip.c: every layer call, no
+    streams) loads as a device, and the capture calls refuse it with
+    MOEC_STATUS_NO_HIP_RUNTIME naming the missing symbol."""
+    import os
+    path = os.path.join(os.path.dirname(moec.library_path() or ""), "libmoec_null_hip.so")
+    if not os.path.exists(path):
+        pytest.skip("no libmoec_null_hip.so next to the runtime (a build tree has it)")
+    device = moec.Device(path)
+    with pytest.raises(moec.MoecError) as error:
+        device.create_stream()
+    assert error.value.status_name == "MOEC_STATUS_NO_HIP_RUNTIME"
+    assert "no stream capture in this HIP library" in error.value.message
+    assert "hipStreamCreate" in error.value.message  # named among the missing symbols
+    with pytest.raises(moec.MoecError) as error:
+        with moec.graph_capture(device, stream=1 << 12):
+            pass
+    assert error.value.status_name == "MOEC_STATUS_NO_HIP_RUNTIME"
+    assert device.capture_stream is None
