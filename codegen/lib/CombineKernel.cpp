@@ -12,6 +12,7 @@
 #include "KernelEmitter.h"
 #include "moec/Codegen/KernelBuilders.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
+#include "PeerBuffer.h"
 #include "moec/abi/peer_protocol.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -27,10 +28,10 @@ namespace {
 
 constexpr int64_t kTokenIndexedExtent = int64_t(1) << 28;
 
+/// With peer_rows, kRows is this rank's symmetric buffer instead: its
+/// combine rows and control words (PeerBuffer.h).
 enum CombineArg : unsigned {
-  kRows, kTopkIds, kTopkWeights, kOut, kNumTokens, kCombineArgCount,
-  // Only with peer_rows.
-  kControl = kCombineArgCount
+  kRows, kTopkIds, kTopkWeights, kOut, kNumTokens, kCombineArgCount
 };
 
 class CombineEmitter : KernelEmitter {
@@ -46,10 +47,8 @@ public:
     argTypes[kTopkWeights] = globalBuffer(kTokenIndexedExtent, b.getF32Type());
     argTypes[kOut] = globalBuffer(kTokenIndexedExtent, b.getI32Type());
     argTypes[kNumTokens] = b.getI32Type();
-    if (op.getPeerRows()) {
-      argTypes.push_back(globalBuffer(
-          peer::controlWords(problem.getLocalExperts(), problem.getEp()), b.getI32Type()));
-    }
+    if (op.getPeerRows())
+      argTypes[kRows] = symmetricBufferType(b.getContext());
     OpBuilder::InsertionGuard guard(b);
     FailureOr<gpu::GPUFuncOp> func = createKernel(
         op.getSymName(), argTypes, getCombineKernelAbi(op), /*ldsDwords=*/0);
@@ -103,7 +102,14 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
   const int64_t splitK = op.getSplitK();
   // BF16 rows [R, H], or the FP32 split-K partials of W2 [R, S, H].
   const int64_t rowBytes = splitK > 1 ? splitK * hidden * 4 : hidden * 2;
-  Value rows = asBuffer(arg(kRows), bytesOf(numRoutesI32, rowBytes));
+  const bool peerRows = op.getPeerRows();
+  const int64_t localExperts = problem.getLocalExperts(), ep = problem.getEp();
+  Value rowsArg = arg(kRows);
+  if (peerRows)
+    rowsArg = symmetricRegion(b, loc, arg(kRows),
+                              peer::combineRowsOffset(localExperts, ep),
+                              kTokenIndexedExtent, b.getI32Type());
+  Value rows = asBuffer(rowsArg, bytesOf(numRoutesI32, rowBytes));
   Value ids = asBuffer(arg(kTopkIds), bytesOf(numRoutesI32, 4));
   Value weights = asBuffer(arg(kTopkWeights), bytesOf(numRoutesI32, 4));
   Value out = asBuffer(arg(kOut), bytesOf(numTokensI32, hidden * 2));
@@ -113,11 +119,12 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
   Value wave = divC(tid, chip.wavefrontSize);
   Value lane = remC(tid, chip.wavefrontSize);
   Value block = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  const bool peerRows = op.getPeerRows();
   // Peer rows are complete once every rank's stage 2 has signalled. This
   // launch's stage 1 ran before on the stream: its epoch word is final.
   if (peerRows) {
-    Value control = arg(kControl);
+    Value control =
+        symmetricRegion(b, loc, arg(kRows), /*byteOffset=*/0,
+                        peer::controlWords(localExperts, ep), b.getI32Type());
     Value epoch =
         memref::LoadOp::create(b, loc, control, ValueRange{idx(peer::kEpoch)});
     emitWaitUntil(tid, control, idx(peer::kCombineReady),
@@ -222,10 +229,11 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op) {
       {"out", K::Buffer, "bf16", A::Write, "[num_tokens, H]"},
       {"num_tokens", K::I32, "i32", A::Read, "scalar"},
   };
-  if (op.getPeerRows()) {
-    abi.args.push_back({"control", K::Buffer, "i32", A::ReadWrite,
-                        "[control words] (this rank's)"});
-  }
+  if (op.getPeerRows())
+    abi.args[0] = {"symmetric", K::Buffer, "i8", A::ReadWrite,
+                   "[symmetric buffer bytes] (this rank's: its combine rows, "
+                   "[num_tokens*top_k, H] bf16, and control words; "
+                   "moec/abi/peer_protocol.h)"};
   int64_t blocks = op.getTile().getBlocks();
   int64_t waves = op.getTile().getWaves();
   abi.gridX = blocks > 0 ? std::to_string(blocks)

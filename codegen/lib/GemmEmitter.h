@@ -187,9 +187,13 @@ public:
     /// This rank's token rows and scales, top-k ids and weights (raw
     /// buffers), its routes (i32) and the launch epoch (i32).
     mlir::Value aBuf, aScaleBuf, idsBuf, weightsBuf, numRoutesI32, epoch;
-    /// Rank `rank`'s buffer of `kind`: 0 receive rows, 1 receive scales,
-    /// 2 receive metadata, 3 control.
-    llvm::function_ref<mlir::Value(unsigned kind, int64_t rank)> peerArg;
+    /// Rank `rank`'s symmetric buffer (the base argument).
+    llvm::function_ref<mlir::Value(int64_t rank)> peerBase;
+    /// Region `kind` of the symmetric buffer `base` (a view made where it
+    /// is called): 0 receive rows, 1 receive scales, 2 receive metadata,
+    /// 3 control.
+    llvm::function_ref<mlir::Value(mlir::Value base, unsigned kind)>
+        peerRegion;
   };
   /// Stage 1's producer role (PeerDispatch.cpp): with the compact transport
   /// plans where this rank's rows go, copies this rank's routes into their
@@ -389,12 +393,13 @@ protected:
   void emitDispatchStarts(DispatchState &s);
   /// Every producer wave's routes: each to its destination rank.
   void emitDispatchRoutes(DispatchState &s);
-  /// One valid route to destination rank `d`: takes its receive row and
-  /// copies the token's row, scales and metadata there, or counts an
-  /// overflow.
-  void emitRouteToRank(DispatchState &s, int64_t d, mlir::Value expert,
-                       mlir::Value token, mlir::Value weight,
-                       mlir::Value source);
+  /// One valid route to destination rank `dest` (i32, the same on every
+  /// lane of the wave), whose symmetric buffer is `destBase`: takes its
+  /// receive row and copies the token's row, scales and metadata there, or
+  /// counts an overflow.
+  void emitRouteToRank(DispatchState &s, mlir::Value dest, mlir::Value destBase,
+                       mlir::Value expert, mlir::Value token,
+                       mlir::Value weight, mlir::Value source);
 
   moe::TileAttr tile;
   mfma::Shape shape;

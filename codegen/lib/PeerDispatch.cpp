@@ -69,6 +69,8 @@ struct GemmEmitter::DispatchState {
     return memref::LoadOp::create(g.b, g.loc, args.lds, ValueRange{index})
         .getResult();
   }
+  /// Rank `d`'s control words.
+  Value controlOf(int64_t d) { return args.peerRegion(args.peerBase(d), 3); }
 };
 
 void GemmEmitter::emitPeerDispatch(Value role, const PeerLds &words,
@@ -101,7 +103,7 @@ void GemmEmitter::emitPeerDispatch(Value role, const PeerLds &words,
   // acquire-release atomic orders the wave's copies before the signal.
   s.onLaneZero([&] {
     for (int64_t d = 0; d < ep; ++d)
-      (void)atomicAddI32(args.peerArg(3, d), idx(peer::kDispatchDone), i32(1));
+      (void)atomicAddI32(s.controlOf(d), idx(peer::kDispatchDone), i32(1));
   });
 }
 
@@ -183,14 +185,14 @@ void GemmEmitter::emitDispatchPlan(DispatchState &s) {
     for (int64_t d = 0; d < ep; ++d)
       s.forEachLane(experts, [&](Value e) {
         (void)atomicAddI32(
-            args.peerArg(3, d),
+            s.controlOf(d),
             bankWord(args.epoch, s.tableWord, allExperts,
                      add(mul(rankIndex, experts), e)),
             s.ldsAt(add(idx(d * experts), e)));
       });
     s.onLaneZero([&] {
       for (int64_t d = 0; d < ep; ++d)
-        (void)atomicAddI32(args.peerArg(3, d), idx(peer::kCountsReady), i32(1));
+        (void)atomicAddI32(s.controlOf(d), idx(peer::kCountsReady), i32(1));
     });
     gpu::BarrierOp::create(b, loc);
   });
@@ -208,7 +210,7 @@ void GemmEmitter::emitDispatchStarts(DispatchState &s) {
   const int64_t waves = tile.getWaves();
   Value lds = args.lds, epoch = args.epoch, rankI32 = args.rank;
   for (int64_t d = 0; d < ep; ++d) {
-    Value destControl = args.peerArg(3, d);
+    Value destControl = s.controlOf(d);
     emitWaitUntil(tid, destControl, idx(peer::kCountsReady),
                   arith::MulIOp::create(b, loc, epoch,
                                         i32(ep * planners * waves)));
@@ -303,19 +305,22 @@ void GemmEmitter::emitDispatchRoutes(DispatchState &s) {
       arith::AddIOp::create(
           b, loc,
           arith::IndexCastOp::create(b, loc, b.getI32Type(), route), i32(1)));
-  for (int64_t d = 0; d < ep; ++d) {
-    OpBuilder::InsertionGuard perDest(b);
-    auto ifDest = scf::IfOp::create(
+  // The destination's base, selected by the route's destination (the
+  // same on every lane of the wave): one copy path for every rank, whose
+  // region pointers are computed per route, so that only the ep bases
+  // stay in scalar registers through the loop.
+  Value destBase = args.peerBase(ep - 1);
+  for (int64_t d = ep - 2; d >= 0; --d)
+    destBase = arith::SelectOp::create(
         b, loc,
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, dest, i32(d)),
-        false);
-    b.setInsertionPointToStart(ifDest.thenBlock());
-    emitRouteToRank(s, d, expert, token, weight, source);
-  }
+        args.peerBase(d), destBase);
+  emitRouteToRank(s, dest, destBase, expert, token, weight, source);
 }
 
-void GemmEmitter::emitRouteToRank(DispatchState &s, int64_t d, Value expert,
-                                  Value token, Value weight, Value source) {
+void GemmEmitter::emitRouteToRank(DispatchState &s, Value dest, Value destBase,
+                                  Value expert, Value token, Value weight,
+                                  Value source) {
   const PeerDispatchArgs &args = s.args;
   const int64_t hidden = args.problem.getHidden();
   const int64_t experts = s.experts, allExperts = s.allExperts;
@@ -323,7 +328,10 @@ void GemmEmitter::emitRouteToRank(DispatchState &s, int64_t d, Value expert,
   const int64_t rowsTotal = args.peer.getReceiveRows(experts);
   const bool compact = s.compact;
   Value lds = args.lds, epoch = args.epoch, waveSlot = s.waveSlot;
-  Value destControl = args.peerArg(3, d);
+  Value destControl = args.peerRegion(destBase, 3);
+  // This rank's rows for (dest, expert): word dest * experts + expert of
+  // the cursors (and of the starts in LDS).
+  Value destExpert = add(mul(toIndex(dest), experts), expert);
   // Lane 0 takes the receive row: fixed slot, on the destination's expert
   // count; compact, on this rank's cursor for the destination expert,
   // added to the start emitDispatchStarts computed.
@@ -332,7 +340,7 @@ void GemmEmitter::emitRouteToRank(DispatchState &s, int64_t d, Value expert,
         compact
             ? atomicAddI32(args.control,
                            bankWord(epoch, s.cursorRegion, allExperts,
-                                    add(idx(d * experts), expert)),
+                                    destExpert),
                            i32(1))
             : atomicAddI32(destControl,
                            bankWord(epoch, peer::kExpertCounts, experts,
@@ -345,8 +353,7 @@ void GemmEmitter::emitRouteToRank(DispatchState &s, int64_t d, Value expert,
   // compact: this rank's start for the expert plus the slot, below the
   // rank's receive rows.
   Value rowI32 =
-      compact ? arith::AddIOp::create(b, loc, s.ldsAt(add(idx(d * experts), expert)),
-                                      slot)
+      compact ? arith::AddIOp::create(b, loc, s.ldsAt(destExpert), slot)
                     .getResult()
               : arith::AddIOp::create(
                     b, loc,
@@ -364,7 +371,9 @@ void GemmEmitter::emitRouteToRank(DispatchState &s, int64_t d, Value expert,
   auto ifFits = scf::IfOp::create(b, loc, fits, /*withElseRegion=*/true);
   b.setInsertionPointToStart(ifFits.thenBlock());
   Value row = toIndex(rowI32);
-  Value recvA = asBuffer(args.peerArg(0, d), i64(rowsTotal * hidden));
+  // Plain global stores (the row is in range: `fits`), so that no buffer
+  // descriptor is built per destination.
+  Value recvA = args.peerRegion(destBase, 0);
   auto copy = scf::ForOp::create(b, loc, lane, idx(hidden / 16),
                                  idx(chip.wavefrontSize));
   {
@@ -376,7 +385,7 @@ void GemmEmitter::emitRouteToRank(DispatchState &s, int64_t d, Value expert,
   }
   // Scales: 4 bytes per lane.
   auto i8x4 = VectorType::get({4}, b.getI8Type());
-  Value recvScale = args.peerArg(1, d);
+  Value recvScale = args.peerRegion(destBase, 1);
   auto copyScales = scf::ForOp::create(b, loc, lane, idx(hidden / 128),
                                        idx(chip.wavefrontSize));
   {
@@ -389,7 +398,7 @@ void GemmEmitter::emitRouteToRank(DispatchState &s, int64_t d, Value expert,
     vector::StoreOp::create(b, loc, bytes, recvScale,
                             ValueRange{add(mul(row, hidden / 32), at)});
   }
-  Value meta = args.peerArg(2, d);
+  Value meta = args.peerRegion(destBase, 2);
   s.onLaneZero([&] {
     Value weightBits = arith::BitcastOp::create(b, loc, b.getI32Type(), weight);
     memref::StoreOp::create(b, loc, weightBits, meta,

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GemmEmitter.h"
+#include "PeerBuffer.h"
 #include "moec/Codegen/KernelBuilders.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/abi/peer_protocol.h"
@@ -40,12 +41,12 @@ enum W13Arg : unsigned {
   // With `bias` the FP32 bias is the last argument.
 };
 
-/// Argument positions of the fused stage 1 (`peer`); after kPeerFirst come
-/// problem.ep receive-row buffers, ep receive-scale buffers, ep receive
-/// metadata buffers and ep control buffers, one of each per rank.
+/// Argument positions of the fused stage 1 (`peer`): kPSymmetric is this
+/// rank's symmetric buffer, and after kPeerFirst come problem.ep symmetric
+/// buffers, one per rank (their regions: PeerBuffer.h).
 enum W13PeerArg : unsigned {
-  kPA, kPAScale, kPTopkIds, kPTopkWeights, kPB, kPBScale, kPRecvA,
-  kPRecvScale, kPOut, kPOutScale, kPControl, kPNumTokens, kPRank, kPeerFirst
+  kPA, kPAScale, kPTopkIds, kPTopkWeights, kPB, kPBScale, kPOut, kPOutScale,
+  kPSymmetric, kPNumTokens, kPRank, kPeerFirst
 };
 
 class W13Emitter : GemmEmitter {
@@ -102,10 +103,17 @@ private:
 };
 
 FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
-  if (moe::PeerTransportAttr peer = op.getPeerAttr())
+  if (moe::PeerTransportAttr peer = op.getPeerAttr()) {
+    if (failed(checkSymmetricLayout(
+            op, peer::bufferLayout(problem.getLocalExperts(), problem.getEp(),
+                                   peer.getReceiveRows(problem.getLocalExperts()),
+                                   problem.getHidden(), problem.getTopK(),
+                                   peer.getMaxTokens()))))
+      return failure();
     return emitKernel(op.getSymName(), peerArgTypes(peer), getW13KernelAbi(op),
                       op.getLdsBytes() / 4,
                       [&](gpu::GPUFuncOp func) { emitPeerBody(func); });
+  }
   const int64_t hidden = problem.getHidden();
   const int64_t inter = problem.getIntermediate();
   // After the shared prefix: out, out_scale, num_tokens, num_sorted.
@@ -131,19 +139,13 @@ SmallVector<Type> W13Emitter::peerArgTypes(moe::PeerTransportAttr peer) {
   argTypes[kPTopkWeights] = globalBuffer(kRouteIndexedExtent, b.getF32Type());
   std::tie(argTypes[kPB], argTypes[kPBScale]) =
       expertWeightTypes(problem, op.getSharedFp8Expert(), 2 * inter * hidden);
-  Type recvA = globalBuffer(rows * hidden / 4, b.getI32Type());
-  Type recvScale = globalBuffer(rows * hidden / 32, b.getI8Type());
-  Type recvMeta = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
-  Type control = peerControlType(problem);
-  argTypes[kPRecvA] = recvA;
-  argTypes[kPRecvScale] = recvScale;
+  Type symmetric = symmetricBufferType(b.getContext());
   argTypes[kPOut] = globalBuffer(rows * inter / 4, b.getI32Type());
   argTypes[kPOutScale] = globalBuffer(rows * inter / 32, b.getI8Type());
-  argTypes[kPControl] = control;
+  argTypes[kPSymmetric] = symmetric;
   argTypes[kPNumTokens] = b.getI32Type();
   argTypes[kPRank] = b.getI32Type();
-  for (Type type : {recvA, recvScale, recvMeta, control})
-    argTypes.append(problem.getEp(), type);
+  argTypes.append(problem.getEp(), symmetric);
   return argTypes;
 }
 
@@ -447,13 +449,35 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   const int64_t waves = tile.getWaves();
   const int64_t tileN = tile.getN();
   auto arg = [&](unsigned which) { return func.getArgument(which); };
-  auto peerArg = [&](unsigned kind, int64_t rank) {
-    return func.getArgument(kPeerFirst + kind * ep + rank);
+  const peer::BufferLayout layout = peer::bufferLayout(
+      experts, ep, rowsTotal, hidden, topK, peer.getMaxTokens());
+  // A region of a symmetric buffer (kind: 0 receive rows, 1 their scales,
+  // 2 their metadata, 3 the control words), viewed where it is used so
+  // that only the bases stay in scalar registers.
+  auto region = [&](Value base, unsigned kind) -> Value {
+    switch (kind) {
+    case 0:
+      return symmetricRegion(b, loc, base, layout.recv_a, rowsTotal * hidden / 4,
+                             b.getI32Type());
+    case 1:
+      return symmetricRegion(b, loc, base, layout.recv_scale,
+                             rowsTotal * hidden / 32, b.getI8Type());
+    case 2:
+      return symmetricRegion(b, loc, base, layout.recv_meta,
+                             rowsTotal * peer::kMetaWords, b.getI32Type());
+    default:
+      return symmetricRegion(b, loc, base, layout.control,
+                             peer::controlWords(experts, ep), b.getI32Type());
+    }
+  };
+  auto peerBase = [&](int64_t rank) {
+    return func.getArgument(kPeerFirst + rank);
   };
   Value lds = func.getWorkgroupAttributions()[0];
   const PeerLds words = PeerLds::at(
       (op.getLdsBytes() - op.getPeerLdsBytes()) / 4, experts, waves);
-  Value control = arg(kPControl);
+  Value symmetric = arg(kPSymmetric);
+  Value control = region(symmetric, 3);
   Value numTokens = arg(kPNumTokens);
   Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
   Value aBuf = asBuffer(arg(kPA), bytesOf(numTokens, hidden));
@@ -474,7 +498,8 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   dispatchArgs.weightsBuf = weightsBuf;
   dispatchArgs.numRoutesI32 = numRoutes;
   dispatchArgs.epoch = epoch;
-  dispatchArgs.peerArg = peerArg;
+  dispatchArgs.peerBase = peerBase;
+  dispatchArgs.peerRegion = region;
   const moe::PeerDispatch dispatch = peer.getDispatch();
   if (dispatch == moe::PeerDispatch::only) {
     // The dispatch kernel: every workgroup produces, nothing else.
@@ -498,8 +523,9 @@ void W13Emitter::emitPeerBody(gpu::GPUFuncOp func) {
                                          i32(ep * producers * waves));
   emitWaitUntil(tid, control, idx(peer::kDispatchDone), expected);
   TileRows rows;
-  rows.aBuf = asBuffer(arg(kPRecvA), i64(rowsTotal * hidden));
-  rows.aScaleBuf = asBuffer(arg(kPRecvScale), i64(rowsTotal * hidden / 32));
+  rows.aBuf = asBuffer(region(symmetric, 0), i64(rowsTotal * hidden));
+  rows.aScaleBuf =
+      asBuffer(region(symmetric, 1), i64(rowsTotal * hidden / 32));
   rows.outBuf = asBuffer(arg(kPOut), i64(rowsTotal * inter));
   rows.outScaleBuf = asBuffer(arg(kPOutScale), i64(rowsTotal * inter / 32));
   rows.lds = lds;
@@ -540,27 +566,17 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
         {"topk_weights", K::Buffer, "f32", A::Read, "[num_tokens, top_k]"},
         {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, 2I, H/2]"},
         {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, 2I, H/32]"},
-        {"recv_a", K::Buffer, "f8E4M3FN", A::Read, "[local_experts * capacity, H] (this rank's)"},
-        {"recv_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts * capacity, H/32] (this rank's)"},
         {"out", K::Buffer, "f8E4M3FN", A::Write, "[local_experts * capacity, I]"},
         {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[local_experts * capacity, I/32]"},
-        {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
+        {"symmetric", K::Buffer, "i8", A::ReadWrite,
+         "[symmetric buffer bytes] (this rank's; regions: moec/abi/peer_protocol.h)"},
         {"num_tokens", K::I32, "i32", A::Read, "scalar (<= max_tokens)"},
         {"rank", K::I32, "i32", A::Read, "scalar"},
     };
-    const char *kinds[] = {"peer_recv_a", "peer_recv_scale", "peer_recv_meta",
-                           "peer_control"};
-    const char *shapes[] = {"[local_experts * capacity, H]",
-                            "[local_experts * capacity, H/32]",
-                            "[local_experts * capacity, 2]", "[control words]"};
-    const char *types[] = {"f8E4M3FN", "f8E8M0FNU", "i32", "i32"};
-    for (int kind = 0; kind < 4; ++kind)
-      for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
-        abi.args.push_back({std::string(kinds[kind]) + std::to_string(r),
-                            K::Buffer, types[kind],
-                            kind == 3 ? A::ReadWrite : A::Write,
-                            std::string(shapes[kind]) + " of rank " +
-                                std::to_string(r)});
+    for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
+      abi.args.push_back({"peer_symmetric" + std::to_string(r), K::Buffer, "i8",
+                          A::ReadWrite,
+                          "[symmetric buffer bytes] of rank " + std::to_string(r)});
     abi.gridX = std::to_string(peer.getWorkgroups());
     abi.gridY = "1";
     abi.gridZ = "1";

@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GemmEmitter.h"
+#include "PeerBuffer.h"
 #include "moec/Codegen/KernelBuilders.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/abi/peer_protocol.h"
@@ -48,10 +49,12 @@ enum W2Arg : unsigned {
   // With `bias` the FP32 bias is the last argument.
 };
 
-/// Argument positions of the fused stage 2 (`peer`); after kPeerFirst come
-/// problem.ep combine buffers and problem.ep control buffers.
+/// Argument positions of the fused stage 2 (`peer`): kPSymmetric is this
+/// rank's symmetric buffer (receive metadata and control words), and after
+/// kPeerFirst come problem.ep symmetric buffers, one per rank (their
+/// combine rows and control words: PeerBuffer.h).
 enum W2PeerArg : unsigned {
-  kPA, kPAScale, kPB, kPBScale, kPRecvMeta, kPControl, kPeerFirst
+  kPA, kPAScale, kPB, kPBScale, kPSymmetric, kPeerFirst
 };
 
 /// Emits one W2 kernel: the shared GEMM plus its arguments and epilogue.
@@ -137,13 +140,9 @@ SmallVector<Type> W2Emitter::peerArgTypes(moe::PeerTransportAttr peer) {
   argTypes[kPAScale] = globalBuffer(rows * inter / 32, b.getI8Type());
   std::tie(argTypes[kPB], argTypes[kPBScale]) =
       expertWeightTypes(problem, op.getSharedFp8Expert(), hidden * inter);
-  argTypes[kPRecvMeta] = globalBuffer(rows * peer::kMetaWords, b.getI32Type());
-  Type control = peerControlType(problem);
-  argTypes[kPControl] = control;
-  argTypes.append(
-      ep, globalBuffer(peer.getMaxTokens() * problem.getTopK() * hidden,
-                       b.getBF16Type()));
-  argTypes.append(ep, control);
+  Type symmetric = symmetricBufferType(b.getContext());
+  argTypes[kPSymmetric] = symmetric;
+  argTypes.append(ep, symmetric);
   return argTypes;
 }
 
@@ -341,16 +340,30 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   Value lds = func.getWorkgroupAttributions()[0];
   const PeerLds words = PeerLds::at(
       (op.getLdsBytes() - op.getPeerLdsBytes()) / 4, experts, waves);
-  Value control = arg(kPControl);
+  const peer::BufferLayout layout =
+      peer::bufferLayout(experts, ep, rowsTotal, hidden, problem.getTopK(),
+                         peer.getMaxTokens());
+  const int64_t controlWords = peer::controlWords(experts, ep);
+  auto controlOf = [&](Value base) {
+    return symmetricRegion(b, loc, base, layout.control, controlWords,
+                           b.getI32Type());
+  };
+  Value control = controlOf(arg(kPSymmetric));
   // This launch's stage 1 ran before on the stream: its epoch word is final.
   Value epoch =
       memref::LoadOp::create(b, loc, control, ValueRange{idx(peer::kEpoch)});
-  Value metaBuf =
-      asBuffer(arg(kPRecvMeta), i64(rowsTotal * peer::kMetaWords * 4));
+  Value metaBuf = asBuffer(
+      symmetricRegion(b, loc, arg(kPSymmetric), layout.recv_meta,
+                      rowsTotal * peer::kMetaWords, b.getI32Type()),
+      i64(rowsTotal * peer::kMetaWords * 4));
+  // Each rank's combine rows, one buffer descriptor per rank (stage 2
+  // holds no other per-rank pointer through its tiles).
   SmallVector<Value> combine;
   for (int64_t r = 0; r < ep; ++r)
-    combine.push_back(asBuffer(arg(kPeerFirst + r),
-                               i64(routesPerRank * hidden * 2)));
+    combine.push_back(asBuffer(
+        symmetricRegion(b, loc, arg(kPeerFirst + r), layout.combine_rows,
+                        routesPerRank * hidden, b.getBF16Type()),
+        i64(routesPerRank * hidden * 2)));
 
   emitLaneIds();
   ExpertTile rows;
@@ -404,11 +417,12 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
         auto ifHere = scf::IfOp::create(b, loc, here, false);
         OpBuilder::InsertionGuard g(b);
         b.setInsertionPointToStart(ifHere.thenBlock());
+        Value rowsOfR = combine[r];
         if (isa<VectorType>(scaled.getType()))
-          vector::StoreOp::create(b, loc, scaled, combine[r], ValueRange{element},
+          vector::StoreOp::create(b, loc, scaled, rowsOfR, ValueRange{element},
                                   /*nontemporal=*/true, llvm::MaybeAlign(8));
         else
-          memref::StoreOp::create(b, loc, scaled, combine[r], ValueRange{element},
+          memref::StoreOp::create(b, loc, scaled, rowsOfR, ValueRange{element},
                                   /*nontemporal=*/true);
       }
     };
@@ -433,7 +447,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
   });
 
   emitCombineSignal(control, [&](int64_t r) {
-    return arg(kPeerFirst + ep + r);
+    return controlOf(arg(kPeerFirst + r));
   });
   gpu::ReturnOp::create(b, loc);
 }
@@ -517,15 +531,13 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
         {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts * capacity, I/32]"},
         {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, H, I/2]"},
         {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
-        {"recv_meta", K::Buffer, "i32", A::Read, "[local_experts * capacity, 2] (this rank's)"},
-        {"control", K::Buffer, "i32", A::ReadWrite, "[control words] (this rank's)"},
+        {"symmetric", K::Buffer, "i8", A::ReadWrite,
+         "[symmetric buffer bytes] (this rank's; regions: moec/abi/peer_protocol.h)"},
     };
     for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
-      abi.args.push_back({"peer_combine" + std::to_string(r), K::Buffer, "bf16",
-                          A::Write, "[max_tokens * top_k, H] of rank " + std::to_string(r)});
-    for (int64_t r = 0; r < op.getProblem().getEp(); ++r)
-      abi.args.push_back({"peer_control" + std::to_string(r), K::Buffer, "i32",
-                          A::ReadWrite, "[control words] of rank " + std::to_string(r)});
+      abi.args.push_back({"peer_symmetric" + std::to_string(r), K::Buffer, "i8",
+                          A::ReadWrite,
+                          "[symmetric buffer bytes] of rank " + std::to_string(r)});
     abi.gridX = std::to_string(peer.getWorkgroups());
     abi.gridY = "1";
     abi.gridZ = "1";

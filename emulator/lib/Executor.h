@@ -464,6 +464,8 @@ private:
                                    uint64_t mask);
   mlir::LogicalResult execGridQuery(Workgroup &wg, Wave &wave, const POp &p,
                                     uint64_t mask);
+  mlir::LogicalResult execMemView(Workgroup &wg, Wave &wave, const POp &p,
+                                  uint64_t mask);
   mlir::LogicalResult execFatRawBufferCast(Workgroup &wg, Wave &wave, const POp &p,
                                            uint64_t mask);
   mlir::LogicalResult execScaledMfma(Workgroup &wg, Wave &wave, const POp &p,

@@ -438,9 +438,25 @@ LogicalResult Executor::execSelect(Workgroup &wg, Wave &wave, const POp &p,
   const ValueInfo &ri = info(p.out[0]);
   RtValue &r = regs[p.out[0]];
   if (ri.isMemRef) {
-    if (!c.uniform)
-      return fatal(p, "per-lane select of memrefs");
-    r = c.bytes[0] ? a : b;
+    // A memref is one descriptor: the condition may be a per-lane value
+    // (say, derived from the wave id) but must agree on every active lane.
+    bool pick = c.bytes[0] != 0;
+    if (!c.uniform) {
+      int first = -1;
+      for (int l = 0; l < kLanes; ++l) {
+        if (!(mask >> l & 1))
+          continue;
+        const bool here = c.lane(l, 1)[0] != 0;
+        if (first < 0) {
+          first = l;
+          pick = here;
+        } else if (here != pick) {
+          return fatal(p, "per-lane select of memrefs whose condition "
+                          "differs between lanes");
+        }
+      }
+    }
+    r = pick ? a : b;
     return success();
   }
   const bool uni = c.uniform && a.uniform && b.uniform;
@@ -988,6 +1004,32 @@ LogicalResult Executor::execGridQuery(Workgroup &wg, Wave &wave, const POp &p,
   return success();
 }
 
+LogicalResult Executor::execMemView(Workgroup &wg, Wave &wave, const POp &p,
+                                    uint64_t mask) {
+  // A typed window of the source's bytes (a region of a symmetric buffer):
+  // the same buffer from baseBytes + shift, the result type's extent.
+  auto &regs = wave.regs;
+  const RtValue &src = regs[p.in[0]];
+  const RtValue &shift = regs[p.in[1]];
+  if (!shift.uniform)
+    return fatal(p, "memref.view's byte shift must be uniform");
+  int64_t bytes;
+  std::memcpy(&bytes, shift.bytes.data(), 8);
+  if (bytes < 0 || bytes > src.mem.extentBytes)
+    return fatal(p, "memref.view at byte " + std::to_string(bytes) +
+                        " of a " + std::to_string(src.mem.extentBytes) +
+                        "-byte memref");
+  const ValueInfo &ri = info(p.out[0]);
+  int64_t extent = ri.memElemBytes;
+  for (int64_t d : ri.shape)
+    extent *= d;
+  RtValue &r = regs[p.out[0]];
+  r = src;
+  r.mem.baseBytes = src.mem.baseBytes + bytes;
+  r.mem.extentBytes = extent;
+  return success();
+}
+
 LogicalResult Executor::execFatRawBufferCast(Workgroup &wg, Wave &wave, const POp &p,
                                              uint64_t mask) {
   auto &regs = wave.regs;
@@ -1122,6 +1164,8 @@ LogicalResult Executor::execOp(Workgroup &wg, Wave &wave, const POp &p,
   case Kind::BlockDim:
   case Kind::GridDim:
     return execGridQuery(wg, wave, p, mask);
+  case Kind::MemView:
+    return execMemView(wg, wave, p, mask);
   case Kind::FatRawBufferCast:
     return execFatRawBufferCast(wg, wave, p, mask);
   case Kind::ScaledMfma:

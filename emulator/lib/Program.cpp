@@ -478,6 +478,14 @@ std::optional<LogicalResult> Decoder::decodeMemory(Operation *op, POp &p) {
         p.kind = Kind::MemStore;
         return success();
       })
+      .Case([&](memref::ViewOp o) -> LogicalResult {
+        if (!o.getSizes().empty())
+          return fail(o, "dynamic sizes");
+        if (program.values[p.in[0]].space != Space::Global)
+          return fail(o, "the source must be a global memref");
+        p.kind = Kind::MemView;
+        return success();
+      })
       .Case([&](memref::AtomicRMWOp o) -> LogicalResult {
         using K = arith::AtomicRMWKind;
         std::optional<AtomicOp> which;

@@ -83,6 +83,9 @@ enum class Kind : uint8_t {
   NoOp,
   Return,
   FatRawBufferCast,
+  /// memref.view of a global i8 memref: in[0] the source, in[1] the byte
+  /// shift (no dynamic sizes).
+  MemView,
   ScaledMfma,
   If,
   For,

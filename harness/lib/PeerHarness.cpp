@@ -34,6 +34,10 @@ struct PeerShape {
   bool compact = false;
   /// Receive rows of one rank.
   int64_t rows() const { return compact ? capacity : localExperts * capacity; }
+  /// Where the regions of a rank's symmetric buffer lie (peer_protocol.h).
+  peer::BufferLayout layout() const {
+    return peer::bufferLayout(localExperts, ep, rows(), hidden, topK, maxTokens);
+  }
 };
 
 /// Workgroups of a persistent fused kernel: its ABI's fixed grid (the
@@ -96,11 +100,11 @@ LogicalResult parsePeerShape(const BuiltKernel &stage1, const BuiltKernel &stage
 }
 
 /// One rank's buffers in the shared global memory (`x`: the BF16 tokens a
-/// quant kernel reads).
+/// quant kernel reads; `symmetric`: its symmetric buffer, whose regions
+/// PeerShape::layout places).
 struct RankBuffers {
   unsigned x, a, aScale, ids, weights, w13, w13Scale, w2, w2Scale;
-  unsigned recvA, recvScale, recvMeta, inter, interScale, control, combineRows,
-      out;
+  unsigned symmetric, inter, interScale, out;
 };
 
 /// Counts the token codes and scales the quant kernel wrote on each rank
@@ -290,16 +294,15 @@ void PeerLayerRun::allocate(const std::vector<bool> &used) {
     rb.aScale = addBuffer(p + "a_scale", size_t(shape.maxTokens * H / 32));
     rb.ids = addBuffer(p + "topk_ids", size_t(shape.maxTokens * K * 4));
     rb.weights = addBuffer(p + "topk_weights", size_t(shape.maxTokens * K * 4));
-    rb.recvA = addBuffer(p + "recv_a", size_t(rows * H));
-    rb.recvScale = addBuffer(p + "recv_scale", size_t(rows * H / 32));
-    rb.recvMeta = addBuffer(p + "recv_meta", size_t(rows * peer::kMetaWords * 4));
+    // One allocation per rank holds its control words, combine rows and
+    // receive rows, as an engine's symmetric buffer does.
+    const peer::BufferLayout layout = shape.layout();
+    rb.symmetric = addBuffer(p + "symmetric", size_t(layout.bytes));
     rb.inter = addBuffer(p + "intermediate", size_t(rows * I));
     rb.interScale = addBuffer(p + "intermediate_scale", size_t(rows * I / 32));
     const size_t controlBytes = size_t(peer::controlWords(L, ep) * 4);
-    rb.control = addBuffer(p + "control", controlBytes);
     std::vector<uint8_t> zeros(controlBytes, 0);
-    memory.write(rb.control, 0, zeros.data(), controlBytes);
-    rb.combineRows = addBuffer(p + "combine_rows", size_t(shape.maxTokens * K * H * 2));
+    memory.write(rb.symmetric, size_t(layout.control), zeros.data(), controlBytes);
     rb.out = addBuffer(p + "out", size_t(shape.maxTokens * H * 2));
   }
 }
@@ -343,10 +346,19 @@ void PeerLayerRun::writeInputs(const std::vector<ref::TokenBatch> &batches,
     RankBuffers &rb = buffers[r];
     const ref::StageResults &st = oracle[r].stages;
     const ref::TokenBatch &batch = batches[r];
-    for (unsigned id : {rb.x, rb.a, rb.aScale, rb.ids, rb.weights, rb.recvA,
-                        rb.recvScale, rb.recvMeta, rb.inter, rb.interScale,
-                        rb.combineRows, rb.out})
+    for (unsigned id : {rb.x, rb.a, rb.aScale, rb.ids, rb.weights, rb.inter,
+                        rb.interScale, rb.out})
       memory.poison(id);
+    // The symmetric buffer's receive and combine rows too, but not its
+    // control words, which carry over from launch to launch.
+    const size_t controlBytes =
+        size_t(peer::controlWords(shape.localExperts, shape.ep) * 4);
+    const size_t controlAt = size_t(shape.layout().control);
+    std::vector<uint8_t> control(memory.data(rb.symmetric) + controlAt,
+                                 memory.data(rb.symmetric) + controlAt +
+                                     controlBytes);
+    memory.poison(rb.symmetric);
+    memory.write(rb.symmetric, controlAt, control.data(), controlBytes);
     if (batch.tokens > 0) {
       if (quant) {
         memory.write(rb.x, 0, batch.hiddenBf16.data(),
@@ -393,16 +405,12 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
     KernelLaunch s1{func(kernels.stage1),
                     {buffer(rb.a), buffer(rb.aScale), buffer(rb.ids),
                      buffer(rb.weights), buffer(rb.w13), buffer(rb.w13Scale),
-                     buffer(rb.recvA), buffer(rb.recvScale), buffer(rb.inter),
-                     buffer(rb.interScale), buffer(rb.control),
-                     scalar(batches[r].tokens), scalar(r)},
+                     buffer(rb.inter), buffer(rb.interScale),
+                     buffer(rb.symmetric), scalar(batches[r].tokens),
+                     scalar(r)},
                     launchOf(shape.workgroups1), rank};
-    for (int kind = 0; kind < 4; ++kind)
-      for (int64_t d = 0; d < ep; ++d) {
-        const RankBuffers &db = buffers[d];
-        unsigned ids[] = {db.recvA, db.recvScale, db.recvMeta, db.control};
-        s1.args.push_back(buffer(ids[kind]));
-      }
+    for (int64_t d = 0; d < ep; ++d)
+      s1.args.push_back(buffer(buffers[d].symmetric));
     if (kernels.dispatch) {
       // The separate dispatch kernel: the same arguments, its own grid.
       KernelLaunch d = s1;
@@ -415,20 +423,17 @@ PeerLayerRun::planLaunches(int epoch, const std::vector<ref::TokenBatch> &batche
 
     KernelLaunch s2{func(kernels.stage2),
                     {buffer(rb.inter), buffer(rb.interScale), buffer(rb.w2),
-                     buffer(rb.w2Scale), buffer(rb.recvMeta),
-                     buffer(rb.control)},
+                     buffer(rb.w2Scale), buffer(rb.symmetric)},
                     launchOf(shape.workgroups2), rank};
     for (int64_t s = 0; s < ep; ++s)
-      s2.args.push_back(buffer(buffers[s].combineRows));
-    for (int64_t s = 0; s < ep; ++s)
-      s2.args.push_back(buffer(buffers[s].control));
+      s2.args.push_back(buffer(buffers[s].symmetric));
     phases[2].push_back(std::move(s2));
     // A rank without tokens launches no combine workgroup (grid 0).
     if (batches[r].tokens > 0)
       phases[2].push_back(
           {func(kernels.combine),
-           {buffer(rb.combineRows), buffer(rb.ids), buffer(rb.weights),
-            buffer(rb.out), scalar(batches[r].tokens), buffer(rb.control)},
+           {buffer(rb.symmetric), buffer(rb.ids), buffer(rb.weights),
+            buffer(rb.out), scalar(batches[r].tokens)},
            launchOf((batches[r].tokens + shape.combineWaves - 1) /
                     shape.combineWaves),
            rank + " combine"});
@@ -496,8 +501,9 @@ void PeerLayerRun::compareRank(int epoch, int64_t r, int64_t tokens,
   const int64_t L = shape.localExperts, C = shape.capacity;
   const int64_t rows = shape.rows();
   const RankBuffers &rb = buffers[r];
-  const int32_t *control =
-      reinterpret_cast<const int32_t *>(memory.data(rb.control));
+  const peer::BufferLayout layout = shape.layout();
+  const int32_t *control = reinterpret_cast<const int32_t *>(
+      memory.data(rb.symmetric) + layout.control);
   if (control[peer::kOverflow] != 0)
     ++outcome.overflows;
   if (control[peer::kEpoch] != epoch || control[peer::kStage1Arrivals] != 0)
@@ -507,7 +513,8 @@ void PeerLayerRun::compareRank(int epoch, int64_t r, int64_t tokens,
     if (want.plan.sourceRank[row] >= 0)
       oracleRow[{want.plan.sourceRank[row], want.plan.sourceRoute[row]}] = row;
   const int32_t *meta =
-      reinterpret_cast<const int32_t *>(memory.data(rb.recvMeta));
+      reinterpret_cast<const int32_t *>(memory.data(rb.symmetric) +
+                                        layout.recv_meta);
   const uint8_t *codes = memory.data(rb.inter);
   const uint8_t *scales = memory.data(rb.interScale);
   const int64_t routesPerRank = shape.maxTokens * shape.topK;
@@ -593,7 +600,9 @@ LogicalResult PeerLayerRun::saveRankArrays(std::string &error) {
   for (int64_t r = 0; r < shape.ep; ++r) {
     const RankBuffers &rb = buffers[r];
     std::vector<int32_t> meta(size_t(rows * peer::kMetaWords));
-    std::memcpy(meta.data(), memory.data(rb.recvMeta), meta.size() * 4);
+    std::memcpy(meta.data(),
+                memory.data(rb.symmetric) + shape.layout().recv_meta,
+                meta.size() * 4);
     if (ref::Status status = saveArrays(
             options.saveDir, "rank" + std::to_string(r) + "_",
             {{"recv_meta", npyOf({rows, peer::kMetaWords}, meta)},

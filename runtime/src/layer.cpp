@@ -30,14 +30,15 @@ enum class Source : uint8_t {
   // Weights.
   W13, W13Scale, W2, W2Scale, SharedW13, SharedW13Scale, SharedW2,
   SharedW2Scale, W13Bias, W2Bias,
-  // This rank's symmetric buffer.
-  RecvA, RecvScale, RecvMeta, Control, CombineRows,
+  // This rank's symmetric buffer (the kernels find its regions at the
+  // offsets of moec_peer_buffer_layout_of).
+  Symmetric,
   // Rank `peer`'s symmetric buffer.
-  PeerRecvA, PeerRecvScale, PeerRecvMeta, PeerControl, PeerCombineRows,
+  PeerSymmetric,
   // Scalars.
   NumTokens, NumSorted, NumRoutes, ExpertOffset, Capacity, Rank,
 };
-constexpr size_t kPointerSources = size_t(Source::PeerRecvA);
+constexpr size_t kPointerSources = size_t(Source::PeerSymmetric);
 
 struct ArgBinding {
   Source source = Source::Hidden;
@@ -147,7 +148,8 @@ PeerParams peerParams(const KernelInfo &kernel) {
   return params;
 }
 
-/// `peer_recv_a3` -> ("peer_recv_a", 3); false without a trailing number.
+/// `peer_symmetric3` -> ("peer_symmetric", 3); false without a trailing
+/// number.
 bool splitPeerIndex(std::string_view name, std::string_view &base, int &index) {
   size_t digits = name.size();
   while (digits > 0 && name[digits - 1] >= '0' && name[digits - 1] <= '9')
@@ -160,7 +162,7 @@ bool splitPeerIndex(std::string_view name, std::string_view &base, int &index) {
 }
 
 /// The Source of argument `name` of a kernel of role `role`.
-bool sourceOf(Stage role, bool peerKernel, std::string_view name,
+bool sourceOf(Stage role, bool /*peerKernel*/, std::string_view name,
               ArgBinding &binding) {
   auto set = [&](Source source) {
     binding.source = source;
@@ -170,16 +172,8 @@ bool sourceOf(Stage role, bool peerKernel, std::string_view name,
   int index = 0;
   if (name.rfind("peer_", 0) == 0 && splitPeerIndex(name, base, index)) {
     binding.peer = uint8_t(index);
-    if (base == "peer_recv_a")
-      return set(Source::PeerRecvA);
-    if (base == "peer_recv_scale")
-      return set(Source::PeerRecvScale);
-    if (base == "peer_recv_meta")
-      return set(Source::PeerRecvMeta);
-    if (base == "peer_control")
-      return set(Source::PeerControl);
-    if (base == "peer_combine")
-      return set(Source::PeerCombineRows);
+    if (base == "peer_symmetric")
+      return set(Source::PeerSymmetric);
     return false;
   }
   // Scalars mean the same in every stage.
@@ -195,14 +189,8 @@ bool sourceOf(Stage role, bool peerKernel, std::string_view name,
     return set(Source::Capacity);
   if (name == "rank")
     return set(Source::Rank);
-  if (name == "control")
-    return set(Source::Control);
-  if (name == "recv_a")
-    return set(Source::RecvA);
-  if (name == "recv_scale")
-    return set(Source::RecvScale);
-  if (name == "recv_meta")
-    return set(Source::RecvMeta);
+  if (name == "symmetric")
+    return set(Source::Symmetric);
   if (name == "sorted_routes")
     return set(Source::Sorted);
   if (name == "tile_experts")
@@ -266,7 +254,7 @@ bool sourceOf(Stage role, bool peerKernel, std::string_view name,
     return false;
   case Stage::Combine:
     if (name == "rows")
-      return set(peerKernel ? Source::CombineRows : Source::Rows);
+      return set(Source::Rows);
     if (name == "topk_ids")
       return set(Source::InternalIds);
     if (name == "topk_weights")
@@ -443,11 +431,18 @@ bool surveyTransport(const KernelInfo &kernel, const std::string &where,
   survey.fusedMaxTokens = peer.maxTokens;
   survey.fusedCompact = peer.compact;
   // surveyProblem has checked the kernel's counts against the table's.
+  // The kernels place the regions of the symmetric buffer by their receive
+  // rows, so every fused kernel of the table must have the same.
   const int64_t localExperts =
       int64_t(survey.experts) / std::max<int64_t>(epSize, 1);
-  survey.receiveRows = std::max<uint64_t>(
-      survey.receiveRows, peer.compact ? uint64_t(peer.capacity)
-                                       : uint64_t(peer.capacity) * uint64_t(localExperts));
+  const uint64_t rows = peer.compact ? uint64_t(peer.capacity)
+                                     : uint64_t(peer.capacity) * uint64_t(localExperts);
+  if (survey.receiveRows != 0 && survey.receiveRows != rows)
+    return error.fail(Status::InvalidArgument,
+                      where + ": its peer capacity (" + std::to_string(rows) +
+                          " receive rows) differs from the table's other fused "
+                          "kernels (" + std::to_string(survey.receiveRows) + ")");
+  survey.receiveRows = rows;
   return true;
 }
 
@@ -534,8 +529,7 @@ bool bindArguments(const KernelInfo &kernel, const std::string &where,
                         where + ": argument '" + arg.name + "' is a " +
                             argKindName(arg.kind) + ", expected a " +
                             (pointer ? "buffer" : "scalar"));
-    if (binding.source >= Source::PeerRecvA &&
-        binding.source <= Source::PeerCombineRows && binding.peer >= epSize)
+    if (binding.source == Source::PeerSymmetric && binding.peer >= epSize)
       return error.fail(Status::InvalidArgument,
                         where + ": argument '" + arg.name + "' names rank " +
                             std::to_string(binding.peer) + " of " +
@@ -638,21 +632,18 @@ uint64_t placeWorkspace(Layer::Plan &plan, const TableSurvey &survey,
 /// layout on every rank); returns its bytes.
 uint64_t placePeerBuffer(const Layer::Plan &plan, const TableSurvey &survey,
                          PeerLayout &peer) {
-  const uint64_t H = plan.problem.hidden, K = plan.topK;
-  const uint64_t receiveRows = survey.receiveRows;
-  uint64_t peerCursor = 0;
-  auto placePeer = [&](uint64_t &offset, uint64_t bytes) {
-    offset = peerCursor;
-    peerCursor = alignUp(peerCursor + bytes, kRegionAlignment);
-  };
-  placePeer(peer.recvA, receiveRows * H);
-  placePeer(peer.recvScale, receiveRows * H / 32);
-  placePeer(peer.recvMeta, uint64_t(moec_peer_recv_meta_bytes(int64_t(receiveRows))));
+  // The kernels compute the same offsets from the same definition.
+  const moec_peer_buffer_layout layout = moec_peer_buffer_layout_of(
+      plan.localExperts, plan.problem.epSize, int64_t(survey.receiveRows),
+      plan.problem.hidden, plan.topK, survey.fusedMaxTokens);
+  peer.recvA = uint64_t(layout.recv_a);
+  peer.recvScale = uint64_t(layout.recv_scale);
+  peer.recvMeta = uint64_t(layout.recv_meta);
+  peer.control = uint64_t(layout.control);
   peer.controlBytes =
       uint64_t(moec_peer_control_bytes(plan.localExperts, plan.problem.epSize));
-  placePeer(peer.control, peer.controlBytes);
-  placePeer(peer.combineRows, uint64_t(survey.fusedMaxTokens) * K * H * 2);
-  return peerCursor;
+  peer.combineRows = uint64_t(layout.combine_rows);
+  return uint64_t(layout.bytes);
 }
 
 } // namespace
@@ -945,12 +936,7 @@ Layer::ForwardStatus Layer::run(const LayerInputs &in, bool dispatched,
   }
   uint8_t *const ownPeer = fused_ ? plan.peers[plan.problem.epRank] : nullptr;
   if (fused_) {
-    const PeerLayout &peer = memory_.peer;
-    pointers[size_t(Source::RecvA)] = ownPeer + peer.recvA;
-    pointers[size_t(Source::RecvScale)] = ownPeer + peer.recvScale;
-    pointers[size_t(Source::RecvMeta)] = ownPeer + peer.recvMeta;
-    pointers[size_t(Source::Control)] = ownPeer + peer.control;
-    pointers[size_t(Source::CombineRows)] = ownPeer + peer.combineRows;
+    pointers[size_t(Source::Symmetric)] = ownPeer;
   }
 
   const int64_t scalars[] = {
@@ -1020,16 +1006,8 @@ Layer::ForwardStatus Layer::run(const LayerInputs &in, bool dispatched,
         continue;
       }
       const void *pointer;
-      if (arg.source >= Source::PeerRecvA) {
-        const PeerLayout &peer = memory_.peer;
-        uint8_t *base = plan.peers[arg.peer];
-        switch (arg.source) {
-        case Source::PeerRecvA: pointer = base + peer.recvA; break;
-        case Source::PeerRecvScale: pointer = base + peer.recvScale; break;
-        case Source::PeerRecvMeta: pointer = base + peer.recvMeta; break;
-        case Source::PeerControl: pointer = base + peer.control; break;
-        default: pointer = base + peer.combineRows; break;
-        }
+      if (arg.source == Source::PeerSymmetric) {
+        pointer = plan.peers[arg.peer];
       } else {
         pointer = pointers[size_t(arg.source)];
       }

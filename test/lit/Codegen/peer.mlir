@@ -20,10 +20,17 @@
 #peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6,
                   dispatch_cus = 2>
 
-// Stage 1: 13 fixed arguments (no epoch), then 4 x ep peer buffers.
+// The symmetric buffer of each rank (moec/abi/peer_protocol.h): control
+// words at 0 (88 words, rounded up to 512 bytes), combine rows (16 x 2 x
+// 512 BF16) at 512, receive metadata (128 rows x 8 bytes) at 33280, receive
+// scales (128 x 16) at 34304, receive rows (128 x 512) at 36352.
+// Stage 1: 11 fixed arguments (no epoch; this rank's symmetric buffer 9th),
+// then one symmetric buffer per rank: no per-region pointer arguments.
 // CHECK-LABEL: gpu.func @stage1(
-// CHECK-COUNT-22: memref<
+// CHECK-SAME: %arg8: memref<2147483647xi8, #gpu.address_space<global>>, %arg9: i32, %arg10: i32, %arg11: memref<2147483647xi8, #gpu.address_space<global>>, %arg12: memref<2147483647xi8, #gpu.address_space<global>>)
+// CHECK-SAME: workgroup(
 // CHECK-NOT: epoch
+// CHECK: memref.view %arg8[%c0{{[_0-9]*}}][] : memref<2147483647xi8, #gpu.address_space<global>> to memref<88xi32, #gpu.address_space<global>>
 // CHECK: memref.atomic_rmw addi %c0_i32{{[_0-9]*}}, %{{.*}}[%c6{{[_0-9]*}}]
 // CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c0{{[_0-9]*}}]
 // CHECK: arith.remui %{{.*}}, %c6_i32
@@ -31,12 +38,18 @@
 // CHECK: arith.cmpi eq, %{{.*}}, %c5_i32
 // CHECK: memref.atomic_rmw addi %c-6_i32{{[_0-9]*}}, %{{.*}}[%c7{{[_0-9]*}}]
 // CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c6{{[_0-9]*}}]
-// Producer: the count of the route's expert on the destination, per rank.
+// Producer: the destination's base by a select over the ranks, then the
+// count of the route's expert in its control words, the row, scales and
+// metadata at their offsets, or the overflow word (2).
 // CHECK: arith.cmpi eq, %{{.*}}, %c0_i32
-// CHECK: memref.atomic_rmw addi %c1_i32
+// CHECK: %[[DEST:.*]] = arith.select %{{.*}}, %arg11, %arg12 : memref<2147483647xi8, #gpu.address_space<global>>
+// CHECK: %[[DCTL:.*]] = memref.view %[[DEST]][%c0{{[_0-9]*}}][] : {{.*}} to memref<88xi32, #gpu.address_space<global>>
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %[[DCTL]]
 // CHECK: arith.cmpi slt, %{{.*}}, %c32_i32
-// CHECK: arith.cmpi eq, %{{.*}}, %c1_i32
-// CHECK: memref.atomic_rmw addi %c1_i32
+// CHECK: memref.view %[[DEST]][%c36352{{[_0-9]*}}][] : {{.*}} to memref<16384xi32, #gpu.address_space<global>>
+// CHECK: memref.view %[[DEST]][%c34304{{[_0-9]*}}][] : {{.*}} to memref<2048xi8, #gpu.address_space<global>>
+// CHECK: memref.view %[[DEST]][%c33280{{[_0-9]*}}][] : {{.*}} to memref<256xi32, #gpu.address_space<global>>
+// CHECK: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %[[DCTL]][%c2{{[_0-9]*}}]
 // Every producer wave signals both destinations.
 // CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c1{{[_0-9]*}}]
 // Wait for ep * dispatch_cus * waves = 16 signals per epoch.
@@ -48,10 +61,17 @@
 // CHECK: amdgpu.scaled_mfma
 moe.w13 @stage1 problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_major>) {swiglu_limit = 10.0 : f32, peer = #peer}
 
-// Stage 2: the epoch stage 1 advanced, then weighted BF16 rows,
-// non-temporal stores into rank 0 or rank 1.
+// Stage 2: this rank's symmetric buffer (its metadata and control words)
+// and every rank's (their combine rows and control words); the epoch stage
+// 1 advanced, then weighted BF16 rows, non-temporal stores into rank 0 or
+// rank 1.
 // CHECK-LABEL: gpu.func @stage2(
-// CHECK: memref.load %{{.*}}[%c6{{[_0-9]*}}]
+// CHECK-SAME: %arg4: memref<2147483647xi8, #gpu.address_space<global>>, %arg5: memref<2147483647xi8, #gpu.address_space<global>>, %arg6: memref<2147483647xi8, #gpu.address_space<global>>)
+// CHECK: %[[CTL:.*]] = memref.view %arg4[%c0{{[_0-9]*}}][] : {{.*}} to memref<88xi32
+// CHECK: memref.load %[[CTL]][%c6{{[_0-9]*}}]
+// CHECK: memref.view %arg4[%c33280{{[_0-9]*}}][] : {{.*}} to memref<256xi32
+// CHECK: memref.view %arg5[%c512{{[_0-9]*}}][] : {{.*}} to memref<16384xbf16
+// CHECK: memref.view %arg6[%c512{{[_0-9]*}}][] : {{.*}} to memref<16384xbf16
 // CHECK: amdgpu.scaled_mfma
 // CHECK: arith.mulf
 // CHECK: arith.truncf {{.*}} to vector<4xbf16>
@@ -65,8 +85,13 @@ moe.w13 @stage1 problem(#p1) tile(#moe.tile<m = 16, n = 64, orientation = b_majo
 // CHECK-COUNT-2: memref.atomic_rmw addi %c1_i32{{[_0-9]*}}, %{{.*}}[%c4{{[_0-9]*}}]
 moe.w2 @stage2 problem(#p2) tile(#moe.tile<m = 16, n = 128, orientation = b_major>) {peer = #moe.peer<capacity = 32, max_tokens = 16, workgroups = 6>}
 
+// The peer-rows combine reads its rows at 512 and its control words at 0
+// of this rank's symmetric buffer (the first argument).
 // CHECK-LABEL: gpu.func @combine(
-// CHECK: memref.load %{{.*}}[%c6{{[_0-9]*}}]
+// CHECK-SAME: %arg0: memref<2147483647xi8, #gpu.address_space<global>>
+// CHECK: memref.view %arg0[%c512{{[_0-9]*}}][]
+// CHECK: %[[CCTL:.*]] = memref.view %arg0[%c0{{[_0-9]*}}][] : {{.*}} to memref<88xi32
+// CHECK: memref.load %[[CCTL]][%c6{{[_0-9]*}}]
 // CHECK: arith.muli %{{.*}}, %c2_i32
 // CHECK: scf.while
 // CHECK: gpu.barrier

@@ -88,6 +88,60 @@ static inline int64_t moec_peer_recv_meta_bytes(int64_t receive_rows) {
   return 4 * MOEC_PEER_META_WORDS * receive_rows;
 }
 
+/* The symmetric buffer of a rank: ONE allocation per rank (every rank's
+ * at the same layout), whose base address every rank passes to the fused
+ * kernels. The regions lie at these byte offsets from the base, each
+ * MOEC_PEER_REGION_ALIGNMENT-aligned, in this order:
+ *
+ *   control       i32 [moec_peer_control_words]           offset 0
+ *   combine_rows  BF16 [max_tokens x top_k, hidden]
+ *   recv_meta     i32 [receive_rows, MOEC_PEER_META_WORDS]
+ *   recv_scale    E8M0 [receive_rows, hidden / 32]
+ *   recv_a        FP8 [receive_rows, hidden]              last, the largest
+ *
+ * Control and combine rows come first so that their offsets depend only on
+ * the expert counts (the peer-rows combine knows no capacity), and the
+ * receive rows last so that every region starts below 2^31 bytes even
+ * when the receive rows alone pass 4 GB. */
+#define MOEC_PEER_REGION_ALIGNMENT 256
+
+typedef struct moec_peer_buffer_layout {
+  int64_t control, combine_rows, recv_meta, recv_scale, recv_a;
+  /* Bytes of the whole buffer (the end of recv_a, aligned). */
+  int64_t bytes;
+} moec_peer_buffer_layout;
+
+/* `bytes` rounded up to MOEC_PEER_REGION_ALIGNMENT. */
+static inline int64_t moec_peer_align(int64_t bytes) {
+  return (bytes + MOEC_PEER_REGION_ALIGNMENT - 1) /
+         MOEC_PEER_REGION_ALIGNMENT * MOEC_PEER_REGION_ALIGNMENT;
+}
+
+/* Byte offset of the combine rows: fixed by the expert counts alone. */
+static inline int64_t moec_peer_combine_rows_offset(int64_t local_experts,
+                                                    int64_t ep) {
+  return moec_peer_align(4 * moec_peer_control_words(local_experts, ep));
+}
+
+/* The layout of a rank's symmetric buffer for `receive_rows` receive rows
+ * (local experts x capacity with the fixed-slot transport, capacity with
+ * compact) of `hidden` FP8 bytes, and `max_tokens` x `top_k` combine rows. */
+static inline moec_peer_buffer_layout
+moec_peer_buffer_layout_of(int64_t local_experts, int64_t ep,
+                           int64_t receive_rows, int64_t hidden, int64_t top_k,
+                           int64_t max_tokens) {
+  moec_peer_buffer_layout layout;
+  layout.control = 0;
+  layout.combine_rows = moec_peer_combine_rows_offset(local_experts, ep);
+  layout.recv_meta =
+      layout.combine_rows + moec_peer_align(max_tokens * top_k * hidden * 2);
+  layout.recv_scale =
+      layout.recv_meta + moec_peer_align(4 * MOEC_PEER_META_WORDS * receive_rows);
+  layout.recv_a = layout.recv_scale + moec_peer_align(receive_rows * hidden / 32);
+  layout.bytes = layout.recv_a + moec_peer_align(receive_rows * hidden);
+  return layout;
+}
+
 /* With work shards: the next item of `shard` of stage `stage` (0: stage 1,
  * 1: stage 2) in launch `epoch` (two banks of [2][MAX_WORK_SHARDS]). */
 static inline int64_t moec_peer_queue_word(int64_t epoch, int64_t stage,
@@ -146,6 +200,21 @@ constexpr int64_t kMetaWords = MOEC_PEER_META_WORDS;
 /// moec_peer_control_words.
 inline int64_t controlWords(int64_t localExperts, int64_t ep) {
   return moec_peer_control_words(localExperts, ep);
+}
+/// The regions of a rank's symmetric buffer (moec_peer_buffer_layout).
+using BufferLayout = moec_peer_buffer_layout;
+/// Alignment of every region of the symmetric buffer.
+constexpr int64_t kRegionAlignment = MOEC_PEER_REGION_ALIGNMENT;
+/// moec_peer_buffer_layout_of.
+inline BufferLayout bufferLayout(int64_t localExperts, int64_t ep,
+                                 int64_t receiveRows, int64_t hidden,
+                                 int64_t topK, int64_t maxTokens) {
+  return moec_peer_buffer_layout_of(localExperts, ep, receiveRows, hidden, topK,
+                                    maxTokens);
+}
+/// moec_peer_combine_rows_offset.
+inline int64_t combineRowsOffset(int64_t localExperts, int64_t ep) {
+  return moec_peer_combine_rows_offset(localExperts, ep);
 }
 /// moec_peer_queue_word.
 inline int64_t queueWord(int64_t epoch, int64_t stage, int64_t shard,
