@@ -29,9 +29,11 @@ GemmEmitter::GemmEmitter(OpBuilder &builder, Operation *op, moe::TileAttr tile)
       lanes(chip.wavefrontSize * tile.getWaves()) {}
 
 Value GemmEmitter::swizzleChunk(Value chunk, Value row) {
-  // chunk ^ (row mod chunks per row): a permutation of the row's chunks.
-  return arith::XOrIOp::create(b, loc, chunk,
-                               remC(row, tile.getAChunksPerRow()));
+  // chunk ^ (row mod chunks per row): a permutation of the row's chunks
+  // (an MXFP4 A row has half the chunks of an FP8 one).
+  return arith::XOrIOp::create(
+      b, loc, chunk,
+      remC(row, aFp4 ? tile.getAChunksPerRow() / 2 : tile.getAChunksPerRow()));
 }
 
 Value GemmEmitter::loadFp8Fragment(Value memref, Value rowDword,
@@ -199,7 +201,7 @@ void GemmEmitter::emitTileCopies(const GemmOperands &ops, Value k0,
     // where planCopy puts them; padding rows past validBytes fail the
     // buffer's range check and write zeros, as the register path does.
     auto chunk = VectorType::get({4}, b.getI32Type());
-    Value kDwords = divC(k0, 4);
+    Value kDwords = divC(k0, aFp4 ? 8 : 4);
     for (const CopySlot &slot : ops.aSlots)
       forSlot(slot, [&] {
         amdgpu::GatherToLDSOp::create(
@@ -207,7 +209,8 @@ void GemmEmitter::emitTileCopies(const GemmOperands &ops, Value k0,
             ops.lds, ValueRange{slot.ldsWaveDword}, TypeAttr::get(chunk));
       });
   } else {
-    emitCopy(ops.aSlots, ops.aBuffer, divC(k0, 4), /*nontemporal=*/false);
+    emitCopy(ops.aSlots, ops.aBuffer, divC(k0, aFp4 ? 8 : 4),
+             /*nontemporal=*/false);
   }
   if (tile.getBPrefetch()) {
     for (size_t i = 0; i < ops.bSlots.size(); ++i)
@@ -286,6 +289,20 @@ void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
   SmallVector<Value> aFrag, bFrag;
   // Fragments follow the run table: each run is 16 bytes of one row.
   for (size_t mi = 0; mi < mFrags; ++mi) {
+    if (aFp4) {
+      // An MXFP4 A row is tile.k / 2 bytes; the lane's 32 elements are one
+      // 16-byte chunk, as for the weights.
+      const mfma::KRun &r = fp4.runs[0];
+      Value kElem = add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
+      Value chunk = divC(kElem, 32);
+      if (tile.getASwizzle())
+        chunk = swizzleChunk(chunk, ops.aTileRow[mi]);
+      Value rowDword =
+          add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 8));
+      Value data = load16(ops.lds, add(rowDword, mul(chunk, 4)));
+      aFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
+      continue;
+    }
     Value rowDword = add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
     aFrag.push_back(loadFp8Fragment(
         ops.lds, rowDword, kk * mfmaK,
@@ -563,10 +580,12 @@ GemmEmitter::beginGemmOperands(const ExpertTile &rows, bool bFp8, int64_t depth)
 
 SmallVector<GemmEmitter::CopySlot>
 GemmEmitter::planACopy(const ExpertTile &rows, int64_t depth) {
-  // A rows are tile.k FP8 bytes: tile.k / 16 chunks of 16 bytes.
+  // A rows are tile.k FP8 bytes: tile.k / 16 chunks of 16 bytes; MXFP4
+  // rows half that.
+  const int64_t elementsPerDword = aFp4 ? 8 : 4;
   return planCopy(
-      tile.getM(), tile.getK() / 16,
-      [&](Value row) { return mul(rows.aRow(row), depth / 4); },
+      tile.getM(), tile.getK() / (4 * elementsPerDword),
+      [&](Value row) { return mul(rows.aRow(row), depth / elementsPerDword); },
       /*ldsBaseDword=*/0, /*swizzle=*/tile.getASwizzle(),
       /*direct=*/tile.getAsyncA());
 }

@@ -2,8 +2,8 @@
 ///
 /// \file
 /// W13 and W2 are the same GEMM with different operands and epilogues: FP8
-/// rows (gathered by route or token) times the packed E2M1 rows of one
-/// expert, staged through LDS with 16-byte buffer loads and multiplied with
+/// or MXFP4 rows (gathered by route or token) times the packed E2M1 rows of
+/// one expert, staged through LDS with 16-byte buffer loads and multiplied with
 /// the gfx950 scaled MFMA in the lane layout of moec/target/mfma_layout.h.
 /// This emitter holds that GEMM; each stage adds its arguments and epilogue.
 ///
@@ -29,16 +29,16 @@ namespace moec {
 /// bound comes from the validBytes of the buffer descriptor.
 constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
 
-/// The GEMM below loads FP8 A rows and writes an FP8 intermediate: a stage
-/// whose problem names MXFP4 activations (A4W4, which the dialect admits)
-/// is refused with a message until the FP4 A path is emitted.
-inline mlir::LogicalResult refuseMxfp4Activations(mlir::Operation *op,
-                                                  moe::ProblemAttr problem) {
-  if (problem.getActivationFormat() != moe::ActivationFormat::fp4 &&
-      problem.getOutputFormat() != moe::ActivationFormat::fp4)
+/// The GEMM stages read FP8 or MXFP4 A rows (problem.activation): a stage
+/// whose A operand is neither (BF16, A16W4) is refused with a message.
+inline mlir::LogicalResult refuseUnscaledActivations(mlir::Operation *op,
+                                                     moe::ProblemAttr problem) {
+  if (problem.getActivationFormat() == moe::ActivationFormat::fp8 ||
+      problem.getActivationFormat() == moe::ActivationFormat::fp4)
     return mlir::success();
-  return op->emitOpError("MXFP4 activations (f4E2M1FN, A4W4) are not "
-                         "lowered to a kernel yet");
+  return op->emitOpError("BF16 activations (A16W4) are not lowered to a "
+                         "kernel yet: problem.activation must be f8E4M3FN "
+                         "or f4E2M1FN");
 }
 
 /// The scaled-MFMA GEMM shared by W13 and W2.
@@ -297,7 +297,8 @@ public:
   /// placement (A tile first, B tile after it), the B cache policy.
   GemmOperands beginGemmOperands(const ExpertTile &rows, bool bFp8,
                                  int64_t depth);
-  /// The A tile's copy slots: tile.m rows of `depth` FP8 bytes.
+  /// The A tile's copy slots: tile.m rows of `depth` FP8 bytes (`depth` / 2
+  /// with aFp4).
   llvm::SmallVector<CopySlot> planACopy(const ExpertTile &rows, int64_t depth);
   /// Appends the A fragments' tile rows and scale rows (`fragARow` from
   /// fragmentARows) for a reduction of `depth`.
@@ -405,6 +406,9 @@ protected:
   mfma::Shape shape;
   mfma::ShapeInfo layout;
   bool bMajor;
+  /// A rows are MXFP4 (E2M1 pairs, tile.k / 2 bytes a row: A4W4) instead of
+  /// FP8; set by the stage from problem.activation before the GEMM.
+  bool aFp4 = false;
   /// Set by emitTileIds when the tile body runs inside a persistent loop.
   bool inTileLoop = false;
   int64_t lanes;

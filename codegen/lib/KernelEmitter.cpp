@@ -173,6 +173,132 @@ void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
   memref::StoreOp::create(b, loc, codeByte, outScaleBuf, ValueRange{scaleIndex});
 }
 
+void KernelEmitter::storeFp4Block(ArrayRef<Value> values, Value outBuf,
+                                  Value outDword, Value outScaleBuf,
+                                  Value scaleIndex) {
+  auto f32 = b.getF32Type();
+  auto i32Type = b.getI32Type();
+  auto f32x4 = VectorType::get({4}, f32);
+  auto i32x4 = VectorType::get({4}, i32Type);
+  auto splat = [&](int64_t value) -> Value {
+    return arith::ConstantOp::create(
+        b, loc, i32x4,
+        DenseElementsAttr::get(i32x4, static_cast<int32_t>(value)));
+  };
+  auto cmp = [&](arith::CmpIPredicate pred, Value x, Value y) -> Value {
+    return arith::CmpIOp::create(b, loc, pred, x, y);
+  };
+  auto select = [&](Value cond, Value x, Value y) -> Value {
+    return arith::SelectOp::create(b, loc, cond, x, y);
+  };
+  // amax over the 32 values (NaN propagates).
+  Value amax4 = math::AbsFOp::create(b, loc, values[0]);
+  for (Value v : values.drop_front())
+    amax4 = arith::MaximumFOp::create(b, loc, amax4,
+                                      math::AbsFOp::create(b, loc, v));
+  Value amax = vector::ExtractOp::create(b, loc, amax4, 0);
+  for (int64_t i = 1; i < 4; ++i)
+    amax = arith::MaximumFOp::create(
+        b, loc, amax, vector::ExtractOp::create(b, loc, amax4, i));
+  Value bits = arith::AndIOp::create(
+      b, loc, arith::BitcastOp::create(b, loc, i32Type, amax), i32(0x7fffffff));
+  Value nonFinite = cmp(arith::CmpIPredicate::eq,
+                        arith::ShRUIOp::create(b, loc, bits, i32(23)), i32(255));
+  // AITER: (bits + 0x200000) & 0x7F800000 is amax rounded up to a power of
+  // two exactly when its significand is >= 1.75; the scale is that power
+  // over 4 (E2M1's largest exponent is 2). No carry reaches the sign: bits
+  // of a finite amax are at most 0x7F7FFFFF.
+  Value rounded = arith::ShRUIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, bits, i32(0x200000)), i32(23));
+  Value code = arith::MaxSIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, rounded, i32(2)), i32(0));
+  // Rounded past FP32's range: AITER's log2 of infinity, clamped to 254.
+  code = select(cmp(arith::CmpIPredicate::eq, rounded, i32(255)), i32(254),
+                code);
+  code = select(nonFinite, i32(255), code);
+  // 1 / scale = 2^(127 - code) as FP32 bits (biased exponent 254 - code);
+  // code 254 needs 2^-127, a subnormal: take 2^-126, then halve.
+  Value clamped = arith::MinSIOp::create(b, loc, code, i32(253));
+  Value inverse = arith::BitcastOp::create(
+      b, loc, f32,
+      arith::ShLIOp::create(
+          b, loc, arith::SubIOp::create(b, loc, i32(254), clamped), i32(23)));
+  Value half = select(
+      cmp(arith::CmpIPredicate::eq, code, i32(254)),
+      arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.5f)),
+      arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)));
+  Value inverse4 = vector::BroadcastOp::create(b, loc, f32x4, inverse);
+  Value half4 = vector::BroadcastOp::create(b, loc, f32x4, half);
+
+  // E2M1 round to nearest even of a magnitude q: the code is the number of
+  // rounding boundaries q has passed (ties go to the even code: q above
+  // 0.25, 1.25, 2.5, 5; q at or above 0.75, 1.75, 3.5), which saturates at
+  // code 7 (6). For q >= 0 the FP32 bits order as the values do.
+  struct Boundary {
+    uint32_t bits;
+    bool inclusive;
+  };
+  const Boundary boundaries[] = {
+      {0x3E800000u, false}, // 0.25
+      {0x3F400000u, true},  // 0.75
+      {0x3FA00000u, false}, // 1.25
+      {0x3FE00000u, true},  // 1.75
+      {0x40200000u, false}, // 2.5
+      {0x40600000u, true},  // 3.5
+      {0x40A00000u, false}, // 5
+  };
+  SmallVector<Value> nibbles;
+  for (auto [index, v] : llvm::enumerate(values)) {
+    Value q = arith::MulFOp::create(
+        b, loc, arith::MulFOp::create(b, loc, v, inverse4), half4);
+    Value qBits = arith::BitcastOp::create(b, loc, i32x4, q);
+    Value magnitude =
+        arith::AndIOp::create(b, loc, qBits, splat(0x7fffffff));
+    Value nibble = arith::ShLIOp::create(
+        b, loc, arith::ShRUIOp::create(b, loc, qBits, splat(31)), splat(3));
+    for (const Boundary &bound : boundaries) {
+      Value passed = cmp(bound.inclusive ? arith::CmpIPredicate::uge
+                                         : arith::CmpIPredicate::ugt,
+                         magnitude, splat(bound.bits));
+      nibble = arith::AddIOp::create(
+          b, loc, nibble, arith::ExtUIOp::create(b, loc, i32x4, passed));
+    }
+    // Element e of values[q] is element 4 (q % 2) + e of its word.
+    const int32_t shift = 16 * int32_t(index % 2);
+    auto shifts = arith::ConstantOp::create(
+        b, loc, i32x4,
+        DenseElementsAttr::get(i32x4, ArrayRef<int32_t>{shift, shift + 4,
+                                                        shift + 8, shift + 12}));
+    nibbles.push_back(arith::ShLIOp::create(b, loc, nibble, shifts));
+  }
+  // Word w holds elements 8w..8w+7, element j of it in bits 4j..4j+3: the
+  // OR of the eight shifted nibbles of values[2w] and values[2w + 1],
+  // reduced by ORs of whole-vector shuffles (no scalar extracts, which
+  // the canonicalizer would gather into vector.from_elements).
+  auto orOf = [&](Value x, Value y) -> Value {
+    return arith::OrIOp::create(b, loc, x, y);
+  };
+  auto shuffle = [&](Value x, Value y, ArrayRef<int64_t> mask) -> Value {
+    return vector::ShuffleOp::create(b, loc, x, y, mask);
+  };
+  // Per word, four partial ORs.
+  SmallVector<Value> partials;
+  for (int64_t w = 0; w < 4; ++w)
+    partials.push_back(orOf(nibbles[2 * w], nibbles[2 * w + 1]));
+  // Two partials each of words x and y: [x01, x23, y01, y23].
+  auto pairOf = [&](Value x, Value y) {
+    return orOf(shuffle(x, y, {0, 1, 4, 5}), shuffle(x, y, {2, 3, 6, 7}));
+  };
+  Value low = pairOf(partials[0], partials[1]);
+  Value high = pairOf(partials[2], partials[3]);
+  Value words =
+      orOf(shuffle(low, high, {0, 2, 4, 6}), shuffle(low, high, {1, 3, 5, 7}));
+  words = select(nonFinite, splat(0), words);
+  store16(words, outBuf, outDword);
+  Value codeByte = arith::TruncIOp::create(b, loc, b.getI8Type(), code);
+  memref::StoreOp::create(b, loc, codeByte, outScaleBuf, ValueRange{scaleIndex});
+}
+
 FailureOr<gpu::GPUFuncOp> KernelEmitter::createKernel(StringRef name,
                                                       ArrayRef<Type> argTypes,
                                                       const KernelAbi &abi,

@@ -72,6 +72,20 @@ protected:
                      mlir::Value outDword, mlir::Value outScaleBuf,
                      mlir::Value scaleIndex);
 
+  /// Quantises one 1x32 block, given as 8 vector<4xf32> in column order, to
+  /// MXFP4 with the A4W4 activation rule (AITER's `_mxfp4_quant_op`,
+  /// docs/numerics.md): E8M0 code = the biased exponent of amax after
+  /// adding 0x200000 to its FP32 bits, minus 2, clamped to [0, 254] (254
+  /// when the rounding leaves FP32's range); elements RNE(x / scale) to
+  /// E2M1, saturating at 6, by integer comparisons of the exact quotient's
+  /// bits with the E2M1 rounding boundaries. A block holding NaN or Inf gets
+  /// code 0xFF and zero elements. Stores the 16 packed bytes (element 2j in
+  /// the low nibble) as one 16-byte store at i32 element `outDword` of
+  /// `outBuf` and the E8M0 byte at element `scaleIndex` of `outScaleBuf`.
+  void storeFp4Block(llvm::ArrayRef<mlir::Value> values, mlir::Value outBuf,
+                     mlir::Value outDword, mlir::Value outScaleBuf,
+                     mlir::Value scaleIndex);
+
   /// A gpu.module named `name` with one kernel gpu.func of `argTypes`, the
   /// workgroup size of `abi` and `ldsDwords` of LDS (none when 0). The
   /// builder is left at the start of the function body. Fails (with an

@@ -1,14 +1,16 @@
 //===- QuantKernel.cpp - moe.quant -> gpu.func ----------------------------===//
 ///
 /// \file
-/// The layer's input quantisation: BF16 hidden states -> FP8 E4M3 token rows
-/// with one E8M0 scale per 1x32 block, the layout moe.w13 reads. One lane per
-/// block: four 16-byte loads (the block's 64 bytes), widened to FP32 (exact),
-/// then the block quantiser moe.w13 uses for its intermediate
+/// The layer's input quantisation: BF16 hidden states -> token rows with one
+/// E8M0 scale per 1x32 block, the layout moe.w13 reads: FP8 E4M3 (A8W4) or
+/// MXFP4 E2M1 pairs (A4W4, problem.output f4E2M1FN). One lane per block:
+/// four 16-byte loads (the block's 64 bytes), widened to FP32 (exact), then
+/// the block quantiser moe.w13 uses for its intermediate
 /// (KernelEmitter::storeFp8Block: amax, scale, 32 codes in two 16-byte
-/// stores, one scale byte). Blocks are numbered over the whole [num_tokens,
-/// H] tensor, so a workgroup may span tokens and the grid rule needs only
-/// num_tokens * H; lanes past the last block write nothing.
+/// stores, one scale byte; or storeFp4Block: AITER's MXFP4 rule, 16 packed
+/// bytes in one store, one scale byte). Blocks are numbered over the whole
+/// [num_tokens, H] tensor, so a workgroup may span tokens and the grid rule
+/// needs only num_tokens * H; lanes past the last block write nothing.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -66,7 +68,10 @@ void QuantEmitter::emitBody(gpu::GPUFuncOp func) {
 
   Value numTokensI32 = arg(kNumTokens);
   Value x = asBuffer(arg(kX), bytesOf(numTokensI32, hidden * 2));
-  Value out = asBuffer(arg(kOut), bytesOf(numTokensI32, hidden));
+  const bool fp4 =
+      op.getProblem().getOutputFormat() == moe::ActivationFormat::fp4;
+  Value out = asBuffer(arg(kOut), bytesOf(numTokensI32, fp4 ? hidden / 2
+                                                            : hidden));
   Value outScale = asBuffer(arg(kOutScale), bytesOf(numTokensI32, hidden / kBlock));
   Value blocks = mul(toIndex(numTokensI32), hidden / kBlock);
 
@@ -96,7 +101,10 @@ void QuantEmitter::emitBody(gpu::GPUFuncOp func) {
           ArrayRef<int64_t>{4 * half, 4 * half + 1, 4 * half + 2,
                             4 * half + 3}));
   }
-  storeFp8Block(values, out, mul(block, kBlock / 4), outScale, block);
+  if (fp4)
+    storeFp4Block(values, out, mul(block, kBlock / 8), outScale, block);
+  else
+    storeFp8Block(values, out, mul(block, kBlock / 4), outScale, block);
   b.setInsertionPointAfter(inRange);
   gpu::ReturnOp::create(b, loc);
 }
@@ -107,9 +115,14 @@ KernelAbi getQuantKernelAbi(moe::QuantOp op) {
   using K = KernelArg::Kind;
   using A = KernelArg::Access;
   KernelAbi abi;
+  const bool fp4 =
+      op.getProblem().getOutputFormat() == moe::ActivationFormat::fp4;
   abi.args = {
       {"x", K::Buffer, "bf16", A::Read, "[num_tokens, H]"},
-      {"out", K::Buffer, "f8E4M3FN", A::Write, "[num_tokens, H]"},
+      fp4 ? KernelArg{"out", K::Buffer, "f4E2M1FN x2", A::Write,
+                      "[num_tokens, H/2]"}
+          : KernelArg{"out", K::Buffer, "f8E4M3FN", A::Write,
+                      "[num_tokens, H]"},
       {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[num_tokens, H/32]"},
       {"num_tokens", K::I32, "i32", A::Read, "scalar"},
   };
@@ -127,10 +140,12 @@ KernelAbi getQuantKernelAbi(moe::QuantOp op) {
 
 FailureOr<gpu::GPUModuleOp> buildQuantKernel(OpBuilder &builder,
                                              moe::QuantOp op) {
-  // The emitter writes FP8 rows; MXFP4 (A4W4) rows are not emitted yet.
-  if (op.getProblem().getOutputFormat() != moe::ActivationFormat::fp8)
-    return op.emitOpError("MXFP4 token rows (problem.output f4E2M1FN, "
-                          "A4W4) are not lowered to a kernel yet");
+  std::optional<moe::ActivationFormat> format =
+      op.getProblem().getOutputFormat();
+  if (format != moe::ActivationFormat::fp8 &&
+      format != moe::ActivationFormat::fp4)
+    return op.emitOpError("problem.output must be f8E4M3FN or f4E2M1FN "
+                          "(the quantised token rows)");
   return QuantEmitter(builder, op).emit();
 }
 

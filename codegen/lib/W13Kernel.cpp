@@ -1,9 +1,10 @@
 //===- W13Kernel.cpp - moe.w13 -> gpu.func --------------------------------===//
 ///
 /// \file
-/// Builds the W13 kernel: FP8 token rows x MXFP4 gate and up rows with
-/// scaled MFMA (the shared GemmEmitter), then in the epilogue the gated
-/// activation and FP8 1x32 quantisation of the intermediate.
+/// Builds the W13 kernel: FP8 or MXFP4 (A4W4) token rows x MXFP4 gate and up
+/// rows with scaled MFMA (the shared GemmEmitter), then in the epilogue the
+/// gated activation and 1x32 quantisation of the intermediate, to FP8 or,
+/// with problem.output f4E2M1FN, to MXFP4 by AITER's rule.
 ///
 /// A workgroup owns tile.m sorted routes (one expert) by tile.n intermediate
 /// columns, so it multiplies 2 * tile.n weight rows: the gate and the up row
@@ -53,7 +54,10 @@ class W13Emitter : GemmEmitter {
 public:
   W13Emitter(OpBuilder &builder, moe::W13Op op)
       : GemmEmitter(builder, op, op.getTile()), op(op),
-        problem(op.getProblem()) {}
+        problem(op.getProblem()),
+        outFp4(problem.getOutputFormat() == moe::ActivationFormat::fp4) {
+    aFp4 = problem.getActivationFormat() == moe::ActivationFormat::fp4;
+  }
 
   FailureOr<gpu::GPUModuleOp> emit();
 
@@ -100,6 +104,8 @@ private:
 
   moe::W13Op op;
   moe::ProblemAttr problem;
+  /// The intermediate is MXFP4 (E2M1 pairs, I / 2 bytes a row), not FP8.
+  bool outFp4;
 };
 
 FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
@@ -232,11 +238,12 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
   Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
   TileRows rows;
-  rows.aBuf = asBuffer(arg(kA), bytesOf(numTokens, hidden));
+  rows.aBuf = asBuffer(arg(kA), bytesOf(numTokens, aFp4 ? hidden / 2 : hidden));
   rows.aScaleBuf = asBuffer(arg(kAScale), bytesOf(numTokens, hidden / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
-  rows.outBuf = asBuffer(arg(kOut), bytesOf(numRoutes, inter));
+  rows.outBuf =
+      asBuffer(arg(kOut), bytesOf(numRoutes, outFp4 ? inter / 2 : inter));
   rows.outScaleBuf = asBuffer(arg(kOutScale), bytesOf(numRoutes, inter / 32));
   rows.lds = func.getWorkgroupAttributions()[0];
   rows.b = arg(kB);
@@ -384,11 +391,15 @@ void W13Emitter::storeQuantised(const TileRows &rows) {
       values.push_back(vector::BitCastOp::create(
           b, loc, f32x4, load16(lds, add(stageDword, idx(4 * q)))));
     Value outRow = rows.outRow(row);
-    Value outByte = add(mul(outRow, inter), add(colBase, mul(block, 32)));
+    Value outElement = add(mul(outRow, inter), add(colBase, mul(block, 32)));
     Value scaleIndex =
         add(mul(outRow, inter / 32), add(divC(colBase, 32), block));
-    storeFp8Block(values, rows.outBuf, divC(outByte, 4), rows.outScaleBuf,
-                  scaleIndex);
+    if (outFp4)
+      storeFp4Block(values, rows.outBuf, divC(outElement, 8),
+                    rows.outScaleBuf, scaleIndex);
+    else
+      storeFp8Block(values, rows.outBuf, divC(outElement, 4),
+                    rows.outScaleBuf, scaleIndex);
   });
 }
 
@@ -582,14 +593,23 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
     abi.gridZ = "1";
     return abi;
   }
+  const bool aFp4 =
+      op.getProblem().getActivationFormat() == moe::ActivationFormat::fp4;
+  const bool outFp4 =
+      op.getProblem().getOutputFormat() == moe::ActivationFormat::fp4;
   abi.args = {
-      {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
+      aFp4 ? KernelArg{"a", K::Buffer, "f4E2M1FN x2", A::Read,
+                       "[num_tokens, H/2]"}
+           : KernelArg{"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
       {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_tokens, H/32]"},
       {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, 2I, H/2]"},
       {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, 2I, H/32]"},
       {"sorted_routes", K::Buffer, "i32", A::Read, "[num_sorted]"},
       {"tile_experts", K::Buffer, "i32", A::Read, "[num_sorted/tile_m]"},
-      {"out", K::Buffer, "f8E4M3FN", A::Write, "[num_tokens*top_k, I]"},
+      outFp4 ? KernelArg{"out", K::Buffer, "f4E2M1FN x2", A::Write,
+                         "[num_tokens*top_k, I/2]"}
+             : KernelArg{"out", K::Buffer, "f8E4M3FN", A::Write,
+                         "[num_tokens*top_k, I]"},
       {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[num_tokens*top_k, I/32]"},
       {"num_tokens", K::I32, "i32", A::Read, "scalar"},
       {"num_sorted", K::I32, "i32", A::Read, "scalar (multiple of tile_m)"},
@@ -611,8 +631,13 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
 }
 
 FailureOr<gpu::GPUModuleOp> buildW13Kernel(OpBuilder &builder, moe::W13Op op) {
-  if (failed(refuseMxfp4Activations(op, op.getProblem())))
+  moe::ProblemAttr problem = op.getProblem();
+  if (failed(refuseUnscaledActivations(op, problem)))
     return failure();
+  std::optional<moe::ActivationFormat> out = problem.getOutputFormat();
+  if (out != moe::ActivationFormat::fp8 && out != moe::ActivationFormat::fp4)
+    return op.emitOpError("problem.output must be f8E4M3FN or f4E2M1FN (the "
+                          "quantised intermediate W2 reads)");
   return W13Emitter(builder, op).emit();
 }
 

@@ -1,8 +1,9 @@
 //===- W2Kernel.cpp - moe.w2 -> gpu.func ----------------------------------===//
 ///
 /// \file
-/// Builds the W2 (down-projection) kernel: FP8 activations x MXFP4 weights
-/// with scaled MFMA, FP32 accumulation, BF16 output.
+/// Builds the W2 (down-projection) kernel: FP8 or MXFP4 (A4W4's FP4
+/// intermediate) activations x MXFP4 weights with scaled MFMA, FP32
+/// accumulation, BF16 output.
 ///
 /// One workgroup computes a tile.m x tile.n block of the output: tile.m rows
 /// of the expert-sorted route list (all of one expert) by tile.n hidden
@@ -62,7 +63,9 @@ class W2Emitter : GemmEmitter {
 public:
   W2Emitter(OpBuilder &builder, moe::W2Op op)
       : GemmEmitter(builder, op, op.getTile()), op(op),
-        problem(op.getProblem()) {}
+        problem(op.getProblem()) {
+    aFp4 = problem.getActivationFormat() == moe::ActivationFormat::fp4;
+  }
 
   FailureOr<gpu::GPUModuleOp> emit();
 
@@ -156,7 +159,7 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
 
   Value numRoutes = arg(kNumRoutes), numSorted = arg(kNumSorted);
   Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
-  Value aBuf = asBuffer(arg(kA), bytesOf(numRoutes, inter));
+  Value aBuf = asBuffer(arg(kA), bytesOf(numRoutes, aFp4 ? inter / 2 : inter));
   Value aScaleBuf = asBuffer(arg(kAScale), bytesOf(numRoutes, inter / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   // The sort labels blocks of sort_block_m rows (tile.m when 0); M tile i
@@ -543,8 +546,12 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
     abi.gridZ = "1";
     return abi;
   }
+  const bool aFp4 =
+      op.getProblem().getActivationFormat() == moe::ActivationFormat::fp4;
   abi.args = {
-      {"a", K::Buffer, "f8E4M3FN", A::Read, "[num_routes, I]"},
+      aFp4 ? KernelArg{"a", K::Buffer, "f4E2M1FN x2", A::Read,
+                       "[num_routes, I/2]"}
+           : KernelArg{"a", K::Buffer, "f8E4M3FN", A::Read, "[num_routes, I]"},
       {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_routes, I/32]"},
       {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, H, I/2]"},
       {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
@@ -576,7 +583,7 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
 }
 
 FailureOr<gpu::GPUModuleOp> buildW2Kernel(OpBuilder &builder, moe::W2Op op) {
-  if (failed(refuseMxfp4Activations(op, op.getProblem())))
+  if (failed(refuseUnscaledActivations(op, op.getProblem())))
     return failure();
   return W2Emitter(builder, op).emit();
 }

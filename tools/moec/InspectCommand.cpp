@@ -150,6 +150,31 @@ void printIsa(const moec::rt::KernelInfo &k, const moec::cli::IsaSummary &s,
                 perMfma(l.narrowBytesPerWave(waveSize), l.scaledMfma));
 }
 
+/// The quantised activation format of a kernel: the A rows a GEMM stage
+/// reads (argument `a`) or the token rows the quant stage writes (`out`),
+/// from the element type its ABI records: "fp8" (A8W4), "fp4" (MXFP4,
+/// A4W4); "-" for the stages without one.
+const char *activationFormatOf(const moec::rt::KernelInfo &k) {
+  using moec::abi::Stage;
+  const char *argName = k.stage == Stage::Quant ? "out"
+                        : k.stage == Stage::W13 || k.stage == Stage::W2
+                            ? "a"
+                            : nullptr;
+  if (!argName)
+    return "-";
+  for (const moec::rt::KernelArgInfo &arg : k.abi) {
+    if (arg.name != argName)
+      continue;
+    if (arg.dtype == "f8E4M3FN")
+      return "fp8";
+    if (arg.dtype == "f4E2M1FN x2")
+      return "fp4";
+    if (arg.dtype == "bf16")
+      return "bf16";
+  }
+  return "-";
+}
+
 int runInspect(const InspectArgs &args) {
   std::string error;
   auto bundle = moec::cli::openBundleOrReport(args.bundle);
@@ -170,6 +195,7 @@ int runInspect(const InspectArgs &args) {
       entry.update({{"name", k.name},
                     {"symbol", k.symbol},
                     {"stage", k.stage},
+                    {"activation_format", activationFormatOf(k)},
                     {"arch_vgpr", moec::target::architectedVgprCount(
                                       k.resources.vgpr, k.resources.agpr)},
                     {"workgroup_size", k.launch.workgroupSize[0]},
@@ -209,9 +235,8 @@ int runInspect(const InspectArgs &args) {
   int nameWidth = 6;
   for (const moec::rt::KernelInfo &k : manifest.kernels)
     nameWidth = std::max(nameWidth, static_cast<int>(k.name.size()));
-  std::printf("%-*s %7s %4s %4s %4s %7s %7s %6s %4s %10s %5s\n", nameWidth,
-              "kernel",
-              "stage", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
+  std::printf("%-*s %7s %4s %4s %4s %4s %7s %7s %6s %4s %10s %5s\n",
+              nameWidth, "kernel", "stage", "act", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
               "wg", "waves/SIMD", "occ%");
   for (const moec::rt::KernelInfo &k : manifest.kernels) {
     moec::target::OccupancyEstimate occ = occupancyOf(chip, k);
@@ -222,8 +247,9 @@ int runInspect(const InspectArgs &args) {
                   moec::target::occupancyLimiterName(occ.limiter));
     // `vgpr` is the unified count (.vgpr_count, AGPRs included): the VGPR
     // column is its architected part, so VGPR + AGPR is what is allocated.
-    std::printf("%-*s %7s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
+    std::printf("%-*s %7s %4s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
                 nameWidth, k.name.c_str(), moec::rt::stageName(k.stage),
+                activationFormatOf(k),
                 moec::target::architectedVgprCount(r.vgpr, r.agpr), r.agpr, r.sgpr,
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);
