@@ -42,16 +42,24 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
       facts.bias = bias;
       if (kernel.stage != rt::Stage::W13)
         continue;
-      // The layer oracle (ref::TpMoeConfig) has SiLU and GPT-OSS's SwiGLU;
-      // a SiTUv2 kernel is refused by name rather than compared with them.
-      if (emu::specFlag(spec, "situ_v2")) {
+      // SiTUv2 and its betas: one oracle serves the table, so its W13
+      // kernels must agree on them too.
+      const bool situ = emu::specFlag(spec, "situ_v2");
+      const double situBeta = emu::specNumber(spec, "situ_beta", 4.0);
+      const double situLinearBeta =
+          emu::specNumber(spec, "situ_linear_beta", 25.0);
+      if (found && (situ != facts.situV2 ||
+                    (situ && (situBeta != facts.situBeta ||
+                              situLinearBeta != facts.situLinearBeta)))) {
         error = "table " +
                 rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": W13 kernel " + kernel.name +
-                " computes SiTUv2 (situ_v2), which the layer oracle does not "
-                "have yet (its stages run on the emulator: moec run --emulate)";
+                ": W13 kernels " + firstActivationKernel + " and " +
+                kernel.name + " differ in SiTUv2 (situ_v2 and its betas)";
         return false;
       }
+      facts.situV2 = situ;
+      facts.situBeta = situBeta;
+      facts.situLinearBeta = situLinearBeta;
       // One oracle serves the whole table, so its W13 kernels must agree on
       // the activation.
       const bool gptOss = emu::specFlag(spec, "gpt_oss_swiglu");

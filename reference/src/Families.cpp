@@ -235,6 +235,9 @@ Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
   }
   GluConfig glu{config.gateUpInterleave, config.swigluLimit,
                 config.gptOssSwiglu, biasData(config.bias.w13)};
+  glu.situV2 = config.situV2;
+  glu.situBeta = config.situBeta;
+  glu.situLinearBeta = config.situLinearBeta;
   if (Status status = runGemmStages(
           input, shape.topk, batch.tokens * shape.topk, w13, w2, glu,
           biasData(config.bias.w2), config.mode, config.outputTolerance,

@@ -226,6 +226,9 @@ bool SelftestRunner::runCase(const rt::SelectionTable &table,
   oracle.facts = &facts;
   oracle.weights = &weights_;
   oracle.gptOssSwiglu = oracleGptOss(facts);
+  // --activation names SiLU or GPT-OSS's SwiGLU; without it the kernels'
+  // own activation, SiTUv2 included.
+  oracle.situV2 = options_.activation.empty() && facts.situV2;
   oracle.clampCase = c.scenario == "clamp";
   oracle.ep = table.ep;
   OracleComparison comparison;

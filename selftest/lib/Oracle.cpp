@@ -91,6 +91,9 @@ ref::Status compareWithOracle(const OracleCase &oracle,
   tp.gateUpInterleave = facts.interleave;
   tp.swigluLimit = facts.swigluLimit;
   tp.gptOssSwiglu = oracle.gptOssSwiglu;
+  tp.situV2 = oracle.situV2;
+  tp.situBeta = facts.situBeta;
+  tp.situLinearBeta = facts.situLinearBeta;
   tp.bias = oracle.weights->bias;
   tp.mode = ref::OracleMode::QuantFaithful;
   tp.outputTolerance = true;

@@ -116,13 +116,20 @@ void SelftestRunner::describeTable(const std::string &name,
     line(name + ": ranks on devices " + list);
   }
   // SiLU is every shipped table's activation; anything else is said.
-  if (facts.gptOssSwiglu || !options_.activation.empty()) {
+  if ((facts.gptOssSwiglu || !options_.activation.empty()) && !facts.situV2) {
     const bool oracle = oracleGptOss(facts);
     line(formatLine("%s: W13 kernels %s (clamp %g), oracle %s%s", name.c_str(),
                     activationName(facts.gptOssSwiglu), facts.swigluLimit,
                     activationName(oracle),
                     oracle == facts.gptOssSwiglu ? "" : " (--activation)"));
   }
+  if (facts.situV2)
+    line(formatLine("%s: W13 kernels SiTUv2 (betas %g, %g; clamp %g), oracle "
+                    "%s",
+                    name.c_str(), facts.situBeta, facts.situLinearBeta,
+                    facts.swigluLimit,
+                    options_.activation.empty() ? "SiTUv2"
+                                                : options_.activation.c_str()));
   if (facts.bias)
     line(name + ": W13 and W2 kernels take per-expert biases: seeded N(0, 1) "
                 "FP32, bound and given to the oracle");

@@ -34,6 +34,10 @@ struct TableFacts {
   /// W13's activation: GPT-OSS's SwiGLU (gpt_oss_swiglu, AITER's
   /// ActivationType.Swiglu) or SiLU.
   bool gptOssSwiglu = false;
+  /// W13's activation is SiTUv2 (situ_v2, AITER's ActivationType.Situv2)
+  /// with these betas.
+  bool situV2 = false;
+  double situBeta = 4.0, situLinearBeta = 25.0;
   /// The W13 and W2 kernels take per-expert FP32 biases (`bias`, AITER's
   /// bias1 / bias2).
   bool bias = false;

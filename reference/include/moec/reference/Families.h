@@ -110,6 +110,10 @@ struct TpMoeConfig {
   /// GPT-OSS's SwiGLU (AITER's ActivationType.Swiglu, clamp swigluLimit,
   /// AITER's default 7) instead of SiLU (GluConfig::gptOssSwiglu).
   bool gptOssSwiglu = false;
+  /// SiTUv2 (AITER's ActivationType.Situv2) with its betas instead of
+  /// SiLU (GluConfig::situV2).
+  bool situV2 = false;
+  double situBeta = 4.0, situLinearBeta = 25.0;
   ExpertBias bias;
   OracleMode mode = OracleMode::QuantFaithful;
   /// QuantFaithful: the format the BF16 input is quantised to (FP8: A8W4,

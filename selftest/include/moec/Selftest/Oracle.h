@@ -47,8 +47,10 @@ void generateWeights(uint64_t seed, const harness::TableFacts &facts,
 struct OracleCase {
   const harness::TableFacts *facts = nullptr;
   const SelftestWeights *weights = nullptr;
-  /// The oracle's W13 activation: GPT-OSS's SwiGLU, or SiLU.
+  /// The oracle's W13 activation: GPT-OSS's SwiGLU, SiTUv2 (with the
+  /// table's betas, TableFacts), or SiLU.
   bool gptOssSwiglu = false;
+  bool situV2 = false;
   /// The "clamp" case: also measured against the oracle without the clamp.
   bool clampCase = false;
   uint32_t ep = 1;
