@@ -136,6 +136,32 @@ StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel) {
     spec.fields["experts"] = std::to_string(problem->experts);
     spec.fields["top_k"] = std::to_string(problem->topK);
     spec.fields["ep"] = std::to_string(problem->ep);
+    // MXFP4 activations: the element types of the stage's problem (FP8,
+    // the default of stageTypes, stays implied so A8W4 specs are unchanged).
+    auto type = [](const std::string &format) {
+      return format == "fp4" ? "f4E2M1FN" : "f8E4M3FN";
+    };
+    const bool fp4In = problem->aFormat == "fp4";
+    const bool fp4Mid = problem->midFormat == "fp4";
+    switch (kernel.stage) {
+    case abi::Stage::Quant:
+      if (fp4In)
+        spec.fields["output"] = type(problem->aFormat);
+      break;
+    case abi::Stage::W13:
+      if (fp4In || fp4Mid) {
+        spec.fields["activation"] = type(problem->aFormat);
+        spec.fields["output"] = type(problem->midFormat);
+      }
+      break;
+    case abi::Stage::W2:
+      if (fp4Mid)
+        spec.fields["activation"] = type(problem->midFormat);
+      break;
+    case abi::Stage::Sort:
+    case abi::Stage::Combine:
+      break;
+    }
   }
   return spec;
 }

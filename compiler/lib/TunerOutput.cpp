@@ -43,6 +43,10 @@ std::string problemLine(const TableProblem &p) {
                      " top_k=" + std::to_string(p.topK);
   if (p.ep != 1)
     line += " ep=" + std::to_string(p.ep);
+  if (p.aFormat != "fp8")
+    line += " a_format=" + p.aFormat;
+  if (p.midFormat != "fp8")
+    line += " mid_format=" + p.midFormat;
   return line;
 }
 

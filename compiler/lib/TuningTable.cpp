@@ -258,6 +258,12 @@ bool TableParser::parseProblem(const std::string &name,
   if (p.experts % p.ep != 0)
     return fail("ep", "experts=" + std::to_string(p.experts) +
                           " is not divisible by ep=" + std::to_string(p.ep));
+  for (auto [key, format] : {std::pair<const char *, std::string *>{
+                                 "a_format", &p.aFormat},
+                             {"mid_format", &p.midFormat}}) {
+    if (take(fields, key, *format) && *format != "fp8" && *format != "fp4")
+      return fail(key, "expected fp8 or fp4, got '" + *format + "'");
+  }
   // One rank's W13 weights (E/ep experts of [2I, H] E2M1 pairs, I x H bytes
   // each; the FHMoE shared expert's FP8 [2I, H] is 2 I H) are addressed
   // through one buffer resource, whose range is 32 bits. All factors are

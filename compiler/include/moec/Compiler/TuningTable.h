@@ -30,6 +30,11 @@ struct TableProblem {
   std::string name;
   std::string family;
   int64_t hidden = 0, intermediate = 0, experts = 0, topK = 0, ep = 1;
+  /// Quantised activation formats: `a_format`, the token rows moe.quant
+  /// writes and moe.w13 reads, and `mid_format`, the intermediate moe.w13
+  /// writes and moe.w2 reads; "fp8" (FP8 E4M3, A8W4) or "fp4" (MXFP4,
+  /// A4W4).
+  std::string aFormat = "fp8", midFormat = "fp8";
   SourceLine where;
 };
 
