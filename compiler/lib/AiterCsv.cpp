@@ -941,6 +941,22 @@ std::string rowSupport(const AiterCsvRow &row, const target::TargetInfo &part,
   return "";
 }
 
+/// A double as the shortest text that reads back to it ("4", "2.5").
+std::string decimalText(double value) {
+  std::ostringstream os;
+  os.precision(17);
+  os << value;
+  std::string text = os.str();
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::ostringstream shorter;
+    shorter.precision(digits);
+    shorter << value;
+    if (std::strtod(shorter.str().c_str(), nullptr) == value)
+      return shorter.str();
+  }
+  return text;
+}
+
 std::string problemName(const rt::AiterRowInfo &r) {
   return "aiter_h" + std::to_string(r.modelDim) + "_i" +
          std::to_string(r.interDim) + "_e" + std::to_string(r.expert) + "_k" +
@@ -1023,8 +1039,15 @@ GemmKnobs gemmKnobsOf(const rt::AiterRowInfo &info, const AiterStageKnobs &s1,
   // SiTUv2: the betas are AITER's runtime arguments, not in the CSV; the
   // ODS defaults are its tuner's (DEFAULT_SITUV2_BETA 4, _LINEAR_BETA 25).
   // Like Silu, no clamp unless --swiglu-limit (runtime_swiglu_limit).
-  if (info.actType == kSituv2)
+  if (info.actType == kSituv2) {
     w13["situ_v2"] = "true";
+    // Written only away from the ODS defaults (4, 25), as --aiter-bias
+    // writes bias: the CSV itself maps neither.
+    if (options.situBeta != 4.0)
+      w13["situ_beta"] = decimalText(options.situBeta);
+    if (options.situLinearBeta != 25.0)
+      w13["situ_linear_beta"] = decimalText(options.situLinearBeta);
+  }
   if (info.fhmoe) {
     w13["shared_fp8_expert"] = w2["shared_fp8_expert"] = "true";
     // FlyDSL's heterogeneous-B (FHMoE) stage 1 also hands _w{n} to the
@@ -1227,9 +1250,15 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
                         : std::string("no gate/up bias")));
     if (info.actType == kSituv2)
       info.notes.push_back(
-          "act_type ActivationType.Situv2: 4 tanh(g / 4) sigmoid(g) * "
-          "25 tanh(u / 25) (the betas of AITER's tuner; AITER passes 1 and 1 "
-          "to FlyDSL when the caller gives none), " +
+          "act_type ActivationType.Situv2: " + decimalText(options.situBeta) +
+          " tanh(g / " + decimalText(options.situBeta) + ") sigmoid(g) * " +
+          decimalText(options.situLinearBeta) + " tanh(u / " +
+          decimalText(options.situLinearBeta) + ") (" +
+          (options.situBeta == 4.0 && options.situLinearBeta == 25.0
+               ? std::string("the betas of AITER's tuner; AITER passes 1 and "
+                             "1 to FlyDSL when the caller gives none")
+               : std::string("--situ-beta, --situ-linear-beta")) +
+          "), " +
           (options.swigluLimit > 0
                ? "clamp at " + std::to_string(options.swigluLimit)
                : std::string("no clamp")));

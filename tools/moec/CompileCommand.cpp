@@ -281,6 +281,16 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
                   "AITER CSVs: the W13 clamp of ActivationType.Silu rows "
                   "(0: plain SiLU)")
       ->capture_default_str();
+  cmd->add_option("--situ-beta", args->aiter.situBeta,
+                  "AITER CSVs: SiTUv2's beta of ActivationType.Situv2 rows "
+                  "(AITER's tuner: 4)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--situ-linear-beta", args->aiter.situLinearBeta,
+                  "AITER CSVs: SiTUv2's linear beta of ActivationType.Situv2 "
+                  "rows (AITER's tuner: 25)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_flag("--aiter-bias", args->aiter.bias,
                 "AITER CSVs: W13 and W2 kernels take AITER's per-expert FP32 "
                 "biases (bias1, bias2) as the argument bias");

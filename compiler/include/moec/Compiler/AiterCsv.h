@@ -115,6 +115,11 @@ struct AiterCompileOptions {
   /// passes them for every per_1x32 FlyDSL row of a BF16 model, but the CSV
   /// does not say whether a model has them; off by default.
   bool bias = false;
+  /// SiTUv2's constants for ActivationType.Situv2 rows (W13's situ_beta
+  /// and situ_linear_beta): AITER passes them at run time, the CSV does
+  /// not hold them. The defaults are its tuner's, DEFAULT_SITUV2_BETA and
+  /// DEFAULT_SITUV2_LINEAR_BETA; must be > 0.
+  double situBeta = 4.0, situLinearBeta = 25.0;
 };
 
 /// The tuning table for the merged rows plus the manifest rows, for `part`:
