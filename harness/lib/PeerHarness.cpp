@@ -159,7 +159,8 @@ generateLaunches(const PeerShape &shape, const PeerLayerOptions &options,
     std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
     batches.resize(size_t(ep));
     for (int64_t r = 0; r < ep; ++r) {
-      batches[r] = generateTokens(options.seed + uint64_t(epoch) * 7919,
+      const int tokensOf = options.repeatTokens ? 1 : epoch;
+      batches[r] = generateTokens(options.seed + uint64_t(tokensOf) * 7919,
                                   /*stream=*/uint64_t(r),
                                   options.tokensPerRank[r], shape.stage1,
                                   routing);
@@ -231,6 +232,19 @@ public:
                     bool quant);
   /// options.saveDir: each rank's receive metadata and intermediate.
   LogicalResult saveRankArrays(std::string &error);
+  /// Rank r's output bytes (`tokens` BF16 rows).
+  std::vector<uint8_t> outputBytes(int64_t r, int64_t tokens) {
+    const uint8_t *out = memory.data(buffers[size_t(r)].out);
+    return std::vector<uint8_t>(out, out + size_t(tokens * shape.hidden * 2));
+  }
+  /// The overflow words of every rank, summed.
+  int64_t overflowWords() {
+    int64_t sum = 0;
+    for (const RankBuffers &rb : buffers)
+      sum += reinterpret_cast<const int32_t *>(memory.data(rb.symmetric) +
+                                               shape.layout().control)[peer::kOverflow];
+    return sum;
+  }
 
   std::ostringstream summary;
 
@@ -665,8 +679,19 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
 
   bool pass = true;
   outcome.ranks.resize(size_t(shape.ep));
+  std::vector<std::vector<uint8_t>> firstOutputs(size_t(shape.ep));
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     const std::vector<ref::TokenBatch> &batches = launches[size_t(epoch - 1)];
+    if (!shape.compact) {
+      // Routes past their expert's fixed-slot capacity, from the routing.
+      std::vector<int64_t> routesOf(size_t(shape.experts), 0);
+      for (const ref::TokenBatch &batch : batches)
+        for (int32_t id : batch.topkIds)
+          if (id >= 0 && id < shape.experts)
+            ++routesOf[size_t(id)];
+      for (int64_t routes : routesOf)
+        outcome.expectedOverflowRoutes += std::max<int64_t>(0, routes - shape.capacity);
+    }
     std::vector<ref::MegaMoeRankResult> oracle;
     if (failed(run.runOracle(epoch, batches, oracle, error)))
       return failure();
@@ -681,6 +706,17 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
       run.compareRank(epoch, r, batches[r].tokens, oracle[r], errors);
     if (epoch == options.epochs)
       run.recordRankIo(batches, oracle, quant != nullptr);
+    if (options.repeatTokens)
+      for (int64_t r = 0; r < shape.ep; ++r) {
+        std::vector<uint8_t> out = run.outputBytes(r, batches[r].tokens);
+        if (epoch == 1) {
+          firstOutputs[size_t(r)] = std::move(out);
+          continue;
+        }
+        const std::vector<uint8_t> &first = firstOutputs[size_t(r)];
+        for (size_t i = 0; i < out.size(); ++i)
+          outcome.repeatMismatches += i >= first.size() || out[i] != first[i];
+      }
     if (!options.saveDir.empty() && epoch == options.epochs &&
         failed(run.saveRankArrays(error)))
       return failure();
@@ -702,6 +738,7 @@ LogicalResult runPeerLayer(const BuiltKernel &stage1, const BuiltKernel &stage2,
                 << " (bound " << kPeerOutputRelL2Bound << ")"
                 << (epochPass ? " PASS" : " FAIL") << "\n";
   }
+  outcome.overflowRoutes = run.overflowWords();
   std::ostringstream &summary = run.summary;
   if (quant)
     summary << "quant: " << outcome.inputMismatches

@@ -428,4 +428,37 @@ TEST_CASE("fused MegaMoE at EP8: a hot rank past the fixed-slot capacity "
   options.scheduleSeed = 5;
   options.epochs = 1;
   checkOverflowReported(knobs, options);
+  // Route by route: the overflow words of all ranks sum to the routes past
+  // their expert's 16 rows, counted from the routing alone (here all on
+  // rank 2: 128 routes, at most 64 rows).
+  const PeerLayerOutcome outcome = runOutcome(knobs, options);
+  CHECK(outcome.expectedOverflowRoutes >= 128 - 4 * 16);
+  CHECK(outcome.overflowRoutes == outcome.expectedOverflowRoutes);
+}
+
+TEST_CASE("fused MegaMoE at EP8: a repeated forward is bit-identical",
+          "[peer][ep8]") {
+  // Three launches of the same tokens and routes on 8 ranks (a hot rank,
+  // two empty ranks), each launch under another rank order and residency
+  // cap: receive rows land in another order each time, yet every output
+  // byte of launches 2 and 3 equals launch 1's, for both transports.
+  constexpr int64_t kEp = 8, kMaxTokens = 8;
+  for (const char *transport : {"fixed_slot", "compact"}) {
+    const bool compact = std::string(transport) == "compact";
+    INFO(transport);
+    PeerKnobs knobs{kEp, 16, 64, 16, 128, "b_major",
+                    compact ? kEp * kMaxTokens * 2 : kEp * kMaxTokens,
+                    kMaxTokens, 6, 2, transport, false,
+                    /*workShards=*/compact ? 2 : 0, /*planCus=*/compact ? 2 : 1};
+    PeerLayerOptions options;
+    options.seed = 907;
+    options.scheduleSeed = 13;
+    options.maxResidentWorkgroups = 3;
+    options.epochs = 3;
+    options.repeatTokens = true;
+    options.hotRank = 5;
+    options.tokensPerRank = {8, 0, 5, 8, 0, 3, 7, 1};
+    const PeerLayerOutcome outcome = runLayer(knobs, options);
+    CHECK(outcome.repeatMismatches == 0);
+  }
 }

@@ -39,6 +39,10 @@ struct PeerLayerOptions {
   int64_t hotRank = -1;
   /// Launches run back to back on the same control buffers.
   int epochs = 2;
+  /// Every launch gets the first launch's tokens and routes (a forward
+  /// repeated): PeerLayerOutcome::repeatMismatches then counts the output
+  /// bytes of a later launch that differ from the first's.
+  bool repeatTokens = false;
   /// Resident workgroups per rank and kernel (0: the whole grid).
   unsigned maxResidentWorkgroups = 0;
   /// Nonzero: the launches of every phase (one per rank and kernel) go to
@@ -75,6 +79,13 @@ struct PeerLayerOutcome {
   /// Ranks whose control buffer after launch n does not hold epoch n, or
   /// stage 1 arrivals not back at 0 (the kernels count the epoch).
   int64_t epochMismatches = 0;
+  /// Fixed slot: the overflow words of every rank summed after the last
+  /// launch (they are sticky), and the routes past their expert's capacity
+  /// in all launches, counted from the routing alone.
+  int64_t overflowRoutes = 0, expectedOverflowRoutes = 0;
+  /// With repeatTokens: output bytes of launches 2.. that differ from
+  /// launch 1's (a repeated forward must be bit-identical).
+  int64_t repeatMismatches = 0;
   bool pass = false;
   /// One line per epoch and a verdict.
   std::string summary;
