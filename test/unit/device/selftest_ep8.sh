@@ -4,9 +4,11 @@
 # then `moec selftest --device emulated --small`: eight ranks in one process
 # through the layer API and the emulated HIP device, against the oracle,
 # with random, hot-rank, unequal and empty-rank routing around every
-# configuration boundary, and repeated forwards bit for bit. Kept apart from
-# selftest-emulated, which the eight ranks would triple (about 110 s here
-# on the 2-core machine).
+# configuration boundary, and repeated forwards bit for bit, for the
+# unfused networks and the fused ones (flash-fused, dsv4-pro-fused: a
+# device per rank, one symmetric buffer each). Kept apart from
+# selftest-emulated, which the eight ranks would triple (318 s here on the
+# 2-core machine with the fused networks, 2026-12-02; 110 s before).
 #   selftest_ep8.sh MOEC EMULATED_HIP TABLES_DIR WORKDIR
 set -euo pipefail
 moec=$1 emulated=$2 tables=$3 work=$4
