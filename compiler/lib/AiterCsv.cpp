@@ -586,10 +586,11 @@ static bool parseLayoutName(const std::string &name, AiterStageKnobs &out,
                   "not a flydsl_moe2_layout_ name as AITER spells it "
                   "(a{A}_w{W}_{out}_t{M}x{N}x{K}_{atomic|reduce}[_persist]"
                   "[_nt][_sbm{n}][_bf16lds][_sp{n}])");
-  if (p[0] != "afp8")
+  if (p[0] != "afp8" && p[0] != "afp4")
     return refuse("part '_" + p[0] + "'",
-                  "part '_" + p[0] + "': moec's GEMMs take FP8 E4M3 "
-                  "activations (afp8)");
+                  "part '_" + p[0] + "': moec's GEMMs take FP8 E4M3 (afp8) "
+                  "or MXFP4 (afp4) activations");
+  out.aFormat = out.midFormat = p[0] == "afp4" ? "fp4" : "fp8";
   if (p[1] != "wfp4" || p[2] != "bf16")
     return refuse("family flydsl_moe2_layout: dtypes",
                   "weights " + p[1] + ", output " + p[2] +
@@ -705,8 +706,12 @@ bool parseAiterKernelName(const std::string &name, int stage,
   };
   if (parts.size() < 4)
     return fail(name, "expected a{A}_w{W}_{out}_t{M}x{N}x{K}");
-  if (parts[0] != "afp8")
-    return fail("_" + parts[0], "moec's GEMMs take FP8 E4M3 activations (afp8)");
+  // FP8 E4M3 (A8W4) or MXFP4 (A4W4) activations.
+  if (parts[0] != "afp8" && parts[0] != "afp4")
+    return fail("_" + parts[0], "moec's GEMMs take FP8 E4M3 (afp8) or MXFP4 "
+                                "(afp4) activations");
+  const bool fp4A = parts[0] == "afp4";
+  out.aFormat = fp4A ? "fp4" : "fp8";
   if (parts[1] != "wfp4")
     return fail("_" + parts[1], "moec's GEMMs take MXFP4 weights (wfp4)");
   if (parts[2] != "bf16")
@@ -761,17 +766,41 @@ bool parseAiterKernelName(const std::string &name, int stage,
                     "reduced in LDS) has no moec knob");
       ++i;
     }
+    bool fp4Mid = false;
     if (next() && *next() == "fp4")
-      return fail("_fp4", "an FP4 intermediate: moec's W13 writes FP8 1x32");
-    if (next() && *next() == "fp8")
+      fp4Mid = true, ++i;
+    else if (next() && *next() == "fp8")
       fp8 = true, ++i;
+    // The intermediate stage 2 reads: MXFP4 with _fp4; an A4W4 stage 1
+    // without a suffix writes BF16 that AITER quantises to MXFP4 for its
+    // FP4 stage 2, so moec's W13 writes MXFP4 in its epilogue.
+    out.midFormat = fp4Mid || (fp4A && !fp8) ? "fp4" : "fp8";
     if (next() && numberedPart(*next(), "sbm", value))
       return fail("_" + *next(), "a stage-1 sort block other than its tile m");
     if (next())
       return fail("_" + *next(), "not part of AITER's stage-1 grammar here");
-    if (!gui)
+    if (!gui && !fp4A)
       return fail(parts[3], "FP8-activation stage-1 names always carry _gui "
                             "in AITER's registry (gate/up interleaved)");
+    if (!gui) {
+      // GateMode.SEPARATED (A4W4): N counts intermediate columns, gate row
+      // j and up row I + j (mixed_moe_gemm_2stage_common: up_row_w =
+      // gate_row_w + inter_dim); min(4, N/32) waves.
+      if (tn % 32 != 0)
+        return fail(parts[3], "tile n must be a multiple of 32");
+      knobs["n"] = std::to_string(tn);
+      knobs["waves"] = std::to_string(std::min<int64_t>(4, tn / 32));
+      knobs["b_cache"] = bnt == 2 ? "nt" : "cached";
+      if (!fp4Mid && !fp8)
+        out.notes.push_back("stage 1 without _fp4: AITER writes a BF16 "
+                            "intermediate and quantises it to MXFP4 for "
+                            "stage 2; moec's W13 quantises in its epilogue");
+      knobs["residency_cap"] = std::to_string(wpe);
+      out.wavesPerEu = wpe;
+      if (xcd > 0 && !xcdSchedule(xcd, knobs, fail))
+        return false;
+      return true;
+    }
     // With _gui the N tile counts rows of the interleaved [2I] weight:
     // tile_n / 2 intermediate columns (mixed_moe_gemm_2stage_common: col =
     // (by_n + n_tile_base) / 2 + ...), blocks of 16 gate then 16 up rows.
@@ -827,6 +856,8 @@ bool parseAiterKernelName(const std::string &name, int stage,
     return fail("_" + *next(), "no stage-2 k_wave in moec");
   if (next() && (*next() == "fp4" || *next() == "fp8"))
     return fail("_" + *next(), "a stage-2 output other than BF16");
+  // Stage 2 reads the intermediate in its activation format.
+  out.midFormat = out.aFormat;
   if (next() && numberedPart(*next(), "sbm", value))
     sbm = value, ++i;
   if (next())
@@ -896,10 +927,12 @@ std::string rowSupport(const AiterCsvRow &row, const target::TargetInfo &part,
     return refuse("dtype " + r.dtype,
                   "dtype " + r.dtype +
                       ": moec's layers take torch.bfloat16 tokens");
-  if (r.qDtypeA != "torch.float8_e4m3fn")
+  if (r.qDtypeA != "torch.float8_e4m3fn" &&
+      r.qDtypeA != "torch.float4_e2m1fn_x2")
     return refuse("q_dtype_a " + r.qDtypeA,
                   "q_dtype_a " + r.qDtypeA +
-                      ": moec quantises to torch.float8_e4m3fn");
+                      ": moec quantises to torch.float8_e4m3fn or "
+                      "torch.float4_e2m1fn_x2");
   if (r.qDtypeW != "torch.float4_e2m1fn_x2")
     return refuse("q_dtype_w " + r.qDtypeW,
                   "q_dtype_w " + r.qDtypeW +
@@ -957,10 +990,12 @@ std::string decimalText(double value) {
   return text;
 }
 
-std::string problemName(const rt::AiterRowInfo &r) {
+std::string problemName(const rt::AiterRowInfo &r, const AiterStageKnobs &s1) {
   return "aiter_h" + std::to_string(r.modelDim) + "_i" +
          std::to_string(r.interDim) + "_e" + std::to_string(r.expert) + "_k" +
-         std::to_string(r.topk) + (r.fhmoe ? "_fhmoe" : "");
+         std::to_string(r.topk) + (r.fhmoe ? "_fhmoe" : "") +
+         (s1.aFormat == "fp4" ? "_a4" : "") +
+         (s1.midFormat == "fp4" ? "_m4" : "");
 }
 
 std::string knobsText(const std::map<std::string, std::string> &knobs) {
@@ -991,6 +1026,18 @@ void checkKernelNames(const rt::AiterRowInfo &info, AiterStageKnobs &s1,
                   " differs from block_m " + std::to_string(info.blockM) +
                   " (AITER sorts in blocks of block_m; a tile is never "
                   "changed)");
+  // The names' activation formats: stage 1 reads q_dtype_a, stage 2 what
+  // stage 1 writes.
+  const std::string rowFormat =
+      info.qDtypeA == "torch.float4_e2m1fn_x2" ? "fp4" : "fp8";
+  if (reason1.empty() && s1.aFormat != rowFormat)
+    addReason("kernelName1 activation format is not q_dtype_a",
+              "kernelName1 reads a" + s1.aFormat + " activations, q_dtype_a is " +
+                  info.qDtypeA);
+  if (reason1.empty() && reason2.empty() && s2.aFormat != s1.midFormat)
+    addReason("kernelName2 reads another intermediate format",
+              "kernelName2 reads a" + s2.aFormat + " activations, kernelName1 "
+              "writes an " + s1.midFormat + " intermediate");
   if (reason2.empty()) {
     // A stage-2 tile m inside larger sort blocks (_sbm) compiles as W2's
     // sort_block_m; the dialect checks that the block is a multiple.
@@ -1005,7 +1052,8 @@ void checkKernelNames(const rt::AiterRowInfo &info, AiterStageKnobs &s1,
 /// Adds the problem of AITER row `info` to `table` unless it holds one
 /// named `problem` already.
 void addProblem(TuningTable &table, const std::string &problem,
-                const rt::AiterRowInfo &info, const SourceLine &where) {
+                const rt::AiterRowInfo &info, const AiterStageKnobs &s1,
+                const SourceLine &where) {
   if (table.findProblem(problem))
     return;
   TableProblem p;
@@ -1016,6 +1064,8 @@ void addProblem(TuningTable &table, const std::string &problem,
   p.experts = info.expert;
   p.topK = info.topk;
   p.ep = 1;
+  p.aFormat = s1.aFormat;
+  p.midFormat = s1.midFormat;
   p.where = where;
   table.problems.push_back(p);
 }
@@ -1064,7 +1114,8 @@ GemmKnobs gemmKnobsOf(const rt::AiterRowInfo &info, const AiterStageKnobs &s1,
 /// refuses makes the row unsupported (never another tile). Returns why,
 /// empty when both are legal, and adds each refusal's class.
 std::string refusedTiles(mlir::ModuleOp scratch, const rt::AiterRowInfo &info,
-                         const GemmKnobs &knobs, const SourceLine &where,
+                         const AiterStageKnobs &s1, const GemmKnobs &knobs,
+                         const SourceLine &where,
                          std::vector<std::string> &refusalClasses) {
   std::string why;
   for (auto [stage, stageKnobs, nameField] :
@@ -1078,6 +1129,18 @@ std::string refusedTiles(mlir::ModuleOp scratch, const rt::AiterRowInfo &info,
     spec.fields["experts"] = std::to_string(info.expert);
     spec.fields["top_k"] = std::to_string(info.topk);
     spec.fields["ep"] = "1";
+    // MXFP4 activations: the stage problem's element types, as the table
+    // compiler's stageSpecOf sets them from a_format and mid_format.
+    auto type = [](const std::string &format) {
+      return format == "fp4" ? "f4E2M1FN" : "f8E4M3FN";
+    };
+    if (stage == abi::Stage::W13 &&
+        (s1.aFormat == "fp4" || s1.midFormat == "fp4")) {
+      spec.fields["activation"] = type(s1.aFormat);
+      spec.fields["output"] = type(s1.midFormat);
+    }
+    if (stage == abi::Stage::W2 && s1.midFormat == "fp4")
+      spec.fields["activation"] = type(s1.midFormat);
     StageDescription description;
     std::string opError;
     mlir::OpBuilder builder(scratch.getContext());
@@ -1197,11 +1260,11 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
       continue;
     }
     const SourceLine where{row.file, row.line};
-    const std::string problem = problemName(info);
-    addProblem(table, problem, info, where);
+    const std::string problem = problemName(info, s1);
+    addProblem(table, problem, info, s1, where);
     const GemmKnobs knobs = gemmKnobsOf(info, s1, s2, options);
-    if (std::string why =
-            refusedTiles(*scratch, info, knobs, where, refusalClasses);
+    if (std::string why = refusedTiles(*scratch, info, s1, knobs, where,
+                                       refusalClasses);
         !why.empty()) {
       refuse(why);
       continue;
@@ -1210,7 +1273,8 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
     // one kernel per (H, E, top-k), owned by the first problem with them.
     const std::string tokenSide =
         "h" + std::to_string(info.modelDim) + "_e" + std::to_string(info.expert) +
-        "_k" + std::to_string(info.topk) + (info.fhmoe ? "_fhmoe" : "");
+        "_k" + std::to_string(info.topk) + (info.fhmoe ? "_fhmoe" : "") +
+        (s1.aFormat == "fp4" ? "_a4" : "");
     const std::string sideProblem =
         tokenSideProblem.emplace(tokenSide, problem).first->second;
     // The sort reads neither H nor I: one per (E, top-k).

@@ -141,15 +141,17 @@ TEST_CASE("AITER stage-2 names", "[aiter]") {
       "flydsl_moe2_layout_afp8_wfp4_bf16_t32x256x256_atomic_sbm32_nt", 2, k,
       reason)); // _nt after _sbm is not AITER's order
   CHECK(k.refusalClass == "family flydsl_moe2_layout: malformed");
-  CHECK_FALSE(parseAiterKernelName(
+  // A4W4 (afp4): the stage reads MXFP4.
+  REQUIRE(parseAiterKernelName(
       "flydsl_moe2_layout_afp4_wfp4_bf16_t64x256x128_reduce_sbm64_sp801", 2,
       k, reason));
-  CHECK(k.refusalClass == "part '_afp4'");
-  CHECK(k.substitutedFrom.empty());
+  CHECK(k.aFormat == "fp4");
+  CHECK(k.substitutedFrom ==
+        "flydsl_moe2_layout_afp4_wfp4_bf16_t64x256x128_reduce_sbm64_sp801");
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic_persist_async_w4_cumul3",
       2, k, reason));
-  CHECK(reason.find("part '_afp4'") != std::string::npos);
+  CHECK(reason.find("part '_async'") != std::string::npos);
 }
 
 TEST_CASE("AITER CSV merge: tags, duplicates, gfx from cu_num", "[aiter]") {
@@ -289,9 +291,7 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
         {"asm_moe2", "family asm"},
         {"triton_moe2", "family other"},
         {"flydsl_mxmoe_g2_a4w4_16x256x256_atomic", "family flydsl_mxmoe"},
-        {"flydsl_moe2_layout_afp4_wfp4_bf16_t32x128x128_atomic",
-         "part '_afp4'"},
-        {"flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic", "part '_afp4'"}}) {
+        {"flydsl_moe2_abf16_wfp4_bf16_t32x128x256_atomic", "part '_abf16'"}}) {
     INFO(name);
     CHECK_FALSE(parseAiterKernelName(name, 2, knobs, reason));
     CHECK(knobs.refusalClass == cls);
@@ -495,4 +495,75 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
   CHECK(manifestRows[0].compiled());
   CHECK(manifestRows[0].substitutedFrom1.empty());
   CHECK(manifestRows[0].substitutedFrom2 == atomic);
+}
+
+TEST_CASE("AITER A4W4 names: MXFP4 activations, separated gate/up, n = 32",
+          "[aiter][a4w4]") {
+  AiterStageKnobs k;
+  std::string reason;
+  // Stage 1 without _gui: GateMode.SEPARATED, N intermediate columns
+  // (gate row j, up row I + j), min(4, N/32) waves; _fp4: MXFP4 out.
+  REQUIRE(parseAiterKernelName("flydsl_moe1_afp4_wfp4_bf16_t32x128x256_w2_fp4",
+                               1, k, reason));
+  CHECK(k.aFormat == "fp4");
+  CHECK(k.midFormat == "fp4");
+  CHECK(k.knobs.at("n") == "128");
+  CHECK(k.knobs.at("waves") == "4");
+  CHECK(k.knobs.count("gate_up_interleave") == 0);
+  CHECK(k.knobs.at("residency_cap") == "2");
+  // t32x32x256: n = 32 over one wave.
+  REQUIRE(parseAiterKernelName("flydsl_moe1_afp4_wfp4_bf16_t32x32x256_w4_fp4",
+                               1, k, reason));
+  CHECK(k.knobs.at("n") == "32");
+  CHECK(k.knobs.at("waves") == "1");
+  // Without a suffix AITER quantises a BF16 intermediate to MXFP4.
+  REQUIRE(parseAiterKernelName("flydsl_moe1_afp4_wfp4_bf16_t64x128x256_w3",
+                               1, k, reason));
+  CHECK(k.midFormat == "fp4");
+  REQUIRE(k.notes.size() == 1);
+  // _kw and _kb stay refused.
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe1_afp4_wfp4_bf16_t32x32x256_w4_kw4_fp4", 1, k, reason));
+  CHECK(k.refusalClass == "part '_kw4'");
+
+  // Whole rows (Kimi K3 A4W4 shapes): the t32x32 stage 1 with the layout
+  // stage 2 compiles, the problem MXFP4 in and between; a stage 2 reading
+  // FP8 after an FP4 stage 1 is refused by name.
+  const std::string key =
+      "ActivationType.Situv2,torch.bfloat16,torch.float4_e2m1fn_x2,"
+      "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
+  const std::string csv =
+      std::string(kHeader) + "\n" + "gfx950,256,1,3584,384,896,16," + key +
+      ",32,0,flydsl_moe1_afp4_wfp4_bf16_t32x32x256_w4_fp4,"
+      "flydsl_moe2_layout_afp4_wfp4_bf16_t32x128x128_atomic_sbm32\n" +
+      "gfx950,256,2,3584,384,896,16," + key +
+      ",32,0,flydsl_moe1_afp4_wfp4_bf16_t32x32x256_w4_fp4,"
+      "flydsl_moe2_afp8_wfp4_bf16_t32x128x128_atomic\n";
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  REQUIRE(parseAiterCsv("a4.csv", csv, rows, error));
+  AiterCompileOptions options;
+  options.skipUnsupported = true;
+  TuningTable table;
+  std::vector<rt::AiterRowInfo> manifestRows;
+  std::vector<std::string> unsupported;
+  const bool built = buildAiterTable(rows, target::kGfx950, options, table,
+                                     manifestRows, unsupported, error);
+  INFO(error);
+  for (const std::string &u : unsupported)
+    UNSCOPED_INFO(u);
+  REQUIRE(built);
+  REQUIRE(manifestRows.size() == 2);
+  CHECK(manifestRows[0].compiled());
+  CHECK(manifestRows[0].substitutedFrom2 ==
+        "flydsl_moe2_layout_afp4_wfp4_bf16_t32x128x128_atomic_sbm32");
+  REQUIRE(unsupported.size() == 1);
+  CHECK_THAT(unsupported[0],
+             Catch::Contains("kernelName2 reads afp8 activations, "
+                             "kernelName1 writes an fp4 intermediate"));
+  const TableProblem *problem =
+      table.findProblem("aiter_h3584_i384_e896_k16_a4_m4");
+  REQUIRE(problem);
+  CHECK(problem->aFormat == "fp4");
+  CHECK(problem->midFormat == "fp4");
 }

@@ -89,6 +89,10 @@ struct AiterStageKnobs {
   /// kernel for the same stage, tile and dtypes serves it: the AITER name
   /// (recorded as the manifest row's substituted_from); empty for FlyDSL.
   std::string substitutedFrom;
+  /// The activation format the stage reads ("fp8": afp8, "fp4": afp4) and,
+  /// for stage 1, the intermediate it writes ("fp4" with _fp4, else "fp8";
+  /// A4W4 without a suffix: "fp4", the format stage 2 reads).
+  std::string aFormat = "fp8", midFormat = "fp8";
 };
 
 /// Parses a stage-1 (`stage` 1) or stage-2 name into moec's knobs. A part
