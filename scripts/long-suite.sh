@@ -10,7 +10,8 @@
 # With AITER_CSVS="a.csv b.csv" (AITER tuned fused-MoE tables) every
 # configuration of each also runs at its own dimensions
 # (scripts/aiter-emulate.py); the FHMoE sample in test/lit always does.
-# LONG_SUITE_TABLES="flash_ep4 ..." limits the shipped tables it compiles.
+# LONG_SUITE_TABLES="flash_ep4 ..." limits the shipped tables it compiles;
+# LONG_SUITE_NETWORKS="flash-fused ..." limits --every-config to those networks.
 # MOEC=path/to/moec uses that binary (e.g. the relocatable moec-static on a
 # machine without LLVM) and skips the install and build.
 set -euo pipefail
@@ -36,6 +37,9 @@ if [[ "${1:-}" == "--every-config" ]]; then
   for table in $tables; do
     # network ep workspace config, for each configuration's first row.
     while read -r network ep workspace config; do
+      if [[ -n "${LONG_SUITE_NETWORKS:-}" && " $LONG_SUITE_NETWORKS " != *" $network "* ]]; then
+        continue
+      fi
       run "$out/$table.moeb" --network "$network" --ep "$ep" \
         --workspace "$workspace" --m "$m" --config "$config"
       count=$((count + 1))
