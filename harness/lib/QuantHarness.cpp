@@ -66,19 +66,21 @@ public:
                             : ref::encodeBf16(ref::decodeBf16(bits[i]) *
                                               std::ldexp(1.0, pick == 1 ? 12 : -24));
     }
-    quantizeTokens(data.batch, shape_.hidden, data.tokens);
+    quantizeTokens(data.batch, shape_.hidden, data.tokens, shape_.tokenFormat);
     return checkNotAllZero(data.tokens.codes, "token codes");
   }
 
   LogicalResult run(LayerData &data, int64_t, const LaunchConfig &launchIn,
                     StageOutcome &outcome, std::string &error) const override {
     const int64_t tokens = data.batch.tokens, hidden = shape_.hidden;
-    const size_t codeBytes = size_t(tokens * hidden);
+    const size_t codeBytes =
+        size_t(tokens * ref::activationRowBytes(shape_.tokenFormat, hidden));
+    const size_t scaleBytes = size_t(tokens * hidden / 32);
     KernelMemory km;
     km.input("x", data.batch.hiddenBf16);
     const unsigned out = km.output("out", codeBytes + kCodeSlack);
     const unsigned outScale =
-        km.output("out_scale", codeBytes / 32 + kScaleSlack);
+        km.output("out_scale", scaleBytes + kScaleSlack);
     km.scalar("num_tokens", tokens);
     // The manifest's own grid rule, also for num_tokens = 0.
     const rt::RuleVariable variables[] = {{"num_tokens", tokens},
@@ -97,13 +99,13 @@ public:
     // The kernel's rows are what W13 reads from here on.
     const GlobalMemory &memory = km.memory;
     Fp8Rows &rows = data.tokens;
+    rows.format = shape_.tokenFormat;
     rows.codes.assign(memory.data(out), memory.data(out) + codeBytes);
     rows.codesWritten.assign(memory.written(out),
                              memory.written(out) + codeBytes);
-    rows.scales.assign(memory.data(outScale),
-                       memory.data(outScale) + codeBytes / 32);
+    rows.scales.assign(memory.data(outScale), memory.data(outScale) + scaleBytes);
     rows.scalesWritten.assign(memory.written(outScale),
-                              memory.written(outScale) + codeBytes / 32);
+                              memory.written(outScale) + scaleBytes);
     return success();
   }
 
@@ -111,7 +113,7 @@ public:
                StageOutcome &outcome) const override {
     const int64_t hidden = shape_.hidden;
     Fp8Rows want;
-    quantizeTokens(data.batch, hidden, want);
+    quantizeTokens(data.batch, hidden, want, shape_.tokenFormat);
     outcome.oracleCodes = want.codes;
     outcome.oracleScales = want.scales;
     const BufferSnapshot &codes = outcome.outputs.at("out");
@@ -157,10 +159,11 @@ public:
   NamedArrays arrays(const LayerData &data, int64_t,
                      const StageOutcome &outcome) const override {
     const int64_t tokens = data.batch.tokens, hidden = shape_.hidden;
+    const int64_t rowBytes = ref::activationRowBytes(shape_.tokenFormat, hidden);
     return {
-        {"codes", npyOf({tokens, hidden}, data.tokens.codes)},
+        {"codes", npyOf({tokens, rowBytes}, data.tokens.codes)},
         {"scales", npyOf({tokens, hidden / 32}, data.tokens.scales)},
-        {"oracle_codes", npyOf({tokens, hidden}, outcome.oracleCodes)},
+        {"oracle_codes", npyOf({tokens, rowBytes}, outcome.oracleCodes)},
         {"oracle_scales", npyOf({tokens, hidden / 32}, outcome.oracleScales)},
     };
   }

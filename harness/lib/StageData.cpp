@@ -1,5 +1,6 @@
 //===- StageData.cpp - generators and helpers the stage harnesses share ---===//
 
+#include "SharedRoute.h"
 #include "StageSupport.h"
 
 #include "moec/reference/Formats.h"
@@ -49,6 +50,17 @@ double ulpFp8(double x, double scale) {
   const double v = std::fabs(x) / scale;
   const int exponent = v > 0 ? std::max(std::ilogb(v), -6) : -6;
   return std::ldexp(scale, exponent - 3);
+}
+
+double ulpFp4(double x, double scale) {
+  const double v = std::fabs(x) / scale;
+  const int exponent = v >= 1 ? std::min(std::ilogb(v), 2) : 0;
+  return std::ldexp(scale, exponent - 1);
+}
+
+double ulpOf(ref::ActivationFormat format, double x, double scale) {
+  return format == ref::ActivationFormat::Mxfp4 ? ulpFp4(x, scale)
+                                                : ulpFp8(x, scale);
 }
 
 double relativeL2(double errorSquares, double referenceSquares) {
@@ -229,24 +241,30 @@ ref::TokenBatch generateTokens(uint64_t seed, uint64_t stream, int64_t tokens,
 }
 
 void quantizeTokens(const ref::TokenBatch &batch, int64_t hidden,
-                    Fp8Rows &tokens) {
+                    Fp8Rows &tokens, ref::ActivationFormat format) {
   tokens = Fp8Rows();
-  tokens.codes.assign(size_t(batch.tokens * hidden), 0);
+  tokens.format = format;
+  const int64_t rowBytes = ref::activationRowBytes(format, hidden);
+  tokens.codes.assign(size_t(batch.tokens * rowBytes), 0);
   tokens.scales.assign(size_t(batch.tokens * hidden / 32), 0);
   std::vector<double> row(static_cast<size_t>(hidden));
   for (int64_t t = 0; t < batch.tokens; ++t) {
     for (int64_t h = 0; h < hidden; ++h)
       row[size_t(h)] =
           ref::decodeBf16(batch.hiddenBf16[size_t(t * hidden + h)]);
-    ref::quantizeFp8Row(row.data(), hidden, &tokens.codes[size_t(t * hidden)],
-                        &tokens.scales[size_t(t * hidden / 32)]);
+    ref::quantizeActivationRow(format, row.data(), hidden,
+                               &tokens.codes[size_t(t * rowBytes)],
+                               &tokens.scales[size_t(t * hidden / 32)]);
   }
 }
 
-void generateFp8Rows(uint64_t seed, int64_t rows, int64_t depth, Fp8Rows &out) {
+void generateFp8Rows(uint64_t seed, int64_t rows, int64_t depth, Fp8Rows &out,
+                     ref::ActivationFormat format) {
   out = Fp8Rows();
+  out.format = format;
   const ref::CounterRandom random(seed, kRowsTag), factors(seed, kRowsBlockTag);
-  out.codes.assign(size_t(rows * depth), 0);
+  const int64_t rowBytes = ref::activationRowBytes(format, depth);
+  out.codes.assign(size_t(rows * rowBytes), 0);
   out.scales.assign(size_t(rows * depth / 32), 0);
   std::vector<double> row(static_cast<size_t>(depth));
   for (int64_t r = 0; r < rows; ++r) {
@@ -254,8 +272,9 @@ void generateFp8Rows(uint64_t seed, int64_t rows, int64_t depth, Fp8Rows &out) {
       const uint64_t index = uint64_t(r * depth + k);
       row[size_t(k)] = random.normal(index) * blockFactor(factors, index / 32);
     }
-    ref::quantizeFp8Row(row.data(), depth, &out.codes[size_t(r * depth)],
-                        &out.scales[size_t(r * depth / 32)]);
+    ref::quantizeActivationRow(format, row.data(), depth,
+                               &out.codes[size_t(r * rowBytes)],
+                               &out.scales[size_t(r * depth / 32)]);
   }
 }
 
@@ -278,10 +297,35 @@ ref::Status ensureBatch(const StageShape &shape, const DataOptions &options,
     routing.ep = shape.ep;
     routing.hotRank = rank;
   }
-  data.batch = generateTokens(options.seed, /*stream=*/0, options.tokens, shape,
-                              routing);
+  data.sharedLastRoute = data.sharedLastRoute || shape.sharedLastRoute;
+  if (data.sharedLastRoute) {
+    // FHMoE: routed experts and slots, then the shared slot (id E - 1,
+    // weight 1) appended to every token, as the runtime's layer does.
+    StageShape routed = shape;
+    routed.experts = shape.experts - 1;
+    routed.topK = shape.topK - 1;
+    ref::TokenBatch batch = generateTokens(options.seed, /*stream=*/0,
+                                           options.tokens, routed, routing);
+    const int64_t K = shape.topK;
+    std::vector<int32_t> ids(size_t(batch.tokens * K));
+    std::vector<float> weights(size_t(batch.tokens * K));
+    for (int64_t t = 0; t < batch.tokens; ++t) {
+      for (int64_t k = 0; k + 1 < K; ++k) {
+        ids[size_t(t * K + k)] = batch.topkIds[size_t(t * (K - 1) + k)];
+        weights[size_t(t * K + k)] = batch.topkWeights[size_t(t * (K - 1) + k)];
+      }
+      ids[size_t(t * K + K - 1)] = static_cast<int32_t>(shape.experts - 1);
+      weights[size_t(t * K + K - 1)] = 1.0f;
+    }
+    batch.topkIds = std::move(ids);
+    batch.topkWeights = std::move(weights);
+    data.batch = std::move(batch);
+  } else {
+    data.batch = generateTokens(options.seed, /*stream=*/0, options.tokens,
+                                shape, routing);
+  }
   data.topK = shape.topK;
-  quantizeTokens(data.batch, shape.hidden, data.tokens);
+  quantizeTokens(data.batch, shape.hidden, data.tokens, shape.tokenFormat);
   data.hasBatch = true;
   return checkNotAllZero(data.tokens.codes, "token codes");
 }
@@ -293,7 +337,9 @@ ref::Status ensureRoutes(const StageShape &shape, const DataOptions &options,
     return {};
   // Routes to other ranks' experts are invalid here.
   const int64_t first = rank * shape.localExperts;
-  std::vector<int32_t> localIds(data.batch.topkIds);
+  std::vector<int32_t> localIds =
+      sharedRuleIds(data.batch.topkIds, data.topK, shape.experts,
+                    shape.sharedLastRoute || data.sharedLastRoute);
   for (int32_t &id : localIds)
     id = (id >= first && id < first + shape.localExperts)
              ? static_cast<int32_t>(id - first)

@@ -302,6 +302,20 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
   shape.topK = problem.getTopK();
   shape.ep = problem.getEp();
   shape.localExperts = problem.getLocalExperts();
+  auto formatOf = [](moe::ActivationFormat format) {
+    return format == moe::ActivationFormat::fp4 ? ref::ActivationFormat::Mxfp4
+                                                : ref::ActivationFormat::Fp8E4M3;
+  };
+  const std::optional<moe::ActivationFormat> output = problem.getOutputFormat();
+  if (kernel.stage == abi::Stage::Quant && output)
+    shape.tokenFormat = formatOf(*output);
+  if (kernel.stage == abi::Stage::W13) {
+    shape.tokenFormat = formatOf(problem.getActivationFormat());
+    if (output)
+      shape.midFormat = formatOf(*output);
+  }
+  if (kernel.stage == abi::Stage::W2)
+    shape.midFormat = formatOf(problem.getActivationFormat());
   // Attributes at their default value are absent from the dictionary.
   auto integer = [&](llvm::StringRef name, int64_t fallback) {
     auto value = attrs.getAs<IntegerAttr>(name);
@@ -335,6 +349,8 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
   if (auto beta = attrs.getAs<FloatAttr>("situ_linear_beta"))
     shape.situLinearBeta = beta.getValueAsDouble();
   shape.sharedFp8 = static_cast<bool>(attrs.get("shared_fp8_expert"));
+  shape.sharedLastRoute =
+      shape.sharedFp8 || static_cast<bool>(attrs.get("shared_last_route"));
   shape.bias = static_cast<bool>(attrs.get("bias"));
   shape.peerRows = static_cast<bool>(attrs.get("peer_rows"));
   if (auto peer = attrs.getAs<moe::PeerTransportAttr>("peer")) {

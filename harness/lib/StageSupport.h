@@ -96,8 +96,9 @@ std::vector<int32_t> expertOfRoutes(const ref::SortedRoutes &view,
                                     int64_t numRoutes);
 
 /// Rows [rows, depth] of N(0, 1) values times a random power of two per
-/// 1x32 block, quantised per block with the activation recipe.
-void generateFp8Rows(uint64_t seed, int64_t rows, int64_t depth, Fp8Rows &out);
+/// 1x32 block, quantised per block with the activation recipe of `format`.
+void generateFp8Rows(uint64_t seed, int64_t rows, int64_t depth, Fp8Rows &out,
+                     ref::ActivationFormat format = ref::ActivationFormat::Fp8E4M3);
 
 /// Generates the layer's tokens and routing when `data` has none: routes
 /// over every expert, or with options.hotRank only to `rank`'s experts.

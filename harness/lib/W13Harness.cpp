@@ -27,9 +27,9 @@ public:
       : StageHarness(kernel, shape) {}
 
   const char *tolerance() const override {
-    return "|dequant(out) - activation| <= one FP8 ulp at the kernel's block "
-           "scale + the oracle's bound for an FP32-accumulated GEMM; rel L2 "
-           "vs the activation before FP8 <= 2^-4";
+    return "|dequant(out) - activation| <= one FP8 (or, MXFP4 intermediate, "
+           "one E2M1) step at the kernel's block scale + the oracle's bound for an FP32-accumulated GEMM; rel L2 "
+           "vs the activation before FP8 <= 2^-4 (MXFP4: 2^-1)";
   }
 
   std::vector<std::string> arguments() const override {
@@ -59,9 +59,11 @@ public:
     km.input("a_scale", data.tokens.scales);
     km.weights("b", "b_scale", mine.w13);
     km.routes(mine.sorted);
-    const size_t codeBytes = size_t(data.numRoutes() * s.intermediate);
+    const size_t codeBytes = size_t(
+        data.numRoutes() * ref::activationRowBytes(s.midFormat, s.intermediate));
+    const size_t scaleBytes = size_t(data.numRoutes() * s.intermediate / 32);
     const unsigned out = km.output("out", codeBytes);
-    const unsigned outScale = km.output("out_scale", codeBytes / 32);
+    const unsigned outScale = km.output("out_scale", scaleBytes);
     km.scalar("num_tokens", data.batch.tokens);
     if (s.bias)
       km.input("bias", mine.w13.bias);
@@ -70,13 +72,13 @@ public:
       return failure();
     const GlobalMemory &memory = km.memory;
     Fp8Rows &inter = mine.intermediate;
+    inter.format = s.midFormat;
     inter.codes.assign(memory.data(out), memory.data(out) + codeBytes);
     inter.codesWritten.assign(memory.written(out),
                               memory.written(out) + codeBytes);
-    inter.scales.assign(memory.data(outScale),
-                        memory.data(outScale) + codeBytes / 32);
+    inter.scales.assign(memory.data(outScale), memory.data(outScale) + scaleBytes);
     inter.scalesWritten.assign(memory.written(outScale),
-                               memory.written(outScale) + codeBytes / 32);
+                               memory.written(outScale) + scaleBytes);
     mine.hasIntermediate = true;
     return success();
   }
@@ -86,13 +88,17 @@ public:
     const StageShape &s = shape_;
     RankData &mine = data.rank(rank);
     const int64_t inter = s.intermediate, numRoutes = data.numRoutes();
-    outcome.relL2Bound = kW13RelL2Bound;
+    outcome.relL2Bound = s.midFormat == ref::ActivationFormat::Mxfp4
+                             ? kW13Fp4RelL2Bound
+                             : kW13RelL2Bound;
     ref::SortedRoutes view;
     ref::Status status =
         oracleRoutes(mine.sorted, s.tileM, s.localExperts, view);
     const size_t elements = size_t(numRoutes * inter);
     outcome.oracle.assign(elements, std::numeric_limits<double>::quiet_NaN());
-    outcome.oracleCodes.assign(elements, 0);
+    const bool fp4 = s.midFormat == ref::ActivationFormat::Mxfp4;
+    const int64_t rowBytes = ref::activationRowBytes(s.midFormat, inter);
+    outcome.oracleCodes.assign(size_t(numRoutes * rowBytes), 0);
     outcome.oracleScales.assign(elements / 32, 0);
     // How far FP32 accumulation may move each activation (the oracle sums
     // in double): near zero, after cancellation, it can exceed an FP8 step.
@@ -112,12 +118,11 @@ public:
       outputs.intermediateCodes = outcome.oracleCodes.data();
       outputs.intermediateScales = outcome.oracleScales.data();
       outputs.activationErrorBound = accumulationBound.data();
+      outputs.intermediateFormat = s.midFormat;
       OracleWeights weights(mine.w13, s.mxfp4Experts(), 2 * inter, s.hidden,
                             s.sharedFp8);
       status = ref::runW13Stage(
-          ref::ActivationRows::fp8(data.tokens.codes.data(),
-                                   data.tokens.scales.data(), data.batch.tokens,
-                                   s.hidden),
+          data.tokens.view(data.batch.tokens, s.hidden),
           s.topK, weights.source(), view, glu, outputs);
     }
     if (!status) {
@@ -126,6 +131,7 @@ public:
       return;
     }
     // The all-oracle layer continues from the oracle's own intermediate.
+    mine.chainIntermediate.format = s.midFormat;
     mine.chainIntermediate.codes = outcome.oracleCodes;
     mine.chainIntermediate.scales = outcome.oracleScales;
 
@@ -136,11 +142,12 @@ public:
     ElementCheck check(outcome);
     for (int64_t r = 0; r < numRoutes; ++r) {
       const size_t base = size_t(r * inter);
+      const size_t byteBase = size_t(r * rowBytes);
       const int32_t expert = expertOf[size_t(r)];
       if (expert < 0) {
         bool written = false;
-        for (int64_t i = 0; i < inter; ++i)
-          written |= got.codesWritten[base + size_t(i)] != 0;
+        for (int64_t i = 0; i < rowBytes; ++i)
+          written |= got.codesWritten[byteBase + size_t(i)] != 0;
         for (int64_t blk = 0; blk < inter / 32; ++blk)
           written |= got.scalesWritten[base / 32 + size_t(blk)] != 0;
         outcome.unlistedRowsWritten += written;
@@ -155,15 +162,24 @@ public:
         const double scale = ref::decodeE8M0(got.scales[sc]);
         for (int64_t i = 0; i < 32; ++i) {
           const size_t e = base + size_t(blk * 32 + i);
-          unwritten |= !got.codesWritten[e];
-          const double value = ref::decodeFp8E4M3(got.codes[e]) * scale;
+          // The byte of element e and its code (FP4: the low nibble holds
+          // the even element).
+          const size_t b = fp4 ? byteBase + size_t(blk * 16 + i / 2) : e;
+          unwritten |= !got.codesWritten[b];
+          const uint8_t code =
+              fp4 ? uint8_t((got.codes[b] >> (4 * (i & 1))) & 0xF) : got.codes[b];
+          const uint8_t wantCode =
+              fp4 ? uint8_t((outcome.oracleCodes[b] >> (4 * (i & 1))) & 0xF)
+                  : outcome.oracleCodes[b];
+          const double value =
+              (fp4 ? ref::decodeE2M1(code) : ref::decodeFp8E4M3(code)) * scale;
           const double want = outcome.oracle[e];
           if (!check.add(value, want,
-                         ulpFp8(want, scale) + accumulationBound[e]))
+                         ulpOf(s.midFormat, want, scale) + accumulationBound[e]))
             continue;
           // A zero-weight expert's activation is that of its bias.
           zeroMismatch |= !s.bias && zeroExperts.count(expert) && value != 0.0;
-          outcome.codesEqual += got.codes[e] == outcome.oracleCodes[e];
+          outcome.codesEqual += code == wantCode;
         }
       }
       outcome.listedRowsUnwritten += unwritten;
@@ -173,10 +189,10 @@ public:
     char text[256];
     std::snprintf(
         text, sizeof(text),
-        "rel L2 %.3e (vs activation before FP8), worst err/tol "
+        "rel L2 %.3e (vs activation before %s), worst err/tol "
         "%.3f, %lld/%lld codes and %lld/%lld scales equal to the "
         "oracle's",
-        outcome.relL2, outcome.worstErrorOverTolerance,
+        outcome.relL2, fp4 ? "MXFP4" : "FP8", outcome.worstErrorOverTolerance,
         (long long)outcome.codesEqual, (long long)outcome.elementsChecked,
         (long long)outcome.scalesEqual, (long long)outcome.scalesChecked);
     outcome.summary = text + rowCounts(outcome);
@@ -187,7 +203,9 @@ public:
     const RankData &mine = data.ranks[size_t(rank)];
     const int64_t routes = data.numRoutes(), inter = shape_.intermediate;
     return {
-        {"out_codes", npyOf({routes, inter}, mine.intermediate.codes)},
+        {"out_codes",
+         npyOf({routes, ref::activationRowBytes(shape_.midFormat, inter)},
+               mine.intermediate.codes)},
         {"out_scales", npyOf({routes, inter / 32}, mine.intermediate.scales)},
         {"oracle_activation", npyOf({routes, inter}, outcome.oracle)},
     };

@@ -22,7 +22,8 @@ using namespace mlir;
 namespace moec::emu {
 namespace {
 
-/// The reference W2 stage of `shape` over `a` on `weights` and the routes
+/// The reference W2 stage of `shape` over `a` (read in the stage's A
+/// format, FP8 or MXFP4) on `weights` and the routes
 /// `view` lists, each result rounded once to FP32; unlisted rows NaN.
 ref::Status w2Oracle(const StageShape &shape, const Fp8Rows &a,
                      const ExpertWeights &weights,
@@ -33,8 +34,9 @@ ref::Status w2Oracle(const StageShape &shape, const Fp8Rows &a,
   OracleWeights oracleWeights(weights, shape.mxfp4Experts(), shape.hidden,
                               shape.intermediate, shape.sharedFp8);
   ref::Status status =
-      ref::runW2Stage(ref::ActivationRows::fp8(a.codes.data(), a.scales.data(),
-                                               numRoutes, shape.intermediate),
+      ref::runW2Stage(ref::ActivationRows::quantized(
+                          shape.midFormat, a.codes.data(), a.scales.data(),
+                          numRoutes, shape.intermediate),
                       oracleWeights.source(), view, out.data(),
                       /*numThreads=*/0,
                       shape.bias ? weights.bias.data() : nullptr);
@@ -43,7 +45,7 @@ ref::Status w2Oracle(const StageShape &shape, const Fp8Rows &a,
   return status;
 }
 
-/// FP8 intermediate -> one rank's route rows.
+/// FP8 or MXFP4 intermediate -> one rank's route rows.
 class W2Harness final : public StageHarness {
 public:
   W2Harness(const BuiltKernel &kernel, const StageShape &shape)
@@ -73,9 +75,10 @@ public:
       return status;
     RankData &mine = data.rank(rank);
     if (!mine.hasIntermediate) {
-      // No W13 ran: seeded FP8 rows, which the all-oracle layer reads too.
+      // No W13 ran: seeded rows in the stage's A format, which the
+      // all-oracle layer reads too.
       generateFp8Rows(options.seed, data.numRoutes(), s.intermediate,
-                      mine.intermediate);
+                      mine.intermediate, s.midFormat);
       mine.chainIntermediate = mine.intermediate;
       mine.hasIntermediate = true;
       if (ref::Status status =
@@ -225,9 +228,9 @@ public:
       }
       const size_t rowBase = size_t(r * hidden);
       bool unwritten = false, zeroMismatch = false;
-      ref::ActivationRows::fp8(mine.intermediate.codes.data(),
-                               mine.intermediate.scales.data(), numRoutes,
-                               inter)
+      ref::ActivationRows::quantized(s.midFormat, mine.intermediate.codes.data(),
+                                     mine.intermediate.scales.data(), numRoutes,
+                                     inter)
           .dequantizeRow(r, aRow.data());
       for (double &value : aRow)
         value = std::fabs(value);

@@ -42,11 +42,19 @@ namespace moec::emu {
 // Data
 //===----------------------------------------------------------------------===//
 
-/// FP8 E4M3FN rows [rows, depth] with one E8M0 scale per 1x32 block, and
-/// per-byte written flags when a kernel produced them (empty: all written).
+/// Quantised activation rows [rows, depth] with one E8M0 scale per 1x32
+/// block: FP8 E4M3FN codes (depth bytes a row) or, with format Mxfp4, E2M1
+/// pairs (depth / 2 bytes a row); per-byte written flags when a kernel
+/// produced them (empty: all written).
 struct Fp8Rows {
   std::vector<uint8_t> codes, scales;
   std::vector<uint8_t> codesWritten, scalesWritten;
+  ref::ActivationFormat format = ref::ActivationFormat::Fp8E4M3;
+  /// The oracle's view of these rows ([rows, depth]).
+  ref::ActivationRows view(int64_t rows, int64_t depth) const {
+    return ref::ActivationRows::quantized(format, codes.data(), scales.data(),
+                                          rows, depth);
+  }
 };
 
 /// One stage's expert weights on one rank, in the device layout: MXFP4
@@ -106,6 +114,10 @@ struct LayerData {
   bool hasBatch = false;
   ref::TokenBatch batch;
   int64_t topK = 0;
+  /// FHMoE routing (StageShape::sharedLastRoute): the batch is generated
+  /// over the routed experts and slots, and every token's last slot names
+  /// the shared expert with weight 1, as the runtime's layer does.
+  bool sharedLastRoute = false;
   Fp8Rows tokens;
   /// Indexed by rank.
   std::vector<RankData> ranks;
@@ -222,6 +234,14 @@ struct StageOutcome {
 constexpr double kW2RelL2Bound = 1.0 / 256.0;
 constexpr double kW2SplitRelL2Bound = 1.0 / 4096.0;
 constexpr double kW13RelL2Bound = 1.0 / 16.0;
+/// W13 writing an MXFP4 intermediate: per 1x32 block the scale puts amax at
+/// [3.5, 7) scale steps; an unsaturated element errs by at most a quarter
+/// step (scale / 4: half of E2M1's 0.5 step below 1, and at most that much
+/// relative to amax above), so a block errs by at most sqrt(32) / 4 scale
+/// against a norm of at least 3.5 scale (0.40), and a saturated element
+/// (scaled magnitude in [6, 7), error below one scale) comes with a norm of
+/// at least 6 scale (0.29): 1/2 bounds both.
+constexpr double kW13Fp4RelL2Bound = 1.0 / 2.0;
 constexpr double kCombineRelL2Bound = 1.0 / 256.0;
 constexpr double kLayerRelL2Bound = ref::kLayerOutputRelL2Bound;
 
@@ -305,6 +325,11 @@ double ulpBf16(double x);
 /// One FP8 E4M3 ulp at magnitude |x| for block scale `scale`: 3 mantissa
 /// bits, normal exponents down to -6 (below that the subnormal step 2^-9).
 double ulpFp8(double x, double scale);
+/// One E2M1 step at magnitude |x| for block scale `scale` (0.5 below 2,
+/// 1 in [2, 4), 2 from 4), in the scaled domain.
+double ulpFp4(double x, double scale);
+/// ulpFp8 or ulpFp4, by `format`.
+double ulpOf(ref::ActivationFormat format, double x, double scale);
 /// sqrt(errorSquares / referenceSquares), or sqrt(errorSquares) when the
 /// reference is zero.
 double relativeL2(double errorSquares, double referenceSquares);
@@ -365,9 +390,10 @@ ref::TokenBatch generateTokens(uint64_t seed, uint64_t stream, int64_t tokens,
                                const ref::RoutingOptions &routing);
 
 /// The tokens quantised per 1x32 with the activation recipe, as the
-/// dispatch hands them to W13.
+/// dispatch hands them to W13, in `format` (FP8 or MXFP4).
 void quantizeTokens(const ref::TokenBatch &batch, int64_t hidden,
-                    Fp8Rows &tokens);
+                    Fp8Rows &tokens,
+                    ref::ActivationFormat format = ref::ActivationFormat::Fp8E4M3);
 
 /// The oracle's view of a route list: tiles without a valid expert (which
 /// must hold only padding) dropped. Fails when such a tile lists a route.

@@ -14,6 +14,7 @@
 
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Compiler/TableCompiler.h"
+#include "moec/reference/Quantize.h"
 #include "moec/reference/Status.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -155,6 +156,10 @@ struct StageShape {
   /// FHMoE: the last local expert is a shared expert with FP8 E4M3 weights
   /// (arguments b_shared, b_shared_scale); b holds the other experts.
   bool sharedFp8 = false;
+  /// FHMoE routes (sort and combine with `shared_last_route`, W13 and W2
+  /// with `shared_fp8_expert`): the last of a token's top_k slots is the
+  /// shared expert's, the others valid only below its id.
+  bool sharedLastRoute = false;
   /// W13 / W2 with `bias`: a per-expert FP32 bias (argument `bias`, [local
   /// experts, 2I] in logical gate/up order, or [local experts, H]).
   bool bias = false;
@@ -163,6 +168,12 @@ struct StageShape {
   /// stage 1; a combine that reads the peer rows.
   bool fused = false, compact = false, dispatchOnly = false, peerRows = false;
   int64_t capacity = 0, maxTokens = 0, workgroups = 0;
+  /// Formats of the quantised token rows (quant's output, W13's A) and of
+  /// the intermediate (W13's output, W2's A): FP8 (A8W4) or MXFP4 (A4W4),
+  /// from the problem's activation and output types. A stage sets the ones
+  /// it reads or writes; the others keep FP8.
+  ref::ActivationFormat tokenFormat = ref::ActivationFormat::Fp8E4M3;
+  ref::ActivationFormat midFormat = ref::ActivationFormat::Fp8E4M3;
 
   /// Local experts with MXFP4 weights (the shared expert is FP8).
   int64_t mxfp4Experts() const { return localExperts - (sharedFp8 ? 1 : 0); }
