@@ -83,6 +83,26 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
                                        (facts.shared ? 1 : 0));
       facts.problem.topK =
           uint32_t(emu::specInteger(spec, "top_k", 0) - (facts.shared ? 1 : 0));
+      // One oracle serves the table: its W13 kernels agree on the formats.
+      const bool tokensFp4 = emu::specText(spec, "activation") == "f4E2M1FN";
+      const bool intermediateFp4 = emu::specText(spec, "output") == "f4E2M1FN";
+      auto formats = [](bool a, bool mid) {
+        return std::string("a ") + (a ? "fp4" : "fp8") + ", mid " +
+               (mid ? "fp4" : "fp8");
+      };
+      if (firstActivationKernel != kernel.name &&
+          (tokensFp4 != facts.tokensFp4 ||
+                    intermediateFp4 != facts.intermediateFp4)) {
+        error = "table " +
+                rt::describeTableKey(table.network, table.ep, table.workspace) +
+                ": W13 kernels " + firstActivationKernel + " (" +
+                formats(facts.tokensFp4, facts.intermediateFp4) + ") and " +
+                kernel.name + " (" + formats(tokensFp4, intermediateFp4) +
+                ") differ in the activation formats";
+        return false;
+      }
+      facts.tokensFp4 = tokensFp4;
+      facts.intermediateFp4 = intermediateFp4;
       facts.interleave = emu::specInteger(spec, "gate_up_interleave", 0);
       facts.swigluLimit = emu::specNumber(spec, "swiglu_limit", 0.0);
       if (emu::specIsFused(spec)) {

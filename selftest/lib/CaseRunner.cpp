@@ -229,6 +229,11 @@ bool SelftestRunner::runCase(const rt::SelectionTable &table,
   // --activation names SiLU or GPT-OSS's SwiGLU; without it the kernels'
   // own activation, SiTUv2 included.
   oracle.situV2 = options_.activation.empty() && facts.situV2;
+  oracle.tokensFp4 =
+      options_.aFormat.empty() ? facts.tokensFp4 : options_.aFormat == "fp4";
+  oracle.intermediateFp4 = options_.midFormat.empty()
+                               ? facts.intermediateFp4
+                               : options_.midFormat == "fp4";
   oracle.clampCase = c.scenario == "clamp";
   oracle.ep = table.ep;
   OracleComparison comparison;

@@ -96,6 +96,11 @@ ref::Status compareWithOracle(const OracleCase &oracle,
   tp.situLinearBeta = facts.situLinearBeta;
   tp.bias = oracle.weights->bias;
   tp.mode = ref::OracleMode::QuantFaithful;
+  tp.inputFormat = oracle.tokensFp4 ? ref::ActivationFormat::Mxfp4
+                                    : ref::ActivationFormat::Fp8E4M3;
+  tp.intermediateFormat = oracle.intermediateFp4
+                              ? ref::ActivationFormat::Mxfp4
+                              : ref::ActivationFormat::Fp8E4M3;
   tp.outputTolerance = true;
 
   comparison = OracleComparison();

@@ -39,6 +39,14 @@ void addSelftestCommand(CLI::App &app, int &exitStatus) {
                   "(default: the one the W13 kernels were compiled with; "
                   "another must fail)")
       ->check(CLI::IsMember({"silu", "gpt-oss-swiglu"}));
+  cmd->add_option("--a-format", args->aFormat,
+                  "the oracle's token rows, fp8 or fp4 (default: the W13 "
+                  "kernels' A format; another must fail)")
+      ->check(CLI::IsMember({"fp8", "fp4"}));
+  cmd->add_option("--mid-format", args->midFormat,
+                  "the oracle's intermediate, fp8 or fp4 (default: the W13 "
+                  "kernels' output format; another must fail)")
+      ->check(CLI::IsMember({"fp8", "fp4"}));
   CLI::Option *save = cmd->add_option(
       "--save", args->saveDir,
       "write every case's inputs, outputs and the oracle's output (.npy), "

@@ -42,6 +42,10 @@ struct TableFacts {
   /// bias1 / bias2).
   bool bias = false;
   int64_t fixedSlotCapacity = 0; ///< per local expert (fused fixed slot)
+  /// W13's A rows (the token rows quant writes) and its output (the
+  /// intermediate W2 reads): FP8 (A8W4) or MXFP4 (A4W4, activation or output
+  /// f4E2M1FN); the oracle quantises in the same formats.
+  bool tokensFp4 = false, intermediateFp4 = false;
 };
 
 const char *activationName(bool gptOssSwiglu);

@@ -51,6 +51,9 @@ struct OracleCase {
   /// table's betas, TableFacts), or SiLU.
   bool gptOssSwiglu = false;
   bool situV2 = false;
+  /// The oracle's token rows and intermediate are MXFP4 (A4W4) instead of
+  /// FP8 (TpMoeConfig::inputFormat, intermediateFormat).
+  bool tokensFp4 = false, intermediateFp4 = false;
   /// The "clamp" case: also measured against the oracle without the clamp.
   bool clampCase = false;
   uint32_t ep = 1;

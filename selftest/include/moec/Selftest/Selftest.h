@@ -67,6 +67,9 @@ struct SelftestOptions {
   /// --activation: the oracle's W13 activation, "silu" or "gpt-oss-swiglu"
   /// (empty: the one the table's W13 kernels were compiled with).
   std::string activation;
+  /// --a-format, --mid-format: the oracle's token rows and intermediate,
+  /// "fp8" or "fp4" (empty: the formats of the table's W13 kernels).
+  std::string aFormat, midFormat;
   /// --save: a new directory for every case's inputs and outputs, and
   /// each table's weights in checkpoint layout (always at the small shape,
   /// with --save-weights at the bundle's own).
