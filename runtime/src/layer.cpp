@@ -309,6 +309,9 @@ struct TableSurvey {
   uint64_t receiveRows = 0;
   std::string w13Layout, w2Layout;
   int64_t interleave13 = -1;
+  /// Some quant kernel writes FP8 token rows, some W13 an FP8 intermediate
+  /// (otherwise they are MXFP4 rows, A4W4: half the bytes).
+  bool fp8Tokens = false, fp8Intermediate = false;
 };
 
 /// The table `table` names, if it serves `problem`'s EP size and rank; its
@@ -351,6 +354,12 @@ bool surveyProblem(const KernelInfo &kernel, const std::string &where,
   const int64_t topK = integerParameter(problemText, "top_k", -1);
   const int64_t ep = integerParameter(problemText, "ep", 1);
   survey.shared = survey.shared || !attribute(kernel, "shared_fp8_expert").empty();
+  // Rows of `output = f4E2M1FN` are MXFP4; the workspace fits the widest.
+  const bool fp4Output = parameter(problemText, "output") == "f4E2M1FN";
+  if (kernel.stage == Stage::Quant && !fp4Output)
+    survey.fp8Tokens = true;
+  if (kernel.stage == Stage::W13 && !fp4Output)
+    survey.fp8Intermediate = true;
   if (hidden < 0 || intermediate < 0 || experts < 0 || topK < 0)
     return error.fail(Status::InvalidArgument,
                       where + ": no #moe.problem in its attributes");
@@ -608,7 +617,11 @@ uint64_t placeWorkspace(Layer::Plan &plan, const TableSurvey &survey,
     region.bytes = size;
     cursor = alignUp(cursor + size, kRegionAlignment);
   };
-  place(Source::ACodes, tokens * H);
+  // Token rows and the intermediate: FP8 (one byte an element) or, when
+  // every config's are MXFP4 (A4W4), half a byte; one E8M0 per 32 either way.
+  const uint64_t tokenRowBytes = survey.fp8Tokens ? H : H / 2;
+  const uint64_t midRowBytes = survey.fp8Intermediate ? I : I / 2;
+  place(Source::ACodes, tokens * tokenRowBytes);
   place(Source::AScales, tokens * H / 32);
   if (survey.shared) {
     place(Source::InternalIds, tokens * K * 4);
@@ -618,11 +631,11 @@ uint64_t placeWorkspace(Layer::Plan &plan, const TableSurvey &survey,
     place(Source::Sorted, bytes.sorted);
     place(Source::TileExperts, bytes.tiles);
     place(Source::SortStatus, 8);
-    place(Source::Intermediate, tokens * K * I);
+    place(Source::Intermediate, tokens * K * midRowBytes);
     place(Source::IntermediateScales, tokens * K * I / 32);
     place(Source::Rows, bytes.rows);
   } else {
-    place(Source::Intermediate, survey.receiveRows * I);
+    place(Source::Intermediate, survey.receiveRows * midRowBytes);
     place(Source::IntermediateScales, survey.receiveRows * I / 32);
   }
   return cursor;
