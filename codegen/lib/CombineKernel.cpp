@@ -158,11 +158,22 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
   for (int64_t k = 0; k < topK; ++k) {
     Value route = add(mul(token, topK), idx(k));
     Value id = memref::LoadOp::create(b, loc, ids, ValueRange{route});
-    valid.push_back(arith::AndIOp::create(
-        b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
-                              i32(problem.getExperts()))));
+    Value isValid;
+    if (op.getSharedLastRoute() && k == topK - 1) {
+      // FHMoE: the last slot is the shared expert's, valid only with its id.
+      isValid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, id,
+                                      i32(problem.getExperts() - 1));
+    } else {
+      // FHMoE's routed slots stop below the shared expert's id.
+      const int64_t limit = problem.getExperts() -
+                            (op.getSharedLastRoute() ? 1 : 0);
+      isValid = arith::AndIOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, id, i32(0)),
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, id,
+                                i32(limit)));
+    }
+    valid.push_back(isValid);
     weight.push_back(memref::LoadOp::create(b, loc, weights, ValueRange{route}));
   }
 

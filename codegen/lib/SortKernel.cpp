@@ -80,7 +80,7 @@ private:
   /// 4. Stable scatter of the routes, one chunk of lanes at a time.
   void emitScatter();
   /// Local expert of route `route`, or -1 when the route is not ours (or
-  /// invalid).
+  /// invalid; with shared_last_route also when its id breaks the slot rule).
   Value localExpertOf(Value route);
   /// LDS word `offset` of the region at dword `base`.
   Value ldsAt(int64_t base, Value offset) { return add(idx(base), offset); }
@@ -163,6 +163,18 @@ Value SortEmitter::localExpertOf(Value route) {
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, local, zero32),
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, local,
                             i32(experts)));
+  if (op.getSharedLastRoute()) {
+    // FHMoE (ep 1, ids global): the last slot of a token takes only the
+    // shared id experts - 1, every other slot only ids below it.
+    const int64_t topK = problem.getTopK();
+    Value isSharedSlot = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, remC(route, topK), idx(topK - 1));
+    Value isSharedId = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                             id, i32(problem.getExperts() - 1));
+    Value slotMatches = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, isSharedSlot, isSharedId);
+    isLocal = arith::AndIOp::create(b, loc, isLocal, slotMatches);
+  }
   return arith::SelectOp::create(b, loc, isLocal, local, i32(-1));
 }
 

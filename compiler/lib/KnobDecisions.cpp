@@ -73,6 +73,9 @@ constexpr const char kWorkShardsWide[] =
 constexpr const char kSharedFp8Fixed[] =
     "the FHMoE model's shared expert with FP8 weights: a property of the "
     "weights";
+constexpr const char kSharedLastRouteFixed[] =
+    "set from the table's family (fhmoe) by stageSpecOf: the last route of "
+    "every token is the shared expert's";
 constexpr const char kBiasFixed[] =
     "whether the model has per-expert biases: a property of the weights";
 
@@ -189,6 +192,9 @@ constexpr const char kGroupMAiter[] =
 constexpr const char kSharedFp8Aiter[] =
     "the FHMoE columns (shared_expert_id = expert - 1, no padding, "
     "GateMode.INTERLEAVE)";
+constexpr const char kSharedLastRouteAiter[] =
+    "no kernel knob: an FHMoE row's problem gets family=fhmoe, which "
+    "stageSpecOf turns into shared_last_route";
 constexpr const char kBiasAiter[] =
     "the CSV does not say whether a model has biases: --aiter-bias "
     "(AiterCompileOptions::bias) sets it on every row";
@@ -231,6 +237,9 @@ constexpr KnobDecision kDecisions[] = {
      C::NotApplicable, "fixed by the template; the combine is one launch either "
                        "way",
      A::NotMapped, kPeerAiter},
+    {"combine", "shared_last_route", T::Fixed, kSharedLastRouteFixed,
+     C::NotApplicable, "a validity rule on the route ids; no cost",
+     A::NotMapped, kSharedLastRouteAiter},
 
     // moe.quant
     {"quant", "hidden", T::Fixed, kShapeFixed, C::NotApplicable, kLaunchShape,
@@ -281,6 +290,9 @@ constexpr KnobDecision kDecisions[] = {
      A::Mapped, "block_m"},
     {"sort", "waves", T::NotSearched, kLaunchNotSearched, C::Tie, kLaunchKnob,
      A::NotMapped, kLaunchWaves},
+    {"sort", "shared_last_route", T::Fixed, kSharedLastRouteFixed,
+     C::NotApplicable, "a validity rule on the route ids; no cost",
+     A::NotMapped, kSharedLastRouteAiter},
 
     // moe.w2
     {"w2", "hidden", T::Fixed, kShapeFixed, C::Modeled,

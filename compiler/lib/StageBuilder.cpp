@@ -160,6 +160,10 @@ StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel) {
       break;
     case abi::Stage::Sort:
     case abi::Stage::Combine:
+      // FHMoE: the last of every token's routes is the shared expert's, so
+      // a routed slot naming its id must not reach it a second time.
+      if (problem->family == "fhmoe")
+        spec.fields["shared_last_route"] = "true";
       break;
     }
   }

@@ -206,9 +206,15 @@ std::string w2Symbol(W2Op op) {
 
 std::string sortSymbol(SortOp op) {
   ProblemAttr problem = op.getProblem();
-  return "moe_sort_e" + std::to_string(problem.getLocalExperts()) + "_k" +
-         std::to_string(problem.getTopK()) + "_m" +
-         std::to_string(op.getMTile()) + "_w" + std::to_string(op.getWaves());
+  std::string s = "moe_sort_e" + std::to_string(problem.getLocalExperts()) +
+                  "_k" + std::to_string(problem.getTopK()) + "_m" +
+                  std::to_string(op.getMTile()) + "_w" +
+                  std::to_string(op.getWaves());
+  // FHMoE: the last route is the shared expert's (other validity rule).
+  if (op.getSharedLastRoute() !=
+      opFlagDefault(Stage::sort, "shared_last_route"))
+    s += "_shlast";
+  return s;
 }
 
 /// The code depends only on H and the workgroup size, but the op carries
@@ -235,6 +241,9 @@ std::string combineSymbol(CombineOp op) {
     s += "_sk" + std::to_string(op.getSplitK());
   if (op.getPeerRows() != opFlagDefault(Stage::combine, "peer_rows"))
     s += "_ep" + std::to_string(problem.getEp()) + "_peer";
+  if (op.getSharedLastRoute() !=
+      opFlagDefault(Stage::combine, "shared_last_route"))
+    s += "_shlast";
   return s;
 }
 

@@ -272,6 +272,23 @@ static LogicalResult verifyPeerStage(Operation *op, PeerTransportAttr peer,
 // W2Op
 //===----------------------------------------------------------------------===//
 
+/// The rule of `shared_last_route` (sort and combine of FHMoE): the last
+/// route of a token is the shared expert's, so there must be a routed slot
+/// before it and a routed expert below the shared id; FHMoE is tensor
+/// parallel (the ids are global).
+static LogicalResult verifySharedLastRoute(Operation *op, ProblemAttr problem) {
+  if (problem.getEp() != 1)
+    return op->emitOpError("shared_last_route needs problem.ep = 1 (FHMoE is "
+                           "tensor parallel), got ")
+           << problem.getEp();
+  if (problem.getExperts() < 2 || problem.getTopK() < 2)
+    return op->emitOpError("shared_last_route needs problem.experts >= 2 and "
+                           "problem.top_k >= 2 (routed experts and slots plus "
+                           "the shared one), got ")
+           << problem.getExperts() << " and " << problem.getTopK();
+  return success();
+}
+
 /// The shared-expert rule common to W13 and W2: FHMoE is tensor parallel
 /// and needs at least one routed expert next to the shared one.
 static LogicalResult verifySharedExpert(Operation *op, ProblemAttr problem) {
@@ -523,6 +540,11 @@ LogicalResult CombineOp::verify() {
     return emitOpError("peer_rows are BF16 rows from the fused stage 2; "
                        "split_k (")
            << getSplitK() << ") does not apply";
+  if (getSharedLastRoute() && getPeerRows())
+    return emitOpError("shared_last_route (FHMoE) and peer_rows do not "
+                       "combine");
+  if (getSharedLastRoute() && failed(verifySharedLastRoute(*this, problem)))
+    return failure();
   return verifyOnOwnTarget(*this);
 }
 
@@ -530,7 +552,12 @@ LogicalResult CombineOp::verify() {
 // SortOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult SortOp::verify() { return verifyOnOwnTarget(*this); }
+LogicalResult SortOp::verify() {
+  if (getSharedLastRoute() &&
+      failed(verifySharedLastRoute(*this, getProblem())))
+    return failure();
+  return verifyOnOwnTarget(*this);
+}
 
 //===----------------------------------------------------------------------===//
 // QuantOp

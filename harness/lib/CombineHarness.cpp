@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "SharedRoute.h"
 #include "StageSupport.h"
 
 #include "moec/reference/Formats.h"
@@ -97,8 +98,11 @@ public:
       // No W2 ran: seeded rows for the valid routes, which the all-oracle
       // layer reads too; the others stay poisoned.
       const ref::CounterRandom random(options.seed, kRowsTag);
+      const std::vector<int32_t> ids =
+          sharedRuleIds(data.batch.topkIds, data.topK, s.experts,
+                        s.sharedLastRoute || data.sharedLastRoute);
       for (int64_t r = 0; r < numRoutes; ++r) {
-        if (!ref::isValidExpert(data.batch.topkIds[size_t(r)], s.experts))
+        if (!ref::isValidExpert(ids[size_t(r)], s.experts))
           continue;
         for (int64_t h = 0; h < hidden; ++h) {
           double sum = 0.0;
@@ -171,6 +175,11 @@ public:
     const RouteRows &rows = data.rows;
     const int64_t splitK = rows.splitK;
     outcome.relL2Bound = kCombineRelL2Bound;
+    // The ids as the layer's contract counts them (FHMoE: the shared slot
+    // rule), independent of the kernel's reading.
+    const std::vector<int32_t> ids =
+        sharedRuleIds(data.batch.topkIds, topK, experts,
+                      shape_.sharedLastRoute || data.sharedLastRoute);
     // Route rows as the kernel reduces them: BF16 values, or the partials
     // summed in slice order; |row| sums for the tolerance. Rows not produced
     // read as zero here (a valid route always has its row, which the
@@ -192,12 +201,12 @@ public:
       }
     const size_t elements = size_t(tokens * hidden);
     outcome.oracle.assign(elements, 0.0);
-    ref::combineRoutes(rowValues.data(), data.batch.topkIds.data(),
+    ref::combineRoutes(rowValues.data(), ids.data(),
                        data.batch.topkWeights.data(), tokens, topK, experts,
                        hidden, outcome.oracle.data());
     // The all-oracle layer's output.
     data.chainOut.assign(elements, 0.0);
-    ref::combineRoutes(data.chainRows.data(), data.batch.topkIds.data(),
+    ref::combineRoutes(data.chainRows.data(), ids.data(),
                        data.batch.topkWeights.data(), tokens, topK, experts,
                        hidden, data.chainOut.data());
     ElementCheck check(outcome);
@@ -207,8 +216,7 @@ public:
         outcome.elementsUnwritten += !data.outWritten[i];
         double absSum = 0.0;
         for (int64_t k = 0; k < topK; ++k)
-          if (ref::isValidExpert(data.batch.topkIds[size_t(t * topK + k)],
-                                 experts))
+          if (ref::isValidExpert(ids[size_t(t * topK + k)], experts))
             absSum += std::fabs(double(
                           data.batch.topkWeights[size_t(t * topK + k)])) *
                       rowMagnitudes[size_t((t * topK + k) * hidden + h)];

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "SharedRoute.h"
 #include "StageSupport.h"
 
 #include <algorithm>
@@ -85,7 +86,9 @@ public:
     const int64_t tileM = shape_.tileM, listCapacity = capacity(data);
     const int64_t localExperts = shape_.localExperts;
     const int64_t first = rank * localExperts;
-    std::vector<int32_t> shifted(data.batch.topkIds);
+    std::vector<int32_t> shifted =
+        sharedRuleIds(data.batch.topkIds, data.topK, shape_.experts,
+                      shape_.sharedLastRoute);
     for (int32_t &id : shifted)
       id = (id >= first && id < first + localExperts)
                ? static_cast<int32_t>(id - first)

@@ -1,5 +1,6 @@
 //===- StageData.cpp - generators and helpers the stage harnesses share ---===//
 
+#include "SharedRoute.h"
 #include "StageSupport.h"
 
 #include "moec/reference/Formats.h"
@@ -296,8 +297,33 @@ ref::Status ensureBatch(const StageShape &shape, const DataOptions &options,
     routing.ep = shape.ep;
     routing.hotRank = rank;
   }
-  data.batch = generateTokens(options.seed, /*stream=*/0, options.tokens, shape,
-                              routing);
+  data.sharedLastRoute = data.sharedLastRoute || shape.sharedLastRoute;
+  if (data.sharedLastRoute) {
+    // FHMoE: routed experts and slots, then the shared slot (id E - 1,
+    // weight 1) appended to every token, as the runtime's layer does.
+    StageShape routed = shape;
+    routed.experts = shape.experts - 1;
+    routed.topK = shape.topK - 1;
+    ref::TokenBatch batch = generateTokens(options.seed, /*stream=*/0,
+                                           options.tokens, routed, routing);
+    const int64_t K = shape.topK;
+    std::vector<int32_t> ids(size_t(batch.tokens * K));
+    std::vector<float> weights(size_t(batch.tokens * K));
+    for (int64_t t = 0; t < batch.tokens; ++t) {
+      for (int64_t k = 0; k + 1 < K; ++k) {
+        ids[size_t(t * K + k)] = batch.topkIds[size_t(t * (K - 1) + k)];
+        weights[size_t(t * K + k)] = batch.topkWeights[size_t(t * (K - 1) + k)];
+      }
+      ids[size_t(t * K + K - 1)] = static_cast<int32_t>(shape.experts - 1);
+      weights[size_t(t * K + K - 1)] = 1.0f;
+    }
+    batch.topkIds = std::move(ids);
+    batch.topkWeights = std::move(weights);
+    data.batch = std::move(batch);
+  } else {
+    data.batch = generateTokens(options.seed, /*stream=*/0, options.tokens,
+                                shape, routing);
+  }
   data.topK = shape.topK;
   quantizeTokens(data.batch, shape.hidden, data.tokens, shape.tokenFormat);
   data.hasBatch = true;
@@ -311,7 +337,9 @@ ref::Status ensureRoutes(const StageShape &shape, const DataOptions &options,
     return {};
   // Routes to other ranks' experts are invalid here.
   const int64_t first = rank * shape.localExperts;
-  std::vector<int32_t> localIds(data.batch.topkIds);
+  std::vector<int32_t> localIds =
+      sharedRuleIds(data.batch.topkIds, data.topK, shape.experts,
+                    shape.sharedLastRoute || data.sharedLastRoute);
   for (int32_t &id : localIds)
     id = (id >= first && id < first + shape.localExperts)
              ? static_cast<int32_t>(id - first)

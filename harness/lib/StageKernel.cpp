@@ -349,6 +349,8 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
   if (auto beta = attrs.getAs<FloatAttr>("situ_linear_beta"))
     shape.situLinearBeta = beta.getValueAsDouble();
   shape.sharedFp8 = static_cast<bool>(attrs.get("shared_fp8_expert"));
+  shape.sharedLastRoute =
+      shape.sharedFp8 || static_cast<bool>(attrs.get("shared_last_route"));
   shape.bias = static_cast<bool>(attrs.get("bias"));
   shape.peerRows = static_cast<bool>(attrs.get("peer_rows"));
   if (auto peer = attrs.getAs<moe::PeerTransportAttr>("peer")) {

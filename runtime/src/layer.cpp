@@ -312,6 +312,9 @@ struct TableSurvey {
   /// Some quant kernel writes FP8 token rows, some W13 an FP8 intermediate
   /// (otherwise they are MXFP4 rows, A4W4: half the bytes).
   bool fp8Tokens = false, fp8Intermediate = false;
+  /// The first sort or combine without shared_last_route ("" if none): an
+  /// FHMoE table needs it, or a routed id of E reaches the shared expert.
+  std::string withoutSharedLastRoute;
 };
 
 /// The table `table` names, if it serves `problem`'s EP size and rank; its
@@ -360,6 +363,10 @@ bool surveyProblem(const KernelInfo &kernel, const std::string &where,
     survey.fp8Tokens = true;
   if (kernel.stage == Stage::W13 && !fp4Output)
     survey.fp8Intermediate = true;
+  if ((kernel.stage == Stage::Sort || kernel.stage == Stage::Combine) &&
+      attribute(kernel, "shared_last_route").empty() &&
+      survey.withoutSharedLastRoute.empty())
+    survey.withoutSharedLastRoute = where;
   if (hidden < 0 || intermediate < 0 || experts < 0 || topK < 0)
     return error.fail(Status::InvalidArgument,
                       where + ": no #moe.problem in its attributes");
@@ -479,6 +486,11 @@ bool surveyTable(const Manifest &manifest, const std::vector<bool> &used,
     return error.fail(Status::InvalidArgument,
                       tableName + ": mixes fused and unfused configurations");
   const bool shared = survey.shared;
+  if (shared && !survey.withoutSharedLastRoute.empty())
+    return error.fail(Status::InvalidArgument,
+                      survey.withoutSharedLastRoute +
+                          ": an FHMoE table's sort and combine need "
+                          "shared_last_route (recompile the table with this moec)");
   const uint32_t routedExperts = survey.experts - (shared ? 1 : 0);
   const uint32_t routedTopK = survey.topK - (shared ? 1 : 0);
   if (problem.experts != routedExperts || problem.topK != routedTopK)
@@ -755,7 +767,9 @@ bool Layer::bindWorkspace(void *workspace, uint64_t bytes, Error &error) {
   if (sharedExpert_) {
     // The shared expert's slot (the last of every token's routes: id E,
     // weight 1) never changes; write it for every token once. A forward
-    // copies the routed slots around it.
+    // copies the routed slots around it. The sort and combine
+    // (shared_last_route) take E only in this slot, so a routed slot
+    // holding E is invalid, as in the oracle.
     const uint32_t K = plan.topK, tokens = memory_.maxTokens;
     std::vector<int32_t> ids(size_t(tokens) * K, -1);
     std::vector<float> weights(size_t(tokens) * K, 0.0f);

@@ -101,17 +101,12 @@ std::vector<ref::TokenBatch> caseBatches(const harness::TableFacts &facts,
     for (int64_t t = real; t < M; ++t)
       for (int64_t k = 0; k < K; ++k)
         batch.topkIds[size_t(t * K + k)] = -1;
-    // Every seventh token has no valid route at all: it must come out zero.
+    // Every seventh token has no valid route at all: it must come out zero
+    // (an FHMoE token keeps its shared expert). Slot 0 holds E, which an
+    // FHMoE layer must not take for its shared expert.
     for (int64_t t = 3; t < M; t += 7)
       for (int64_t k = 0; k < K; ++k)
-        batch.topkIds[size_t(t * K + k)] = (k % 2) ? -1 : int32_t(E + 1 + k);
-    // FHMoE: the layer appends the shared expert as id E in its own slot;
-    // an id of exactly E in a routed slot would reach it too (docs/
-    // runtime-api.md), so invalid routed ids here are -1 or above E.
-    if (facts.shared)
-      for (int32_t &id : batch.topkIds)
-        if (id == E)
-          id = int32_t(E + 1);
+        batch.topkIds[size_t(t * K + k)] = (k % 2) ? -1 : int32_t(E + k);
     if (c.scenario == "overflow")
       for (int64_t t = 0; t < M; ++t)
         for (int64_t k = 0; k < K; ++k)

@@ -299,3 +299,13 @@ moe.quant @q problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 
 // H that is not whole 32-element blocks is the problem's own rule.
 // expected-error @+1 {{problem.hidden (5000) must be a multiple of the 32-element MX block}}
 moe.quant @q problem(#moe.problem<hidden = 5000, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = f8E4M3FN>)
+
+// -----
+
+// expected-error @+1 {{shared_last_route needs problem.ep = 1 (FHMoE is tensor parallel), got 2}}
+moe.sort @sort_shared_ep problem(#moe.problem<hidden = 512, intermediate = 256, experts = 10, top_k = 3, ep = 2, activation = bf16, weight = f4E2M1FN, output = bf16>) {m_tile = 32 : i64, shared_last_route}
+
+// -----
+
+// expected-error @+1 {{shared_last_route needs problem.experts >= 2 and problem.top_k >= 2 (routed experts and slots plus the shared one), got 9 and 1}}
+moe.combine @combine_shared_k1 problem(#moe.problem<hidden = 512, intermediate = 256, experts = 9, top_k = 1, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 0, waves = 4>) {shared_last_route}

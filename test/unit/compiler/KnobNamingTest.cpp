@@ -149,10 +149,10 @@ TEST_CASE("every knob of the quant, sort and combine stages shows in the "
       {"quant", {}}, {"sort", {{"m_tile", "16"}}}, {"combine", {}}};
   const std::map<std::string, std::map<std::string, std::string>> variants = {
       {"quant", {{"waves", "8"}}},
-      {"sort", {{"m_tile", "32"}, {"waves", "8"}}},
+      {"sort", {{"m_tile", "32"}, {"waves", "8"}, {"shared_last_route", "true"}}},
       {"combine",
        {{"blocks", "256"}, {"waves", "8"}, {"split_k", "2"},
-        {"peer_rows", "true"}}}};
+        {"peer_rows", "true"}, {"shared_last_route", "true"}}}};
   for (const auto &[stage, required] : bases) {
     const moec::moe::StageKnobs *knobs = moec::moe::lookupStageKnobs(stage);
     REQUIRE(knobs);
@@ -170,6 +170,9 @@ TEST_CASE("every knob of the quant, sort and combine stages shows in the "
                      {"ep", "2"}};
       for (const auto &[key, value] : required)
         base.fields[key] = value;
+      // FHMoE's shared_last_route is tensor parallel only.
+      if (name == "shared_last_route")
+        base.fields["ep"] = "1";
       moec::StageSpec variant = base;
       variant.fields[name] = variants.at(stage).at(name);
       moec::StageDescription baseDescription, variantDescription;

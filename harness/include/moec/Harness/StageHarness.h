@@ -114,6 +114,10 @@ struct LayerData {
   bool hasBatch = false;
   ref::TokenBatch batch;
   int64_t topK = 0;
+  /// FHMoE routing (StageShape::sharedLastRoute): the batch is generated
+  /// over the routed experts and slots, and every token's last slot names
+  /// the shared expert with weight 1, as the runtime's layer does.
+  bool sharedLastRoute = false;
   Fp8Rows tokens;
   /// Indexed by rank.
   std::vector<RankData> ranks;

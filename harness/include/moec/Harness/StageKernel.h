@@ -156,6 +156,10 @@ struct StageShape {
   /// FHMoE: the last local expert is a shared expert with FP8 E4M3 weights
   /// (arguments b_shared, b_shared_scale); b holds the other experts.
   bool sharedFp8 = false;
+  /// FHMoE routes (sort and combine with `shared_last_route`, W13 and W2
+  /// with `shared_fp8_expert`): the last of a token's top_k slots is the
+  /// shared expert's, the others valid only below its id.
+  bool sharedLastRoute = false;
   /// W13 / W2 with `bias`: a per-expert FP32 bias (argument `bias`, [local
   /// experts, 2I] in logical gate/up order, or [local experts, H]).
   bool bias = false;

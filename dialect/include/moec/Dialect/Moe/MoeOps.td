@@ -230,6 +230,14 @@ def Moe_CombineOp : Moe_StageOp<"combine"> {
     `problem.ep` ranks have signalled this rank's control word. Two more
     arguments follow: `control` (i32) and `epoch` (i32).
 
+    With `shared_last_route` (FHMoE) the last of every token's top_k routes
+    is the shared expert's: that slot is valid only with the id
+    problem.experts - 1, and every other slot only with an id in
+    [0, problem.experts - 1). A routed slot naming the shared expert's id
+    is invalid (it contributes nothing), so the shared expert is added once
+    per token, with the shared slot's weight. Needs problem.top_k >= 2,
+    problem.experts >= 2 and problem.ep = 1.
+
     ```mlir
     moe.combine @combine problem(#moe.problem<hidden = 5120,
         intermediate = 2304, experts = 384, top_k = 6, ep = 4,
@@ -242,7 +250,8 @@ def Moe_CombineOp : Moe_StageOp<"combine"> {
     Moe_ProblemAttr:$problem,
     Moe_CombineTileAttr:$tile,
     DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k,
-    UnitAttr:$peer_rows
+    UnitAttr:$peer_rows,
+    UnitAttr:$shared_last_route
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)`
@@ -266,6 +275,13 @@ def Moe_SortOp : Moe_StageOp<"sort"> {
     experts`; others appear nowhere. The order is deterministic (a stable
     counting sort), so two runs give the same list.
 
+    With `shared_last_route` (FHMoE) the last of every token's top_k routes
+    is the shared expert's: that slot is valid only with the id
+    problem.experts - 1, every other slot only with an id in
+    [0, problem.experts - 1); an invalid route appears nowhere. A routed
+    slot naming the shared expert's id therefore does not reach it twice.
+    Needs problem.top_k >= 2, problem.experts >= 2 and problem.ep = 1.
+
     `status[0]` receives the used length (`num_sorted`) and `status[1]` the
     length the routes need; when it exceeds `capacity` the list is
     truncated and the caller must treat the layer as failed (overflow is
@@ -285,7 +301,8 @@ def Moe_SortOp : Moe_StageOp<"sort"> {
     SymbolNameAttr:$sym_name,
     Moe_ProblemAttr:$problem,
     ConfinedAttr<I64Attr, [IntIsOneOf<[16, 32, 64, 128]>]>:$m_tile,
-    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8, 16]>]>, "4">:$waves
+    DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8, 16]>]>, "4">:$waves,
+    UnitAttr:$shared_last_route
   );
   let assemblyFormat = [{
     $sym_name `problem` `(` qualified($problem) `)` attr-dict
