@@ -143,3 +143,51 @@ TEST_CASE("the experts-only entry refuses a table with a shared expert",
   CHECK(lastError().find("an FHMoE table adds its shared expert to every token") !=
         std::string::npos);
 }
+
+TEST_CASE("an FHMoE table whose sort lacks shared_last_route is refused",
+          "[layer][fhmoe]") {
+  // The quant table with a shared expert plus a sort kernel of the same
+  // problem: without shared_last_route a routed id of E would reach the
+  // shared expert, so layer create refuses it by name.
+  for (const bool sharedLastRoute : {false, true}) {
+    TempDir dir;
+    json manifest = quantLayerManifest(16384, true, 1);
+    json sort = manifest["kernels"][0];
+    sort["name"] = "moe_sort_e9_k3_m16_w4";
+    sort["stage"] = "sort";
+    sort["attributes"].erase("shared_fp8_expert");
+    if (sharedLastRoute)
+      sort["attributes"]["shared_last_route"] = "unit";
+    manifest["kernels"].push_back(sort);
+    manifest["configs"][0]["kernels"] = json::array({0, 1});
+    std::string error;
+    const std::string path = dir.file("fhmoe-sort.moeb");
+    REQUIRE(moec::rt::writeBundle(path, manifest.dump(), {syntheticCodeObject(1500, 1)},
+                                  error));
+    moec_bundle_t *bundle = nullptr;
+    moec_device_t *device = nullptr;
+    moec_executable_t *executable = nullptr;
+    moec_layer_t *layer = nullptr;
+    REQUIRE(moec_bundle_open(path.c_str(), &bundle) == MOEC_STATUS_OK);
+    REQUIRE(moec_device_create(MOEC_FAKE_HIP_PATH, 0, &device) == MOEC_STATUS_OK);
+    REQUIRE(moec_executable_create(device, bundle, &executable) == MOEC_STATUS_OK);
+    moec_table_t table;
+    REQUIRE(moec_bundle_resolve_table(bundle, "flash", 1, 16, &table) == MOEC_STATUS_OK);
+    const moec_layer_problem_t problem = {256, 128, 8, 2, 0, 1, 16};
+    const moec_status_t status = moec_layer_create(executable, table, &problem, &layer);
+    const std::string message = status == MOEC_STATUS_OK ? "" : lastError();
+    INFO("shared_last_route " << sharedLastRoute << ": " << message);
+    if (sharedLastRoute) {
+      CHECK(message.find("shared_last_route") == std::string::npos);
+    } else {
+      CHECK(status == MOEC_STATUS_INVALID_ARGUMENT);
+      CHECK(message.find("moe_sort_e9_k3_m16_w4") != std::string::npos);
+      CHECK(message.find("an FHMoE table's sort and combine need shared_last_route") !=
+            std::string::npos);
+    }
+    moec_layer_release(layer);
+    moec_executable_release(executable);
+    moec_device_release(device);
+    moec_bundle_close(bundle);
+  }
+}
