@@ -36,6 +36,7 @@ class ActivationType(enum.IntEnum):
     Silu = 0
     Gelu = 1
     Swiglu = 2
+    Situv2 = 3
 
 
 class QuantType(enum.IntEnum):

@@ -9,13 +9,14 @@ from .runtime import DeviceBuffer, Layer, check_weight_dtype, pointer_of
 __all__ = ["fused_moe", "use", "current_layers"]
 
 # AITER's enums (aiter/ops/enum.py, csrc/include/aiter_enum.h).
-_ACTIVATIONS = {"No": -1, "Silu": 0, "Gelu": 1, "Swiglu": 2}
+_ACTIVATIONS = {"No": -1, "Silu": 0, "Gelu": 1, "Swiglu": 2, "Situv2": 3}
 _QUANT_TYPES = {"No": 0, "per_Tensor": 1, "per_Token": 2, "per_1x32": 3, "per_1x128": 4,
                 "per_128x128": 5}
 _QUANT_PER_1X32 = 3
 # Layer.activation -> the ActivationType whose function its W13 kernels
 # compute (aiter.fused_moe's default, None, is Silu).
-_LAYER_ACTIVATIONS = {"silu": _ACTIVATIONS["Silu"], "gpt-oss-swiglu": _ACTIVATIONS["Swiglu"]}
+_LAYER_ACTIVATIONS = {"silu": _ACTIVATIONS["Silu"], "gpt-oss-swiglu": _ACTIVATIONS["Swiglu"],
+                      "situ-v2": _ACTIVATIONS["Situv2"]}
 
 _lock = threading.Lock()
 _default_layers = []
@@ -330,8 +331,8 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
     int32 [M, top_k], global expert ids (-1: no route). Torch tensors
     (their data_ptr; the current stream of a GPU tensor) or device pointers
     (ints: then m= is required). activation must be the layer's
-    (Layer.activation: ActivationType.Silu, the default, or Swiglu for a
-    GPT-OSS table); expert_mask (vLLM's, under expert parallelism) must
+    (Layer.activation: ActivationType.Silu, the default, Swiglu for a
+    GPT-OSS table, Situv2 for a Kimi K3 SiTUv2 table); expert_mask (vLLM's, under expert parallelism) must
     select the layer's experts; bias1 / bias2 go to a table compiled with
     biases. Keyword-only, moec's own: layer= (default: moec.use), out=
     (BF16 [M, H]; default a new tensor like hidden_states, or a new

@@ -79,9 +79,9 @@ class TableFacts:
     bundle's manifest: hidden, intermediate, experts (routed, all EP ranks),
     top_k (routed), ep, workspace, family, gate_up_interleave,
     swiglu_limit, shared_expert (FHMoE), fused (MegaMoE peer kernels),
-    activation (over every W13 kernel of the table: "silu", or
-    "gpt-oss-swiglu" for AITER's ActivationType.Swiglu, or "mixed" when
-    its rows disagree), w13_bias and w2_bias (the kernels take AITER's
+    activation (over every W13 kernel of the table: "silu",
+    "gpt-oss-swiglu" for AITER's ActivationType.Swiglu, "situ-v2" for its
+    ActivationType.Situv2, or "mixed" when its rows disagree), w13_bias and w2_bias (the kernels take AITER's
     bias1 / bias2)."""
 
     def __init__(self, **values):
@@ -207,7 +207,8 @@ class Bundle:
         attrs = stages["w13"][0]
         problem = _parse_attr(attrs["problem"])
         shared = "shared_fp8_expert" in attrs
-        activations = {"gpt-oss-swiglu" if "gpt_oss_swiglu" in a else "silu"
+        activations = {"gpt-oss-swiglu" if "gpt_oss_swiglu" in a else
+                       "situ-v2" if "situ_v2" in a else "silu"
                        for a in stages["w13"]}
         return TableFacts(
             network=entry["network"], ep=entry["ep"], workspace=entry["workspace"],

@@ -49,6 +49,8 @@ struct ReferenceArgs {
   int64_t interleave = 16;
   std::optional<double> swigluLimit;
   std::string activation = "silu";
+  double situBeta = 4.0;
+  double situLinearBeta = 25.0;
   bool noShared = false;
   int64_t slotCapacity = 0;
   int64_t compactCapacity = 0;
@@ -545,6 +547,12 @@ Failure runReference(const ReferenceArgs &args) {
   const OracleMode mode =
       args.mode == "exact" ? OracleMode::Exact : OracleMode::QuantFaithful;
   const bool gptOss = args.activation == "gpt-oss-swiglu";
+  const bool situV2 = args.activation == "situ-v2";
+  if (situV2 && mega)
+    return badInput("--activation situ-v2: the MegaMoE networks compute SiLU "
+                    "(SiTUv2 is a TP and FHMoE activation)");
+  if (situV2 && (args.situBeta <= 0 || args.situLinearBeta <= 0))
+    return badInput("--situ-beta and --situ-linear-beta must be positive");
   // Default clamps: DeepSeek V4's 10 for MegaMoE, AITER's 7 for GPT-OSS's
   // SwiGLU, none for SiLU in the TP families.
   const double limit = args.swigluLimit ? *args.swigluLimit
@@ -629,6 +637,9 @@ Failure runReference(const ReferenceArgs &args) {
     tp.gateUpInterleave = args.interleave;
     tp.swigluLimit = limit;
     tp.gptOssSwiglu = gptOss;
+    tp.situV2 = situV2;
+    tp.situBeta = args.situBeta;
+    tp.situLinearBeta = args.situLinearBeta;
     tp.bias = in.bias;
     tp.mode = mode;
     tp.outputTolerance = elementBounds;
@@ -731,9 +742,14 @@ void addReferenceCommand(CLI::App &app, int &exitStatus) {
   cmd->add_option("--interleave", args->interleave,
                   "tp/fhmoe: gate/up interleave granularity of W13 rows (0: gate then up)");
   cmd->add_option("--activation", args->activation,
-                  "W13 activation: silu, or gpt-oss-swiglu (GPT-OSS, AITER's "
-                  "ActivationType.Swiglu: g * sigmoid(1.702 g) * (u + 1))")
-      ->check(CLI::IsMember({"silu", "gpt-oss-swiglu"}));
+                  "W13 activation: silu, gpt-oss-swiglu (GPT-OSS, AITER's "
+                  "ActivationType.Swiglu: g * sigmoid(1.702 g) * (u + 1)), or "
+                  "situ-v2 (Kimi K3, AITER's ActivationType.Situv2; tp and fhmoe)")
+      ->check(CLI::IsMember({"silu", "gpt-oss-swiglu", "situ-v2"}));
+  cmd->add_option("--situ-beta", args->situBeta,
+                  "situ-v2: the gate's beta (AITER's default 4)");
+  cmd->add_option("--situ-linear-beta", args->situLinearBeta,
+                  "situ-v2: the up rows' linear beta (AITER's default 25)");
   cmd->add_option("--swiglu-limit", args->swigluLimit,
                   "SwiGLU clamp (default 10 for megamoe, 7 for gpt-oss-swiglu, "
                   "0 = none otherwise)");

@@ -289,6 +289,30 @@ def test_vllm_gpt_oss_swiglu(compiled, device, oracle, torch, stand_in_aiter):
     assert o.compare(_bits(out)) < 0.01
 
 
+def test_vllm_situv2(compiled, device, oracle, torch, stand_in_aiter):
+    """A SiTUv2 table (Kimi K3, AITER's ActivationType.Situv2 = 3 in
+    csrc/include/aiter_enum.h at aiter e4048607): vLLM's call with Situv2
+    runs it against the SiTUv2 oracle; Silu is refused naming both sides,
+    never run as SiLU."""
+    bundle = moec.Bundle(compiled("situv2-tp"))
+    layer = moec.Layer(bundle, device, "situ")
+    assert layer.activation == "situ-v2"
+    H, I, E, K, m = layer.hidden, layer.intermediate, layer.experts, layer.top_k, 13
+    o = oracle("tp", H, I, E, K, m, 36, interleave=0, activation="situ-v2")
+    x = Inputs(torch, device, layer, o.arrays)
+    moec.aiter_compat.install(layer)
+    with pytest.raises(moec.MoecError) as error:
+        _vllm(torch, x, activation_method=0)  # Silu
+    assert error.value.what == "activation"
+    assert "ActivationType.Silu" in str(error.value) and "ActivationType.Situv2" in str(error.value)
+    out = _vllm(torch, x, activation_method=3)  # ActivationType.Situv2
+    assert o.compare(_bits(out)) < 0.01
+    # The same output is far from a SiLU layer's: the check can tell them apart.
+    silu = oracle("tp", H, I, E, K, m, 36, interleave=0)
+    with pytest.raises(AssertionError):
+        silu.compare(_bits(out), tag="as-silu")
+
+
 # ---- SGLang ---------------------------------------------------------------------------
 
 def test_sglang_keyword_call(bundle_path, device, oracle, torch, stand_in_aiter):
