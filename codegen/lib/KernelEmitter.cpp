@@ -114,11 +114,9 @@ void KernelEmitter::emitWaitUntil(Value tid, Value memref, Value index,
   gpu::BarrierOp::create(b, loc);
 }
 
-void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
-                                  Value outDword, Value outScaleBuf,
-                                  Value scaleIndex) {
-  auto f32x4 = VectorType::get({4}, b.getF32Type());
-  // amax over the 32 values.
+/// max |v| over a 1x32 block given as eight vector<4xf32>; NaN propagates
+/// (arith.maximumf), which both block quantisers rely on.
+static Value blockAmax(OpBuilder &b, Location loc, ArrayRef<Value> values) {
   Value amax4 = math::AbsFOp::create(b, loc, values[0]);
   for (Value v : values.drop_front())
     amax4 = arith::MaximumFOp::create(b, loc, amax4,
@@ -127,6 +125,14 @@ void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
   for (int64_t i = 1; i < 4; ++i)
     amax = arith::MaximumFOp::create(
         b, loc, amax, vector::ExtractOp::create(b, loc, amax4, i));
+  return amax;
+}
+
+void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
+                                  Value outDword, Value outScaleBuf,
+                                  Value scaleIndex) {
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  Value amax = blockAmax(b, loc, values);
   amax = arith::MaximumFOp::create(
       b, loc, amax, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-4f)));
   // Smallest e with 448 * 2^e >= amax. With amax = M * 2^E, M in [1, 2), and
@@ -191,15 +197,7 @@ void KernelEmitter::storeFp4Block(ArrayRef<Value> values, Value outBuf,
   auto select = [&](Value cond, Value x, Value y) -> Value {
     return arith::SelectOp::create(b, loc, cond, x, y);
   };
-  // amax over the 32 values (NaN propagates).
-  Value amax4 = math::AbsFOp::create(b, loc, values[0]);
-  for (Value v : values.drop_front())
-    amax4 = arith::MaximumFOp::create(b, loc, amax4,
-                                      math::AbsFOp::create(b, loc, v));
-  Value amax = vector::ExtractOp::create(b, loc, amax4, 0);
-  for (int64_t i = 1; i < 4; ++i)
-    amax = arith::MaximumFOp::create(
-        b, loc, amax, vector::ExtractOp::create(b, loc, amax4, i));
+  Value amax = blockAmax(b, loc, values);
   Value bits = arith::AndIOp::create(
       b, loc, arith::BitcastOp::create(b, loc, i32Type, amax), i32(0x7fffffff));
   Value nonFinite = cmp(arith::CmpIPredicate::eq,
