@@ -131,7 +131,7 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                bool bPrefetch, bool scalePrefetch,
                                int64_t groupM, bool asyncA,
                                int64_t persistSkew, int64_t residencyCap,
-                               bool bDirect) {
+                               bool bDirect, int64_t kWaves) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
   if (!llvm::is_contained({32, 64, 128, 256, 512}, n))
@@ -191,6 +191,9 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile.async_a cannot be combined with "
                           "tile.a_swizzle: the LDS DMA writes a wave's 16-byte "
                           "chunks contiguously in lane order";
+  if (!llvm::is_contained({1, 2, 4}, kWaves))
+    return emitError() << "tile.k_waves must be one of 1, 2, 4, got "
+                       << kWaves;
   return success();
 }
 
@@ -203,8 +206,12 @@ PeerTransportAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                           PeerKind transport, int64_t capacity, int64_t maxTokens,
                           int64_t workgroups, int64_t dispatchCus,
                           int64_t workShards, int64_t planCus,
-                          int64_t chunkRoutes, PeerDispatch dispatch) {
+                          int64_t chunkRoutes, PeerDispatch dispatch,
+                          ActivationFormat payload) {
   // Upper bounds from the chip (wave slots, CUs) are verifyOnTarget's.
+  if (payload != ActivationFormat::bf16 && payload != ActivationFormat::fp8)
+    return emitError() << "peer.payload must be bf16 or fp8, got "
+                       << stringifyActivationFormat(payload);
   if (capacity <= 0)
     return emitError() << "peer.capacity must be positive, got " << capacity;
   if (maxTokens <= 0)
@@ -345,6 +352,12 @@ int64_t W13Op::getPeerLdsBytes() {
 LogicalResult W2Op::verify() {
   ProblemAttr problem = getProblem();
   TileAttr tile = getTile();
+  if (tile.getKWaves() != 1)
+    return emitOpError("tile.k_waves (")
+           << tile.getKWaves() << ") applies to moe.w13 only";
+  if (PeerTransportAttr peer = getPeerAttr();
+      peer && peer.getPayload() != ActivationFormat::bf16)
+    return emitOpError("peer.payload = fp8 is not implemented yet");
   if (!isQuantizedFormat(problem.getActivation()))
     return emitOpError("problem.activation must be f8E4M3FN or f4E2M1FN "
                        "for W2 (the intermediate), got ")
@@ -436,6 +449,11 @@ int64_t W13Op::getLdsBytes() {
 LogicalResult W13Op::verify() {
   ProblemAttr problem = getProblem();
   TileAttr tile = getTile();
+  if (tile.getKWaves() != 1)
+    return emitOpError("tile.k_waves > 1 is not implemented yet");
+  if (PeerTransportAttr peer = getPeerAttr();
+      peer && peer.getPayload() != ActivationFormat::bf16)
+    return emitOpError("peer.payload applies to stage 2 (moe.w2) only");
   if (!isQuantizedFormat(problem.getActivation()))
     return emitOpError("problem.activation must be f8E4M3FN or f4E2M1FN "
                        "for W13, got ")
@@ -540,6 +558,8 @@ LogicalResult CombineOp::verify() {
     return emitOpError("peer_rows are BF16 rows from the fused stage 2; "
                        "split_k (")
            << getSplitK() << ") does not apply";
+  if (getFp8PeerRows())
+    return emitOpError("fp8_peer_rows is not implemented yet");
   if (getSharedLastRoute() && getPeerRows())
     return emitOpError("shared_last_route (FHMoE) and peer_rows do not "
                        "combine");

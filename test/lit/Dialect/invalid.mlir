@@ -309,3 +309,19 @@ moe.sort @sort_shared_ep problem(#moe.problem<hidden = 512, intermediate = 256, 
 
 // expected-error @+1 {{shared_last_route needs problem.experts >= 2 and problem.top_k >= 2 (routed experts and slots plus the shared one), got 9 and 1}}
 moe.combine @combine_shared_k1 problem(#moe.problem<hidden = 512, intermediate = 256, experts = 9, top_k = 1, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 0, waves = 4>) {shared_last_route}
+
+// -----
+// expected-error @+1 {{tile.k_waves must be one of 1, 2, 4, got 3}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 64, k_waves = 3>)
+
+// -----
+// expected-error @+1 {{tile.k_waves (2) applies to moe.w13 only}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, k_waves = 2>)
+
+// -----
+// expected-error @+1 {{peer.payload must be bf16 or fp8, got fp4}}
+moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128>) {peer = #moe.peer<capacity = 32, max_tokens = 16, payload = fp4>}
+
+// -----
+// expected-error @+1 {{peer.payload applies to stage 2 (moe.w2) only}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, payload = fp8>}

@@ -209,6 +209,13 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     they still overlap the barrier. `b_prefetch` combines with it
     unchanged (the prefetched B registers go to LDS as before).
 
+    `k_waves` W > 1 (slice-K inside the workgroup, AITER's `_kw{W}`) adds W
+    groups of `waves` waves: the reduction dimension is cut into W
+    contiguous ranges, each walked by one group with its own A tile in LDS,
+    and the groups' FP32 partial sums are added in LDS, in increasing group
+    order, before the epilogue. The workgroup has `waves * k_waves` waves;
+    `waves` still splits the N tile.
+
     ```mlir
     #moe.tile<m = 32, n = 128, k = 256, waves = 4, mfma = m16n16k128,
               orientation = a_major, b_cache = nt>
@@ -236,7 +243,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     DefaultValuedParameter<"bool", "false">:$async_a,
     DefaultValuedParameter<"int64_t", "0">:$persist_skew,
     DefaultValuedParameter<"int64_t", "0">:$residency_cap,
-    DefaultValuedParameter<"bool", "false">:$b_direct
+    DefaultValuedParameter<"bool", "false">:$b_direct,
+    DefaultValuedParameter<"int64_t", "1">:$k_waves
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -320,6 +328,12 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     each producer wave copies C consecutive routes (consecutive token rows)
     before moving on by the producers' stride.
 
+    `payload` is the format of the rows fused stage 2 stores into the
+    source ranks' combine buffers: `bf16` (the default) or `fp8` (FP8
+    E4M3FN with one E8M0 scale per 1x32 block, quantised after the routing
+    weight is applied: about half the bytes over the peer links, one more
+    rounding). It must be the default on `moe.w13`.
+
     ```mlir
     #moe.peer<capacity = 4096, max_tokens = 1024, workgroups = 256,
               dispatch_cus = 32>
@@ -337,7 +351,9 @@ def Moe_PeerTransportAttr : Moe_Attr<"PeerTransport", "peer"> {
     DefaultValuedParameter<"int64_t", "1">:$plan_cus,
     DefaultValuedParameter<"int64_t", "1">:$chunk_routes,
     DefaultValuedParameter<"::moec::moe::PeerDispatch",
-                           "::moec::moe::PeerDispatch::fused">:$dispatch
+                           "::moec::moe::PeerDispatch::fused">:$dispatch,
+    DefaultValuedParameter<"::moec::moe::ActivationFormat",
+                           "::moec::moe::ActivationFormat::bf16">:$payload
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -229,6 +229,9 @@ def Moe_CombineOp : Moe_StageOp<"combine"> {
     they are summed unweighted, after every workgroup has waited until all
     `problem.ep` ranks have signalled this rank's control word. Two more
     arguments follow: `control` (i32) and `epoch` (i32).
+    With `fp8_peer_rows` (needs `peer_rows`; the peers' stage 2 has
+    `payload = fp8`) each row is H FP8 E4M3FN bytes followed by H/32 E8M0
+    scale bytes, dequantised before the sum.
 
     With `shared_last_route` (FHMoE) the last of every token's top_k routes
     is the shared expert's: that slot is valid only with the id
@@ -251,6 +254,7 @@ def Moe_CombineOp : Moe_StageOp<"combine"> {
     Moe_CombineTileAttr:$tile,
     DefaultValuedAttr<ConfinedAttr<I64Attr, [IntIsOneOf<[1, 2, 4, 8]>]>, "1">:$split_k,
     UnitAttr:$peer_rows,
+    UnitAttr:$fp8_peer_rows,
     UnitAttr:$shared_last_route
   );
   let assemblyFormat = [{
