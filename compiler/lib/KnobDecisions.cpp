@@ -240,6 +240,11 @@ constexpr KnobDecision kDecisions[] = {
     {"combine", "shared_last_route", T::Fixed, kSharedLastRouteFixed,
      C::NotApplicable, "a validity rule on the route ids; no cost",
      A::NotMapped, kSharedLastRouteAiter},
+    {"combine", "fp8_peer_rows", T::Fixed,
+     "set by the fused template with its stage 2's payload = fp8",
+     C::NotApplicable, "fixed by the template; the combine is one launch either "
+                       "way",
+     A::NotMapped, kPeerAiter},
 
     // moe.quant
     {"quant", "hidden", T::Fixed, kShapeFixed, C::NotApplicable, kLaunchShape,
@@ -398,8 +403,25 @@ constexpr KnobDecision kDecisions[] = {
      A::NotMapped, kPeerAiter},
     {"w2", "dispatch", T::Fixed, kW2Pinned, C::NotApplicable, kW2PinnedCost,
      A::NotMapped, kPeerAiter},
+    {"w2", "k_waves", T::Fixed,
+     "moe.w2's verifier pins it to 1: slice-K inside the workgroup is a "
+     "stage-1 knob (AITER registers _kw for stage 1 only)",
+     C::NotApplicable, "pinned to 1 by the dialect", A::NotMapped,
+     "AITER's stage-2 names carry no _kw"},
+    {"w2", "payload", T::NotSearched,
+     "the template's payload is kept: it changes the numerics (one more FP8 "
+     "rounding), so it is a choice of the table's author, not of the tuner",
+     C::Tie, "the model does not price the peer links' bytes", A::NotMapped,
+     kPeerAiter},
 
     // moe.w13
+    {"w13", "k_waves", T::NotSearched,
+     "not in SearchSpace or kKnobChoices: the template's value is kept",
+     C::Tie, "the counted tile ignores it", A::NotMapped,
+     "rows whose stage-1 name has _kw{n} are refused by name"},
+    {"w13", "payload", T::Fixed,
+     "moe.w13's verifier pins it to bf16: the payload is stage 2's",
+     C::NotApplicable, "pinned by the dialect", A::NotMapped, kPeerAiter},
     {"w13", "hidden", T::Fixed, kShapeFixed, C::Modeled,
      "W13's K: the counted tile runs at the real K", A::Mapped, "model_dim"},
     {"w13", "intermediate", T::Fixed, kShapeFixed, C::Modeled,

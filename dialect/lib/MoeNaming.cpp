@@ -106,6 +106,8 @@ std::string tilePart(TileAttr tile) {
     s += "_bdir";
   if (tile.getResidencyCap() != tileDefault("residency_cap"))
     s += "_rc" + std::to_string(tile.getResidencyCap());
+  if (tile.getKWaves() != tileDefault("k_waves"))
+    s += "_kw" + std::to_string(tile.getKWaves());
   return s;
 }
 
@@ -129,6 +131,9 @@ std::string peerPart(PeerTransportAttr peer, bool stageOne) {
   if (peer.getDispatch() !=
       enumDefault("#moe.peer", "dispatch", symbolizePeerDispatch))
     s += "_dispatch_" + stringifyPeerDispatch(peer.getDispatch()).str();
+  if (peer.getPayload() !=
+      enumDefault("#moe.peer", "payload", symbolizeActivationFormat))
+    s += "_pay" + stringifyActivationFormat(peer.getPayload()).str();
   return s;
 }
 
@@ -241,6 +246,8 @@ std::string combineSymbol(CombineOp op) {
     s += "_sk" + std::to_string(op.getSplitK());
   if (op.getPeerRows() != opFlagDefault(Stage::combine, "peer_rows"))
     s += "_ep" + std::to_string(problem.getEp()) + "_peer";
+  if (op.getFp8PeerRows() != opFlagDefault(Stage::combine, "fp8_peer_rows"))
+    s += "_fp8rows";
   if (op.getSharedLastRoute() !=
       opFlagDefault(Stage::combine, "shared_last_route"))
     s += "_shlast";

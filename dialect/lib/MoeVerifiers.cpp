@@ -355,9 +355,6 @@ LogicalResult W2Op::verify() {
   if (tile.getKWaves() != 1)
     return emitOpError("tile.k_waves (")
            << tile.getKWaves() << ") applies to moe.w13 only";
-  if (PeerTransportAttr peer = getPeerAttr();
-      peer && peer.getPayload() != ActivationFormat::bf16)
-    return emitOpError("peer.payload = fp8 is not implemented yet");
   if (!isQuantizedFormat(problem.getActivation()))
     return emitOpError("problem.activation must be f8E4M3FN or f4E2M1FN "
                        "for W2 (the intermediate), got ")
@@ -449,8 +446,6 @@ int64_t W13Op::getLdsBytes() {
 LogicalResult W13Op::verify() {
   ProblemAttr problem = getProblem();
   TileAttr tile = getTile();
-  if (tile.getKWaves() != 1)
-    return emitOpError("tile.k_waves > 1 is not implemented yet");
   if (PeerTransportAttr peer = getPeerAttr();
       peer && peer.getPayload() != ActivationFormat::bf16)
     return emitOpError("peer.payload applies to stage 2 (moe.w2) only");
@@ -558,8 +553,8 @@ LogicalResult CombineOp::verify() {
     return emitOpError("peer_rows are BF16 rows from the fused stage 2; "
                        "split_k (")
            << getSplitK() << ") does not apply";
-  if (getFp8PeerRows())
-    return emitOpError("fp8_peer_rows is not implemented yet");
+  if (getFp8PeerRows() && !getPeerRows())
+    return emitOpError("fp8_peer_rows needs peer_rows");
   if (getSharedLastRoute() && getPeerRows())
     return emitOpError("shared_last_route (FHMoE) and peer_rows do not "
                        "combine");

@@ -325,3 +325,7 @@ moe.w2 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, to
 // -----
 // expected-error @+1 {{peer.payload applies to stage 2 (moe.w2) only}}
 moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 16, n = 64>) {peer = #moe.peer<capacity = 32, max_tokens = 16, payload = fp8>}
+
+// -----
+// expected-error @+1 {{fp8_peer_rows needs peer_rows}}
+moe.combine @c problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 2, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<waves = 4>) {fp8_peer_rows}

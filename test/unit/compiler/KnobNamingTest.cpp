@@ -68,6 +68,8 @@ const std::map<std::string, std::map<std::string, std::string>> kVariants = {
     {"dispatch", {{"dispatch", "none"}}},
     {"residency_cap", {{"residency_cap", "2"}}},
     {"b_direct", {{"b_direct", "true"}}},
+    {"k_waves", {{"k_waves", "2"}}},
+    {"payload", {{"payload", "fp8"}}},
 };
 
 /// Knobs whose variants need a stage without a peer transport.
@@ -129,6 +131,13 @@ TEST_CASE("every knob of the GEMM stages shows in the kernel symbol",
         CHECK(error.find("to stage 1 (moe.w13) only") != std::string::npos);
         continue;
       }
+      if ((std::string(stage) == "w2" && name == "k_waves") ||
+          (std::string(stage) == "w13" && name == "payload")) {
+        // k_waves is stage 1's, the combine payload stage 2's.
+        CHECK_FALSE(variantOp);
+        CHECK(error.find("only") != std::string::npos);
+        continue;
+      }
       INFO(error);
       REQUIRE(variantOp);
       CHECK(variantDescription.attributes != baseDescription.attributes);
@@ -152,7 +161,8 @@ TEST_CASE("every knob of the quant, sort and combine stages shows in the "
       {"sort", {{"m_tile", "32"}, {"waves", "8"}, {"shared_last_route", "true"}}},
       {"combine",
        {{"blocks", "256"}, {"waves", "8"}, {"split_k", "2"},
-        {"peer_rows", "true"}, {"shared_last_route", "true"}}}};
+        {"peer_rows", "true"}, {"shared_last_route", "true"},
+        {"fp8_peer_rows", "true"}}}};
   for (const auto &[stage, required] : bases) {
     const moec::moe::StageKnobs *knobs = moec::moe::lookupStageKnobs(stage);
     REQUIRE(knobs);
@@ -173,6 +183,9 @@ TEST_CASE("every knob of the quant, sort and combine stages shows in the "
       // FHMoE's shared_last_route is tensor parallel only.
       if (name == "shared_last_route")
         base.fields["ep"] = "1";
+      // FP8 peer rows are peer rows.
+      if (name == "fp8_peer_rows")
+        base.fields["peer_rows"] = "true";
       moec::StageSpec variant = base;
       variant.fields[name] = variants.at(stage).at(name);
       moec::StageDescription baseDescription, variantDescription;
