@@ -16,8 +16,8 @@ from .fused import current_layers, fused_moe, use
 from .graph import Graph, graph_capture
 from .megamoe import MegaMoE
 from .npy import HostArray
-from .runtime import (AiterSelection, Bundle, Device, DeviceBuffer, Layer, TableFacts,
-                      emulated_hip_library, select_aiter)
+from .runtime import (AiterSelection, Bundle, Device, DeviceBuffer, Layer, Selection,
+                      TableFacts, emulated_hip_library, select_aiter)
 from .weights import (AITER, CHECKPOINT, PreparedWeights, WeightLayout,
                       has_weight_preparation, prepare_expert_weights, prepare_shared_expert,
                       weight_sizes)
@@ -25,7 +25,7 @@ from . import aiter_compat, megamoe, npy, vllm_experts, weights
 
 __version__ = "0.1.0"
 
-__all__ = ["MoecError", "Bundle", "AiterSelection", "select_aiter", "Device", "DeviceBuffer", "Layer", "TableFacts", "HostArray",
+__all__ = ["MoecError", "Bundle", "Selection", "AiterSelection", "select_aiter", "Device", "DeviceBuffer", "Layer", "TableFacts", "HostArray",
            "fused_moe", "use", "current_layers", "emulated_hip_library", "library_path",
            "WeightLayout", "PreparedWeights", "weight_sizes", "prepare_expert_weights",
            "prepare_shared_expert", "has_weight_preparation", "CHECKPOINT", "AITER", "npy",

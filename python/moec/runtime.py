@@ -158,6 +158,22 @@ class Bundle:
              self.resolve_table(network, ep, workspace), m, ctypes.byref(selection))
         return self.config_id(selection.config), selection.row_m
 
+    def selection(self, network, ep, workspace, m):
+        """The full moec_bundle_select result for m tokens per rank in the
+        table of (network, ep, smallest workspace class >= workspace): a
+        Selection with config (index), config_id, row, row_m, exact and
+        fallback (m above the largest row under above_max=largest). A miss
+        (above_max=error, or m above a fused table's capacity) raises
+        MoecError MOEC_STATUS_SELECTION_MISS with the runtime's one-line
+        reason; no table of workspace class >= workspace raises
+        MOEC_STATUS_NOT_FOUND."""
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise invalid("selection", "m must be an integer >= 0, not %r" % (m,))
+        out = _capi.Selection()
+        call("moec_bundle_select", "select %s ep%d ws%d m=%d" % (network, ep, workspace, m),
+             self.handle, self.resolve_table(network, ep, workspace), m, ctypes.byref(out))
+        return Selection(out, self.config_id(out.config))
+
     def select_aiter(self, m, **key):
         """AITER's lookup (docs/aiter-tables.md) for m tokens; key: every key
         column of AITER's CSV by its name, with the CSV's value or anything
@@ -225,6 +241,25 @@ class Bundle:
 
 
 # ---- Devices ------------------------------------------------------------------
+
+class Selection:
+    """The row moec_bundle_select picks: config (index into the bundle's
+    configurations), config_id, row (index in the table), row_m, exact
+    (row_m == m) and fallback (m above the table's largest row, served by it
+    under above_max=largest)."""
+
+    def __init__(self, raw, config_id):
+        self.config = raw.config
+        self.config_id = config_id
+        self.row = raw.row
+        self.row_m = raw.row_m
+        self.exact = bool(raw.exact)
+        self.fallback = bool(raw.fallback)
+
+    def __repr__(self):
+        return ("Selection(config_id=%r, row=%d, row_m=%d, exact=%s, fallback=%s)" %
+                (self.config_id, self.row, self.row_m, self.exact, self.fallback))
+
 
 class AiterSelection:
     """The row AITER's lookup picks (moec_aiter_selection_t): kernelName1,
