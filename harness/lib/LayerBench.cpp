@@ -217,7 +217,11 @@ bool collectKeys(const std::string &bundlePath, const BenchOptions &options,
 DeviceTimerOptions timerOptions(const BenchOptions &options) {
   DeviceTimerOptions timer;
   timer.libraries = options.libraries;
-  timer.devices = options.devices;
+  // One ordinal N: a fused table's rank r on N + r (the timer's default
+  // when it has no list), as `moec bench --device N` documents; a list
+  // names each rank's device.
+  if (options.devices.size() > 1)
+    timer.devices = options.devices;
   timer.passes = options.passes;
   timer.samplesPerPass = options.samplesPerPass;
   timer.warmups = options.warmups;

@@ -55,6 +55,7 @@ bool parseDevices(const std::string &text, std::vector<int> &devices) {
 int runBench(const BenchArgs &args) {
   using namespace moec;
   harness::BenchOptions options;
+  options.devices.clear(); // the list given replaces the default {0}
   if (!parseDevices(args.devices, options.devices)) {
     std::cerr << "moec: --device " << args.devices
               << ": expected GPU ordinals N[,N...]\n";
