@@ -198,6 +198,10 @@ private:
                            int64_t k, Value a, Value b, Value c,
                            int64_t scaleByteA, int64_t scaleByteB,
                            bool unitScales);
+  /// A gfx950 BF16 MFMA (v_mfma_f32_16x16x32_bf16, v_mfma_f32_32x32x16_bf16):
+  /// the same kind as the scaled one, with a BF16 shape and unit scales.
+  LogicalResult bf16Mfma(Operation *o, POp &p, int64_t m, int64_t n, int64_t k,
+                         Value a, Value b, Value c);
 
   Program &program;
   std::string &error;
@@ -374,6 +378,29 @@ LogicalResult Decoder::f8f6f4Mfma(Operation *o, POp &p, int64_t m, int64_t n,
   p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K128
                                       : mfma::Shape::M32N32K64),
             scaleByteA, scaleByteB, fa, fb, unitScales ? 1 : 0};
+  return success();
+}
+
+LogicalResult Decoder::bf16Mfma(Operation *o, POp &p, int64_t m, int64_t n,
+                                int64_t k, Value a, Value b, Value c) {
+  const bool is16 = m == 16 && n == 16 && k == 32;
+  const bool is32 = m == 32 && n == 32 && k == 16;
+  if (!is16 && !is32)
+    return fail(o, "only the BF16 shapes 16x16x32 and 32x32x16");
+  auto isBf16x8 = [](Value source) {
+    auto vector = dyn_cast<VectorType>(source.getType());
+    return vector && vector.getNumElements() == mfma::kBf16ElementsPerLane &&
+           vector.getElementType().isBF16();
+  };
+  if (!isBf16x8(a) || !isBf16x8(b))
+    return fail(o, "BF16 operands other than vector<8xbf16>");
+  if (!cast<VectorType>(c.getType()).getElementType().isF32())
+    return fail(o, "accumulators other than f32");
+  const auto bf16 = static_cast<int64_t>(mfma::OperandFormat::Bf16);
+  p.kind = Kind::ScaledMfma;
+  p.ints = {static_cast<int64_t>(is16 ? mfma::Shape::M16N16K32Bf16
+                                      : mfma::Shape::M32N32K16Bf16),
+            0, 0, bf16, bf16, 1};
   return success();
 }
 
@@ -671,6 +698,10 @@ std::optional<LogicalResult> Decoder::decodeAmdgpu(Operation *op, POp &p) {
             o.getNegateB() || o.getNegateC())
           return fail(o, "blocks, cbsz, abid, blgp or negation");
         // Operands: sourceA, sourceB, destC.
+        if (auto a = dyn_cast<VectorType>(o.getSourceA().getType());
+            a && a.getElementType().isBF16())
+          return bf16Mfma(o, p, o.getM(), o.getN(), o.getK(), o.getSourceA(),
+                          o.getSourceB(), o.getDestC());
         return f8f6f4Mfma(o, p, o.getM(), o.getN(), o.getK(), o.getSourceA(),
                           o.getSourceB(), o.getDestC(), 0, 0,
                           /*unitScales=*/true);

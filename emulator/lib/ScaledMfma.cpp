@@ -303,8 +303,47 @@ void computeProducts(mfma::Shape shape, const MfmaOperand &a,
 
 } // namespace
 
+/// The BF16 MFMA (ScaledMfma.h): A [dim][k] and B [k][dim] rebuilt from the
+/// lane table, plain double dot products.
+void bf16Mfma(mfma::Shape shape, const MfmaOperand &a, const MfmaOperand &b,
+              const float *c, float *d) {
+  const mfma::ShapeInfo info = mfma::shapeInfo(shape);
+  auto decode = [](const uint8_t *bytes) {
+    const uint32_t bits = uint32_t(bytes[0] | (bytes[1] << 8)) << 16;
+    float value;
+    std::memcpy(&value, &bits, 4);
+    return static_cast<double>(value);
+  };
+  double aTile[32 * 32], bTile[32 * 32];
+  for (int lane = 0; lane < 64; ++lane) {
+    const int row = mfma::operandRow(shape, lane);
+    for (int e = 0; e < mfma::kBf16ElementsPerLane; ++e) {
+      const int k = mfma::operandK(shape, mfma::OperandFormat::Bf16, lane, e);
+      aTile[row * info.k + k] =
+          decode(a.bytes + size_t(lane) * a.laneStride + 2 * e);
+      bTile[k * info.dim + row] =
+          decode(b.bytes + size_t(lane) * b.laneStride + 2 * e);
+    }
+  }
+  for (int lane = 0; lane < 64; ++lane) {
+    const int col = mfma::accCol(shape, lane);
+    for (int acc = 0; acc < info.accPerLane; ++acc) {
+      const int row = mfma::accRow(shape, lane, acc);
+      double sum = 0.0;
+      for (int k = 0; k < info.k; ++k)
+        sum += aTile[row * info.k + k] * bTile[k * info.dim + col];
+      const int slot = lane * info.accPerLane + acc;
+      d[slot] = static_cast<float>(sum + static_cast<double>(c[slot]));
+    }
+  }
+}
+
 void scaledMfma(mfma::Shape shape, const MfmaOperand &a, const MfmaOperand &b,
                 const float *c, float *d) {
+  if (mfma::isBf16Shape(shape)) {
+    bf16Mfma(shape, a, b, c, d);
+    return;
+  }
   const mfma::ShapeInfo info = mfma::shapeInfo(shape);
   double product[32 * 32];
   if (a.format == mfma::OperandFormat::Fp8 &&

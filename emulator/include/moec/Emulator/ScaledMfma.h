@@ -1,8 +1,9 @@
 //===- ScaledMfma.h - one scaled MFMA over a wave's registers ---*- C++ -*-===//
 ///
 /// \file
-/// The arithmetic of v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4 over the
-/// registers of all 64 lanes of a wave. The A (M x K) and B (K x N) tiles and
+/// The arithmetic of v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4 (and of
+/// v_mfma_f32_{16x16x32,32x32x16}_bf16) over the registers of all 64 lanes
+/// of a wave. The A (M x K) and B (K x N) tiles and
 /// their E8M0 scales are rebuilt from the lane-layout table in
 /// moec/target/mfma_layout.h, the same table the codegen emits from. Plain
 /// C++: no MLIR.
@@ -38,7 +39,11 @@ struct MfmaOperand {
   const uint8_t *scales = nullptr;
 };
 
-/// D = A x B + C for one wave. `c` and `d` are [64][accPerLane] FP32 in
+/// D = A x B + C for one wave. With a BF16 shape (mfma::isBf16Shape) the
+/// operands are BF16 (8 elements, 16 bytes a lane) and the scales are
+/// ignored: each output element is the sum in double of its K products
+/// (each exact in double) in increasing K order, then C, rounded once to
+/// FP32 (nearest even); NaN and infinities propagate as in IEEE arithmetic. `c` and `d` are [64][accPerLane] FP32 in
 /// lane-major order (d may alias c). Rows of the result follow source A,
 /// columns source B (mfma::accRow / accCol).
 void scaledMfma(mfma::Shape shape, const MfmaOperand &a, const MfmaOperand &b,
