@@ -128,7 +128,13 @@ void quantizeFp4ActivationRow(const double *values, int64_t k, uint8_t *packed,
 
 void quantizeActivationRow(ActivationFormat format, const double *values,
                            int64_t k, uint8_t *codes, uint8_t *scales) {
-  if (format == ActivationFormat::Mxfp4)
+  if (format == ActivationFormat::Bf16) {
+    for (int64_t i = 0; i < k; ++i) {
+      const uint16_t bits = encodeBf16(values[i]);
+      codes[2 * i] = static_cast<uint8_t>(bits & 0xFF);
+      codes[2 * i + 1] = static_cast<uint8_t>(bits >> 8);
+    }
+  } else if (format == ActivationFormat::Mxfp4)
     quantizeFp4ActivationRow(values, k, codes, scales);
   else
     quantizeFp8Row(values, k, codes, scales);

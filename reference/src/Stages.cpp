@@ -66,6 +66,10 @@ ActivationRows ActivationRows::quantized(ActivationFormat format,
                                          const uint8_t *codes,
                                          const uint8_t *scales, int64_t rows,
                                          int64_t depth) {
+  // BF16 codes are the rows' little-endian bits (the oracle runs on
+  // little-endian hosts only, as the kernels' buffers do).
+  if (format == ActivationFormat::Bf16)
+    return bfloat16(reinterpret_cast<const uint16_t *>(codes), rows, depth);
   return format == ActivationFormat::Mxfp4 ? mxfp4(codes, scales, rows, depth)
                                            : fp8(codes, scales, rows, depth);
 }

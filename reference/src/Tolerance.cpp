@@ -34,16 +34,30 @@ double fp4Step(double value, double scale) {
   return scale * (scaled < 2.0 ? 0.5 : scaled < 4.0 ? 1.0 : 2.0);
 }
 
-/// The scale code, element code and step of `format`'s quantiser.
+/// One BF16 step at magnitude `value` (the spacing of BF16 there; BF16
+/// subnormals below 2^-126).
+double bf16Step(double value) {
+  const int exponent = value > 0 ? std::max(std::ilogb(value), -126) : -126;
+  return std::ldexp(1.0, exponent - 7);
+}
+
+/// The scale code, element code and step of `format`'s quantiser. BF16
+/// (A16W4) has no scale: code 127 (1.0) for every block.
 uint8_t scaleCodeOf(ActivationFormat format, double amax) {
+  if (format == ActivationFormat::Bf16)
+    return 127;
   return format == ActivationFormat::Mxfp4 ? activationFp4ScaleCode(amax)
                                            : activationScaleCode(amax);
 }
-uint8_t elementCodeOf(ActivationFormat format, double scaled) {
+uint32_t elementCodeOf(ActivationFormat format, double scaled) {
+  if (format == ActivationFormat::Bf16)
+    return encodeBf16(scaled);
   return format == ActivationFormat::Mxfp4 ? encodeE2M1(scaled)
                                            : encodeFp8E4M3(scaled);
 }
 double stepOf(ActivationFormat format, double value, double scale) {
+  if (format == ActivationFormat::Bf16)
+    return bf16Step(value);
   return format == ActivationFormat::Mxfp4 ? fp4Step(value, scale)
                                            : fp8Step(value, scale);
 }

@@ -83,14 +83,19 @@ enum class ActivationFormat {
   Fp8E4M3,
   /// MXFP4 (E2M1 pairs), AITER's scale rule (A4W4).
   Mxfp4,
+  /// BF16 (A16W4): two bytes per element (little-endian bits), no scales.
+  Bf16,
 };
 
 /// Bytes of one quantised row of `k` elements in `format`.
 inline int64_t activationRowBytes(ActivationFormat format, int64_t k) {
-  return format == ActivationFormat::Mxfp4 ? k / 2 : k;
+  return format == ActivationFormat::Mxfp4  ? k / 2
+         : format == ActivationFormat::Bf16 ? 2 * k
+                                            : k;
 }
 
-/// quantizeFp8Row or quantizeFp4ActivationRow, by `format`.
+/// quantizeFp8Row or quantizeFp4ActivationRow, by `format`; for Bf16 each
+/// value rounded to BF16 (nearest even) and `scales` left untouched.
 void quantizeActivationRow(ActivationFormat format, const double *values,
                            int64_t k, uint8_t *codes, uint8_t *scales);
 
