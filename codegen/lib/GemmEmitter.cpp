@@ -30,10 +30,10 @@ GemmEmitter::GemmEmitter(OpBuilder &builder, Operation *op, moe::TileAttr tile)
 
 Value GemmEmitter::swizzleChunk(Value chunk, Value row) {
   // chunk ^ (row mod chunks per row): a permutation of the row's chunks
-  // (an MXFP4 A row has half the chunks of an FP8 one).
+  // (an MXFP4 A row has half the chunks of an FP8 one, a BF16 row twice).
   return arith::XOrIOp::create(
       b, loc, chunk,
-      remC(row, aFp4 ? tile.getAChunksPerRow() / 2 : tile.getAChunksPerRow()));
+      remC(row, tile.getAChunksPerRow() * 4 / aElementsPerDword()));
 }
 
 Value GemmEmitter::loadFp8Fragment(Value memref, Value rowDword,
@@ -201,7 +201,7 @@ void GemmEmitter::emitTileCopies(const GemmOperands &ops, Value k0,
     // where planCopy puts them; padding rows past validBytes fail the
     // buffer's range check and write zeros, as the register path does.
     auto chunk = VectorType::get({4}, b.getI32Type());
-    Value kDwords = divC(k0, aFp4 ? 8 : 4);
+    Value kDwords = divC(k0, aElementsPerDword());
     for (const CopySlot &slot : ops.aSlots)
       forSlot(slot, [&] {
         amdgpu::GatherToLDSOp::create(
@@ -209,7 +209,7 @@ void GemmEmitter::emitTileCopies(const GemmOperands &ops, Value k0,
             ops.lds, ValueRange{slot.ldsWaveDword}, TypeAttr::get(chunk));
       });
   } else {
-    emitCopy(ops.aSlots, ops.aBuffer, divC(k0, aFp4 ? 8 : 4),
+    emitCopy(ops.aSlots, ops.aBuffer, divC(k0, aElementsPerDword()),
              /*nontemporal=*/false);
   }
   if (tile.getBPrefetch()) {
@@ -278,6 +278,10 @@ void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
                                   ArrayRef<Value> bScale,
                                   ArrayRef<Value> directB,
                                   MutableArrayRef<Value> accs) {
+  if (aBf16) {
+    emitBf16SubStep(ops, kk, bScale, directB, accs);
+    return;
+  }
   const int64_t tileK = tile.getK();
   const int64_t mfmaK = layout.k, dim = layout.dim;
   const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
@@ -340,6 +344,123 @@ void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
             /*scalesIdxB=*/scaleByte);
     }
   }
+}
+
+Value GemmEmitter::upconvertFp4Word(Value word, Value scaleCode) {
+  // BF16 bits of E2M1 magnitude m (code & 7) times 2^(s - 127): m = 1
+  // (0.5) has exponent s - 1 and no mantissa; m >= 2 is 2^(m/2 - 1) (1 +
+  // (m & 1) / 2), exponent s - 1 + m / 2, mantissa bit 6 = m & 1; so with
+  // base = (s - 1) << 7 the bits are 0 (m = 0), base (m = 1) or base +
+  // (m << 6) (m >= 2), and the sign is bit 3 of the code moved to bit 15.
+  // s in [2, 252] keeps every exponent in [1, 254]: normal and exact.
+  auto i32x8 = VectorType::get({8}, b.getI32Type());
+  auto splat = [&](Value scalar) {
+    return vector::BroadcastOp::create(b, loc, i32x8, scalar);
+  };
+  auto constant = [&](ArrayRef<int32_t> values) -> Value {
+    return arith::ConstantOp::create(
+        b, loc, i32x8, DenseElementsAttr::get(i32x8, values));
+  };
+  auto constSplat = [&](int32_t value) {
+    return constant(SmallVector<int32_t>(8, value));
+  };
+  Value clamped = arith::MinUIOp::create(
+      b, loc, arith::MaxUIOp::create(b, loc, scaleCode, i32(2)), i32(252));
+  Value base = arith::ShLIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, clamped, i32(1)), i32(7));
+  Value isNan = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      scaleCode, i32(255));
+  Value nanBits =
+      arith::SelectOp::create(b, loc, isNan, i32(0x7FC0), i32(0));
+  Value codes = arith::AndIOp::create(
+      b, loc,
+      arith::ShRUIOp::create(b, loc, splat(word),
+                             constant({0, 4, 8, 12, 16, 20, 24, 28})),
+      constSplat(15));
+  Value m = arith::AndIOp::create(b, loc, codes, constSplat(7));
+  Value nonZero = arith::MinUIOp::create(b, loc, m, constSplat(1));
+  Value atLeastTwo = arith::MinUIOp::create(
+      b, loc, arith::ShRUIOp::create(b, loc, m, constSplat(1)), constSplat(1));
+  Value magnitude = arith::MulIOp::create(
+      b, loc, nonZero,
+      arith::AddIOp::create(
+          b, loc, splat(base),
+          arith::MulIOp::create(
+              b, loc, atLeastTwo,
+              arith::ShLIOp::create(b, loc, m, constSplat(6)))));
+  Value sign = arith::ShLIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, codes, constSplat(8)),
+      constSplat(12));
+  Value bits = arith::OrIOp::create(
+      b, loc, arith::OrIOp::create(b, loc, magnitude, sign), splat(nanBits));
+  Value halves = arith::TruncIOp::create(
+      b, loc, VectorType::get({8}, b.getI16Type()), bits);
+  return arith::BitcastOp::create(
+      b, loc, VectorType::get({8}, b.getBF16Type()), halves);
+}
+
+void GemmEmitter::emitBf16SubStep(const GemmOperands &ops, int64_t kk,
+                                  ArrayRef<Value> bScale,
+                                  ArrayRef<Value> directB,
+                                  MutableArrayRef<Value> accs) {
+  assert(!ops.bFp8 && "BF16 A takes MXFP4 weights only");
+  const int64_t tileK = tile.getK();
+  const int64_t mfmaK = layout.k, dim = layout.dim;
+  const mfma::ShapeInfo bf16 = mfma::shapeInfo(mfma::bf16ShapeOf(shape));
+  // Four BF16 MFMAs of 8 K per lane group cover the lane's 32 K.
+  constexpr int64_t kParts = 32 / mfma::kBf16ElementsPerLane;
+  const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
+  const int64_t scaleByte = kk * (layout.k / 32) % 4;
+  auto i32x4 = VectorType::get({4}, b.getI32Type());
+  auto bf16x8 = VectorType::get({8}, b.getBF16Type());
+  auto accType = VectorType::get({layout.accPerLane}, b.getF32Type());
+  // A: the lane's row holds tile.k BF16 (tile.k / 2 dwords); its 32 K of
+  // this sub-step are chunks kk * mfmaK / 8 + 4 g + j.
+  SmallVector<SmallVector<Value>> aFrag(mFrags);
+  for (size_t mi = 0; mi < mFrags; ++mi) {
+    Value rowDword =
+        add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 2));
+    for (int64_t j = 0; j < kParts; ++j) {
+      Value chunk = add(mul(laneGroup, kParts), idx(kk * mfmaK / 8 + j));
+      if (tile.getASwizzle())
+        chunk = swizzleChunk(chunk, ops.aTileRow[mi]);
+      Value data = load16(ops.lds, add(rowDword, mul(chunk, 4)));
+      aFrag[mi].push_back(vector::BitCastOp::create(b, loc, bf16x8, data));
+    }
+  }
+  // B: the same 16 bytes as for the scaled MFMA (32 E2M1 codes of K
+  // 32 g..32 g + 31, one scale), dword j up-converted for MFMA j.
+  const mfma::KRun r =
+      mfma::operandLayout(shape, mfma::OperandFormat::Fp4).runs[0];
+  SmallVector<SmallVector<Value>> bFrag(bFrags);
+  for (size_t bi = 0; bi < bFrags; ++bi) {
+    Value words;
+    if (!directB.empty()) {
+      words = vector::BitCastOp::create(b, loc, i32x4, directB[bi]);
+    } else {
+      Value kElem = add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
+      Value rowDword =
+          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
+      words = load16(ops.lds, add(rowDword, divC(kElem, 8)));
+    }
+    Value scaleCode = arith::AndIOp::create(
+        b, loc,
+        arith::ShRUIOp::create(b, loc, bScale[bi], i32(8 * scaleByte)),
+        i32(0xFF));
+    for (int64_t j = 0; j < kParts; ++j)
+      bFrag[bi].push_back(upconvertFp4Word(
+          vector::ExtractOp::create(b, loc, words, ArrayRef<int64_t>{j}),
+          scaleCode));
+  }
+  for (int64_t j = 0; j < kParts; ++j)
+    for (size_t mi = 0; mi < mFrags; ++mi)
+      for (size_t bi = 0; bi < bFrags; ++bi) {
+        Value &acc = accs[mi * bFrags + bi];
+        Value srcA = bMajor ? bFrag[bi][j] : aFrag[mi][j];
+        Value srcB = bMajor ? aFrag[mi][j] : bFrag[bi][j];
+        acc = amdgpu::MFMAOp::create(b, loc, accType, dim, dim, bf16.k,
+                                     /*blocks=*/1, srcA, srcB, acc);
+      }
 }
 
 void GemmEmitter::emitLdsDmaWait() {
@@ -434,7 +555,12 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
     const int64_t word = kk * blocksPerMfma / 4;
     Value &shifted = scaleWords[{isA, frag, word}];
     if (!shifted)
-      shifted = scaleOperand(row, word, scaleShift);
+      shifted = aBf16 ? arith::ShRUIOp::create(
+                            b, loc,
+                            vector::ExtractOp::create(b, loc, row,
+                                                      ArrayRef<int64_t>{word}),
+                            scaleShift)
+                      : scaleOperand(row, word, scaleShift);
     return shifted;
   };
   auto loadScales = [&](int64_t kk, SmallVector<Value> &aScale,
@@ -569,7 +695,8 @@ GemmEmitter::beginGemmOperands(const ExpertTile &rows, bool bFp8, int64_t depth)
   ops.bScaleBuffer = asBuffer(bFp8 ? rows.bSharedScale : rows.bScale, Value());
   ops.lds = rows.lds;
   ops.ldsADword = 0;
-  ops.ldsBDword = tile.getM() * tile.getK() / 4;
+  // The A tile: FP8 bytes (MXFP4 keeps that size), or BF16.
+  ops.ldsBDword = tile.getM() * tile.getK() / (aBf16 ? 2 : 4);
   ops.depth = depth;
   ops.kBegin = rows.kBegin;
   ops.kEnd = rows.kEnd;
@@ -581,8 +708,8 @@ GemmEmitter::beginGemmOperands(const ExpertTile &rows, bool bFp8, int64_t depth)
 SmallVector<GemmEmitter::CopySlot>
 GemmEmitter::planACopy(const ExpertTile &rows, int64_t depth) {
   // A rows are tile.k FP8 bytes: tile.k / 16 chunks of 16 bytes; MXFP4
-  // rows half that.
-  const int64_t elementsPerDword = aFp4 ? 8 : 4;
+  // rows half that, BF16 rows twice.
+  const int64_t elementsPerDword = aElementsPerDword();
   return planCopy(
       tile.getM(), tile.getK() / (4 * elementsPerDword),
       [&](Value row) { return mul(rows.aRow(row), depth / elementsPerDword); },
@@ -594,7 +721,9 @@ void GemmEmitter::addAFragments(GemmOperands &ops, ArrayRef<Value> fragARow,
                                 int64_t depth) {
   for (auto [mi, aRow] : llvm::enumerate(fragARow)) {
     ops.aTileRow.push_back(add(laneRow, idx(int64_t(mi) * layout.dim)));
-    ops.aScaleRow.push_back(mul(aRow, depth / 32));
+    // BF16 A rows have no scales.
+    if (!aBf16)
+      ops.aScaleRow.push_back(mul(aRow, depth / 32));
   }
 }
 

@@ -29,16 +29,17 @@ namespace moec {
 /// bound comes from the validBytes of the buffer descriptor.
 constexpr int64_t kRouteIndexedExtent = int64_t(1) << 28;
 
-/// The GEMM stages read FP8 or MXFP4 A rows (problem.activation): a stage
-/// whose A operand is neither (BF16, A16W4) is refused with a message.
+/// The GEMM stages read FP8, MXFP4 or (A16W4) BF16 A rows; BF16 A rows are
+/// lowered for the route-list stages with routed experts only: a peer
+/// transport or an FP8 shared expert with them is refused with a message.
 inline mlir::LogicalResult refuseUnscaledActivations(mlir::Operation *op,
-                                                     moe::ProblemAttr problem) {
-  if (problem.getActivationFormat() == moe::ActivationFormat::fp8 ||
-      problem.getActivationFormat() == moe::ActivationFormat::fp4)
+                                                     moe::ProblemAttr problem,
+                                                     bool peerOrShared) {
+  if (problem.getActivationFormat() != moe::ActivationFormat::bf16 ||
+      !peerOrShared)
     return mlir::success();
-  return op->emitOpError("BF16 activations (A16W4) are not lowered to a "
-                         "kernel yet: problem.activation must be f8E4M3FN "
-                         "or f4E2M1FN");
+  return op->emitOpError("BF16 activations (A16W4) are lowered without peer "
+                         "and shared_fp8_expert only");
 }
 
 /// The scaled-MFMA GEMM shared by W13 and W2.
@@ -362,6 +363,20 @@ protected:
                        llvm::ArrayRef<mlir::Value> bScale,
                        llvm::ArrayRef<mlir::Value> directB,
                        llvm::MutableArrayRef<mlir::Value> accs);
+  /// emitMfmaSubStep for BF16 A: lane group g's 32 K of sub-step `kk` are
+  /// four BF16 MFMAs j = 0..3 fed K 32 g + 8 j .. + 7 on both sides (the
+  /// same permutation of K for A and B, so the dot products are unchanged),
+  /// which makes the weight fragment's dword j their B operand. `bScale` is
+  /// per B fragment the scale word shifted as for the scaled MFMA.
+  void emitBf16SubStep(const GemmOperands &operands, int64_t kk,
+                       llvm::ArrayRef<mlir::Value> bScale,
+                       llvm::ArrayRef<mlir::Value> directB,
+                       llvm::MutableArrayRef<mlir::Value> accs);
+  /// Eight E2M1 codes (`word`, element i in bits 4i..4i+3) times the E8M0
+  /// scale `scaleCode` (i32, 0..255) as vector<8xbf16>, by integer
+  /// arithmetic: the scale is clamped to [2, 252], where every product is a
+  /// normal BF16 and exact; code 255 (NaN) gives NaN (docs/numerics.md).
+  mlir::Value upconvertFp4Word(mlir::Value word, mlir::Value scaleCode);
   /// Chunk index `chunk` of tile row `row` after the A swizzle.
   mlir::Value swizzleChunk(mlir::Value chunk, mlir::Value row);
   /// Loads `words` aligned words of E8M0 scales (four a word) from
@@ -409,6 +424,12 @@ protected:
   /// A rows are MXFP4 (E2M1 pairs, tile.k / 2 bytes a row: A4W4) instead of
   /// FP8; set by the stage from problem.activation before the GEMM.
   bool aFp4 = false;
+  /// A rows are BF16 (tile.k * 2 bytes a row, no scales: A16W4): each
+  /// scaled-MFMA K step becomes four BF16 MFMAs on up-converted weights
+  /// (emitBf16SubStep); set by the stage from problem.activation.
+  bool aBf16 = false;
+  /// A elements per dword: 8 (MXFP4), 2 (BF16) or 4 (FP8).
+  int64_t aElementsPerDword() const { return aFp4 ? 8 : aBf16 ? 2 : 4; }
   /// Set by emitTileIds when the tile body runs inside a persistent loop.
   bool inTileLoop = false;
   int64_t lanes;

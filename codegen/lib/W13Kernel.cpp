@@ -55,8 +55,10 @@ public:
   W13Emitter(OpBuilder &builder, moe::W13Op op)
       : GemmEmitter(builder, op, op.getTile()), op(op),
         problem(op.getProblem()),
-        outFp4(problem.getOutputFormat() == moe::ActivationFormat::fp4) {
+        outFp4(problem.getOutputFormat() == moe::ActivationFormat::fp4),
+        outBf16(problem.getOutputFormat() == moe::ActivationFormat::bf16) {
     aFp4 = problem.getActivationFormat() == moe::ActivationFormat::fp4;
+    aBf16 = problem.getActivationFormat() == moe::ActivationFormat::bf16;
   }
 
   FailureOr<gpu::GPUModuleOp> emit();
@@ -89,6 +91,7 @@ private:
   /// GEMM, activation and quantisation of one tile.
   void emitTile(const TileRows &rows);
   /// Quantises the activation staged in LDS (FP32 [tile.m][tile.n]) to
+  /// BF16 rows (A16W4) or
   /// FP8 1x32 blocks of the tile's output rows.
   void storeQuantised(const TileRows &rows);
   /// Physical W13 row of logical intermediate column `column` (an index),
@@ -106,6 +109,8 @@ private:
   moe::ProblemAttr problem;
   /// The intermediate is MXFP4 (E2M1 pairs, I / 2 bytes a row), not FP8.
   bool outFp4;
+  /// The intermediate is BF16 (A16W4: 2 I bytes a row, no scales).
+  bool outBf16;
 };
 
 FailureOr<gpu::GPUModuleOp> W13Emitter::emit() {
@@ -238,12 +243,14 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   Value numRoutes = arith::MulIOp::create(b, loc, numTokens, i32(topK));
   Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
   TileRows rows;
-  rows.aBuf = asBuffer(arg(kA), bytesOf(numTokens, aFp4 ? hidden / 2 : hidden));
+  rows.aBuf = asBuffer(arg(kA), bytesOf(numTokens, hidden * 4 /
+                                                      aElementsPerDword()));
   rows.aScaleBuf = asBuffer(arg(kAScale), bytesOf(numTokens, hidden / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   Value tileExpertBuf = asBuffer(arg(kTileExperts), bytesOf(numTiles, 4));
-  rows.outBuf =
-      asBuffer(arg(kOut), bytesOf(numRoutes, outFp4 ? inter / 2 : inter));
+  rows.outBuf = asBuffer(
+      arg(kOut),
+      bytesOf(numRoutes, outFp4 ? inter / 2 : outBf16 ? 2 * inter : inter));
   rows.outScaleBuf = asBuffer(arg(kOutScale), bytesOf(numRoutes, inter / 32));
   rows.lds = func.getWorkgroupAttributions()[0];
   rows.b = arg(kB);
@@ -394,7 +401,19 @@ void W13Emitter::storeQuantised(const TileRows &rows) {
     Value outElement = add(mul(outRow, inter), add(colBase, mul(block, 32)));
     Value scaleIndex =
         add(mul(outRow, inter / 32), add(divC(colBase, 32), block));
-    if (outFp4)
+    if (outBf16) {
+      // A16W4: the 32 values rounded to BF16 (nearest even), 64 bytes.
+      for (int64_t q = 0; q < 4; ++q) {
+        Value eight = vector::ShuffleOp::create(
+            b, loc, values[2 * q], values[2 * q + 1],
+            ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+        Value rounded = arith::TruncFOp::create(
+            b, loc, VectorType::get({8}, b.getBF16Type()), eight);
+        store16(vector::BitCastOp::create(
+                    b, loc, VectorType::get({4}, b.getI32Type()), rounded),
+                rows.outBuf, add(divC(outElement, 2), idx(4 * q)));
+      }
+    } else if (outFp4)
       storeFp4Block(values, rows.outBuf, divC(outElement, 8),
                     rows.outScaleBuf, scaleIndex);
     else
@@ -597,20 +616,34 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
       op.getProblem().getActivationFormat() == moe::ActivationFormat::fp4;
   const bool outFp4 =
       op.getProblem().getOutputFormat() == moe::ActivationFormat::fp4;
+  // A16W4: BF16 A and intermediate rows; their scale arguments stay in
+  // the ABI (same positions for every format) and are not accessed.
+  const bool a16 =
+      op.getProblem().getActivationFormat() == moe::ActivationFormat::bf16;
   abi.args = {
       aFp4 ? KernelArg{"a", K::Buffer, "f4E2M1FN x2", A::Read,
                        "[num_tokens, H/2]"}
-           : KernelArg{"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
-      {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_tokens, H/32]"},
+      : a16
+          ? KernelArg{"a", K::Buffer, "bf16", A::Read, "[num_tokens, H]"}
+          : KernelArg{"a", K::Buffer, "f8E4M3FN", A::Read, "[num_tokens, H]"},
+      a16 ? KernelArg{"a_scale", K::Buffer, "f8E8M0FNU", A::Read,
+                      "unused (BF16 A has no scales)"}
+          : KernelArg{"a_scale", K::Buffer, "f8E8M0FNU", A::Read,
+                      "[num_tokens, H/32]"},
       {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, 2I, H/2]"},
       {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, 2I, H/32]"},
       {"sorted_routes", K::Buffer, "i32", A::Read, "[num_sorted]"},
       {"tile_experts", K::Buffer, "i32", A::Read, "[num_sorted/tile_m]"},
       outFp4 ? KernelArg{"out", K::Buffer, "f4E2M1FN x2", A::Write,
                          "[num_tokens*top_k, I/2]"}
+      : a16  ? KernelArg{"out", K::Buffer, "bf16", A::Write,
+                        "[num_tokens*top_k, I]"}
              : KernelArg{"out", K::Buffer, "f8E4M3FN", A::Write,
                          "[num_tokens*top_k, I]"},
-      {"out_scale", K::Buffer, "f8E8M0FNU", A::Write, "[num_tokens*top_k, I/32]"},
+      a16 ? KernelArg{"out_scale", K::Buffer, "f8E8M0FNU", A::Write,
+                      "unused (the BF16 intermediate has no scales)"}
+          : KernelArg{"out_scale", K::Buffer, "f8E8M0FNU", A::Write,
+                      "[num_tokens*top_k, I/32]"},
       {"num_tokens", K::I32, "i32", A::Read, "scalar"},
       {"num_sorted", K::I32, "i32", A::Read, "scalar (multiple of tile_m)"},
   };
@@ -632,12 +665,19 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
 
 FailureOr<gpu::GPUModuleOp> buildW13Kernel(OpBuilder &builder, moe::W13Op op) {
   moe::ProblemAttr problem = op.getProblem();
-  if (failed(refuseUnscaledActivations(op, problem)))
+  if (failed(refuseUnscaledActivations(
+          op, problem, op.getPeerAttr() || op.getSharedFp8Expert())))
     return failure();
   std::optional<moe::ActivationFormat> out = problem.getOutputFormat();
-  if (out != moe::ActivationFormat::fp8 && out != moe::ActivationFormat::fp4)
-    return op.emitOpError("problem.output must be f8E4M3FN or f4E2M1FN (the "
-                          "quantised intermediate W2 reads)");
+  const bool a16 = problem.getActivationFormat() == moe::ActivationFormat::bf16;
+  if (a16 ? out != moe::ActivationFormat::bf16
+          : out != moe::ActivationFormat::fp8 &&
+                out != moe::ActivationFormat::fp4)
+    return op.emitOpError(
+        a16 ? "problem.output must be bf16 with BF16 activations (A16W4's "
+              "intermediate)"
+            : "problem.output must be f8E4M3FN or f4E2M1FN (the quantised "
+              "intermediate W2 reads)");
   return W13Emitter(builder, op).emit();
 }
 

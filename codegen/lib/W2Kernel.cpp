@@ -65,6 +65,7 @@ public:
       : GemmEmitter(builder, op, op.getTile()), op(op),
         problem(op.getProblem()) {
     aFp4 = problem.getActivationFormat() == moe::ActivationFormat::fp4;
+    aBf16 = problem.getActivationFormat() == moe::ActivationFormat::bf16;
   }
 
   FailureOr<gpu::GPUModuleOp> emit();
@@ -159,7 +160,8 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
 
   Value numRoutes = arg(kNumRoutes), numSorted = arg(kNumSorted);
   Value numTiles = arith::DivUIOp::create(b, loc, numSorted, i32(tileM));
-  Value aBuf = asBuffer(arg(kA), bytesOf(numRoutes, aFp4 ? inter / 2 : inter));
+  Value aBuf =
+      asBuffer(arg(kA), bytesOf(numRoutes, inter * 4 / aElementsPerDword()));
   Value aScaleBuf = asBuffer(arg(kAScale), bytesOf(numRoutes, inter / 32));
   Value sortedBuf = asBuffer(arg(kSortedRoutes), bytesOf(numSorted, 4));
   // The sort labels blocks of sort_block_m rows (tile.m when 0); M tile i
@@ -548,11 +550,19 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
   }
   const bool aFp4 =
       op.getProblem().getActivationFormat() == moe::ActivationFormat::fp4;
+  // A16W4: BF16 intermediate rows; a_scale stays in the ABI, not accessed.
+  const bool a16 =
+      op.getProblem().getActivationFormat() == moe::ActivationFormat::bf16;
   abi.args = {
       aFp4 ? KernelArg{"a", K::Buffer, "f4E2M1FN x2", A::Read,
                        "[num_routes, I/2]"}
-           : KernelArg{"a", K::Buffer, "f8E4M3FN", A::Read, "[num_routes, I]"},
-      {"a_scale", K::Buffer, "f8E8M0FNU", A::Read, "[num_routes, I/32]"},
+      : a16
+          ? KernelArg{"a", K::Buffer, "bf16", A::Read, "[num_routes, I]"}
+          : KernelArg{"a", K::Buffer, "f8E4M3FN", A::Read, "[num_routes, I]"},
+      a16 ? KernelArg{"a_scale", K::Buffer, "f8E8M0FNU", A::Read,
+                      "unused (BF16 A has no scales)"}
+          : KernelArg{"a_scale", K::Buffer, "f8E8M0FNU", A::Read,
+                      "[num_routes, I/32]"},
       {"b", K::Buffer, "f4E2M1FN x2", A::Read, "[local_experts, H, I/2]"},
       {"b_scale", K::Buffer, "f8E8M0FNU", A::Read, "[local_experts, H, I/32]"},
       {"sorted_routes", K::Buffer, "i32", A::Read, "[num_sorted]"},
@@ -583,7 +593,8 @@ KernelAbi getW2KernelAbi(moe::W2Op op) {
 }
 
 FailureOr<gpu::GPUModuleOp> buildW2Kernel(OpBuilder &builder, moe::W2Op op) {
-  if (failed(refuseUnscaledActivations(op, op.getProblem())))
+  if (failed(refuseUnscaledActivations(
+          op, op.getProblem(), op.getPeerAttr() || op.getSharedFp8Expert())))
     return failure();
   return W2Emitter(builder, op).emit();
 }

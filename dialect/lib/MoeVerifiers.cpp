@@ -52,6 +52,26 @@ static bool isQuantizedFormat(Type type) {
   return format == ActivationFormat::fp8 || format == ActivationFormat::fp4;
 }
 
+/// Bytes of a GEMM stage's A tile in LDS: tile.m rows of tile.k FP8 bytes
+/// (MXFP4 rows keep that size), or of tile.k BF16 (A16W4).
+static int64_t aTileBytes(ProblemAttr problem, TileAttr tile) {
+  const int64_t bytes = problem.getActivationFormat() == ActivationFormat::bf16
+                            ? 2
+                            : 1;
+  return tile.getM() * tile.getK() * bytes;
+}
+
+/// A16W4 (problem.activation bf16) is lowered for the route-list stages with
+/// routed experts only.
+static LogicalResult verifyBf16Activations(Operation *op, ProblemAttr problem,
+                                           bool peer, bool sharedFp8Expert) {
+  if (problem.getActivationFormat() == ActivationFormat::bf16 &&
+      (peer || sharedFp8Expert))
+    return op->emitOpError("BF16 activations (A16W4) do not apply to peer or "
+                           "shared_fp8_expert stages");
+  return success();
+}
+
 /// The fused MegaMoE stages move FP8 rows between ranks: `peer` admits no
 /// MXFP4 activation or intermediate.
 static LogicalResult verifyPeerFormats(Operation *op, ProblemAttr problem,
@@ -323,7 +343,7 @@ int64_t W2Op::getLdsBytes() {
   // A tile: m rows of k FP8 bytes; B tile: n rows of k/2 packed E2M1 bytes
   // (k FP8 bytes for a shared expert).
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
-  int64_t gemm = tile.getM() * tile.getK() +
+  int64_t gemm = aTileBytes(getProblem(), tile) +
                  (tile.getBDirect() ? 0 : tile.getN() * bRowBytes);
   // bf16_lds stages the m x n BF16 output tile afterwards.
   int64_t own = getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2)
@@ -355,10 +375,10 @@ LogicalResult W2Op::verify() {
   if (tile.getKWaves() != 1)
     return emitOpError("tile.k_waves (")
            << tile.getKWaves() << ") applies to moe.w13 only";
-  if (!isQuantizedFormat(problem.getActivation()))
-    return emitOpError("problem.activation must be f8E4M3FN or f4E2M1FN "
-                       "for W2 (the intermediate), got ")
-           << problem.getActivation();
+  // BF16 (A16W4), FP8 or MXFP4: ProblemAttr admits only these.
+  if (failed(verifyBf16Activations(*this, problem, bool(getPeerAttr()),
+                                   getSharedFp8Expert())))
+    return failure();
   if (!isa<Float4E2M1FNType>(problem.getWeight()))
     return emitOpError("problem.weight must be f4E2M1FN for W2, got ")
            << problem.getWeight();
@@ -436,7 +456,7 @@ int64_t W13Op::getLdsBytes() {
   // A tile m x k FP8, B tile 2n rows (gate and up) of k/2 bytes (k for a
   // shared FP8 expert); afterwards the m x n FP32 activation tile.
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
-  int64_t gemm = tile.getM() * tile.getK() +
+  int64_t gemm = aTileBytes(getProblem(), tile) +
                  (tile.getBDirect() ? 0 : 2 * tile.getN() * bRowBytes);
   return tile.padLdsForResidency(
       std::max(gemm, tile.getM() * tile.getN() * 4) + getPeerLdsBytes(),
@@ -449,14 +469,19 @@ LogicalResult W13Op::verify() {
   if (PeerTransportAttr peer = getPeerAttr();
       peer && peer.getPayload() != ActivationFormat::bf16)
     return emitOpError("peer.payload applies to stage 2 (moe.w2) only");
-  if (!isQuantizedFormat(problem.getActivation()))
-    return emitOpError("problem.activation must be f8E4M3FN or f4E2M1FN "
-                       "for W13, got ")
-           << problem.getActivation();
+  if (failed(verifyBf16Activations(*this, problem, bool(getPeerAttr()),
+                                   getSharedFp8Expert())))
+    return failure();
   if (!isa<Float4E2M1FNType>(problem.getWeight()))
     return emitOpError("problem.weight must be f4E2M1FN for W13, got ")
            << problem.getWeight();
-  if (!isQuantizedFormat(problem.getOutput()))
+  // A16W4 writes its intermediate in BF16, without requantisation.
+  const bool a16 = problem.getActivationFormat() == ActivationFormat::bf16;
+  if (a16 && !problem.getOutput().isBF16())
+    return emitOpError("problem.output must be bf16 for W13 with BF16 "
+                       "activations (A16W4's intermediate), got ")
+           << problem.getOutput();
+  if (!a16 && !isQuantizedFormat(problem.getOutput()))
     return emitOpError("problem.output must be f8E4M3FN or f4E2M1FN for W13 "
                        "(the quantised intermediate), got ")
            << problem.getOutput();

@@ -48,8 +48,9 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 512, waves = 2>)
 
 // -----
-// expected-error @+1 {{problem.activation must be f8E4M3FN or f4E2M1FN for W2 (the intermediate), got 'bf16'}}
-moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
+// A16W4 (BF16 activations) is lowered for routed experts only.
+// expected-error @+1 {{BF16 activations (A16W4) do not apply to peer or shared_fp8_expert stages}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 385, top_k = 7, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>) {shared_fp8_expert}
 
 // -----
 // The activation is an activation format: FP8, MXFP4 or BF16.
@@ -90,8 +91,14 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2048, experts = 384
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128>)
 
 // -----
-// expected-error @+1 {{problem.activation must be f8E4M3FN or f4E2M1FN for W13, got 'bf16'}}
+// A16W4's intermediate is BF16: no requantisation after BF16 activations.
+// expected-error @+1 {{problem.output must be bf16 for W13 with BF16 activations (A16W4's intermediate), got 'f8E4M3FN'}}
 moe.w13 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 128>)
+
+// -----
+// The BF16 A tile takes twice the LDS of an FP8 one (m x k x 2 bytes).
+// expected-error @+1 {{tile (m 128, n 256, k 512) stages 196608 bytes of LDS; gfx950 has 163840}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2048, experts = 384, top_k = 6, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 128, n = 256, k = 512, waves = 8>)
 
 // -----
 // expected-error @+1 {{problem.weight must be f4E2M1FN for W13, got 'bf16'}}
