@@ -1,6 +1,7 @@
 """moec.fused_moe: aiter.fused_moe's call, run by a moec layer."""
 
 import ctypes
+import os
 import threading
 
 from ._capi import invalid
@@ -89,17 +90,20 @@ def _check_dtype(value, what, allowed):
 
 _FP8_ACTIVATIONS = ("torch.float8_e4m3fn", "torch.float8_e4m3fnuz", "torch.float8_e5m2",
                     "torch.float8_e5m2fnuz")
+# AITER's q_dtype_a of an A4W4 call (dtypes.fp4x2).
+_FP4_ACTIVATIONS = ("torch.float4_e2m1fn_x2",)
 
 
 def _refuse_prequantised(value, what):
     """Pre-quantised FP8 rows (AITER's a8w4 path with a1_scale) are not
     an input of moec's layers: their first kernel quantises BF16 rows to
     FP8 1x32 on the device. Refused naming the argument, with that reason."""
-    if _is_tensor(value) and str(value.dtype) in _FP8_ACTIVATIONS:
+    if _is_tensor(value) and str(value.dtype) in _FP8_ACTIVATIONS + _FP4_ACTIVATIONS:
         raise invalid(what, "%s rows are pre-quantised activations, which moec's layers do "
-                      "not take: the layer's first kernel quantises BF16 rows to FP8 with "
-                      "E8M0 1x32 scales on the device; pass the BF16 rows (and no "
-                      "a1_scale)" % value.dtype)
+                      "not take: the layer's first kernel quantises BF16 rows to its "
+                      "activation format (FP8 for A8W4, MXFP4 for A4W4) with E8M0 1x32 "
+                      "scales on the device; pass the BF16 rows (and no a1_scale)" %
+                      value.dtype)
 
 
 def _numel(shape):
@@ -120,8 +124,9 @@ def _refuse_unsupported(quant_type, doweight_stage1, a1_scale, a2_scale, block_s
     quant = _enum_value(quant_type, "quant_type", _QUANT_TYPES)
     if quant not in (None, _QUANT_PER_1X32):
         raise invalid("quant_type", "%r is not supported: moec runs MXFP4 weights with E8M0 "
-                      "1x32 scales (QuantType.per_1x32) and quantises the activations to "
-                      "FP8 1x32 itself" % (quant_type,))
+                      "1x32 scales (QuantType.per_1x32) and quantises the activations "
+                      "itself, per 1x32, to the layer's format (FP8 for A8W4 tables, "
+                      "MXFP4 for A4W4)" % (quant_type,))
     if doweight_stage1:
         raise invalid("doweight_stage1", "not supported: moec's kernels apply the routing "
                       "weight once, to each route's W2 output in the combine; AITER's "
@@ -168,6 +173,57 @@ def _check_activation(layer, activation):
                        _activation_name(served) if served is not None else
                        "different activations in different rows",
                        " (%s)" % layer.activation if served is not None else ""))
+
+
+def _aiter_activation_format(activation, m):
+    """The format aiter.fused_moe quantises the tokens to (its q_dtype_a) for
+    a QuantType.per_1x32 call with MXFP4 weights on gfx950, gate and up rows
+    separate (GateMode.SEPARATED, its default): _fused_moe_impl in
+    aiter/fused_moe.py picks, for
+      - ActivationType.Situv2: fp8 when $AITER_SITUV2_A8W4 is "1", else fp4
+        when $AITER_SITUV2_A4W4 is "1", else bf16 (a16w4);
+      - ActivationType.Swiglu: bf16 below M = $GPTOSS_SWIGLU_MXFP4_BF16_BOUND
+        (default 256), else fp4;
+      - ActivationType.Silu (and the rest): fp4.
+    Returns (format, the reason in words)."""
+    value = _enum_value(activation, "activation", _ACTIVATIONS)
+    value = _ACTIVATIONS["Silu"] if value is None else value
+    if value == _ACTIVATIONS["Situv2"]:
+        if os.environ.get("AITER_SITUV2_A8W4", "0") == "1":
+            return "fp8", "ActivationType.Situv2 with AITER_SITUV2_A8W4=1"
+        if os.environ.get("AITER_SITUV2_A4W4", "0") == "1":
+            return "fp4", "ActivationType.Situv2 with AITER_SITUV2_A4W4=1"
+        return "bf16", ("ActivationType.Situv2 without AITER_SITUV2_A4W4=1 (nor "
+                        "AITER_SITUV2_A8W4=1)")
+    if value == _ACTIVATIONS["Swiglu"]:
+        bound = int(os.environ.get("GPTOSS_SWIGLU_MXFP4_BF16_BOUND", "256"))
+        return ("bf16" if m < bound else "fp4"), (
+            "ActivationType.Swiglu at M = %d, %s GPTOSS_SWIGLU_MXFP4_BF16_BOUND = %d" %
+            (m, "below" if m < bound else "at or above", bound))
+    return "fp4", _activation_name(value)
+
+
+_Q_DTYPE_A = {"fp4": "torch.float4_e2m1fn_x2", "fp8": "torch.float8_e4m3fn",
+              "bf16": "torch.bfloat16"}
+
+
+def _check_activation_format(layer, activation, m):
+    """An A4W4 layer (MXFP4 tokens) serves exactly the calls aiter.fused_moe
+    itself runs as A4W4 (_aiter_activation_format), and refuses the others
+    naming why: moec never runs an A4W4 table where AITER would quantise
+    the tokens to BF16 or FP8. A8W4 layers quantise to FP8 whatever the
+    call, as before (docs/python.md)."""
+    if getattr(layer, "a_format", None) != "fp4":
+        return
+    wanted, why = _aiter_activation_format(activation, m)
+    if wanted == "fp4":
+        return
+    what = "hidden_states" if why.startswith("ActivationType.Swiglu") else "activation"
+    hint = (": set AITER_SITUV2_A4W4=1, as an engine serving AITER's kimik3_a4w4 table does"
+            if why.startswith("ActivationType.Situv2") and wanted == "bf16" else "")
+    raise invalid(what, "%s: aiter.fused_moe quantises the tokens to %s (q_dtype_a %s), but "
+                  "%r is an A4W4 table (MXFP4 tokens, q_dtype_a torch.float4_e2m1fn_x2)%s" %
+                  (why, wanted.upper(), _Q_DTYPE_A[wanted], layer, hint))
 
 
 def _host_values(tensor, what):
@@ -282,7 +338,7 @@ def _check_biases(layer, bias1, bias2):
                               (shape, layer.local_experts, cols))
 
 
-def _pick_layer(layer, layers, H, I, E, K, activation):
+def _pick_layer(layer, layers, H, I, E, K, activation, m=None):
     if layer is not None:
         if not isinstance(layer, Layer):
             raise invalid("layer", "expected a moec.Layer, got %s" % type(layer).__name__)
@@ -311,10 +367,13 @@ def _pick_layer(layer, layers, H, I, E, K, activation):
     # a shape none of whose layers computes it.
     wanted = _enum_value(activation, "activation", _ACTIVATIONS)
     wanted = _ACTIVATIONS["Silu"] if wanted is None else wanted
-    for candidate in matching:
-        if _LAYER_ACTIVATIONS.get(candidate.activation) == wanted:
-            return candidate
-    return matching[0]
+    same = [c for c in matching if _LAYER_ACTIVATIONS.get(c.activation) == wanted]
+    if len(same) > 1 and m is not None:
+        # An A4W4 and an A8W4 table of one shape: the one in the format
+        # AITER would quantise this call's tokens to.
+        fmt = _aiter_activation_format(activation, m)[0]
+        same = [c for c in same if getattr(c, "a_format", None) == fmt] or same
+    return same[0] if same else matching[0]
 
 
 def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
@@ -332,7 +391,9 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
     (their data_ptr; the current stream of a GPU tensor) or device pointers
     (ints: then m= is required). activation must be the layer's
     (Layer.activation: ActivationType.Silu, the default, Swiglu for a
-    GPT-OSS table, Situv2 for a Kimi K3 SiTUv2 table); expert_mask (vLLM's, under expert parallelism) must
+    GPT-OSS table, Situv2 for a Kimi K3 SiTUv2 table); a layer of an A4W4
+    table (layer.a_format "fp4") serves only the calls AITER itself runs
+    with MXFP4 tokens (_aiter_activation_format); expert_mask (vLLM's, under expert parallelism) must
     select the layer's experts; bias1 / bias2 go to a table compiled with
     biases. Keyword-only, moec's own: layer= (default: moec.use), out=
     (BF16 [M, H]; default a new tensor like hidden_states, or a new
@@ -445,8 +506,9 @@ def _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation,
             if shape is not None and _numel(shape) != count:
                 raise invalid(name, "%d elements, expected %d (E8M0, one per 32 along K)" %
                               (_numel(shape), count))
-    chosen = _pick_layer(layer, layers, H, I, E, K, activation)
+    chosen = _pick_layer(layer, layers, H, I, E, K, activation, m)
     _check_activation(chosen, activation)
+    _check_activation_format(chosen, activation, m)
     _check_biases(chosen, bias1, bias2)
     placement = None
     if expert_mask is not None:

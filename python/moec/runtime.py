@@ -59,6 +59,12 @@ def _stream(stream):
 _ATTR_RE = re.compile(r"(\w+)\s*=\s*([^,>]+)")
 
 
+# The W13 problem's activation element type -> the layer's activation
+# format: the tokens' format after the layer's quant kernel (AITER's
+# q_dtype_a: torch.float8_e4m3fn, torch.float4_e2m1fn_x2, torch.bfloat16).
+_ACTIVATION_FORMATS = {"f8E4M3FN": "fp8", "f4E2M1FN": "fp4", "bf16": "bf16"}
+
+
 def _parse_attr(text):
     """'#moe.problem<hidden = 512, ...>' -> {'hidden': '512', ...}."""
     inner = text[text.find("<") + 1:text.rfind(">")]
@@ -81,8 +87,11 @@ class TableFacts:
     swiglu_limit, shared_expert (FHMoE), fused (MegaMoE peer kernels),
     activation (over every W13 kernel of the table: "silu",
     "gpt-oss-swiglu" for AITER's ActivationType.Swiglu, "situ-v2" for its
-    ActivationType.Situv2, or "mixed" when its rows disagree), w13_bias and w2_bias (the kernels take AITER's
-    bias1 / bias2)."""
+    ActivationType.Situv2, or "mixed" when its rows disagree), a_format
+    (the tokens' format after the quant kernel, from the first W13 kernel's
+    problem: "fp8" for A8W4, "fp4" for A4W4, "bf16" for A16W4), mid_format
+    (the intermediate's format, which the first W2 kernel reads), w13_bias
+    and w2_bias (the kernels take AITER's bias1 / bias2)."""
 
     def __init__(self, **values):
         self.__dict__.update(values)
@@ -222,6 +231,7 @@ class Bundle:
                           (network, ep, workspace))
         attrs = stages["w13"][0]
         problem = _parse_attr(attrs["problem"])
+        w2_problem = _parse_attr(stages["w2"][0]["problem"]) if stages["w2"] else {}
         shared = "shared_fp8_expert" in attrs
         activations = {"gpt-oss-swiglu" if "gpt_oss_swiglu" in a else
                        "situ-v2" if "situ_v2" in a else "silu"
@@ -236,6 +246,10 @@ class Bundle:
             swiglu_limit=float(_attr_number(attrs.get("swiglu_limit", "0"))),
             shared_expert=shared, fused="peer" in attrs,
             activation=activations.pop() if len(activations) == 1 else "mixed",
+            a_format=_ACTIVATION_FORMATS.get(problem.get("activation"),
+                                             problem.get("activation")),
+            mid_format=_ACTIVATION_FORMATS.get(w2_problem.get("activation"),
+                                               w2_problem.get("activation")),
             w13_bias=any("bias" in a for a in stages["w13"]),
             w2_bias=any("bias" in a for a in stages["w2"]))
 
@@ -563,6 +577,7 @@ class Layer:
     gate_up_interleave = property(lambda self: self.facts.gate_up_interleave)
     swiglu_limit = property(lambda self: self.facts.swiglu_limit)
     activation = property(lambda self: self.facts.activation)
+    a_format = property(lambda self: self.facts.a_format)
 
     @property
     def local_experts(self):

@@ -49,6 +49,9 @@ struct ReferenceArgs {
   int64_t interleave = 16;
   std::optional<double> swigluLimit;
   std::string activation = "silu";
+  /// The format the BF16 tokens are quantised to (fp8: A8W4, fp4: MXFP4,
+  /// A4W4) and of the intermediate between the GEMMs (empty: as the tokens).
+  std::string aFormat = "fp8", midFormat;
   double situBeta = 4.0;
   double situLinearBeta = 25.0;
   bool noShared = false;
@@ -396,7 +399,9 @@ Failure writeInputs(Writer &writer, const ReferenceArgs &args,
 /// Output and (with --stages) stage arrays of one rank or TP group.
 Failure writeResults(Writer &writer, const std::string &prefix,
                      const MoeShape &shape, int64_t tokens, int64_t rows,
-                     const StageResults &r, bool stages, bool faithful) {
+                     const StageResults &r, bool stages, bool faithful,
+                     ActivationFormat inputFormat,
+                     ActivationFormat intermediateFormat) {
   const int64_t H = shape.hidden, I = shape.intermediate;
   if (Failure f = writer.write(prefix + "output.npy", NpyDtype::Float32, {tokens, H}, r.output);
       f.failed())
@@ -417,7 +422,11 @@ Failure writeResults(Writer &writer, const std::string &prefix,
       f.failed())
     return f;
   if (faithful) {
-    if (Failure f = writer.write(prefix + "input_fp8.npy", NpyDtype::UInt8, {tokens, H},
+    // FP8: one byte a value; MXFP4: two E2M1 codes a byte (input_fp4.npy).
+    const bool fp4 = inputFormat == ActivationFormat::Mxfp4;
+    if (Failure f = writer.write(prefix + (fp4 ? "input_fp4.npy" : "input_fp8.npy"),
+                                 NpyDtype::UInt8,
+                                 {tokens, activationRowBytes(inputFormat, H)},
                                  r.inputCodes);
         f.failed())
       return f;
@@ -431,8 +440,11 @@ Failure writeResults(Writer &writer, const std::string &prefix,
       f.failed())
     return f;
   if (faithful) {
-    if (Failure f = writer.write(prefix + "intermediate_fp8.npy", NpyDtype::UInt8, {rows, I},
-                                 r.intermediateCodes);
+    const bool fp4 = intermediateFormat == ActivationFormat::Mxfp4;
+    if (Failure f = writer.write(
+            prefix + (fp4 ? "intermediate_fp4.npy" : "intermediate_fp8.npy"),
+            NpyDtype::UInt8, {rows, activationRowBytes(intermediateFormat, I)},
+            r.intermediateCodes);
         f.failed())
       return f;
     if (Failure f = writer.write(prefix + "intermediate_scale.npy", NpyDtype::UInt8,
@@ -548,6 +560,18 @@ Failure runReference(const ReferenceArgs &args) {
       args.mode == "exact" ? OracleMode::Exact : OracleMode::QuantFaithful;
   const bool gptOss = args.activation == "gpt-oss-swiglu";
   const bool situV2 = args.activation == "situ-v2";
+  const std::string midFormat = args.midFormat.empty() ? args.aFormat : args.midFormat;
+  if (mega && (args.aFormat != "fp8" || midFormat != "fp8"))
+    return badInput("--a-format " + args.aFormat + " --mid-format " + midFormat +
+                    ": the MegaMoE oracle quantises the tokens and the "
+                    "intermediate to FP8 (A8W4); MXFP4 activations (A4W4) are "
+                    "a tp and fhmoe format");
+  const ActivationFormat inputFormat = args.aFormat == "fp4"
+                                           ? ActivationFormat::Mxfp4
+                                           : ActivationFormat::Fp8E4M3;
+  const ActivationFormat intermediateFormat = midFormat == "fp4"
+                                                  ? ActivationFormat::Mxfp4
+                                                  : ActivationFormat::Fp8E4M3;
   if (situV2 && mega)
     return badInput("--activation situ-v2: the MegaMoE networks compute SiLU "
                     "(SiTUv2 is a TP and FHMoE activation)");
@@ -640,6 +664,8 @@ Failure runReference(const ReferenceArgs &args) {
     tp.situV2 = situV2;
     tp.situBeta = args.situBeta;
     tp.situLinearBeta = args.situLinearBeta;
+    tp.inputFormat = inputFormat;
+    tp.intermediateFormat = intermediateFormat;
     tp.bias = in.bias;
     tp.mode = mode;
     tp.outputTolerance = elementBounds;
@@ -670,7 +696,10 @@ Failure runReference(const ReferenceArgs &args) {
     int64_t rankTokens = in.batches[i].tokens;
     if (Failure f = writeResults(writer, prefix, shape, rankTokens, rows[i],
                                  results[i], args.stages,
-                                 mode == OracleMode::QuantFaithful);
+                                 mode == OracleMode::QuantFaithful,
+                                 mega ? ActivationFormat::Fp8E4M3 : inputFormat,
+                                 mega ? ActivationFormat::Fp8E4M3
+                                      : intermediateFormat);
         f.failed())
       return f;
     std::printf("%s%s tokens %lld, output rms %.6g\n", mega ? "rank " : "",
@@ -746,6 +775,16 @@ void addReferenceCommand(CLI::App &app, int &exitStatus) {
                   "ActivationType.Swiglu: g * sigmoid(1.702 g) * (u + 1)), or "
                   "situ-v2 (Kimi K3, AITER's ActivationType.Situv2; tp and fhmoe)")
       ->check(CLI::IsMember({"silu", "gpt-oss-swiglu", "situ-v2"}));
+  cmd->add_option("--a-format", args->aFormat,
+                  "tp/fhmoe, faithful mode: the format the BF16 tokens are "
+                  "quantised to, fp8 (A8W4, the default) or fp4 (MXFP4 with "
+                  "E8M0 1x32 scales: AITER's A4W4, q_dtype_a "
+                  "torch.float4_e2m1fn_x2)")
+      ->check(CLI::IsMember({"fp8", "fp4"}));
+  cmd->add_option("--mid-format", args->midFormat,
+                  "tp/fhmoe, faithful mode: the format of the intermediate "
+                  "between the GEMMs, fp8 or fp4 (default: --a-format's)")
+      ->check(CLI::IsMember({"fp8", "fp4"}));
   cmd->add_option("--situ-beta", args->situBeta,
                   "situ-v2: the gate's beta (AITER's default 4)");
   cmd->add_option("--situ-linear-beta", args->situLinearBeta,
