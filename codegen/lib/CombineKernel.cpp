@@ -3,7 +3,9 @@
 /// \file
 /// The weighted combine: each wave reduces one token at a time, each lane 8
 /// consecutive BF16 columns per pass (one 16-byte load per route, one
-/// 16-byte store). Routes with an invalid expert id are skipped with a
+/// 16-byte store). With fp8_peer_rows the fused stage 2's FP8 rows are
+/// dequantised (8 code bytes and one scale byte per route) and summed in
+/// FP32 in increasing k, rounded once to BF16. Routes with an invalid expert id are skipped with a
 /// select on the accumulator, not multiplied by zero: 0 * NaN from a stale
 /// slot would still poison the sum.
 ///
@@ -68,6 +70,48 @@ private:
     return arith::ExtFOp::create(b, loc, VectorType::get({8}, b.getF32Type()),
                                  row);
   }
+  /// 8 columns of a route's FP8 payload row (peer_protocol.h: row slots
+  /// of fp8RowBytes, codes then E8M0 scales), dequantised exactly to FP32:
+  /// code x 2^(scale - 127). The 8 columns lie in one 1x32 block.
+  Value loadFp8Row(Value rows, Value route, Value column) {
+    const int64_t hidden = problem.getHidden();
+    Value rowByte = mul(route, peer::fp8RowBytes(hidden));
+    Value bytes = vector::LoadOp::create(
+        b, loc, VectorType::get({8}, b.getI8Type()), rows,
+        ValueRange{add(rowByte, column)}, /*nontemporal=*/false,
+        llvm::MaybeAlign(8));
+    // Widened two at a time: a vector<2> extf is one packed FP8 -> FP32
+    // conversion once lowered (wider ones leave vector ops behind that the
+    // ROCDL lowering does not take).
+    Value pairs[4];
+    for (int64_t q = 0; q < 4; ++q) {
+      Value two = vector::ShuffleOp::create(b, loc, bytes, bytes,
+                                            ArrayRef<int64_t>{2 * q, 2 * q + 1});
+      pairs[q] = arith::ExtFOp::create(
+          b, loc, VectorType::get({2}, b.getF32Type()),
+          Value(vector::BitCastOp::create(
+              b, loc, VectorType::get({2}, b.getType<Float8E4M3FNType>()),
+              two)));
+    }
+    auto f32x8 = VectorType::get({8}, b.getF32Type());
+    Value low = vector::ShuffleOp::create(b, loc, pairs[0], pairs[1],
+                                          ArrayRef<int64_t>{0, 1, 2, 3});
+    Value high = vector::ShuffleOp::create(b, loc, pairs[2], pairs[3],
+                                           ArrayRef<int64_t>{0, 1, 2, 3});
+    Value values = vector::ShuffleOp::create(
+        b, loc, low, high, ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+    Value code = memref::LoadOp::create(
+        b, loc, rows,
+        ValueRange{add(add(rowByte, idx(hidden)), divC(column, 32))});
+    // E8M0 code c is 2^(c - 127): FP32 bits c << 23 (codes 1..254).
+    Value scale = arith::BitcastOp::create(
+        b, loc, b.getF32Type(),
+        arith::ShLIOp::create(
+            b, loc, arith::ExtUIOp::create(b, loc, b.getI32Type(), code),
+            i32(23)));
+    return arith::MulFOp::create(
+        b, loc, values, vector::BroadcastOp::create(b, loc, f32x8, scale));
+  }
   /// 8 columns of a route summed over its split-K partials, in order.
   Value loadPartialSum(Value rows, Value route, Value column) {
     auto f32x4 = VectorType::get({4}, b.getF32Type());
@@ -100,15 +144,23 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
   Value numTokensI32 = arg(kNumTokens);
   Value numRoutesI32 = arith::MulIOp::create(b, loc, numTokensI32, i32(topK));
   const int64_t splitK = op.getSplitK();
-  // BF16 rows [R, H], or the FP32 split-K partials of W2 [R, S, H].
-  const int64_t rowBytes = splitK > 1 ? splitK * hidden * 4 : hidden * 2;
+  // BF16 rows [R, H], the FP32 split-K partials of W2 [R, S, H], or the
+  // fused stage 2's FP8 payload rows (fp8_peer_rows).
+  const bool fp8Rows = op.getFp8PeerRows();
+  const int64_t rowBytes = fp8Rows      ? peer::fp8RowBytes(hidden)
+                           : splitK > 1 ? splitK * hidden * 4
+                                        : hidden * 2;
   const bool peerRows = op.getPeerRows();
   const int64_t localExperts = problem.getLocalExperts(), ep = problem.getEp();
   Value rowsArg = arg(kRows);
+  // FP8 rows are bytes (codes and scales): their view reaches the end of
+  // the symmetric buffer's 32-bit extent. The others are i32 words.
+  const int64_t rowsOffset = peer::combineRowsOffset(localExperts, ep);
   if (peerRows)
-    rowsArg = symmetricRegion(b, loc, arg(kRows),
-                              peer::combineRowsOffset(localExperts, ep),
-                              kTokenIndexedExtent, b.getI32Type());
+    rowsArg = symmetricRegion(
+        b, loc, arg(kRows), rowsOffset,
+        fp8Rows ? kSymmetricExtent - rowsOffset : kTokenIndexedExtent,
+        fp8Rows ? b.getI8Type() : b.getI32Type());
   Value rows = asBuffer(rowsArg, bytesOf(numRoutesI32, rowBytes));
   Value ids = asBuffer(arg(kTopkIds), bytesOf(numRoutesI32, 4));
   Value weights = asBuffer(arg(kTopkWeights), bytesOf(numRoutesI32, 4));
@@ -201,8 +253,9 @@ void CombineEmitter::emitBody(gpu::GPUFuncOp func) {
         OpBuilder::InsertionGuard g(b);
         b.setInsertionPointToStart(ifValid.thenBlock());
         Value route = add(mul(token, topK), idx(k));
-        Value rowF32 = splitK > 1 ? loadPartialSum(rows, route, column)
-                                  : loadBf16Row(rows, route, column);
+        Value rowF32 = fp8Rows      ? loadFp8Row(rows, route, column)
+                       : splitK > 1 ? loadPartialSum(rows, route, column)
+                                    : loadBf16Row(rows, route, column);
         // Peer rows already carry the routing weight.
         if (!peerRows)
           rowF32 = arith::MulFOp::create(
@@ -242,9 +295,14 @@ KernelAbi getCombineKernelAbi(moe::CombineOp op) {
   };
   if (op.getPeerRows())
     abi.args[0] = {"symmetric", K::Buffer, "i8", A::ReadWrite,
-                   "[symmetric buffer bytes] (this rank's: its combine rows, "
-                   "[num_tokens*top_k, H] bf16, and control words; "
-                   "moec/abi/peer_protocol.h)"};
+                   op.getFp8PeerRows()
+                       ? "[symmetric buffer bytes] (this rank's: its combine "
+                         "rows, [num_tokens*top_k] FP8 rows of H codes + H/32 "
+                         "E8M0 scales, and control words; "
+                         "moec/abi/peer_protocol.h)"
+                       : "[symmetric buffer bytes] (this rank's: its combine "
+                         "rows, [num_tokens*top_k, H] bf16, and control words; "
+                         "moec/abi/peer_protocol.h)"};
   int64_t blocks = op.getTile().getBlocks();
   int64_t waves = op.getTile().getWaves();
   abi.gridX = blocks > 0 ? std::to_string(blocks)

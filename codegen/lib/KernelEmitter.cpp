@@ -131,6 +131,15 @@ static Value blockAmax(OpBuilder &b, Location loc, ArrayRef<Value> values) {
 void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
                                   Value outDword, Value outScaleBuf,
                                   Value scaleIndex) {
+  Fp8Block block = quantiseFp8Block(values);
+  for (int64_t half = 0; half < 2; ++half)
+    store16(block.chunks[half], outBuf, add(outDword, idx(4 * half)));
+  memref::StoreOp::create(b, loc, block.scale, outScaleBuf,
+                          ValueRange{scaleIndex});
+}
+
+KernelEmitter::Fp8Block
+KernelEmitter::quantiseFp8Block(ArrayRef<Value> values) {
   auto f32x4 = VectorType::get({4}, b.getF32Type());
   Value amax = blockAmax(b, loc, values);
   amax = arith::MaximumFOp::create(
@@ -164,6 +173,7 @@ void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
     dwords.push_back(vector::BitCastOp::create(
         b, loc, VectorType::get({1}, b.getI32Type()), fp8));
   }
+  Fp8Block block;
   for (int64_t half = 0; half < 2; ++half) {
     Value chunk = vector::ShuffleOp::create(b, loc, dwords[4 * half],
                                             dwords[4 * half + 1],
@@ -171,12 +181,11 @@ void KernelEmitter::storeFp8Block(ArrayRef<Value> values, Value outBuf,
     Value chunk2 = vector::ShuffleOp::create(b, loc, dwords[4 * half + 2],
                                              dwords[4 * half + 3],
                                              ArrayRef<int64_t>{0, 1});
-    Value four = vector::ShuffleOp::create(b, loc, chunk, chunk2,
-                                           ArrayRef<int64_t>{0, 1, 2, 3});
-    store16(four, outBuf, add(outDword, idx(4 * half)));
+    block.chunks[half] = vector::ShuffleOp::create(
+        b, loc, chunk, chunk2, ArrayRef<int64_t>{0, 1, 2, 3});
   }
-  Value codeByte = arith::TruncIOp::create(b, loc, b.getI8Type(), code);
-  memref::StoreOp::create(b, loc, codeByte, outScaleBuf, ValueRange{scaleIndex});
+  block.scale = arith::TruncIOp::create(b, loc, b.getI8Type(), code);
+  return block;
 }
 
 void KernelEmitter::storeFp4Block(ArrayRef<Value> values, Value outBuf,

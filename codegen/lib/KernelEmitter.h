@@ -72,6 +72,18 @@ protected:
                      mlir::Value outDword, mlir::Value outScaleBuf,
                      mlir::Value scaleIndex);
 
+  /// One 1x32 block quantised by storeFp8Block's rule, not yet stored.
+  struct Fp8Block {
+    /// The 32 FP8 codes as two vector<4xi32> (16 bytes each), in order.
+    mlir::Value chunks[2];
+    /// The E8M0 scale code (i8).
+    mlir::Value scale;
+  };
+  /// Quantises one 1x32 block (8 vector<4xf32> in column order) as
+  /// storeFp8Block does, for a caller that stores it elsewhere (the fused
+  /// stage 2's FP8 payload rows).
+  Fp8Block quantiseFp8Block(llvm::ArrayRef<mlir::Value> values);
+
   /// Quantises one 1x32 block, given as 8 vector<4xf32> in column order, to
   /// MXFP4 with the A4W4 activation rule (AITER's `_mxfp4_quant_op`,
   /// docs/numerics.md): E8M0 code = the biased exponent of amax after

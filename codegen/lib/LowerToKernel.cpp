@@ -36,13 +36,6 @@ LogicalResult refuseUnimplementedKnobs(moe::StageOpInterface op) {
   if (auto w13 = dyn_cast<moe::W13Op>(op.getOperation());
       w13 && w13.getTile().getKWaves() != 1)
     return w13.emitOpError("tile.k_waves > 1: not implemented by codegen yet");
-  if (auto w2 = dyn_cast<moe::W2Op>(op.getOperation());
-      w2 && w2.getPeerAttr() &&
-      w2.getPeerAttr().getPayload() != moe::ActivationFormat::bf16)
-    return w2.emitOpError("peer.payload = fp8: not implemented by codegen yet");
-  if (auto combine = dyn_cast<moe::CombineOp>(op.getOperation());
-      combine && combine.getFp8PeerRows())
-    return combine.emitOpError("fp8_peer_rows: not implemented by codegen yet");
   return success();
 }
 

@@ -80,6 +80,15 @@ private:
   /// The K loop of one tile; accumulators as GemmEmitter::emitGemm.
   SmallVector<Value> emitTileGemm(const ExpertTile &rows);
 
+  /// The FP8 payload of the fused stage 2: per M fragment, stages its
+  /// FP32 accumulators in LDS ([dim][tile.n] over the GEMM tiles), then one
+  /// lane per (row, 1x32 block) reads its 32 values and calls
+  /// `store(tileRow, blockColumn, values)` (8 vector<4xf32>; blockColumn:
+  /// the block's first hidden column).
+  void storeFp8PeerRows(
+      ArrayRef<Value> accs, Value colBase, Value lds,
+      function_ref<void(Value, Value, ArrayRef<Value>)> store);
+
   /// The end of the fused stage 2: the wave that completes the launch's
   /// count signals every source rank (`sourceControl(r)`, its control
   /// buffer) that its combine rows are complete.
@@ -362,13 +371,23 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
                       rowsTotal * peer::kMetaWords, b.getI32Type()),
       i64(rowsTotal * peer::kMetaWords * 4));
   // Each rank's combine rows, one buffer descriptor per rank (stage 2
-  // holds no other per-rank pointer through its tiles).
+  // holds no other per-rank pointer through its tiles): BF16 elements, or
+  // with the FP8 payload bytes (peer_protocol.h: row slots of
+  // fp8RowBytes, codes then scales).
+  const bool fp8Payload = peer.getPayload() == moe::ActivationFormat::fp8;
+  const int64_t fp8Row = peer::fp8RowBytes(hidden);
   SmallVector<Value> combine;
   for (int64_t r = 0; r < ep; ++r)
-    combine.push_back(asBuffer(
-        symmetricRegion(b, loc, arg(kPeerFirst + r), layout.combine_rows,
-                        routesPerRank * hidden, b.getBF16Type()),
-        i64(routesPerRank * hidden * 2)));
+    combine.push_back(
+        fp8Payload
+            ? asBuffer(symmetricRegion(b, loc, arg(kPeerFirst + r),
+                                       layout.combine_rows,
+                                       routesPerRank * fp8Row, b.getI8Type()),
+                       i64(routesPerRank * fp8Row))
+            : asBuffer(symmetricRegion(b, loc, arg(kPeerFirst + r),
+                                       layout.combine_rows,
+                                       routesPerRank * hidden, b.getBF16Type()),
+                       i64(routesPerRank * hidden * 2)));
 
   emitLaneIds();
   ExpertTile rows;
@@ -386,22 +405,83 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
     rows.aRow = receiveRow;
     SmallVector<Value> accs = emitTileGemm(rows);
 
-    // Epilogue: value x routing weight, BF16, into the source rank's
-    // combine row. Unused rows read metadata 0 ("no route") and store
-    // nothing.
-    auto storeRow = [&](Value tileRow, Value column, Value values) {
+    // Epilogue: value x routing weight, BF16 or FP8 1x32 blocks, into the
+    // source rank's combine row. Unused rows read metadata 0 ("no route")
+    // and store nothing.
+    struct RowRoute {
+      Value weight, hasSource, srcRank, route;
+    };
+    auto routeOf = [&](Value tileRow) {
       Value metaWord = mul(receiveRow(tileRow), peer::kMetaWords);
-      Value weight = arith::BitcastOp::create(
+      RowRoute to;
+      to.weight = arith::BitcastOp::create(
           b, loc, b.getF32Type(),
           memref::LoadOp::create(b, loc, metaBuf, ValueRange{metaWord}));
       Value source = memref::LoadOp::create(b, loc, metaBuf,
                                             ValueRange{add(metaWord, idx(1))});
-      Value hasSource = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
-                                              source, i32(0));
+      to.hasSource = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                           source, i32(0));
       Value packed = arith::SubIOp::create(b, loc, source, i32(1));
-      Value srcRank = arith::DivUIOp::create(b, loc, packed, i32(routesPerRank));
-      Value route =
+      to.srcRank = arith::DivUIOp::create(b, loc, packed, i32(routesPerRank));
+      to.route =
           toIndex(arith::RemUIOp::create(b, loc, packed, i32(routesPerRank)));
+      return to;
+    };
+    // Runs `body(r)` under scf.if on the rank the row came from.
+    auto onSourceRank = [&](const RowRoute &to,
+                            function_ref<void(int64_t)> body) {
+      for (int64_t r = 0; r < ep; ++r) {
+        Value here = arith::AndIOp::create(
+            b, loc, to.hasSource,
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, to.srcRank,
+                                  i32(r)));
+        auto ifHere = scf::IfOp::create(b, loc, here, false);
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(ifHere.thenBlock());
+        body(r);
+      }
+    };
+    Value waveCol = mul(wave, waveN);
+    auto accumulator = [&](int64_t mi, int64_t ni) {
+      return accs[mi * nFrags + ni];
+    };
+    if (fp8Payload) {
+      storeFp8PeerRows(accs, rows.colBase, lds, [&](Value tileRow,
+                                                    Value blockCol,
+                                                    ArrayRef<Value> values) {
+        RowRoute to = routeOf(tileRow);
+        auto f32x4 = VectorType::get({4}, b.getF32Type());
+        Value weight4 = vector::BroadcastOp::create(b, loc, f32x4, to.weight);
+        SmallVector<Value> weighted;
+        for (Value v : values)
+          weighted.push_back(arith::MulFOp::create(b, loc, v, weight4));
+        Fp8Block block = quantiseFp8Block(weighted);
+        // Row slot `route`: codes at byte route * fp8Row + column, the
+        // block's scale at route * fp8Row + hidden + column / 32.
+        Value rowByte = mul(to.route, fp8Row);
+        Value codeByte = add(rowByte, blockCol);
+        Value scaleByte = add(add(rowByte, idx(hidden)), divC(blockCol, 32));
+        auto i8x16 = VectorType::get({16}, b.getI8Type());
+        Value chunks[2];
+        for (int64_t half = 0; half < 2; ++half)
+          chunks[half] =
+              vector::BitCastOp::create(b, loc, i8x16, block.chunks[half]);
+        onSourceRank(to, [&](int64_t r) {
+          for (int64_t half = 0; half < 2; ++half)
+            vector::StoreOp::create(b, loc, chunks[half], combine[r],
+                                    ValueRange{add(codeByte, idx(16 * half))},
+                                    /*nontemporal=*/true, llvm::MaybeAlign(16));
+          memref::StoreOp::create(b, loc, block.scale, combine[r],
+                                  ValueRange{scaleByte}, /*nontemporal=*/true);
+        });
+      });
+      // The next item reuses the LDS tiles.
+      gpu::BarrierOp::create(b, loc);
+      return;
+    }
+    auto storeRow = [&](Value tileRow, Value column, Value values) {
+      RowRoute to = routeOf(tileRow);
+      Value weight = to.weight, route = to.route;
       Value scaled;
       if (auto vectorType = dyn_cast<VectorType>(values.getType())) {
         scaled = arith::MulFOp::create(
@@ -414,14 +494,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
             b, loc, b.getBF16Type(), arith::MulFOp::create(b, loc, values, weight));
       }
       Value element = add(mul(route, hidden), column);
-      for (int64_t r = 0; r < ep; ++r) {
-        Value here = arith::AndIOp::create(
-            b, loc, hasSource,
-            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, srcRank,
-                                  i32(r)));
-        auto ifHere = scf::IfOp::create(b, loc, here, false);
-        OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(ifHere.thenBlock());
+      onSourceRank(to, [&](int64_t r) {
         Value rowsOfR = combine[r];
         if (isa<VectorType>(scaled.getType()))
           vector::StoreOp::create(b, loc, scaled, rowsOfR, ValueRange{element},
@@ -429,11 +502,7 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
         else
           memref::StoreOp::create(b, loc, scaled, rowsOfR, ValueRange{element},
                                   /*nontemporal=*/true);
-      }
-    };
-    Value waveCol = mul(wave, waveN);
-    auto accumulator = [&](int64_t mi, int64_t ni) {
-      return accs[mi * nFrags + ni];
+      });
     };
     forEachAccQuad(mFrags, nFrags, waveCol, accumulator,
                    [&](int64_t mi, Value fragCol, Value rowOfFour, Value quad) {
@@ -455,6 +524,53 @@ void W2Emitter::emitPeerBody(gpu::GPUFuncOp func) {
     return controlOf(arg(kPeerFirst + r));
   });
   gpu::ReturnOp::create(b, loc);
+}
+
+void W2Emitter::storeFp8PeerRows(
+    ArrayRef<Value> accs, Value colBase, Value lds,
+    function_ref<void(Value, Value, ArrayRef<Value>)> store) {
+  const int64_t tileM = tile.getM(), tileN = tile.getN(), dim = layout.dim;
+  const int64_t mFrags = tileM / dim, nFrags = tile.getWaveN() / dim;
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  const int64_t blocksPerRow = tileN / 32;
+  // One M fragment (dim rows x tile.n FP32) at a time, so that the staging
+  // needs no more LDS than dim x tile.n x 4 bytes. The K loop ended with a
+  // barrier: nobody reads the GEMM tiles any more.
+  for (int64_t mi = 0; mi < mFrags; ++mi) {
+    auto fragment = [&](int64_t, int64_t ni) -> Value {
+      return arith::BitcastOp::create(
+          b, loc, VectorType::get({layout.accPerLane}, b.getI32Type()),
+          accs[mi * nFrags + ni]);
+    };
+    forEachAccQuad(/*mFrags=*/1, nFrags, mul(wave, tile.getWaveN()), fragment,
+                   [&](int64_t, Value fragCol, Value rowOfFour, Value quad) {
+      if (bMajor) {
+        store16(quad, lds, add(mul(laneRow, tileN), add(fragCol, rowOfFour)));
+        return;
+      }
+      Value col = add(fragCol, laneRow);
+      for (int64_t j = 0; j < 4; ++j) {
+        Value row = add(rowOfFour, idx(j));
+        memref::StoreOp::create(b, loc,
+                                vector::ExtractOp::create(b, loc, quad, j), lds,
+                                ValueRange{add(mul(row, tileN), col)});
+      }
+    });
+    gpu::BarrierOp::create(b, loc);
+    forEachLaneItem(dim * blocksPerRow, [&](Value item) {
+      Value row = divC(item, blocksPerRow);
+      Value block = remC(item, blocksPerRow);
+      Value first = add(mul(row, tileN), mul(block, 32));
+      SmallVector<Value> values;
+      for (int64_t q = 0; q < 8; ++q)
+        values.push_back(vector::BitCastOp::create(
+            b, loc, f32x4, load16(lds, add(first, idx(4 * q)))));
+      store(add(row, idx(mi * dim)), add(colBase, mul(block, 32)), values);
+    });
+    // The next fragment (or item) overwrites the staged rows.
+    if (mi + 1 < mFrags)
+      gpu::BarrierOp::create(b, loc);
+  }
 }
 
 void W2Emitter::emitCombineSignal(Value control,

@@ -181,6 +181,35 @@ bool checkSplitDispatch(const TuningTable &table,
   return true;
 }
 
+bool checkPeerPayload(const TuningTable &table,
+                      const std::map<std::string, Operation *> &ops,
+                      std::string &error) {
+  for (const TableConfig &c : table.configs) {
+    const std::string *stage2Name = nullptr, *combineName = nullptr;
+    bool fp8Payload = false, fp8Rows = false;
+    for (const std::string &name : c.kernels) {
+      if (auto w2 = dyn_cast<moe::W2Op>(ops.at(name)); w2 && w2.getPeerAttr()) {
+        stage2Name = &name;
+        fp8Payload = w2.getPeerAttr().getPayload() == moe::ActivationFormat::fp8;
+      } else if (auto combine = dyn_cast<moe::CombineOp>(ops.at(name));
+                 combine && combine.getPeerRows()) {
+        combineName = &name;
+        fp8Rows = combine.getFp8PeerRows();
+      }
+    }
+    if (!stage2Name || !combineName || fp8Payload == fp8Rows)
+      continue;
+    error = lineField(c.where, "kernels") + "config '" + c.name +
+            "': fused stage 2 '" + *stage2Name + "' sends " +
+            (fp8Payload ? "FP8 (payload=fp8)" : "BF16 (payload=bf16)") +
+            " combine rows, but combine '" + *combineName + "' reads " +
+            (fp8Rows ? "FP8 rows (fp8_peer_rows=true)"
+                     : "BF16 rows (fp8_peer_rows=false)");
+    return false;
+  }
+  return true;
+}
+
 CompileStatus compileTable(const TuningTable &table,
                            const CompileOptions &options,
                            CompiledTable &compiled, std::string &error) {
@@ -261,7 +290,8 @@ CompileStatus compileTable(const TuningTable &table,
     compiled.kernels.push_back(std::move(entry));
   }
   if (!checkSelections(table, ops, compiled.selectionMaxTokens, error) ||
-      !checkSplitDispatch(table, ops, error))
+      !checkSplitDispatch(table, ops, error) ||
+      !checkPeerPayload(table, ops, error))
     return CompileStatus::BadInput;
 
   if (failed(lowerToKernelIR(*module))) {

@@ -345,9 +345,14 @@ int64_t W2Op::getLdsBytes() {
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
   int64_t gemm = aTileBytes(getProblem(), tile) +
                  (tile.getBDirect() ? 0 : tile.getN() * bRowBytes);
-  // bf16_lds stages the m x n BF16 output tile afterwards.
+  // bf16_lds stages the m x n BF16 output tile afterwards; the FP8 peer
+  // payload one M fragment (MFMA dim rows x n FP32) at a time, whose 1x32
+  // blocks are quantised from LDS.
   int64_t own = getBf16Lds() ? std::max(gemm, tile.getM() * tile.getN() * 2)
                              : gemm;
+  if (PeerTransportAttr peer = getPeerAttr();
+      peer && peer.getPayload() == ActivationFormat::fp8)
+    own = std::max(own, tile.getMfmaM() * tile.getN() * 4);
   return tile.padLdsForResidency(own + getPeerLdsBytes(),
                                  getVerifiedTarget(*this).ldsBytesPerCu);
 }
@@ -412,6 +417,10 @@ LogicalResult W2Op::verify() {
     if (getSplitK() > 1 || getBf16Lds() || getSharedFp8Expert())
       return emitOpError("peer: split_k, bf16_lds and shared_fp8_expert do "
                          "not apply to the fused stage 2");
+    if (peer.getPayload() == ActivationFormat::fp8 && tile.getN() % 32 != 0)
+      return emitOpError("peer.payload = fp8 quantises 1x32 blocks of the "
+                         "tile's columns: tile.n (")
+             << tile.getN() << ") must be a multiple of 32";
     // The fused stages are MegaMoE's, whose experts take no bias here.
     if (getBias())
       return emitOpError("peer: bias does not apply to the fused stage 2");
@@ -798,9 +807,11 @@ private:
 
 LogicalResult W2Op::verifyOnTarget(const TargetInfo &chip) {
   TargetChecker checker(*this, chip);
+  // The FP8 peer payload converts to OCP FP8 as W13's output does.
   checker.checkGemm(getProblem(), getTile(), getPeerAttr(), getLdsBytes(),
                     /*gateAndUp=*/false, getTile().getAsyncA(),
-                    /*writesFp8=*/false);
+                    /*writesFp8=*/getPeerAttr() &&
+                        getPeerAttr().getPayload() == ActivationFormat::fp8);
   return checker.result();
 }
 

@@ -32,6 +32,8 @@ struct PeerShape {
   int64_t workgroups1 = 0, workgroups2 = 0, combineWaves = 4;
   double swigluLimit = 0.0;
   bool compact = false;
+  /// Stage 2 sends, and the combine reads, FP8 1x32 rows (payload = fp8).
+  bool fp8Payload = false;
   /// Receive rows of one rank.
   int64_t rows() const { return compact ? capacity : localExperts * capacity; }
   /// Where the regions of a rank's symmetric buffer lie (peer_protocol.h).
@@ -96,6 +98,14 @@ LogicalResult parsePeerShape(const BuiltKernel &stage1, const BuiltKernel &stage
             "max_tokens, and the combine must read peer_rows";
     return failure();
   }
+  if (s2.fp8PeerRows != c.fp8PeerRows) {
+    error = "peer harness: " + stage2.description.symbol + " sends " +
+            (s2.fp8PeerRows ? "FP8" : "BF16") + " combine rows (payload), but " +
+            combine.description.symbol + " reads " +
+            (c.fp8PeerRows ? "FP8" : "BF16") + " rows (fp8_peer_rows)";
+    return failure();
+  }
+  shape.fp8Payload = s2.fp8PeerRows;
   return success();
 }
 
@@ -336,6 +346,8 @@ PeerLayerRun::runOracle(int epoch, const std::vector<ref::TokenBatch> &batches,
     config.slotCapacity = shape.capacity;
   config.swigluLimit = shape.swigluLimit;
   config.mode = ref::OracleMode::QuantFaithful;
+  config.payload =
+      shape.fp8Payload ? ref::PeerPayload::Fp8 : ref::PeerPayload::Bf16;
   ref::Status status = ref::runMegaMoe(config, w13, w2, batches, oracle);
   if (!status && !shape.compact) {
     // The kernels' capacity is too small for this routing: plan the

@@ -353,8 +353,10 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
       shape.sharedFp8 || static_cast<bool>(attrs.get("shared_last_route"));
   shape.bias = static_cast<bool>(attrs.get("bias"));
   shape.peerRows = static_cast<bool>(attrs.get("peer_rows"));
+  shape.fp8PeerRows = static_cast<bool>(attrs.get("fp8_peer_rows"));
   if (auto peer = attrs.getAs<moe::PeerTransportAttr>("peer")) {
     shape.fused = true;
+    shape.fp8PeerRows = peer.getPayload() == moe::ActivationFormat::fp8;
     shape.compact = peer.isCompact();
     shape.dispatchOnly = peer.getDispatch() == moe::PeerDispatch::only;
     shape.capacity = peer.getCapacity();

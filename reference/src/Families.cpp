@@ -473,6 +473,9 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
   if (Status status = validateBias(config.bias, shape.experts, shape, "MegaMoE");
       !status)
     return status;
+  if (config.payload == PeerPayload::Fp8 && config.outputTolerance)
+    return Status::error("MegaMoE: outputTolerance does not model the FP8 "
+                         "peer payload");
   std::vector<ReceivePlan> plans;
   if (Status status = planDispatch(config, ranks, plans); !status)
     return status;
@@ -564,19 +567,45 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
       }
     }
     std::vector<double> sum(batch.tokens * hidden, 0.0);
+    const bool fp8Payload = config.payload == PeerPayload::Fp8;
+    std::vector<double> weighted(fp8Payload ? hidden : 0),
+        dequantised(fp8Payload ? hidden : 0);
+    std::vector<uint8_t> codes(fp8Payload ? hidden : 0),
+        scales(fp8Payload ? hidden / kBlockSize : 0);
+    std::vector<float> acc(fp8Payload ? hidden : 0);
     for (int64_t token = 0; token < batch.tokens; ++token) {
       double *target = sum.data() + token * hidden;
+      std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t k = 0; k < shape.topk; ++k) {
         int64_t route = token * shape.topk + k;
         if (!isValidExpert(batch.topkIds[route], shape.experts))
           continue;
         double weight = batch.topkWeights[route];
         const double *row = routeRow[route];
+        if (!fp8Payload) {
+          for (int64_t n = 0; n < hidden; ++n)
+            target[n] += weight * row[n];
+          continue;
+        }
+        // The FP8 payload row: FP32 row x FP32 weight, 1x32 FP8 blocks,
+        // dequantised exactly and added in FP32.
+        const float weight32 = batch.topkWeights[route];
         for (int64_t n = 0; n < hidden; ++n)
-          target[n] += weight * row[n];
+          weighted[n] = static_cast<double>(static_cast<float>(row[n]) *
+                                            weight32);
+        quantizeFp8Row(weighted.data(), hidden, codes.data(), scales.data());
+        dequantizeFp8Row(codes.data(), scales.data(), hidden,
+                         dequantised.data());
+        for (int64_t n = 0; n < hidden; ++n)
+          acc[n] += static_cast<float>(dequantised[n]);
       }
+      if (fp8Payload)
+        for (int64_t n = 0; n < hidden; ++n)
+          target[n] = acc[n];
     }
     roundOutputs(sum, out[source].stages);
+    // The combined tolerance bounds the exact sum; it does not model the
+    // FP8 payload's rounding (runMegaMoe refuses that combination).
     if (config.outputTolerance && faithful)
       out[source].stages.outputTolerance = combinedTolerance(
           batch, shape.topk, hidden, sum, [&](int64_t route) {

@@ -72,6 +72,18 @@ int main(void) {
     expect("small recv_a", small.recv_a, 512 + 768 + 256 + 256);
     expect("small bytes", small.bytes, 512 + 768 + 256 + 256 + 768);
   }
+  {
+    /* FP8 payload rows: H codes + H/32 scales, rounded up to 16 bytes by
+     * hand: 7168 + 224 = 7,392 (= 462 x 16); 5120 + 160 = 5,280; 64 + 2
+     * = 66 -> 80. Each fits the BF16 row slot of 2 x H bytes. The bytes
+     * sent per route: 7,392 instead of 14,336. */
+    expect("fp8 row 7168", moec_peer_fp8_row_bytes(7168), 7392);
+    expect("fp8 row 5120", moec_peer_fp8_row_bytes(5120), 5280);
+    expect("fp8 row 64", moec_peer_fp8_row_bytes(64), 80);
+    expect("fp8 row fits the slot", moec_peer_fp8_row_bytes(64) <= 2 * 64, 1);
+    expect("payload bytes fp8", moec_peer_payload_bytes(7168, 1), 7392);
+    expect("payload bytes bf16", moec_peer_payload_bytes(7168, 0), 14336);
+  }
   if (failures == 0)
     printf("peer protocol: ok\n");
   return failures == 0 ? 0 : 1;

@@ -94,7 +94,7 @@ static inline int64_t moec_peer_recv_meta_bytes(int64_t receive_rows) {
  * MOEC_PEER_REGION_ALIGNMENT-aligned, in this order:
  *
  *   control       i32 [moec_peer_control_words]           offset 0
- *   combine_rows  BF16 [max_tokens x top_k, hidden]
+ *   combine_rows  [max_tokens x top_k] row slots of 2 x hidden bytes
  *   recv_meta     i32 [receive_rows, MOEC_PEER_META_WORDS]
  *   recv_scale    E8M0 [receive_rows, hidden / 32]
  *   recv_a        FP8 [receive_rows, hidden]              last, the largest
@@ -102,8 +102,33 @@ static inline int64_t moec_peer_recv_meta_bytes(int64_t receive_rows) {
  * Control and combine rows come first so that their offsets depend only on
  * the expert counts (the peer-rows combine knows no capacity), and the
  * receive rows last so that every region starts below 2^31 bytes even
- * when the receive rows alone pass 4 GB. */
+ * when the receive rows alone pass 4 GB.
+ *
+ * The combine rows hold what the fused stage 2 sends back to the source
+ * rank, route `token * top_k + k` in row slot `token * top_k + k`, with
+ * the stage's `#moe.peer` payload:
+ *   bf16  BF16 [hidden] at byte 2 * hidden * route (the weighted row);
+ *   fp8   at byte moec_peer_fp8_row_bytes(hidden) * route: the weighted
+ *         row as FP8 E4M3 [hidden], then its E8M0 scales [hidden / 32],
+ *         one per 1x32 block (moec's activation rule, docs/numerics.md),
+ *         zero padding to a 16-byte multiple.
+ * The region is sized for BF16 rows whatever the payload: stage 1, which
+ * knows no payload, must find the receive regions at the same offsets. */
 #define MOEC_PEER_REGION_ALIGNMENT 256
+
+/* Bytes of one combine row with the FP8 payload: `hidden` FP8 codes and
+ * `hidden / 32` E8M0 scales, rounded up to 16 bytes so that every row
+ * starts 16-byte aligned. At most 2 x hidden (the BF16 row) for every
+ * hidden >= 32. */
+static inline int64_t moec_peer_fp8_row_bytes(int64_t hidden) {
+  return (hidden + hidden / 32 + 15) / 16 * 16;
+}
+
+/* Bytes one route's combine row carries over the peer link: 2 x hidden
+ * (bf16 payload) or hidden + hidden / 32 (fp8 payload, padding unsent). */
+static inline int64_t moec_peer_payload_bytes(int64_t hidden, int fp8) {
+  return fp8 ? hidden + hidden / 32 : 2 * hidden;
+}
 
 typedef struct moec_peer_buffer_layout {
   int64_t control, combine_rows, recv_meta, recv_scale, recv_a;
@@ -211,6 +236,10 @@ inline BufferLayout bufferLayout(int64_t localExperts, int64_t ep,
                                  int64_t topK, int64_t maxTokens) {
   return moec_peer_buffer_layout_of(localExperts, ep, receiveRows, hidden, topK,
                                     maxTokens);
+}
+/// moec_peer_fp8_row_bytes.
+inline int64_t fp8RowBytes(int64_t hidden) {
+  return moec_peer_fp8_row_bytes(hidden);
 }
 /// moec_peer_combine_rows_offset.
 inline int64_t combineRowsOffset(int64_t localExperts, int64_t ep) {

@@ -123,6 +123,11 @@ bool checkSelections(const TuningTable &table,
 bool checkSplitDispatch(const TuningTable &table,
                         const std::map<std::string, mlir::Operation *> &ops,
                         std::string &error);
+/// A config's fused stage 2 and its peer-rows combine agree on the combine
+/// rows' format: payload=fp8 exactly with fp8_peer_rows.
+bool checkPeerPayload(const TuningTable &table,
+                      const std::map<std::string, mlir::Operation *> &ops,
+                      std::string &error);
 
 /// XXH64 of `size` bytes as 16 hex digits: content hashes and fingerprints.
 std::string hashHex(const void *data, size_t size);

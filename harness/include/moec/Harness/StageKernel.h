@@ -167,6 +167,9 @@ struct StageShape {
   /// limit, receive capacity and persistent workgroups; a dispatch-only
   /// stage 1; a combine that reads the peer rows.
   bool fused = false, compact = false, dispatchOnly = false, peerRows = false;
+  /// The combine rows are FP8 1x32 blocks: a fused stage's `#moe.peer`
+  /// payload = fp8 (stage 2 sends them), a combine's fp8_peer_rows.
+  bool fp8PeerRows = false;
   int64_t capacity = 0, maxTokens = 0, workgroups = 0;
   /// Formats of the quantised token rows (quant's output, W13's A) and of
   /// the intermediate (W13's output, W2's A): FP8 (A8W4) or MXFP4 (A4W4),

@@ -178,8 +178,23 @@ enum class Transport {
   Compact,
 };
 
+/// What the fused stage 2 sends back to the source rank's combine
+/// (`#moe.peer` payload).
+enum class PeerPayload {
+  /// The weighted W2 row; the oracle sums weight x row exactly (double)
+  /// and rounds once to BF16.
+  Bf16,
+  /// The weighted row in moec's 1x32 FP8 blocks: per route, the FP32 W2
+  /// row times its FP32 weight (one FP32 rounding), quantised with the
+  /// activation rule (quantizeFp8Row), dequantised exactly, summed in FP32
+  /// in increasing k and rounded once to BF16, as the kernels do.
+  Fp8,
+};
+
 struct MegaMoeConfig {
   MoeShape shape;
+  /// The peer payload of the combine rows (fused stage 2 -> combine).
+  PeerPayload payload = PeerPayload::Bf16;
   /// EP size; rank r owns experts [r * E / ep, (r + 1) * E / ep).
   int64_t ep = 1;
   Transport transport = Transport::FixedSlot;
