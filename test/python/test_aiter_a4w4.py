@@ -44,7 +44,7 @@ SILU, SWIGLU, SITUV2 = (ActivationType("Silu", 0), ActivationType("Swiglu", 2),
 def a4w4(workdir):
     """name -> bundle compiled --small from AITER's A4W4 CSV."""
     out = {}
-    for name in ("dsv3_fp4", "kimik3_a4w4"):
+    for name in ("dsv3_fp4", "glm5_fp4", "kimik3_a4w4"):
         path = os.path.join(workdir, "a4w4-%s.moeb" % name)
         status, text = run("compile", os.path.join(AITER, name + "_tuned_fmoe.csv"),
                            "--skip-unsupported", "--small", "--allow-spills", "-q", "-o", path)
@@ -116,7 +116,8 @@ def a8w4_rel_l2(oracle, bits):
 
 
 def test_table_facts_name_the_activation_format(a4w4, bundle_path):
-    for name, activation in (("dsv3_fp4", "silu"), ("kimik3_a4w4", "situ-v2")):
+    for name, activation in (("dsv3_fp4", "silu"), ("glm5_fp4", "silu"),
+                             ("kimik3_a4w4", "situ-v2")):
         for network, ep, workspace, _ in a4w4[name].tables():
             facts = a4w4[name].table_facts(network, ep, workspace)
             assert (facts.a_format, facts.mid_format, facts.activation) == \
@@ -125,13 +126,18 @@ def test_table_facts_name_the_activation_format(a4w4, bundle_path):
     assert (facts.a_format, facts.mid_format) == ("fp8", "fp8")
 
 
-@pytest.mark.parametrize("m,seed", [(5, 21), (37, 22)])
-def test_dsv3_a4w4_silu_matches_the_a4w4_oracle(a4w4, device, workdir, torch, m, seed):
-    """DeepSeek V3's FP4 table (SiLU): AITER runs SiLU per_1x32 calls with
-    FP4 weights as A4W4 whatever M, and so does moec's layer."""
-    layer = moec.Layer(a4w4["dsv3_fp4"], device, "aiter-2")  # rows 2..2048
+@pytest.mark.parametrize("name,network,m,seed", [
+    ("dsv3_fp4", "aiter-2", 5, 21), ("dsv3_fp4", "aiter-2", 37, 22),
+    ("glm5_fp4", "aiter-2", 9, 24)])
+def test_a4w4_silu_matches_the_a4w4_oracle(a4w4, device, workdir, torch, name, network, m,
+                                           seed):
+    """DeepSeek V3's and GLM-5's FP4 tables (SiLU; compiled --small, H = I
+    = 512 for dsv3's aiter-2 and 1024 for GLM-5's): AITER runs SiLU
+    per_1x32 calls with FP4 weights as A4W4 whatever M, and so does moec's
+    layer."""
+    layer = moec.Layer(a4w4[name], device, network)
     assert layer.a_format == "fp4" and layer.activation == "silu"
-    o = a4w4_oracle(workdir, "dsv3", layer, m, seed, "silu")
+    o = a4w4_oracle(workdir, name, layer, m, seed, "silu")
     bits, launched = aiter_call(torch, device, layer, o.arrays, m, SILU)
     assert launched == 1
     no_route = ~np.any((o.arrays["topk_ids"] >= 0) & (o.arrays["topk_ids"] < layer.experts),
