@@ -26,7 +26,12 @@ GemmEmitter::GemmEmitter(OpBuilder &builder, Operation *op, moe::TileAttr tile)
     : KernelEmitter(builder, op), tile(tile), shape(toLayoutShape(tile.getMfma())),
       layout(mfma::shapeInfo(shape)),
       bMajor(tile.getOrientation() == moe::MfmaOrientation::b_major),
-      lanes(chip.wavefrontSize * tile.getWaves()) {}
+      lanes(chip.wavefrontSize * tile.getWaves() * tile.getKWaves()),
+      groupLanes(chip.wavefrontSize * tile.getWaves()) {}
+
+Value GemmEmitter::groupLdsDword(int64_t base) {
+  return kGroup ? add(idx(base), mul(kGroup, kGroupLdsDwords)) : idx(base);
+}
 
 Value GemmEmitter::swizzleChunk(Value chunk, Value row) {
   // chunk ^ (row mod chunks per row): a permutation of the row's chunks
@@ -81,6 +86,12 @@ void GemmEmitter::emitLaneIds() {
   lane = remC(tid, chip.wavefrontSize);
   laneRow = remC(lane, layout.dim);   // mfma::operandRow
   laneGroup = divC(lane, layout.dim); // mfma::laneGroup
+  groupTid = tid, groupWave = wave;
+  if (tile.getKWaves() > 1) {
+    kGroup = divC(wave, tile.getWaves());
+    groupWave = remC(wave, tile.getWaves());
+    groupTid = remC(tid, groupLanes);
+  }
 }
 
 Block *GemmEmitter::emitExpertGuard(Value expertI32, int64_t localExperts) {
@@ -130,12 +141,14 @@ GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
   const int64_t waveSize = chip.wavefrontSize;
   assert((!direct || (!swizzle && chunks % waveSize == 0)) &&
          "a direct copy needs whole waves of unswizzled chunks");
-  Value waveChunk = direct ? mul(wave, waveSize) : Value();
-  for (int64_t first = 0; first < chunks; first += lanes) {
-    Value chunk = add(tid, idx(first));
+  // The copy is the wave group's (the workgroup's with one group).
+  Value waveChunk = direct ? mul(groupWave, waveSize) : Value();
+  Value ldsBase = groupLdsDword(ldsBaseDword);
+  for (int64_t first = 0; first < chunks; first += groupLanes) {
+    Value chunk = add(groupTid, idx(first));
     Value active;
     Value row = divC(chunk, chunksPerRow);
-    if (first + lanes > chunks) {
+    if (first + groupLanes > chunks) {
       // Lanes past the last chunk copy nothing; clamp their row so even the
       // address they compute stays inside the tile.
       active = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, chunk,
@@ -146,9 +159,9 @@ GemmEmitter::planCopy(int64_t rows, int64_t chunksPerRow,
     Value ldsCol = swizzle ? swizzleChunk(col, row) : col;
     Value ldsWaveDword;
     if (direct)
-      ldsWaveDword = add(idx(ldsBaseDword), mul(add(waveChunk, idx(first)), 4));
+      ldsWaveDword = add(ldsBase, mul(add(waveChunk, idx(first)), 4));
     slots.push_back({add(globalRowDword(row), mul(col, 4)),
-                     add(idx(ldsBaseDword),
+                     add(ldsBase,
                          add(mul(row, chunksPerRow * 4), mul(ldsCol, 4))),
                      active, ldsWaveDword});
   }
@@ -302,12 +315,13 @@ void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
       if (tile.getASwizzle())
         chunk = swizzleChunk(chunk, ops.aTileRow[mi]);
       Value rowDword =
-          add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 8));
+          add(groupLdsDword(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 8));
       Value data = load16(ops.lds, add(rowDword, mul(chunk, 4)));
       aFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
       continue;
     }
-    Value rowDword = add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
+    Value rowDword =
+        add(groupLdsDword(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 4));
     aFrag.push_back(loadFp8Fragment(
         ops.lds, rowDword, kk * mfmaK,
         tile.getASwizzle() ? ops.aTileRow[mi] : Value()));
@@ -317,14 +331,14 @@ void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
       bFrag.push_back(directB[bi]);
     } else if (ops.bFp8) {
       Value rowDword =
-          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 4));
+          add(groupLdsDword(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 4));
       bFrag.push_back(loadFp8Fragment(ops.lds, rowDword, kk * mfmaK,
                                       /*swizzleRow=*/Value()));
     } else {
       const mfma::KRun &r = fp4.runs[0];
       Value kElem = add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
       Value rowDword =
-          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
+          add(groupLdsDword(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
       Value data = load16(ops.lds, add(rowDword, divC(kElem, 8)));
       bFrag.push_back(vector::BitCastOp::create(b, loc, fp4Type, data));
     }
@@ -419,7 +433,7 @@ void GemmEmitter::emitBf16SubStep(const GemmOperands &ops, int64_t kk,
   SmallVector<SmallVector<Value>> aFrag(mFrags);
   for (size_t mi = 0; mi < mFrags; ++mi) {
     Value rowDword =
-        add(idx(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 2));
+        add(groupLdsDword(ops.ldsADword), mul(ops.aTileRow[mi], tileK / 2));
     for (int64_t j = 0; j < kParts; ++j) {
       Value chunk = add(mul(laneGroup, kParts), idx(kk * mfmaK / 8 + j));
       if (tile.getASwizzle())
@@ -440,7 +454,7 @@ void GemmEmitter::emitBf16SubStep(const GemmOperands &ops, int64_t kk,
     } else {
       Value kElem = add(mul(laneGroup, r.kPerGroup), idx(kk * mfmaK + r.kBase));
       Value rowDword =
-          add(idx(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
+          add(groupLdsDword(ops.ldsBDword), mul(ops.bTileRow[bi], tileK / 8));
       words = load16(ops.lds, add(rowDword, divC(kElem, 8)));
     }
     Value scaleCode = arith::AndIOp::create(
@@ -593,6 +607,72 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   scf::YieldOp::create(b, loc, yielded);
   return SmallVector<Value>(kLoop.getResults().begin(),
                             kLoop.getResults().begin() + accInit.size());
+}
+
+void GemmEmitter::reduceKGroups(ArrayRef<Value> accs, Value lds,
+                                int64_t baseDword,
+                                function_ref<void(ArrayRef<Value>)> body) {
+  const int64_t groups = tile.getKWaves();
+  if (groups == 1) {
+    body(accs);
+    return;
+  }
+  // Group g >= 1 writes accumulator i of its lane t at
+  // [g - 1][i][t][accPerLane]: 16-byte stores and loads, lane-contiguous.
+  const int64_t per = layout.accPerLane;
+  const int64_t groupDwords = int64_t(accs.size()) * groupLanes * per;
+  auto at = [&](Value group, size_t i, int64_t a) {
+    return add(add(idx(baseDword + int64_t(i) * groupLanes * per + a),
+                   mul(group, groupDwords)),
+               mul(groupTid, per));
+  };
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  auto i32x4 = VectorType::get({4}, b.getI32Type());
+  Value isFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                        kGroup, idx(0));
+  {
+    Value isOther = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                          kGroup, idx(0));
+    auto ifOther = scf::IfOp::create(b, loc, isOther, false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOther.thenBlock());
+    Value slot = arith::SubIOp::create(b, loc, kGroup, idx(1));
+    for (auto [i, acc] : llvm::enumerate(accs))
+      for (int64_t a = 0; a < per; a += 4) {
+        Value quad = vector::ShuffleOp::create(
+            b, loc, acc, acc, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
+        store16(vector::BitCastOp::create(b, loc, i32x4, quad), lds,
+                at(slot, i, a));
+      }
+  }
+  gpu::BarrierOp::create(b, loc);
+  auto ifFirst = scf::IfOp::create(b, loc, isFirst, false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifFirst.thenBlock());
+  SmallVector<Value> sums(accs.begin(), accs.end());
+  for (auto [i, sum] : llvm::enumerate(sums)) {
+    // Quads of group 0 + group 1 + ... in that order.
+    SmallVector<Value> quads;
+    for (int64_t a = 0; a < per; a += 4) {
+      Value quad = vector::ShuffleOp::create(
+          b, loc, sum, sum, ArrayRef<int64_t>{a, a + 1, a + 2, a + 3});
+      for (int64_t g = 1; g < groups; ++g)
+        quad = arith::AddFOp::create(
+            b, loc, quad,
+            vector::BitCastOp::create(b, loc, f32x4,
+                                      load16(lds, at(idx(g - 1), i, a))));
+      quads.push_back(quad);
+    }
+    Value joined = quads[0];
+    for (size_t q = 1; q < quads.size(); ++q) {
+      SmallVector<int64_t> mask;
+      for (int64_t e = 0; e < int64_t(4 * (q + 1)); ++e)
+        mask.push_back(e);
+      joined = vector::ShuffleOp::create(b, loc, joined, quads[q], mask);
+    }
+    sum = joined;
+  }
+  body(sums);
 }
 
 Value GemmEmitter::loadColumnBias(Value bias, Value first, Value fragCol) {

@@ -235,6 +235,16 @@ public:
   /// Function attributes the tile asks for (waves_per_eu).
   void applyTileHints(mlir::gpu::GPUFuncOp func);
 
+  /// tile.k_waves > 1: adds the wave groups' accumulators of emitKLoop in
+  /// increasing group order (deterministic) through LDS, `accs` of groups
+  /// 1.. written from dword `baseDword` ((k_waves - 1) x accs.size() x
+  /// accPerLane x groupLanes dwords), then runs `body(sums)` in group 0
+  /// only. Every wave of the workgroup must reach it (it has a barrier);
+  /// `body` must not. With one group it is `body(accs)`.
+  void reduceKGroups(llvm::ArrayRef<mlir::Value> accs, mlir::Value lds,
+                     int64_t baseDword,
+                     llvm::function_ref<void(llvm::ArrayRef<mlir::Value>)> body);
+
   /// A per-column FP32 bias in the layout of one accumulator of emitKLoop:
   /// value a of the lane's vector<accPerLane x f32> is element `first +
   /// fragCol + c` of the f32 buffer `bias`, c being the value's output
@@ -432,8 +442,19 @@ protected:
   int64_t aElementsPerDword() const { return aFp4 ? 8 : aBf16 ? 2 : 4; }
   /// Set by emitTileIds when the tile body runs inside a persistent loop.
   bool inTileLoop = false;
+  /// Lanes of the workgroup: tile.waves x tile.k_waves waves.
   int64_t lanes;
   mlir::Value tid, wave, lane, laneRow, laneGroup;
+  /// tile.k_waves: the workgroup is k_waves groups of tile.waves waves, each
+  /// with its own GEMM tiles in LDS, kGroupLdsDwords apart; the copies and
+  /// the N split use the ids within the group (groupTid < groupLanes,
+  /// groupWave < tile.waves: tid, lanes and wave with one group). kGroup is
+  /// the wave's group (null with one group); the stage sets the K range.
+  int64_t groupLanes;
+  int64_t kGroupLdsDwords = 0;
+  mlir::Value groupTid, groupWave, kGroup;
+  /// LDS dword `base` of this wave group's GEMM tiles.
+  mlir::Value groupLdsDword(int64_t base);
 };
 
 /// The launch grid's Y rule of a GEMM stage without a peer transport: one

@@ -59,6 +59,15 @@ public:
         outBf16(problem.getOutputFormat() == moe::ActivationFormat::bf16) {
     aFp4 = problem.getActivationFormat() == moe::ActivationFormat::fp4;
     aBf16 = problem.getActivationFormat() == moe::ActivationFormat::bf16;
+    // tile.k_waves: each wave group's A and B tiles, as W13Op::getLdsBytes
+    // counts them (the B tile at its larger, FP8, size with a shared
+    // expert, whose K loop the same groups run).
+    const int64_t bRowBytes =
+        op.getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
+    kGroupLdsDwords =
+        (tile.getM() * tile.getK() * (aBf16 ? 2 : 1) +
+         (tile.getBDirect() ? 0 : 2 * tile.getN() * bRowBytes)) /
+        4;
   }
 
   FailureOr<gpu::GPUModuleOp> emit();
@@ -89,7 +98,7 @@ private:
   std::pair<Value, Value> emitStage1Arrival(Value control, Value lds,
                                             const PeerLds &words);
   /// GEMM, activation and quantisation of one tile.
-  void emitTile(const TileRows &rows);
+  void emitTile(const TileRows &tileRows);
   /// Quantises the activation staged in LDS (FP32 [tile.m][tile.n]) to
   /// BF16 rows (A16W4) or
   /// FP8 1x32 blocks of the tile's output rows.
@@ -283,8 +292,15 @@ void W13Emitter::emitBody(gpu::GPUFuncOp func) {
   emitEndOfTile();
 }
 
-void W13Emitter::emitTile(const TileRows &rows) {
+void W13Emitter::emitTile(const TileRows &tileRows) {
   const int64_t hidden = problem.getHidden();
+  TileRows rows = tileRows;
+  if (kGroup) {
+    // tile.k_waves: wave group g reduces the hidden range [g H/W, (g+1) H/W).
+    const int64_t slice = hidden / tile.getKWaves();
+    rows.kBegin = mul(kGroup, slice);
+    rows.kEnd = add(rows.kBegin, idx(slice));
+  }
   const int64_t inter = problem.getIntermediate();
   const int64_t tileM = tile.getM(), tileN = tile.getN(), tileK = tile.getK();
   const int64_t waveN = tile.getWaveN();
@@ -293,7 +309,7 @@ void W13Emitter::emitTile(const TileRows &rows) {
 
   const int64_t mFrags = tileM / dim, nFrags = waveN / dim;
   SmallVector<Value> fragARow = fragmentARows(rows);
-  Value waveCol = mul(wave, waveN);
+  Value waveCol = mul(groupWave, waveN);
 
   auto makeOperands = [&](bool bFp8) {
     GemmOperands ops = beginGemmOperands(rows, bFp8, hidden);
@@ -330,53 +346,59 @@ void W13Emitter::emitTile(const TileRows &rows) {
     }
     return ops;
   };
-  SmallVector<Value> accs =
+  SmallVector<Value> gemmAccs =
       emitExpertGemm(rows, op.getSharedFp8Expert(), problem.getLocalExperts(),
                      mFrags * 2 * nFrags, makeOperands);
-
-  // The bias rows of the tile's columns: gate column j at [expert, j], up
-  // column j at [expert, I + j], whatever the interleave of the weights.
-  // Per N fragment they are the same for every M fragment.
-  SmallVector<Value> gateBias, upBias;
-  if (rows.bias) {
-    Value gateFirst = add(mul(expert, 2 * inter), colBase);
-    Value upFirst = add(gateFirst, idx(inter));
-    for (int64_t ni = 0; ni < nFrags; ++ni) {
-      Value fragCol = add(waveCol, idx(ni * dim));
-      gateBias.push_back(loadColumnBias(rows.bias, gateFirst, fragCol));
-      upBias.push_back(loadColumnBias(rows.bias, upFirst, fragCol));
-    }
-  }
-
-  // Activation, staged in LDS as FP32 [tileM][tileN] over the GEMM tiles
-  // (the K loop ended with a barrier, so nobody reads them any more).
-  auto activation = [&](int64_t mi, int64_t ni) -> Value {
-    Value gate = accs[mi * 2 * nFrags + ni];
-    Value up = accs[mi * 2 * nFrags + nFrags + ni];
+  // With tile.k_waves the groups' partial sums meet in group 0, through LDS
+  // after the activation's staging area (which group 0 then writes); all
+  // groups quantise below. The epilogue's registers are group 0's, and the
+  // quantisation, the larger part, is spread over every lane anyway.
+  reduceKGroups(gemmAccs, lds, tileM * tileN, [&](ArrayRef<Value> accs) {
+    // The bias rows of the tile's columns: gate column j at [expert, j], up
+    // column j at [expert, I + j], whatever the interleave of the weights.
+    // Per N fragment they are the same for every M fragment.
+    SmallVector<Value> gateBias, upBias;
     if (rows.bias) {
-      // AITER's order: bias on the FP32 accumulators, then the clamp.
-      gate = arith::AddFOp::create(b, loc, gate, gateBias[ni]);
-      up = arith::AddFOp::create(b, loc, up, upBias[ni]);
+      Value gateFirst = add(mul(expert, 2 * inter), colBase);
+      Value upFirst = add(gateFirst, idx(inter));
+      for (int64_t ni = 0; ni < nFrags; ++ni) {
+        Value fragCol = add(waveCol, idx(ni * dim));
+        gateBias.push_back(loadColumnBias(rows.bias, gateFirst, fragCol));
+        upBias.push_back(loadColumnBias(rows.bias, upFirst, fragCol));
+      }
     }
-    Value act = gatedActivation(gate, up);
-    return arith::BitcastOp::create(
-        b, loc, VectorType::get({layout.accPerLane}, b.getI32Type()), act);
-  };
-  forEachAccQuad(mFrags, nFrags, waveCol, activation,
-                 [&](int64_t mi, Value fragCol, Value rowOfFour, Value quad) {
-    if (bMajor) {
-      // Source A was the weights: four consecutive columns of one row.
-      Value row = add(laneRow, idx(mi * dim));
-      Value col = add(fragCol, rowOfFour);
-      store16(quad, lds, add(mul(row, tileN), col));
-      return;
-    }
-    Value col = add(fragCol, laneRow);
-    for (int64_t j = 0; j < 4; ++j) {
-      Value row = add(rowOfFour, idx(mi * dim + j));
-      memref::StoreOp::create(b, loc, vector::ExtractOp::create(b, loc, quad, j),
-                              lds, ValueRange{add(mul(row, tileN), col)});
-    }
+
+    // Activation, staged in LDS as FP32 [tileM][tileN] over the GEMM tiles
+    // (the K loop ended with a barrier, so nobody reads them any more).
+    auto activation = [&](int64_t mi, int64_t ni) -> Value {
+      Value gate = accs[mi * 2 * nFrags + ni];
+      Value up = accs[mi * 2 * nFrags + nFrags + ni];
+      if (rows.bias) {
+        // AITER's order: bias on the FP32 accumulators, then the clamp.
+        gate = arith::AddFOp::create(b, loc, gate, gateBias[ni]);
+        up = arith::AddFOp::create(b, loc, up, upBias[ni]);
+      }
+      Value act = gatedActivation(gate, up);
+      return arith::BitcastOp::create(
+          b, loc, VectorType::get({layout.accPerLane}, b.getI32Type()), act);
+    };
+    forEachAccQuad(mFrags, nFrags, waveCol, activation,
+                   [&](int64_t mi, Value fragCol, Value rowOfFour, Value quad) {
+      if (bMajor) {
+        // Source A was the weights: four consecutive columns of one row.
+        Value row = add(laneRow, idx(mi * dim));
+        Value col = add(fragCol, rowOfFour);
+        store16(quad, lds, add(mul(row, tileN), col));
+        return;
+      }
+      Value col = add(fragCol, laneRow);
+      for (int64_t j = 0; j < 4; ++j) {
+        Value row = add(rowOfFour, idx(mi * dim + j));
+        memref::StoreOp::create(b, loc,
+                                vector::ExtractOp::create(b, loc, quad, j), lds,
+                                ValueRange{add(mul(row, tileN), col)});
+      }
+    });
   });
   gpu::BarrierOp::create(b, loc);
   storeQuantised(rows);
@@ -582,7 +604,8 @@ KernelAbi getW13KernelAbi(moe::W13Op op) {
   moe::TileAttr tile = op.getTile();
   KernelAbi abi;
   abi.workgroupSize = static_cast<unsigned>(
-      moe::getVerifiedTarget(op).wavefrontSize * tile.getWaves());
+      moe::getVerifiedTarget(op).wavefrontSize * tile.getWaves() *
+      tile.getKWaves());
   // [E, 2I, H/2] E2M1 pairs (even K in the low nibble): I gate rows then I
   // up rows, or blocks of G of each with gate_up_interleave = G.
   abi.weightLayout = "w13_expert_2i_h_e2m1x2_low_nibble_first";

@@ -467,8 +467,14 @@ int64_t W13Op::getLdsBytes() {
   int64_t bRowBytes = getSharedFp8Expert() ? tile.getK() : tile.getK() / 2;
   int64_t gemm = aTileBytes(getProblem(), tile) +
                  (tile.getBDirect() ? 0 : 2 * tile.getN() * bRowBytes);
+  // tile.k_waves = W: W groups' GEMM tiles; afterwards groups 1..W-1 hand
+  // their FP32 gate and up accumulators (m x 2n each) to group 0 through
+  // LDS after the activation tile.
+  const int64_t groups = tile.getKWaves();
+  const int64_t epilogue = tile.getM() * tile.getN() * 4 +
+                           (groups - 1) * tile.getM() * 2 * tile.getN() * 4;
   return tile.padLdsForResidency(
-      std::max(gemm, tile.getM() * tile.getN() * 4) + getPeerLdsBytes(),
+      std::max(groups * gemm, epilogue) + getPeerLdsBytes(),
       getVerifiedTarget(*this).ldsBytesPerCu);
 }
 
@@ -508,6 +514,13 @@ LogicalResult W13Op::verify() {
     return emitOpError("tile.k (")
            << tile.getK() << ") must divide problem.hidden ("
            << problem.getHidden() << "), the K of W13";
+  // Each of the k_waves groups reduces H / k_waves in whole K steps.
+  if (tile.getKWaves() > 1 &&
+      problem.getHidden() % (tile.getKWaves() * tile.getK()) != 0)
+    return emitOpError("problem.hidden (")
+           << problem.getHidden() << ") must be a multiple of tile.k_waves ("
+           << tile.getKWaves() << ") x tile.k (" << tile.getK()
+           << "): each wave group reduces H / k_waves in whole K steps";
   int64_t interleave = getGateUpInterleave();
   if (interleave < 0 || (interleave > 0 &&
                          problem.getIntermediate() % interleave != 0))
@@ -551,6 +564,10 @@ LogicalResult W13Op::verify() {
     // The fused stages are MegaMoE's, whose experts take no bias here.
     if (getBias())
       return emitOpError("peer: bias does not apply to the fused stage 1");
+    // The fused stage's work loop and dispatch count one group of waves.
+    if (tile.getKWaves() != 1)
+      return emitOpError("peer: tile.k_waves (")
+             << tile.getKWaves() << ") does not apply to the fused stage 1";
   }
   return verifyOnOwnTarget(*this);
 }
@@ -733,9 +750,20 @@ public:
                        << " accumulator registers per lane; at most "
                        << chip.accumulatorRegs << " fit";
     }
+    // tile.k_waves multiplies the waves of a workgroup.
+    const int64_t lanes =
+        chip.wavefrontSize * tile.getWaves() * tile.getKWaves();
+    if (tile.getKWaves() > 1 && lanes > int64_t(chip.maxWorkgroupSize))
+      fieldProblem() << "tile.waves x tile.k_waves (" << tile.getWaves()
+                     << " x " << tile.getKWaves() << ") gives " << lanes
+                     << " lanes per workgroup; " << chip.arch << " allows "
+                     << chip.maxWorkgroupSize;
     if (ldsBytes > int64_t(chip.ldsBytesPerCu))
       opProblem("tile (m ")
           << tile.getM() << ", n " << tile.getN() << ", k " << tile.getK()
+          << (tile.getKWaves() > 1
+                  ? ", k_waves " + std::to_string(tile.getKWaves())
+                  : std::string())
           << (gateAndUp ? ") needs " : ") stages ") << ldsBytes
           << " bytes of LDS; " << chip.arch << " has " << chip.ldsBytesPerCu;
     if (peer)

@@ -178,9 +178,13 @@ void shrinkPeerFields(StageSpec &spec) {
 
 void smallConfigSpecs(std::vector<StageSpec> &specs) {
   int64_t size = 0;
+  // A W13 with tile.k_waves W reduces H in W ranges of whole K steps.
   for (const StageSpec &spec : specs)
-    size = std::max(size, 2 * std::max(specInteger(spec, "n", 128),
-                                       specInteger(spec, "k", 256)));
+    size = std::max({size,
+                     2 * std::max(specInteger(spec, "n", 128),
+                                  specInteger(spec, "k", 256)),
+                     specInteger(spec, "k", 256) *
+                         specInteger(spec, "k_waves", 1)});
   for (StageSpec &spec : specs) {
     const int64_t ep = std::max<int64_t>(1, specInteger(spec, "ep", 1));
     spec.fields["hidden"] = std::to_string(size);

@@ -84,8 +84,8 @@ mlir::LogicalResult buildKernelIR(mlir::MLIRContext &context,
 
 /// The kernels of one config at a small problem with the same knobs, for
 /// fast emulation; the stages still chain: hidden and intermediate become
-/// 2 * the largest max(n, k) over the kernels (divisible by every tile), 4
-/// local experts per rank at the same EP, top_k capped at 4, and
+/// 2 * the largest max(n, k) over the kernels (divisible by every tile; at
+/// least k x k_waves of a W13 with tile.k_waves), 4 local experts per rank at the same EP, top_k capped at 4, and
 /// shrinkPeerFields. Fields that are missing or not integers are left for
 /// buildStageOp to report.
 void smallConfigSpecs(std::vector<StageSpec> &specs);
