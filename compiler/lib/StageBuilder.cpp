@@ -139,10 +139,13 @@ StageSpec stageSpecOf(const TuningTable &table, const TableKernel &kernel) {
     // MXFP4 activations: the element types of the stage's problem (FP8,
     // the default of stageTypes, stays implied so A8W4 specs are unchanged).
     auto type = [](const std::string &format) {
-      return format == "fp4" ? "f4E2M1FN" : "f8E4M3FN";
+      return format == "fp4"    ? "f4E2M1FN"
+             : format == "bf16" ? "bf16"
+                                : "f8E4M3FN";
     };
-    const bool fp4In = problem->aFormat == "fp4";
-    const bool fp4Mid = problem->midFormat == "fp4";
+    // A16W4 (bf16) is spelled out like MXFP4.
+    const bool fp4In = problem->aFormat != "fp8";
+    const bool fp4Mid = problem->midFormat != "fp8";
     switch (kernel.stage) {
     case abi::Stage::Quant:
       if (fp4In)

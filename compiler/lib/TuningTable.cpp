@@ -261,9 +261,15 @@ bool TableParser::parseProblem(const std::string &name,
   for (auto [key, format] : {std::pair<const char *, std::string *>{
                                  "a_format", &p.aFormat},
                              {"mid_format", &p.midFormat}}) {
-    if (take(fields, key, *format) && *format != "fp8" && *format != "fp4")
-      return fail(key, "expected fp8 or fp4, got '" + *format + "'");
+    if (take(fields, key, *format) && *format != "fp8" && *format != "fp4" &&
+        *format != "bf16")
+      return fail(key, "expected fp8, fp4 or bf16, got '" + *format + "'");
   }
+  // A16W4: BF16 tokens go to W13 unquantised, and W13 writes a BF16
+  // intermediate.
+  if ((p.aFormat == "bf16") != (p.midFormat == "bf16"))
+    return fail(p.aFormat == "bf16" ? "mid_format" : "a_format",
+                "a_format=bf16 (A16W4) and mid_format=bf16 go together");
   // One rank's W13 weights (E/ep experts of [2I, H] E2M1 pairs, I x H bytes
   // each; the FHMoE shared expert's FP8 [2I, H] is 2 I H) are addressed
   // through one buffer resource, whose range is 32 bits. All factors are

@@ -59,6 +59,8 @@ double ulpFp4(double x, double scale) {
 }
 
 double ulpOf(ref::ActivationFormat format, double x, double scale) {
+  if (format == ref::ActivationFormat::Bf16)
+    return ulpBf16(x);
   return format == ref::ActivationFormat::Mxfp4 ? ulpFp4(x, scale)
                                                 : ulpFp8(x, scale);
 }

@@ -307,6 +307,8 @@ ref::Status parseStageShape(const BuiltKernel &kernel, StageShape &shape) {
   shape.ep = problem.getEp();
   shape.localExperts = problem.getLocalExperts();
   auto formatOf = [](moe::ActivationFormat format) {
+    if (format == moe::ActivationFormat::bf16)
+      return ref::ActivationFormat::Bf16; // A16W4
     return format == moe::ActivationFormat::fp4 ? ref::ActivationFormat::Mxfp4
                                                 : ref::ActivationFormat::Fp8E4M3;
   };

@@ -47,6 +47,12 @@ public:
       return status;
     if (ref::Status status = ensureRoutes(s, options, data, rank); !status)
       return status;
+    // A16W4 has no quant stage: W13 reads the batch's own BF16 rows, even
+    // when an earlier stage (the sort) generated the batch in another
+    // token format.
+    if (s.tokenFormat == ref::ActivationFormat::Bf16 &&
+        data.tokens.format != ref::ActivationFormat::Bf16)
+      quantizeTokens(data.batch, s.hidden, data.tokens, s.tokenFormat);
     return ensureWeights(s, options, data.rank(rank), /*w13=*/true);
   }
 
@@ -97,6 +103,8 @@ public:
     const size_t elements = size_t(numRoutes * inter);
     outcome.oracle.assign(elements, std::numeric_limits<double>::quiet_NaN());
     const bool fp4 = s.midFormat == ref::ActivationFormat::Mxfp4;
+    // A16W4: BF16 values (two bytes each, little-endian), no scales.
+    const bool bf16 = s.midFormat == ref::ActivationFormat::Bf16;
     const int64_t rowBytes = ref::activationRowBytes(s.midFormat, inter);
     outcome.oracleCodes.assign(size_t(numRoutes * rowBytes), 0);
     outcome.oracleScales.assign(elements / 32, 0);
@@ -148,7 +156,7 @@ public:
         bool written = false;
         for (int64_t i = 0; i < rowBytes; ++i)
           written |= got.codesWritten[byteBase + size_t(i)] != 0;
-        for (int64_t blk = 0; blk < inter / 32; ++blk)
+        for (int64_t blk = 0; blk < inter / 32 && !bf16; ++blk)
           written |= got.scalesWritten[base / 32 + size_t(blk)] != 0;
         outcome.unlistedRowsWritten += written;
         continue;
@@ -156,12 +164,30 @@ public:
       bool unwritten = false, zeroMismatch = false;
       for (int64_t blk = 0; blk < inter / 32; ++blk) {
         const size_t sc = base / 32 + size_t(blk);
-        unwritten |= !got.scalesWritten[sc];
-        ++outcome.scalesChecked;
-        outcome.scalesEqual += got.scales[sc] == outcome.oracleScales[sc];
-        const double scale = ref::decodeE8M0(got.scales[sc]);
+        double scale = 1.0;
+        if (!bf16) {
+          unwritten |= !got.scalesWritten[sc];
+          ++outcome.scalesChecked;
+          outcome.scalesEqual += got.scales[sc] == outcome.oracleScales[sc];
+          scale = ref::decodeE8M0(got.scales[sc]);
+        }
         for (int64_t i = 0; i < 32; ++i) {
           const size_t e = base + size_t(blk * 32 + i);
+          if (bf16) {
+            const size_t b = 2 * e;
+            unwritten |= !got.codesWritten[b] || !got.codesWritten[b + 1];
+            const uint16_t bits = uint16_t(got.codes[b] | (got.codes[b + 1] << 8));
+            const uint16_t wantBits = uint16_t(outcome.oracleCodes[b] |
+                                               (outcome.oracleCodes[b + 1] << 8));
+            const double value = ref::decodeBf16(bits);
+            const double want = outcome.oracle[e];
+            if (!check.add(value, want,
+                           ulpOf(s.midFormat, want, 1.0) + accumulationBound[e]))
+              continue;
+            zeroMismatch |= !s.bias && zeroExperts.count(expert) && value != 0.0;
+            outcome.codesEqual += bits == wantBits;
+            continue;
+          }
           // The byte of element e and its code (FP4: the low nibble holds
           // the even element).
           const size_t b = fp4 ? byteBase + size_t(blk * 16 + i / 2) : e;
@@ -192,7 +218,7 @@ public:
         "rel L2 %.3e (vs activation before %s), worst err/tol "
         "%.3f, %lld/%lld codes and %lld/%lld scales equal to the "
         "oracle's",
-        outcome.relL2, fp4 ? "MXFP4" : "FP8", outcome.worstErrorOverTolerance,
+        outcome.relL2, bf16 ? "BF16" : fp4 ? "MXFP4" : "FP8", outcome.worstErrorOverTolerance,
         (long long)outcome.codesEqual, (long long)outcome.elementsChecked,
         (long long)outcome.scalesEqual, (long long)outcome.scalesChecked);
     outcome.summary = text + rowCounts(outcome);

@@ -33,7 +33,8 @@ struct TableProblem {
   /// Quantised activation formats: `a_format`, the token rows moe.quant
   /// writes and moe.w13 reads, and `mid_format`, the intermediate moe.w13
   /// writes and moe.w2 reads; "fp8" (FP8 E4M3, A8W4) or "fp4" (MXFP4,
-  /// A4W4).
+  /// A4W4); or both "bf16" (A16W4: no quant stage, W13 reads the BF16
+  /// tokens and writes a BF16 intermediate).
   std::string aFormat = "fp8", midFormat = "fp8";
   SourceLine where;
 };
