@@ -417,8 +417,13 @@ constexpr KnobDecision kDecisions[] = {
     // moe.w13
     {"w13", "k_waves", T::NotSearched,
      "not in SearchSpace or kKnobChoices: the template's value is kept",
-     C::Tie, "the counted tile ignores it", A::NotMapped,
-     "rows whose stage-1 name has _kw{n} are refused by name"},
+     C::Tie,
+     "the model prices tile.waves waves per tile: the extra wave groups and "
+     "their LDS reduction are not priced",
+     A::Mapped,
+     "_kw{n} of kernelName1 (1 without), within get_flydsl_stage1_kernels' "
+     "rules (tile m 32, N-waves x n <= 8, 4 N <= K, FP8 activations with 2+ "
+     "N-waves); a name outside them is refused by name"},
     {"w13", "payload", T::Fixed,
      "moe.w13's verifier pins it to bf16: the payload is stage 2's",
      C::NotApplicable, "pinned by the dialect", A::NotMapped, kPeerAiter},

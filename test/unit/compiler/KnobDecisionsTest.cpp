@@ -248,6 +248,7 @@ TEST_CASE("every knob the AITER name parser writes is Mapped", "[knobs][aiter]")
       {"flydsl_moe1_afp8_wfp4_bf16_t64x256x256_w3_bnt0_gui_xcd4_fp8", 1},
       {"flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui", 1},
       {"flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_fp8", 1},
+      {"flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1},
       {"flydsl_moe2_afp8_wfp4_bf16_t32x256x128_reduce_bnt2_persist", 2},
       {"flydsl_moe2_afp8_wfp4_bf16_t64x128x256_atomic_persist_sbm128", 2},
       {"flydsl_moe2_afp8_wfp4_bf16_t32x256x256_atomic_bnt2_xcd4", 2},
@@ -285,7 +286,11 @@ TEST_CASE("the AITER table builder writes the Mapped knobs and only those",
       names + "\n" + "gfx950,256,16,7168,512,384,6,ActivationType.Swiglu," +
       key + ",64,0," + names + "\n" +
       "gfx950,256,32,7168,512,384,6,ActivationType.Situv2," + key + ",64,0," +
-      names + "\n";
+      names + "\n" +
+      // Stage 1 with _kw2 (k_waves), at tile m 32.
+      "gfx950,256,4,7168,512,384,6,ActivationType.Silu," + key + ",32,0," +
+      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw2_fp8,"
+      "flydsl_moe2_afp8_wfp4_bf16_t32x256x256_atomic_bnt2\n";
   // An FHMoE row: the shared FP8 expert and stage 1's _w as waves per EU.
   const std::string fhmoe =
       header + ",shared_expert_id,hidden_pad,intermediate_pad,gate_mode\n" +
