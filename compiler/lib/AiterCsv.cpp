@@ -371,10 +371,15 @@ bool readAiterCsvs(const std::vector<std::string> &paths,
 
 /// `_xcd{n}`: FlyDSL renumbers workgroups over the 8 XCDs, then orders
 /// the renumbered ids in groups of n M tiles: moec's xcd_swizzle followed
-/// by group_m = n.
+/// by group_m = n. `_xcd1` (registered for A16W4) groups single M tiles,
+/// which is no grouping: xcd_swizzle alone.
 template <typename Fail>
 static bool xcdSchedule(int64_t groups, std::map<std::string, std::string> &knobs,
                         Fail &fail) {
+  if (groups == 1) {
+    knobs["xcd_swizzle"] = "true";
+    return true;
+  }
   if (groups != 2 && groups != 4 && groups != 8 && groups != 16)
     return fail("_xcd" + std::to_string(groups),
                 "a group-M order of " + std::to_string(groups) +
@@ -706,12 +711,13 @@ bool parseAiterKernelName(const std::string &name, int stage,
   };
   if (parts.size() < 4)
     return fail(name, "expected a{A}_w{W}_{out}_t{M}x{N}x{K}");
-  // FP8 E4M3 (A8W4) or MXFP4 (A4W4) activations.
-  if (parts[0] != "afp8" && parts[0] != "afp4")
-    return fail("_" + parts[0], "moec's GEMMs take FP8 E4M3 (afp8) or MXFP4 "
-                                "(afp4) activations");
+  // FP8 E4M3 (A8W4), MXFP4 (A4W4) or BF16 (A16W4) activations.
+  if (parts[0] != "afp8" && parts[0] != "afp4" && parts[0] != "abf16")
+    return fail("_" + parts[0], "moec's GEMMs take FP8 E4M3 (afp8), MXFP4 "
+                                "(afp4) or BF16 (abf16) activations");
   const bool fp4A = parts[0] == "afp4";
-  out.aFormat = fp4A ? "fp4" : "fp8";
+  const bool bf16A = parts[0] == "abf16";
+  out.aFormat = fp4A ? "fp4" : bf16A ? "bf16" : "fp8";
   if (parts[1] != "wfp4")
     return fail("_" + parts[1], "moec's GEMMs take MXFP4 weights (wfp4)");
   if (parts[2] != "bf16")
@@ -760,26 +766,10 @@ bool parseAiterKernelName(const std::string &name, int stage,
     if (next() && numberedPart(*next(), "xcd", value))
       xcd = value, ++i;
     if (next() && numberedPart(*next(), "kw", value)) {
-      // k_wave: tile.k_waves, with get_flydsl_stage1_kernels' rules (split-K
-      // and _go were refused above): tile m 32, at most 8 waves in all, 4 N
-      // <= K, and for FP8 activations at least 2 N-waves.
-      const int64_t nWaves = std::min<int64_t>(4, tn / 32);
-      const std::string part = "_" + *next();
-      if (value != 1 && value != 2 && value != 4)
-        return fail(part, "k_wave must be 1, 2 or 4");
-      if (value > 1 && tm != 32)
-        return fail(part, "k_wave is registered for tile m 32 only");
-      if (value > 1 && nWaves * value > 8)
-        return fail(part, "k_wave " + std::to_string(value) + " x " +
-                              std::to_string(nWaves) +
-                              " N-waves exceeds 8 waves");
-      if (value > 1 && 4 * tn > tk)
-        return fail(part, "k_wave needs 4 N <= K");
-      if (value > 1 && parts[0] == "afp8" && nWaves < 2)
-        return fail(part, "k_wave with FP8 activations needs at least 2 "
-                          "N-waves (N >= 64)");
       if (value > 1)
-        knobs["k_waves"] = std::to_string(value);
+        return fail("_" + *next(),
+                    "k_wave (the K loop split over waves of one workgroup, "
+                    "reduced in LDS) has no moec knob");
       ++i;
     }
     bool fp4Mid = false;
@@ -791,23 +781,36 @@ bool parseAiterKernelName(const std::string &name, int stage,
     // without a suffix writes BF16 that AITER quantises to MXFP4 for its
     // FP4 stage 2, so moec's W13 writes MXFP4 in its epilogue.
     out.midFormat = fp4Mid || (fp4A && !fp8) ? "fp4" : "fp8";
+    // A16W4 (a16wmix gemm1): a BF16 intermediate, no requantisation.
+    if (bf16A && (fp4Mid || fp8))
+      return fail(fp4Mid ? "_fp4" : "_fp8",
+                  "an A16W4 stage 1 writes a BF16 intermediate");
+    if (bf16A)
+      out.midFormat = "bf16";
     if (next() && numberedPart(*next(), "sbm", value))
       return fail("_" + *next(), "a stage-1 sort block other than its tile m");
     if (next())
       return fail("_" + *next(), "not part of AITER's stage-1 grammar here");
-    if (!gui && !fp4A)
+    if (!gui && !fp4A && !bf16A)
       return fail(parts[3], "FP8-activation stage-1 names always carry _gui "
                             "in AITER's registry (gate/up interleaved)");
     if (!gui) {
-      // GateMode.SEPARATED (A4W4): N counts intermediate columns, gate row
-      // j and up row I + j (mixed_moe_gemm_2stage_common: up_row_w =
-      // gate_row_w + inter_dim); min(4, N/32) waves.
+      // GateMode.SEPARATED (A4W4, A16W4): N counts intermediate columns,
+      // gate row j and up row I + j (mixed_moe_gemm_2stage_common: up_row_w
+      // = gate_row_w + inter_dim); min(4, N/32) waves (A16W4: 4 / k_wave).
       if (tn % 32 != 0)
         return fail(parts[3], "tile n must be a multiple of 32");
       knobs["n"] = std::to_string(tn);
       knobs["waves"] = std::to_string(std::min<int64_t>(4, tn / 32));
+      if (bf16A) {
+        // The a16wmix gemm1 splits its 4 waves into 4 / k_wave N-waves and
+        // k_wave K-waves (moec: tile.waves and tile.k_waves).
+        const int64_t kWaves =
+            knobs.count("k_waves") ? std::stoll(knobs["k_waves"]) : 1;
+        knobs["waves"] = std::to_string(4 / kWaves);
+      }
       knobs["b_cache"] = bnt == 2 ? "nt" : "cached";
-      if (!fp4Mid && !fp8)
+      if (!fp4Mid && !fp8 && !bf16A)
         out.notes.push_back("stage 1 without _fp4: AITER writes a BF16 "
                             "intermediate and quantises it to MXFP4 for "
                             "stage 2; moec's W13 quantises in its epilogue");
@@ -888,7 +891,10 @@ bool parseAiterKernelName(const std::string &name, int stage,
   out.notes.push_back(
       "_" + mode + ": moec's W2 writes each route's row and the combine "
       "sums the weighted rows in FP32 in increasing k (deterministic)");
-  if (persist)
+  if (persist && bf16A)
+    out.notes.push_back("_persist: moec launches one workgroup per tile "
+                        "(tile.persist_cu is not set from the name)");
+  else if (persist)
     out.notes.push_back("_persist: AITER ignores it for FP8 activations "
                         "(persist_m from the grid limit); moec launches one "
                         "workgroup per tile as AITER does");
@@ -944,11 +950,12 @@ std::string rowSupport(const AiterCsvRow &row, const target::TargetInfo &part,
                   "dtype " + r.dtype +
                       ": moec's layers take torch.bfloat16 tokens");
   if (r.qDtypeA != "torch.float8_e4m3fn" &&
-      r.qDtypeA != "torch.float4_e2m1fn_x2")
+      r.qDtypeA != "torch.float4_e2m1fn_x2" && r.qDtypeA != "torch.bfloat16")
     return refuse("q_dtype_a " + r.qDtypeA,
                   "q_dtype_a " + r.qDtypeA +
                       ": moec quantises to torch.float8_e4m3fn or "
-                      "torch.float4_e2m1fn_x2");
+                      "torch.float4_e2m1fn_x2, or takes torch.bfloat16 "
+                      "tokens unquantised (A16W4)");
   if (r.qDtypeW != "torch.float4_e2m1fn_x2")
     return refuse("q_dtype_w " + r.qDtypeW,
                   "q_dtype_w " + r.qDtypeW +
@@ -1011,7 +1018,8 @@ std::string problemName(const rt::AiterRowInfo &r, const AiterStageKnobs &s1) {
          std::to_string(r.interDim) + "_e" + std::to_string(r.expert) + "_k" +
          std::to_string(r.topk) + (r.fhmoe ? "_fhmoe" : "") +
          (s1.aFormat == "fp4" ? "_a4" : "") +
-         (s1.midFormat == "fp4" ? "_m4" : "");
+         (s1.midFormat == "fp4" ? "_m4" : "") +
+         (s1.aFormat == "bf16" ? "_a16" : "");
 }
 
 std::string knobsText(const std::map<std::string, std::string> &knobs) {
@@ -1045,7 +1053,9 @@ void checkKernelNames(const rt::AiterRowInfo &info, AiterStageKnobs &s1,
   // The names' activation formats: stage 1 reads q_dtype_a, stage 2 what
   // stage 1 writes.
   const std::string rowFormat =
-      info.qDtypeA == "torch.float4_e2m1fn_x2" ? "fp4" : "fp8";
+      info.qDtypeA == "torch.float4_e2m1fn_x2" ? "fp4"
+      : info.qDtypeA == "torch.bfloat16"       ? "bf16"
+                                               : "fp8";
   if (reason1.empty() && s1.aFormat != rowFormat)
     addReason("kernelName1 activation format is not q_dtype_a",
               "kernelName1 reads a" + s1.aFormat + " activations, q_dtype_a is " +
@@ -1148,14 +1158,16 @@ std::string refusedTiles(mlir::ModuleOp scratch, const rt::AiterRowInfo &info,
     // MXFP4 activations: the stage problem's element types, as the table
     // compiler's stageSpecOf sets them from a_format and mid_format.
     auto type = [](const std::string &format) {
-      return format == "fp4" ? "f4E2M1FN" : "f8E4M3FN";
+      return format == "fp4"    ? "f4E2M1FN"
+             : format == "bf16" ? "bf16"
+                                : "f8E4M3FN";
     };
     if (stage == abi::Stage::W13 &&
-        (s1.aFormat == "fp4" || s1.midFormat == "fp4")) {
+        (s1.aFormat != "fp8" || s1.midFormat != "fp8")) {
       spec.fields["activation"] = type(s1.aFormat);
       spec.fields["output"] = type(s1.midFormat);
     }
-    if (stage == abi::Stage::W2 && s1.midFormat == "fp4")
+    if (stage == abi::Stage::W2 && s1.midFormat != "fp8")
       spec.fields["activation"] = type(s1.midFormat);
     StageDescription description;
     std::string opError;
@@ -1290,7 +1302,8 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
     const std::string tokenSide =
         "h" + std::to_string(info.modelDim) + "_e" + std::to_string(info.expert) +
         "_k" + std::to_string(info.topk) + (info.fhmoe ? "_fhmoe" : "") +
-        (s1.aFormat == "fp4" ? "_a4" : "");
+        (s1.aFormat == "fp4" ? "_a4" : "") +
+        (s1.aFormat == "bf16" ? "_a16" : "");
     const std::string sideProblem =
         tokenSideProblem.emplace(tokenSide, problem).first->second;
     // The sort reads neither H nor I: one per (E, top-k).
@@ -1300,14 +1313,18 @@ bool buildAiterTable(const std::vector<AiterCsvRow> &rows,
                          std::to_string(info.topk) + (info.fhmoe ? "_fhmoe" : ""),
                      problem)
             .first->second;
-    std::vector<std::string> kernels = {
-        addKernel(sideProblem, abi::Stage::Quant, {{"waves", "4"}}, where),
-        addKernel(sortProblem, abi::Stage::Sort,
-                  {{"m_tile", std::to_string(info.blockM)}, {"waves", "4"}},
-                  where),
-        addKernel(problem, abi::Stage::W13, knobs.w13, where),
-        addKernel(problem, abi::Stage::W2, knobs.w2, where),
-        addKernel(sideProblem, abi::Stage::Combine, {{"waves", "4"}}, where)};
+    std::vector<std::string> kernels;
+    // A16W4 reads the BF16 tokens unquantised: no quant stage.
+    if (s1.aFormat != "bf16")
+      kernels.push_back(
+          addKernel(sideProblem, abi::Stage::Quant, {{"waves", "4"}}, where));
+    kernels.push_back(addKernel(
+        sortProblem, abi::Stage::Sort,
+        {{"m_tile", std::to_string(info.blockM)}, {"waves", "4"}}, where));
+    kernels.push_back(addKernel(problem, abi::Stage::W13, knobs.w13, where));
+    kernels.push_back(addKernel(problem, abi::Stage::W2, knobs.w2, where));
+    kernels.push_back(
+        addKernel(sideProblem, abi::Stage::Combine, {{"waves", "4"}}, where));
     std::string joined;
     for (const std::string &k : kernels)
       joined += k + ",";

@@ -63,44 +63,16 @@ TEST_CASE("AITER stage-1 names: the interleaved N tile is 2x the columns",
                                1, k, reason));
   CHECK(k.knobs.at("n") == "32");
   CHECK(k.knobs.at("waves") == "2");
-  CHECK(k.knobs.count("k_waves") == 0);
-  // _kw{n}: tile.k_waves; N-waves as without it.
-  REQUIRE(parseAiterKernelName(
-      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1, k, reason));
-  CHECK(k.knobs.at("k_waves") == "4");
-  CHECK(k.knobs.at("n") == "32");
-  CHECK(k.knobs.at("waves") == "2");
-  CHECK(k.knobs.at("gate_up_interleave") == "16");
-  CHECK(k.refusalClass.empty());
-  REQUIRE(parseAiterKernelName(
-      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_xcd4_kw2_fp8", 1, k,
-      reason));
-  CHECK(k.knobs.at("k_waves") == "2");
 }
 
 TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
           "[aiter]") {
   AiterStageKnobs k;
   std::string reason;
-  // _kw{n} outside get_flydsl_stage1_kernels' rules, by rule.
-  const std::pair<const char *, const char *> kwRefused[] = {
-      {"flydsl_moe1_afp8_wfp4_bf16_t64x128x256_gui_kw2_fp8",
-       "part '_kw2': k_wave is registered for tile m 32 only"},
-      {"flydsl_moe1_afp4_wfp4_bf16_t32x128x512_kw4_fp4",
-       "part '_kw4': k_wave 4 x 4 N-waves exceeds 8 waves"},
-      {"flydsl_moe1_afp4_wfp4_bf16_t32x128x256_kw2_fp4",
-       "part '_kw2': k_wave needs 4 N <= K"},
-      {"flydsl_moe1_afp8_wfp4_bf16_t32x32x256_gui_kw2_fp8",
-       "part '_kw2': k_wave with FP8 activations needs at least 2 N-waves"},
-      {"flydsl_moe1_afp4_wfp4_bf16_t32x32x256_kw3_fp4",
-       "part '_kw3': k_wave must be 1, 2 or 4"},
-  };
-  for (const auto &[name, why] : kwRefused) {
-    INFO(name << ": " << reason);
-    CHECK_FALSE(parseAiterKernelName(name, 1, k, reason));
-    CHECK(reason.find(why) != std::string::npos);
-    CHECK(k.refusalClass.find("part '_kw") == 0);
-  }
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1, k,
+      reason));
+  CHECK(reason.find("part '_kw4'") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui_xcd3_fp8", 1, k,
       reason));
@@ -319,7 +291,7 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
         {"asm_moe2", "family asm"},
         {"triton_moe2", "family other"},
         {"flydsl_mxmoe_g2_a4w4_16x256x256_atomic", "family flydsl_mxmoe"},
-        {"flydsl_moe2_abf16_wfp4_bf16_t32x128x256_atomic", "part '_abf16'"}}) {
+        {"flydsl_moe2_aint8_wfp4_bf16_t32x128x256_atomic", "part '_aint8'"}}) {
     INFO(name);
     CHECK_FALSE(parseAiterKernelName(name, 2, knobs, reason));
     CHECK(knobs.refusalClass == cls);
@@ -549,17 +521,10 @@ TEST_CASE("AITER A4W4 names: MXFP4 activations, separated gate/up, n = 32",
                                1, k, reason));
   CHECK(k.midFormat == "fp4");
   REQUIRE(k.notes.size() == 1);
-  // A4W4 _kw{n}: one N-wave is enough (t32x32: 1 wave x 4 groups).
-  REQUIRE(parseAiterKernelName(
+  // _kw and _kb stay refused.
+  CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe1_afp4_wfp4_bf16_t32x32x256_w4_kw4_fp4", 1, k, reason));
-  CHECK(k.knobs.at("k_waves") == "4");
-  CHECK(k.knobs.at("n") == "32");
-  CHECK(k.knobs.at("waves") == "1");
-  REQUIRE(parseAiterKernelName(
-      "flydsl_moe1_afp4_wfp4_bf16_t32x64x256_w4_kw2_fp4", 1, k, reason));
-  CHECK(k.knobs.at("k_waves") == "2");
-  CHECK(k.knobs.at("waves") == "2");
-  CHECK(k.midFormat == "fp4");
+  CHECK(k.refusalClass == "part '_kw4'");
 
   // Whole rows (Kimi K3 A4W4 shapes): the t32x32 stage 1 with the layout
   // stage 2 compiles, the problem MXFP4 in and between; a stage 2 reading
@@ -601,4 +566,90 @@ TEST_CASE("AITER A4W4 names: MXFP4 activations, separated gate/up, n = 32",
   REQUIRE(problem);
   CHECK(problem->aFormat == "fp4");
   CHECK(problem->midFormat == "fp4");
+}
+
+TEST_CASE("AITER A16W4 names: BF16 activations and intermediate, no quant",
+          "[aiter][a16w4]") {
+  AiterStageKnobs k;
+  std::string reason;
+  // Stage 1 (a16wmix gemm1): GateMode.SEPARATED, N intermediate columns,
+  // 4 waves (4 / k_wave N-waves); a BF16 intermediate.
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w4_xcd4", 1, k, reason));
+  CHECK(k.aFormat == "bf16");
+  CHECK(k.midFormat == "bf16");
+  CHECK(k.knobs.at("n") == "128");
+  CHECK(k.knobs.at("waves") == "4");
+  CHECK(k.knobs.count("gate_up_interleave") == 0);
+  CHECK(k.knobs.at("residency_cap") == "4");
+  CHECK(k.knobs.at("group_m") == "4");
+  CHECK(k.notes.empty());
+  // _xcd1 (registered for A16W4 only): the XCD renumbering alone.
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_abf16_wfp4_bf16_t32x128x128_w3_bnt0_xcd1", 1, k, reason));
+  CHECK(k.knobs.at("xcd_swizzle") == "true");
+  CHECK(k.knobs.count("group_m") == 0);
+  CHECK(k.knobs.at("b_cache") == "cached");
+  CHECK(k.knobs.at("k") == "128");
+  // An A16W4 stage 1 never requantises.
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w4_fp8", 1, k, reason));
+  CHECK(reason.find("part '_fp8': an A16W4 stage 1 writes a BF16 "
+                    "intermediate") != std::string::npos);
+  // Stage 2 reads BF16.
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe2_abf16_wfp4_bf16_t32x128x128_atomic_bnt2_xcd4_persist", 2,
+      k, reason));
+  CHECK(k.aFormat == "bf16");
+  CHECK(k.midFormat == "bf16");
+  CHECK(k.knobs.at("n") == "128");
+  CHECK(k.knobs.at("b_cache") == "nt");
+
+  // Whole rows (Kimi K3 SiTUv2 shapes): the problem is BF16 in and
+  // between, the config has no quant kernel; abf16 names with FP8 tokens
+  // are refused by name.
+  const std::string key =
+      "ActivationType.Situv2,torch.bfloat16,torch.bfloat16,"
+      "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
+  const std::string fp8Key =
+      "ActivationType.Situv2,torch.bfloat16,torch.float8_e4m3fn,"
+      "torch.float4_e2m1fn_x2,QuantType.per_1x32,1,0";
+  const std::string csv =
+      std::string(kHeader) + "\n" + "gfx950,256,64,3584,512,896,16," + key +
+      ",32,0,flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w4_xcd1,"
+      "flydsl_moe2_abf16_wfp4_bf16_t32x128x128_atomic_bnt2_persist\n" +
+      "gfx950,256,128,3584,512,896,16," + fp8Key +
+      ",32,0,flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w4_xcd1,"
+      "flydsl_moe2_abf16_wfp4_bf16_t32x128x128_atomic_bnt2_persist\n";
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  REQUIRE(parseAiterCsv("a16.csv", csv, rows, error));
+  AiterCompileOptions options;
+  options.skipUnsupported = true;
+  TuningTable table;
+  std::vector<rt::AiterRowInfo> manifestRows;
+  std::vector<std::string> unsupported;
+  const bool built = buildAiterTable(rows, target::kGfx950, options, table,
+                                     manifestRows, unsupported, error);
+  INFO(error);
+  for (const std::string &u : unsupported)
+    UNSCOPED_INFO(u);
+  REQUIRE(built);
+  REQUIRE(manifestRows.size() == 2);
+  CHECK(manifestRows[0].compiled());
+  REQUIRE(unsupported.size() == 1);
+  CHECK_THAT(unsupported[0],
+             Catch::Contains("kernelName1 reads abf16 activations, q_dtype_a "
+                             "is torch.float8_e4m3fn"));
+  const TableProblem *problem = table.findProblem("aiter_h3584_i512_e896_k16_a16");
+  REQUIRE(problem);
+  CHECK(problem->aFormat == "bf16");
+  CHECK(problem->midFormat == "bf16");
+  REQUIRE(table.configs.size() == 1);
+  REQUIRE(table.configs[0].kernels.size() == 4);
+  for (const std::string &name : table.configs[0].kernels) {
+    const TableKernel *kernel = table.findKernel(name);
+    REQUIRE(kernel);
+    CHECK(kernel->stage != abi::Stage::Quant);
+  }
 }
