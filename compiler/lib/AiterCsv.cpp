@@ -766,10 +766,26 @@ bool parseAiterKernelName(const std::string &name, int stage,
     if (next() && numberedPart(*next(), "xcd", value))
       xcd = value, ++i;
     if (next() && numberedPart(*next(), "kw", value)) {
+      // k_wave: tile.k_waves, with get_flydsl_stage1_kernels' rules (split-K
+      // and _go were refused above): tile m 32, at most 8 waves in all, 4 N
+      // <= K, and for FP8 activations at least 2 N-waves.
+      const int64_t nWaves = std::min<int64_t>(4, tn / 32);
+      const std::string part = "_" + *next();
+      if (value != 1 && value != 2 && value != 4)
+        return fail(part, "k_wave must be 1, 2 or 4");
+      if (value > 1 && tm != 32)
+        return fail(part, "k_wave is registered for tile m 32 only");
+      if (value > 1 && nWaves * value > 8)
+        return fail(part, "k_wave " + std::to_string(value) + " x " +
+                              std::to_string(nWaves) +
+                              " N-waves exceeds 8 waves");
+      if (value > 1 && 4 * tn > tk)
+        return fail(part, "k_wave needs 4 N <= K");
+      if (value > 1 && parts[0] == "afp8" && nWaves < 2)
+        return fail(part, "k_wave with FP8 activations needs at least 2 "
+                          "N-waves (N >= 64)");
       if (value > 1)
-        return fail("_" + *next(),
-                    "k_wave (the K loop split over waves of one workgroup, "
-                    "reduced in LDS) has no moec knob");
+        knobs["k_waves"] = std::to_string(value);
       ++i;
     }
     bool fp4Mid = false;

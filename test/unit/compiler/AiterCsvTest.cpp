@@ -63,16 +63,44 @@ TEST_CASE("AITER stage-1 names: the interleaved N tile is 2x the columns",
                                1, k, reason));
   CHECK(k.knobs.at("n") == "32");
   CHECK(k.knobs.at("waves") == "2");
+  CHECK(k.knobs.count("k_waves") == 0);
+  // _kw{n}: tile.k_waves; N-waves as without it.
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1, k, reason));
+  CHECK(k.knobs.at("k_waves") == "4");
+  CHECK(k.knobs.at("n") == "32");
+  CHECK(k.knobs.at("waves") == "2");
+  CHECK(k.knobs.at("gate_up_interleave") == "16");
+  CHECK(k.refusalClass.empty());
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_xcd4_kw2_fp8", 1, k,
+      reason));
+  CHECK(k.knobs.at("k_waves") == "2");
 }
 
 TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
           "[aiter]") {
   AiterStageKnobs k;
   std::string reason;
-  CHECK_FALSE(parseAiterKernelName(
-      "flydsl_moe1_afp8_wfp4_bf16_t32x64x256_w4_gui_kw4_fp8", 1, k,
-      reason));
-  CHECK(reason.find("part '_kw4'") != std::string::npos);
+  // _kw{n} outside get_flydsl_stage1_kernels' rules, by rule.
+  const std::pair<const char *, const char *> kwRefused[] = {
+      {"flydsl_moe1_afp8_wfp4_bf16_t64x128x256_gui_kw2_fp8",
+       "part '_kw2': k_wave is registered for tile m 32 only"},
+      {"flydsl_moe1_afp4_wfp4_bf16_t32x128x512_kw4_fp4",
+       "part '_kw4': k_wave 4 x 4 N-waves exceeds 8 waves"},
+      {"flydsl_moe1_afp4_wfp4_bf16_t32x128x256_kw2_fp4",
+       "part '_kw2': k_wave needs 4 N <= K"},
+      {"flydsl_moe1_afp8_wfp4_bf16_t32x32x256_gui_kw2_fp8",
+       "part '_kw2': k_wave with FP8 activations needs at least 2 N-waves"},
+      {"flydsl_moe1_afp4_wfp4_bf16_t32x32x256_kw3_fp4",
+       "part '_kw3': k_wave must be 1, 2 or 4"},
+  };
+  for (const auto &[name, why] : kwRefused) {
+    INFO(name << ": " << reason);
+    CHECK_FALSE(parseAiterKernelName(name, 1, k, reason));
+    CHECK(reason.find(why) != std::string::npos);
+    CHECK(k.refusalClass.find("part '_kw") == 0);
+  }
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui_xcd3_fp8", 1, k,
       reason));
@@ -521,10 +549,17 @@ TEST_CASE("AITER A4W4 names: MXFP4 activations, separated gate/up, n = 32",
                                1, k, reason));
   CHECK(k.midFormat == "fp4");
   REQUIRE(k.notes.size() == 1);
-  // _kw and _kb stay refused.
-  CHECK_FALSE(parseAiterKernelName(
+  // A4W4 _kw{n}: one N-wave is enough (t32x32: 1 wave x 4 groups).
+  REQUIRE(parseAiterKernelName(
       "flydsl_moe1_afp4_wfp4_bf16_t32x32x256_w4_kw4_fp4", 1, k, reason));
-  CHECK(k.refusalClass == "part '_kw4'");
+  CHECK(k.knobs.at("k_waves") == "4");
+  CHECK(k.knobs.at("n") == "32");
+  CHECK(k.knobs.at("waves") == "1");
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_afp4_wfp4_bf16_t32x64x256_w4_kw2_fp4", 1, k, reason));
+  CHECK(k.knobs.at("k_waves") == "2");
+  CHECK(k.knobs.at("waves") == "2");
+  CHECK(k.midFormat == "fp4");
 
   // Whole rows (Kimi K3 A4W4 shapes): the t32x32 stage 1 with the layout
   // stage 2 compiles, the problem MXFP4 in and between; a stage 2 reading
