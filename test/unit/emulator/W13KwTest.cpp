@@ -7,9 +7,10 @@
 // emulator through the W13 StageHarness (outputs poisoned before the run,
 // seeded random tokens, weights and routes) and is held to the same
 // tolerance as W13KernelTest.cpp: every dequantised output within one FP8
-// (MXFP4: one E2M1) step at the kernel's block scale plus the oracle's
-// FP32-accumulation bound of the activation, relative L2 against the
-// activation before quantisation <= 2^-4 (MXFP4 intermediate: 2^-1). The
+// (MXFP4: one E2M1; A16W4's BF16 intermediate: one BF16) step at the
+// kernel's block scale plus the oracle's FP32-accumulation bound of the
+// activation, relative L2 against the activation before quantisation <=
+// 2^-4 (MXFP4 intermediate: 2^-1). A formats: FP8, MXFP4 and BF16. The
 // summation order differs from k_waves = 1, so bit identity with it is not
 // asserted; the same case with k_waves = 1 must run the same MFMAs on
 // 1/W of the waves.
@@ -39,6 +40,8 @@ struct KwCase {
   bool asyncA = false, bPrefetch = false, bDirect = false;
   /// shared_fp8_expert (FHMoE, EP 1): the last expert's weights are FP8.
   bool shared = false;
+  /// problem.activation / output bf16 (A16W4).
+  bool bf16 = false;
 };
 
 constexpr int64_t kHidden = 1024, kInter = 256;
@@ -61,9 +64,9 @@ StageSpec kwSpec(const KwCase &c, int kWaves) {
                  {"b_cache", "nt"},
                  {"gate_up_interleave", std::to_string(c.interleave)},
                  {"swiglu_limit", "7"}};
-  if (c.fp4) {
-    spec.fields["activation"] = "f4E2M1FN";
-    spec.fields["output"] = "f4E2M1FN";
+  if (c.fp4 || c.bf16) {
+    spec.fields["activation"] = c.bf16 ? "bf16" : "f4E2M1FN";
+    spec.fields["output"] = c.bf16 ? "bf16" : "f4E2M1FN";
   }
   if (c.asyncA)
     spec.fields["async_a"] = "true";
@@ -120,6 +123,11 @@ TEST_CASE("W13 with tile.k_waves matches the oracle", "[w13][k_waves]") {
        false, false, true},
       // FHMoE: the shared expert's FP8 weights, K loop per group too.
       {"fhmoe shared kw2", 32, 32, 1, 2, "m16n16k128", "b_major", 0, false,
+       false, false, false, true},
+      // A16W4: BF16 A tiles (twice the bytes a row) per group.
+      {"a16w4 kw2", 32, 64, 2, 2, "m16n16k128", "b_major", 0, false, false,
+       false, false, false, true},
+      {"a16w4 kw4", 32, 32, 1, 4, "m16n16k128", "b_major", 0, false, false,
        false, false, false, true},
   };
   for (const KwCase &c : cases) {
