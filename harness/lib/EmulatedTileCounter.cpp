@@ -17,9 +17,11 @@ namespace moec::harness {
 StageSpec oneTileSpec(const StageSpec &spec) {
   StageSpec one = spec;
   static const char *const kDropped[] = {
-      // The peer transport of a fused stage: its work list and exchange.
+      // The peer transport of a fused stage: its work list and exchange
+      // (with the payload the exchange's format: the counted tile stores
+      // BF16 rows either way).
       "transport", "capacity", "max_tokens", "workgroups", "dispatch_cus",
-      "dispatch", "work_shards", "plan_cus", "chunk_routes",
+      "dispatch", "work_shards", "plan_cus", "chunk_routes", "payload",
       // The persistent grid: one tile is one workgroup.
       "persist_cu", "persist_strided", "persist_skew", "residency_cap",
       // With one expert the shared FP8 expert would be the only one; the

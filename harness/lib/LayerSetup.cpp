@@ -19,7 +19,7 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
   facts = TableFacts();
   facts.problem.epSize = table.ep;
   bool found = false;
-  std::string firstActivationKernel, firstGemmKernel;
+  std::string firstActivationKernel, firstGemmKernel, firstStage2Kernel;
   for (const rt::SelectionRow &row : table.rows)
     for (uint32_t k : manifest.configs[row.config].kernels) {
       const rt::KernelInfo &kernel = manifest.kernels[k];
@@ -40,6 +40,22 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
       if (firstGemmKernel.empty())
         firstGemmKernel = kernel.name;
       facts.bias = bias;
+      if (kernel.stage == rt::Stage::W2 && emu::specIsFused(spec)) {
+        // One oracle serves the table: its fused stage 2 kernels agree on
+        // the combine rows' payload.
+        const bool fp8 = emu::specText(spec, "payload") == "fp8";
+        if (!firstStage2Kernel.empty() && fp8 != facts.fp8PeerPayload) {
+          error = "table " +
+                  rt::describeTableKey(table.network, table.ep,
+                                       table.workspace) +
+                  ": fused W2 kernels " + firstStage2Kernel + " and " +
+                  kernel.name + " differ in the peer payload";
+          return false;
+        }
+        if (firstStage2Kernel.empty())
+          firstStage2Kernel = kernel.name;
+        facts.fp8PeerPayload = fp8;
+      }
       if (kernel.stage != rt::Stage::W13)
         continue;
       // SiTUv2 and its betas: one oracle serves the table, so its W13

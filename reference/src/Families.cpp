@@ -210,6 +210,64 @@ std::vector<double> combinedTolerance(const TokenBatch &batch, int64_t topk,
   return tolerance;
 }
 
+/// The combine of PeerPayload::Fp8 over one rank's routes: each valid
+/// route's FP32 W2 row times its FP32 weight, quantised per 1x32 block,
+/// dequantised exactly and added in FP32 in increasing k; `sum` gets the
+/// FP32 sums. With `tolerance`, also each element's bound: per route the
+/// deviation of the kernel's dequantised value (intermediateDeviation of
+/// the block, given the W2 row's bound times the weight plus three FP32
+/// roundings), then the FP32 sum and the BF16 output (CombineTolerance).
+/// `rowOf(route)` gives the route's W2 row and its tolerance row (null
+/// rows for an invalid route; a null tolerance row when not computed).
+template <typename RowOf>
+void combineFp8Payload(const TokenBatch &batch, int64_t topk, int64_t hidden,
+                       RowOf rowOf, std::vector<double> &sum,
+                       std::vector<double> *tolerance) {
+  sum.assign(size_t(batch.tokens * hidden), 0.0);
+  if (tolerance)
+    tolerance->assign(size_t(batch.tokens * hidden), 0.0);
+  std::vector<double> weighted(hidden), dequantised(hidden), bound(hidden),
+      deviation(hidden);
+  std::vector<uint8_t> codes(hidden), scales(hidden / kBlockSize);
+  std::vector<float> acc(hidden);
+  std::vector<CombineTolerance> elements(tolerance ? hidden : 0);
+  for (int64_t token = 0; token < batch.tokens; ++token) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(elements.begin(), elements.end(), CombineTolerance());
+    for (int64_t k = 0; k < topk; ++k) {
+      const int64_t route = token * topk + k;
+      const auto [row, rowTolerance] = rowOf(route);
+      if (!row)
+        continue;
+      const float weight = batch.topkWeights[size_t(route)];
+      for (int64_t n = 0; n < hidden; ++n)
+        weighted[n] =
+            static_cast<double>(static_cast<float>(row[n]) * weight);
+      quantizeFp8Row(weighted.data(), hidden, codes.data(), scales.data());
+      dequantizeFp8Row(codes.data(), scales.data(), hidden,
+                       dequantised.data());
+      for (int64_t n = 0; n < hidden; ++n)
+        acc[n] += static_cast<float>(dequantised[n]);
+      if (!tolerance || !rowTolerance)
+        continue;
+      const double w = std::fabs(weight);
+      for (int64_t n = 0; n < hidden; ++n)
+        bound[n] = w * (rowTolerance[n] +
+                        3 * 0x1p-24 * (std::fabs(row[n]) + rowTolerance[n]));
+      for (int64_t b = 0; b < hidden; b += kBlockSize)
+        intermediateDeviation(weighted.data() + b, bound.data() + b,
+                              deviation.data() + b);
+      for (int64_t n = 0; n < hidden; ++n)
+        elements[n].addDequantisedRoute(dequantised[n], deviation[n]);
+    }
+    for (int64_t n = 0; n < hidden; ++n) {
+      sum[size_t(token * hidden + n)] = acc[n];
+      if (tolerance)
+        (*tolerance)[size_t(token * hidden + n)] = elements[n].finish(acc[n]);
+    }
+  }
+}
+
 /// Families 2 and 3 after the routing is final: `experts` counts every
 /// expert the weight sources hold.
 Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
@@ -245,6 +303,23 @@ Status runRoutedLayer(const TpMoeConfig &config, int64_t experts,
       !status)
     return status;
   std::vector<double> sum(batch.tokens * shape.hidden, 0.0);
+  if (config.payload == PeerPayload::Fp8) {
+    const bool bounds = !results.downRowTolerance.empty();
+    combineFp8Payload(
+        batch, shape.topk, shape.hidden,
+        [&](int64_t route) {
+          const bool valid =
+              isValidExpert(batch.topkIds[size_t(route)], experts);
+          const size_t at = size_t(route * shape.hidden);
+          return std::make_pair(
+              valid ? results.downRows.data() + at : nullptr,
+              valid && bounds ? results.downRowTolerance.data() + at
+                              : nullptr);
+        },
+        sum, bounds ? &results.outputTolerance : nullptr);
+    roundOutputs(sum, results);
+    return Status();
+  }
   combineRoutes(results.downRows.data(), batch.topkIds.data(),
                 batch.topkWeights.data(), batch.tokens, shape.topk, experts,
                 shape.hidden, sum.data());
@@ -473,9 +548,6 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
   if (Status status = validateBias(config.bias, shape.experts, shape, "MegaMoE");
       !status)
     return status;
-  if (config.payload == PeerPayload::Fp8 && config.outputTolerance)
-    return Status::error("MegaMoE: outputTolerance does not model the FP8 "
-                         "peer payload");
   std::vector<ReceivePlan> plans;
   if (Status status = planDispatch(config, ranks, plans); !status)
     return status;
@@ -567,45 +639,36 @@ Status runMegaMoe(const MegaMoeConfig &config, const WeightSource &w13,
       }
     }
     std::vector<double> sum(batch.tokens * hidden, 0.0);
-    const bool fp8Payload = config.payload == PeerPayload::Fp8;
-    std::vector<double> weighted(fp8Payload ? hidden : 0),
-        dequantised(fp8Payload ? hidden : 0);
-    std::vector<uint8_t> codes(fp8Payload ? hidden : 0),
-        scales(fp8Payload ? hidden / kBlockSize : 0);
-    std::vector<float> acc(fp8Payload ? hidden : 0);
+    if (config.payload == PeerPayload::Fp8) {
+      combineFp8Payload(
+          batch, shape.topk, hidden,
+          [&](int64_t route) {
+            const bool valid =
+                isValidExpert(batch.topkIds[size_t(route)], shape.experts);
+            return std::make_pair(valid ? routeRow[size_t(route)] : nullptr,
+                                  valid ? routeTolerance[size_t(route)]
+                                        : nullptr);
+          },
+          sum,
+          config.outputTolerance && faithful
+              ? &out[source].stages.outputTolerance
+              : nullptr);
+      roundOutputs(sum, out[source].stages);
+      continue;
+    }
     for (int64_t token = 0; token < batch.tokens; ++token) {
       double *target = sum.data() + token * hidden;
-      std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t k = 0; k < shape.topk; ++k) {
         int64_t route = token * shape.topk + k;
         if (!isValidExpert(batch.topkIds[route], shape.experts))
           continue;
         double weight = batch.topkWeights[route];
         const double *row = routeRow[route];
-        if (!fp8Payload) {
-          for (int64_t n = 0; n < hidden; ++n)
-            target[n] += weight * row[n];
-          continue;
-        }
-        // The FP8 payload row: FP32 row x FP32 weight, 1x32 FP8 blocks,
-        // dequantised exactly and added in FP32.
-        const float weight32 = batch.topkWeights[route];
         for (int64_t n = 0; n < hidden; ++n)
-          weighted[n] = static_cast<double>(static_cast<float>(row[n]) *
-                                            weight32);
-        quantizeFp8Row(weighted.data(), hidden, codes.data(), scales.data());
-        dequantizeFp8Row(codes.data(), scales.data(), hidden,
-                         dequantised.data());
-        for (int64_t n = 0; n < hidden; ++n)
-          acc[n] += static_cast<float>(dequantised[n]);
+          target[n] += weight * row[n];
       }
-      if (fp8Payload)
-        for (int64_t n = 0; n < hidden; ++n)
-          target[n] = acc[n];
     }
     roundOutputs(sum, out[source].stages);
-    // The combined tolerance bounds the exact sum; it does not model the
-    // FP8 payload's rounding (runMegaMoe refuses that combination).
     if (config.outputTolerance && faithful)
       out[source].stages.outputTolerance = combinedTolerance(
           batch, shape.topk, hidden, sum, [&](int64_t route) {

@@ -179,6 +179,12 @@ void CombineTolerance::addRoute(double weight, double row, double rowTolerance) 
   ++routes_;
 }
 
+void CombineTolerance::addDequantisedRoute(double value, double deviation) {
+  routesError_ += deviation;
+  magnitude_ += std::fabs(value) + deviation;
+  ++routes_;
+}
+
 double CombineTolerance::finish(double sum) const {
   if (routes_ == 0) // no valid route: the kernel writes exactly +0
     return 0.0;

@@ -102,6 +102,9 @@ ref::Status compareWithOracle(const OracleCase &oracle,
                               ? ref::ActivationFormat::Mxfp4
                               : ref::ActivationFormat::Fp8E4M3;
   tp.outputTolerance = true;
+  // A fused table whose stage 2 sends FP8 rows: the oracle rounds them too.
+  tp.payload = facts.fp8PeerPayload ? ref::PeerPayload::Fp8
+                                    : ref::PeerPayload::Bf16;
 
   comparison = OracleComparison();
   comparison.unclampedRelL2 = oracle.clampCase ? INFINITY : 0.0;

@@ -46,6 +46,9 @@ struct TableFacts {
   /// intermediate W2 reads): FP8 (A8W4) or MXFP4 (A4W4, activation or output
   /// f4E2M1FN); the oracle quantises in the same formats.
   bool tokensFp4 = false, intermediateFp4 = false;
+  /// Fused stage 2 sends FP8 1x32 combine rows (`payload = fp8`): the
+  /// oracle models that rounding (ref::PeerPayload::Fp8).
+  bool fp8PeerPayload = false;
 };
 
 const char *activationName(bool gptOssSwiglu);

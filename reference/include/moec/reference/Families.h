@@ -98,6 +98,19 @@ struct ExpertBias {
 // Family 2: two-stage tensor-parallel fused MoE
 //===----------------------------------------------------------------------===//
 
+/// What the fused stage 2 sends back to the source rank's combine
+/// (`#moe.peer` payload).
+enum class PeerPayload {
+  /// The weighted W2 row; the oracle sums weight x row exactly (double)
+  /// and rounds once to BF16.
+  Bf16,
+  /// The weighted row in moec's 1x32 FP8 blocks: per route, the FP32 W2
+  /// row times its FP32 weight (one FP32 rounding), quantised with the
+  /// activation rule (quantizeFp8Row), dequantised exactly, summed in FP32
+  /// in increasing k and rounded once to BF16, as the kernels do.
+  Fp8,
+};
+
 struct TpMoeConfig {
   MoeShape shape;
   /// M tile of the sorted route list (sort_block_m).
@@ -124,6 +137,10 @@ struct TpMoeConfig {
   /// Also compute StageResults::downRowTolerance and outputTolerance (one
   /// more array of the size of the W2 rows; QuantFaithful only).
   bool outputTolerance = false;
+  /// The routes' rows as the combine sums them. A fused MegaMoE layer is
+  /// this layer on each rank's own tokens, so the self-test models one
+  /// with `payload = fp8` by Fp8 here (the unfused pipeline is Bf16).
+  PeerPayload payload = PeerPayload::Bf16;
   int numThreads = 0;
 };
 
@@ -176,19 +193,6 @@ enum class Transport {
   /// Count exchange + plan: each expert's rows contiguous, sources in rank
   /// order inside it, each expert padded to the M tile.
   Compact,
-};
-
-/// What the fused stage 2 sends back to the source rank's combine
-/// (`#moe.peer` payload).
-enum class PeerPayload {
-  /// The weighted W2 row; the oracle sums weight x row exactly (double)
-  /// and rounds once to BF16.
-  Bf16,
-  /// The weighted row in moec's 1x32 FP8 blocks: per route, the FP32 W2
-  /// row times its FP32 weight (one FP32 rounding), quantised with the
-  /// activation rule (quantizeFp8Row), dequantised exactly, summed in FP32
-  /// in increasing k and rounded once to BF16, as the kernels do.
-  Fp8,
 };
 
 struct MegaMoeConfig {

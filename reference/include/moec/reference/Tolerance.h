@@ -60,6 +60,11 @@ public:
   /// One valid route: its routing weight, the oracle's W2 row value and that
   /// value's bound (w2RowTolerance).
   void addRoute(double weight, double row, double rowTolerance);
+  /// One valid route of the FP8 peer payload: the oracle's dequantised
+  /// weighted value and how far the kernel's may be from it
+  /// (intermediateDeviation of the weighted row's block); the kernel adds
+  /// the dequantised value exactly, so no product or BF16 rounding.
+  void addDequantisedRoute(double value, double deviation);
   /// The bound for the kernel's BF16 output against the oracle's FP32
   /// rounding of `sum`, the oracle's double sum of the routes.
   double finish(double sum) const;
