@@ -626,6 +626,17 @@ TEST_CASE("AITER A16W4 names: BF16 activations and intermediate, no quant",
   CHECK(k.knobs.count("group_m") == 0);
   CHECK(k.knobs.at("b_cache") == "cached");
   CHECK(k.knobs.at("k") == "128");
+  // _kw{n}: tile.k_waves = n over 4 / n N-waves (AITER's a16wmix gemm1
+  // keeps 4 waves in all).
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_abf16_wfp4_bf16_t32x32x256_w3_xcd1_kw2", 1, k, reason));
+  CHECK(k.knobs.at("k_waves") == "2");
+  CHECK(k.knobs.at("waves") == "2");
+  CHECK(k.knobs.at("n") == "32");
+  REQUIRE(parseAiterKernelName(
+      "flydsl_moe1_abf16_wfp4_bf16_t32x32x128_w4_kw4", 1, k, reason));
+  CHECK(k.knobs.at("k_waves") == "4");
+  CHECK(k.knobs.at("waves") == "1");
   // An A16W4 stage 1 never requantises.
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w4_fp8", 1, k, reason));
