@@ -532,6 +532,7 @@ void W2Emitter::storeFp8PeerRows(
   const int64_t tileM = tile.getM(), tileN = tile.getN(), dim = layout.dim;
   const int64_t mFrags = tileM / dim, nFrags = tile.getWaveN() / dim;
   auto f32x4 = VectorType::get({4}, b.getF32Type());
+  // tile.n is a multiple of 32 (TileAttr admits 32 to 512).
   const int64_t blocksPerRow = tileN / 32;
   // One M fragment (dim rows x tile.n FP32) at a time, so that the staging
   // needs no more LDS than dim x tile.n x 4 bytes. The K loop ended with a

@@ -417,10 +417,6 @@ LogicalResult W2Op::verify() {
     if (getSplitK() > 1 || getBf16Lds() || getSharedFp8Expert())
       return emitOpError("peer: split_k, bf16_lds and shared_fp8_expert do "
                          "not apply to the fused stage 2");
-    if (peer.getPayload() == ActivationFormat::fp8 && tile.getN() % 32 != 0)
-      return emitOpError("peer.payload = fp8 quantises 1x32 blocks of the "
-                         "tile's columns: tile.n (")
-             << tile.getN() << ") must be a multiple of 32";
     // The fused stages are MegaMoE's, whose experts take no bias here.
     if (getBias())
       return emitOpError("peer: bias does not apply to the fused stage 2");
