@@ -566,3 +566,29 @@ TEST_CASE("fused MegaMoE at EP8 with the FP8 peer payload", "[peer][ep8]") {
   options.hotRank = 3;
   checkFp8Payload(knobs, options);
 }
+
+TEST_CASE("the peer harness refuses a stage 2 and a combine that disagree on "
+          "the payload",
+          "[peer]") {
+  PeerKnobs fp8{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
+  fp8.fp8Payload = true;
+  PeerKnobs bf16 = fp8;
+  bf16.fp8Payload = false;
+  const PeerKernels sends(fp8), reads(bf16);
+  PeerLayerOptions options = routing(3, {4, 4});
+  for (bool fp8Stage2 : {true, false}) {
+    const PeerKernels &stage2 = fp8Stage2 ? sends : reads;
+    const PeerKernels &combine = fp8Stage2 ? reads : sends;
+    PeerLayerOutcome outcome;
+    std::string error;
+    CHECK(failed(runPeerLayer(stage2.stage1, stage2.stage2, combine.combine,
+                              options, outcome, error)));
+    INFO(error);
+    CHECK(error.find(fp8Stage2 ? "sends FP8 combine rows (payload), but"
+                               : "sends BF16 combine rows (payload), but") !=
+          std::string::npos);
+    CHECK(error.find(fp8Stage2 ? "reads BF16 rows (fp8_peer_rows)"
+                               : "reads FP8 rows (fp8_peer_rows)") !=
+          std::string::npos);
+  }
+}
