@@ -241,7 +241,8 @@ constexpr KnobDecision kDecisions[] = {
      C::NotApplicable, "a validity rule on the route ids; no cost",
      A::NotMapped, kSharedLastRouteAiter},
     {"combine", "fp8_peer_rows", T::Fixed,
-     "set by the fused template with its stage 2's payload = fp8",
+     "set by the fused template with its stage 2's payload = fp8 (moec "
+     "compile refuses a config where the two disagree)",
      C::NotApplicable, "fixed by the template; the combine is one launch either "
                        "way",
      A::NotMapped, kPeerAiter},
@@ -411,8 +412,11 @@ constexpr KnobDecision kDecisions[] = {
     {"w2", "payload", T::NotSearched,
      "the template's payload is kept: it changes the numerics (one more FP8 "
      "rounding), so it is a choice of the table's author, not of the tuner",
-     C::Tie, "the model does not price the peer links' bytes", A::NotMapped,
-     kPeerAiter},
+     C::Tie,
+     "the model does not price the peer links' bytes (H + H/32 instead of "
+     "2H a row); only the FP8 epilogue's registers move the prediction, "
+     "through the kernel's occupancy",
+     A::NotMapped, kPeerAiter},
 
     // moe.w13
     {"w13", "k_waves", T::NotSearched,
