@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <optional>
 
 using namespace mlir;
 
@@ -176,15 +178,25 @@ void shrinkPeerFields(StageSpec &spec) {
         std::to_string(std::min<int64_t>(specInteger(spec, "plan_cus", 1), 2));
 }
 
-void smallConfigSpecs(std::vector<StageSpec> &specs) {
+namespace {
+
+/// The small H and I of a set of kernels that run together: twice the
+/// largest tile N or K step; a W13 with tile.k_waves W reduces H in W
+/// ranges of whole K steps.
+int64_t smallSizeOf(const std::vector<StageSpec> &specs) {
   int64_t size = 0;
-  // A W13 with tile.k_waves W reduces H in W ranges of whole K steps.
   for (const StageSpec &spec : specs)
     size = std::max({size,
                      2 * std::max(specInteger(spec, "n", 128),
                                   specInteger(spec, "k", 256)),
                      specInteger(spec, "k", 256) *
                          specInteger(spec, "k_waves", 1)});
+  return size;
+}
+
+/// Rewrites `specs` to H = I = `size` and the small expert, top-k and
+/// peer fields.
+void shrinkSpecs(std::vector<StageSpec> &specs, int64_t size) {
   for (StageSpec &spec : specs) {
     const int64_t ep = std::max<int64_t>(1, specInteger(spec, "ep", 1));
     spec.fields["hidden"] = std::to_string(size);
@@ -194,6 +206,51 @@ void smallConfigSpecs(std::vector<StageSpec> &specs) {
         std::to_string(std::min<int64_t>(specInteger(spec, "top_k", 2), 4));
     shrinkPeerFields(spec);
   }
+}
+
+/// Problems of `table` that share a configuration, as a group id per
+/// problem: a kernel deduplicated across problems (an AITER table's quant
+/// kernel serves every intermediate size of one hidden size) ties them,
+/// and they must shrink to one small shape.
+std::vector<size_t> problemGroups(const TuningTable &table) {
+  std::vector<size_t> parent(table.problems.size());
+  for (size_t i = 0; i < parent.size(); ++i)
+    parent[i] = i;
+  auto find = [&](size_t i) {
+    while (parent[i] != i)
+      i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  auto problemIndex = [&](const std::string &name) -> std::optional<size_t> {
+    for (size_t i = 0; i < table.problems.size(); ++i)
+      if (table.problems[i].name == name)
+        return i;
+    return std::nullopt;
+  };
+  for (const TableConfig &config : table.configs) {
+    std::optional<size_t> first;
+    for (const std::string &name : config.kernels) {
+      const TableKernel *kernel = table.findKernel(name);
+      std::optional<size_t> index =
+          kernel ? problemIndex(kernel->problem) : std::nullopt;
+      if (!index)
+        continue;
+      if (!first)
+        first = index;
+      else
+        parent[find(*index)] = find(*first);
+    }
+  }
+  std::vector<size_t> groups(parent.size());
+  for (size_t i = 0; i < parent.size(); ++i)
+    groups[i] = find(i);
+  return groups;
+}
+
+} // namespace
+
+void smallConfigSpecs(std::vector<StageSpec> &specs) {
+  shrinkSpecs(specs, smallSizeOf(specs));
 }
 
 CompileOptions smallShapeCompileOptions() {
@@ -206,7 +263,17 @@ CompileOptions smallShapeCompileOptions() {
 void smallTable(TuningTable &table) {
   static const char *const kProblemFields[] = {"hidden", "intermediate",
                                                "experts", "top_k", "ep"};
-  for (TableProblem &problem : table.problems) {
+  // One small size per group of problems that share a configuration.
+  const std::vector<size_t> groups = problemGroups(table);
+  std::map<size_t, int64_t> groupSize;
+  for (const TableKernel &kernel : table.kernels)
+    for (size_t i = 0; i < table.problems.size(); ++i)
+      if (table.problems[i].name == kernel.problem) {
+        int64_t &size = groupSize[groups[i]];
+        size = std::max(size, smallSizeOf({stageSpecOf(table, kernel)}));
+      }
+  for (size_t p = 0; p < table.problems.size(); ++p) {
+    TableProblem &problem = table.problems[p];
     std::vector<size_t> members;
     std::vector<StageSpec> specs;
     for (size_t i = 0; i < table.kernels.size(); ++i) {
@@ -217,7 +284,7 @@ void smallTable(TuningTable &table) {
     }
     if (specs.empty())
       continue;
-    smallConfigSpecs(specs);
+    shrinkSpecs(specs, groupSize[groups[p]]);
     for (size_t j = 0; j < members.size(); ++j) {
       std::map<std::string, std::string> knobs = specs[j].fields;
       for (const char *field : kProblemFields)
