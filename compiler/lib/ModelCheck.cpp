@@ -142,24 +142,58 @@ public:
   std::map<std::string, size_t> byIdentity;
 };
 
+/// Whether the kernels `selection` runs are built for the figure's layer
+/// (hidden, intermediate, experts, top-k).
+bool selectionHasShape(const TuningTable &table, const TableSelection &selection,
+                       const PublishedFigure &figure) {
+  const TableConfig *config = table.findConfig(selection.rows.front().config);
+  if (!config || config->kernels.empty())
+    return false;
+  const TableKernel *kernel = table.findKernel(config->kernels.front());
+  const TableProblem *problem = kernel ? table.findProblem(kernel->problem) : nullptr;
+  return problem && problem->hidden == figure.hidden &&
+         problem->intermediate == figure.intermediate &&
+         problem->experts == figure.experts && problem->topK == figure.topK;
+}
+
 /// The selection a published figure reads: network `N-fused` before N,
-/// the figure's EP, the smallest workspace class >= its capacity.
+/// the figure's EP, the smallest workspace class >= its capacity and its
+/// tokens per rank (a layer never runs above its workspace). A figure
+/// of a network moec does not ship by that name (FlyDSL's `flydsl-v4-pro`)
+/// reads a fused, then any, network of exactly its shape.
 const TableSelection *selectionFor(const std::vector<TuningTable> &tables,
                                    const PublishedFigure &figure,
                                    const TuningTable *&owner) {
-  for (const std::string &network : {figure.network + "-fused", figure.network}) {
+  auto smallestClass = [&](auto accepts) -> const TableSelection * {
     const TableSelection *best = nullptr;
     for (const TuningTable &table : tables)
       for (const TableSelection &selection : table.selections)
-        if (selection.network == network && selection.ep == figure.ep &&
-            selection.workspace >= figure.capacity && !selection.rows.empty() &&
+        if (selection.ep == figure.ep &&
+            selection.workspace >= std::max(figure.capacity, figure.m) &&
+            !selection.rows.empty() && accepts(table, selection) &&
             (!best || selection.workspace < best->workspace)) {
           best = &selection;
           owner = &table;
         }
-    if (best)
+    return best;
+  };
+  for (const std::string &network : {figure.network + "-fused", figure.network})
+    if (const TableSelection *best = smallestClass(
+            [&](const TuningTable &, const TableSelection &selection) {
+              return selection.network == network;
+            }))
       return best;
-  }
+  for (bool fusedOnly : {true, false})
+    if (const TableSelection *best = smallestClass(
+            [&](const TuningTable &table, const TableSelection &selection) {
+              const bool fused = selection.network.size() > 6 &&
+                                 selection.network.compare(
+                                     selection.network.size() - 6, 6,
+                                     "-fused") == 0;
+              return (fused || !fusedOnly) &&
+                     selectionHasShape(table, selection, figure);
+            }))
+      return best;
   return nullptr;
 }
 
