@@ -211,9 +211,10 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
 
     `k_waves` W > 1 (slice-K inside the workgroup, AITER's `_kw{W}`) adds W
     groups of `waves` waves: the reduction dimension is cut into W
-    contiguous ranges, each walked by one group with its own A tile in LDS,
-    and the groups' FP32 partial sums are added in LDS, in increasing group
-    order, before the epilogue. The workgroup has `waves * k_waves` waves;
+    contiguous ranges, each walked by one group with its own A and B tiles
+    in LDS, and the groups' FP32 partial sums are added in LDS, in
+    increasing group order, before the epilogue (group 0 holds the sum and
+    runs the activation). The workgroup has `waves * k_waves` waves;
     `waves` still splits the N tile.
 
     ```mlir
