@@ -102,10 +102,19 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
       // One oracle serves the table: its W13 kernels agree on the formats.
       const bool tokensFp4 = emu::specText(spec, "activation") == "f4E2M1FN";
       const bool intermediateFp4 = emu::specText(spec, "output") == "f4E2M1FN";
+      const bool bf16 = emu::specText(spec, "activation") == "bf16";
       auto formats = [](bool a, bool mid) {
         return std::string("a ") + (a ? "fp4" : "fp8") + ", mid " +
                (mid ? "fp4" : "fp8");
       };
+      if (firstActivationKernel != kernel.name && bf16 != facts.bf16Activations) {
+        error = "table " +
+                rt::describeTableKey(table.network, table.ep, table.workspace) +
+                ": W13 kernels " + firstActivationKernel + " and " +
+                kernel.name + " differ in BF16 activations (A16W4)";
+        return false;
+      }
+      facts.bf16Activations = bf16;
       if (firstActivationKernel != kernel.name &&
           (tokensFp4 != facts.tokensFp4 ||
                     intermediateFp4 != facts.intermediateFp4)) {

@@ -310,8 +310,9 @@ struct TableSurvey {
   std::string w13Layout, w2Layout;
   int64_t interleave13 = -1;
   /// Some quant kernel writes FP8 token rows, some W13 an FP8 intermediate
-  /// (otherwise they are MXFP4 rows, A4W4: half the bytes).
-  bool fp8Tokens = false, fp8Intermediate = false;
+  /// (otherwise they are MXFP4 rows, A4W4: half the bytes); some W13 a BF16
+  /// intermediate (A16W4: two bytes an element).
+  bool fp8Tokens = false, fp8Intermediate = false, bf16Intermediate = false;
   /// The first sort or combine without shared_last_route ("" if none): an
   /// FHMoE table needs it, or a routed id of E reaches the shared expert.
   std::string withoutSharedLastRoute;
@@ -363,6 +364,8 @@ bool surveyProblem(const KernelInfo &kernel, const std::string &where,
     survey.fp8Tokens = true;
   if (kernel.stage == Stage::W13 && !fp4Output)
     survey.fp8Intermediate = true;
+  if (kernel.stage == Stage::W13 && parameter(problemText, "output") == "bf16")
+    survey.bf16Intermediate = true;
   if ((kernel.stage == Stage::Sort || kernel.stage == Stage::Combine) &&
       attribute(kernel, "shared_last_route").empty() &&
       survey.withoutSharedLastRoute.empty())
@@ -544,6 +547,9 @@ bool bindArguments(const KernelInfo &kernel, const std::string &where,
       return error.fail(Status::InvalidArgument,
                         where + ": argument '" + arg.name +
                             "' has no binding in this runtime (a newer compiler?)");
+    // A16W4: W13 reads the layer's BF16 hidden states themselves.
+    if (step.role == Stage::W13 && arg.name == "a" && arg.dtype == "bf16")
+      binding.source = Source::Hidden;
     const bool pointer = binding.source < Source::NumTokens;
     if (pointer != (arg.kind == ArgKind::Buffer))
       return error.fail(Status::InvalidArgument,
@@ -609,7 +615,18 @@ bool planConfig(KernelLoader &loader, const Manifest &manifest, size_t c,
       return false;
     config.steps.push_back(std::move(step));
   }
-  if (config.steps.empty() || config.steps.front().role != Stage::Quant)
+  // Token rows come from a quant kernel first, unless the config's W13
+  // reads the BF16 hidden states themselves (A16W4) and nothing else reads
+  // token rows.
+  bool readsHidden = false, readsTokenRows = false;
+  for (const Step &step : config.steps)
+    for (const ArgBinding &binding : step.args) {
+      readsHidden |= step.role == Stage::W13 && binding.source == Source::Hidden;
+      readsTokenRows |= binding.source == Source::ACodes;
+    }
+  const bool a16 = readsHidden && !readsTokenRows;
+  if (config.steps.empty() ||
+      (!a16 && config.steps.front().role != Stage::Quant))
     return error.fail(Status::InvalidArgument,
                       tableName + ", config " + manifest.configs[c].id +
                           ": does not start with a quant kernel; the layer takes BF16 "
@@ -632,7 +649,9 @@ uint64_t placeWorkspace(Layer::Plan &plan, const TableSurvey &survey,
   // Token rows and the intermediate: FP8 (one byte an element) or, when
   // every config's are MXFP4 (A4W4), half a byte; one E8M0 per 32 either way.
   const uint64_t tokenRowBytes = survey.fp8Tokens ? H : H / 2;
-  const uint64_t midRowBytes = survey.fp8Intermediate ? I : I / 2;
+  const uint64_t midRowBytes = survey.bf16Intermediate  ? 2 * I
+                               : survey.fp8Intermediate ? I
+                                                        : I / 2;
   place(Source::ACodes, tokens * tokenRowBytes);
   place(Source::AScales, tokens * H / 32);
   if (survey.shared) {

@@ -234,6 +234,8 @@ bool SelftestRunner::runCase(const rt::SelectionTable &table,
   oracle.intermediateFp4 = options_.midFormat.empty()
                                ? facts.intermediateFp4
                                : options_.midFormat == "fp4";
+  // A16W4 tables: BF16 in and between, unless --a-format names another.
+  oracle.bf16 = facts.bf16Activations && options_.aFormat.empty();
   oracle.clampCase = c.scenario == "clamp";
   oracle.ep = table.ep;
   OracleComparison comparison;

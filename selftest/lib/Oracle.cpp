@@ -101,6 +101,8 @@ ref::Status compareWithOracle(const OracleCase &oracle,
   tp.intermediateFormat = oracle.intermediateFp4
                               ? ref::ActivationFormat::Mxfp4
                               : ref::ActivationFormat::Fp8E4M3;
+  if (oracle.bf16)
+    tp.inputFormat = tp.intermediateFormat = ref::ActivationFormat::Bf16;
   tp.outputTolerance = true;
   // A fused table whose stage 2 sends FP8 rows: the oracle rounds them too.
   tp.payload = facts.fp8PeerPayload ? ref::PeerPayload::Fp8

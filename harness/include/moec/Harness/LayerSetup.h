@@ -46,6 +46,9 @@ struct TableFacts {
   /// intermediate W2 reads): FP8 (A8W4) or MXFP4 (A4W4, activation or output
   /// f4E2M1FN); the oracle quantises in the same formats.
   bool tokensFp4 = false, intermediateFp4 = false;
+  /// A16W4: W13 reads the BF16 tokens and writes a BF16 intermediate
+  /// (activation bf16); the oracle reads both exactly.
+  bool bf16Activations = false;
   /// Fused stage 2 sends FP8 1x32 combine rows (`payload = fp8`): the
   /// oracle models that rounding (ref::PeerPayload::Fp8).
   bool fp8PeerPayload = false;

@@ -54,6 +54,9 @@ struct OracleCase {
   /// The oracle's token rows and intermediate are MXFP4 (A4W4) instead of
   /// FP8 (TpMoeConfig::inputFormat, intermediateFormat).
   bool tokensFp4 = false, intermediateFp4 = false;
+  /// A16W4: BF16 token rows and intermediate (both formats Bf16; overrides
+  /// the two above).
+  bool bf16 = false;
   /// The "clamp" case: also measured against the oracle without the clamp.
   bool clampCase = false;
   uint32_t ep = 1;
