@@ -79,6 +79,15 @@ void KernelEmitter::store16(Value value, Value memref, Value dwordIndex) {
                           /*nontemporal=*/false, llvm::MaybeAlign(16));
 }
 
+SmallVector<Value, 8> KernelEmitter::loadF32Block(Value lds, Value firstDword) {
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  SmallVector<Value, 8> values;
+  for (int64_t q = 0; q < 8; ++q)
+    values.push_back(vector::BitCastOp::create(
+        b, loc, f32x4, load16(lds, add(firstDword, idx(4 * q)))));
+  return values;
+}
+
 Value KernelEmitter::atomicAddI32(Value memref, Value index, Value amountI32) {
   return memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
                                      amountI32, memref, ValueRange{index});

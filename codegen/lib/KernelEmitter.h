@@ -48,6 +48,10 @@ protected:
   mlir::Value load16(mlir::Value memref, mlir::Value dwordIndex,
                      bool nontemporal = false);
   void store16(mlir::Value value, mlir::Value memref, mlir::Value dwordIndex);
+  /// The 32 FP32 values of one 1x32 block staged in LDS from dword
+  /// `firstDword`, as the 8 vector<4xf32> the block quantisers take.
+  llvm::SmallVector<mlir::Value, 8> loadF32Block(mlir::Value lds,
+                                                 mlir::Value firstDword);
   /// memref.atomic_rmw addi on element `index` of an i32 global buffer
   /// (acquire-release, system scope once lowered); returns the old value.
   mlir::Value atomicAddI32(mlir::Value memref, mlir::Value index,

@@ -410,15 +410,11 @@ void W13Emitter::storeQuantised(const TileRows &rows) {
   Value lds = rows.lds, colBase = rows.colBase;
   // One lane per (row, 32-column block).
   const int64_t blocksPerRow = tileN / 32, blocks = tileM * blocksPerRow;
-  auto f32x4 = VectorType::get({4}, b.getF32Type());
   forEachLaneItem(blocks, [&](Value blockId) {
     Value row = divC(blockId, blocksPerRow);
     Value block = remC(blockId, blocksPerRow);
     Value stageDword = add(mul(row, tileN), mul(block, 32));
-    SmallVector<Value> values;
-    for (int64_t q = 0; q < 8; ++q)
-      values.push_back(vector::BitCastOp::create(
-          b, loc, f32x4, load16(lds, add(stageDword, idx(4 * q)))));
+    SmallVector<Value, 8> values = loadF32Block(lds, stageDword);
     Value outRow = rows.outRow(row);
     Value outElement = add(mul(outRow, inter), add(colBase, mul(block, 32)));
     Value scaleIndex =

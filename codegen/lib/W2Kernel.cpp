@@ -531,7 +531,6 @@ void W2Emitter::storeFp8PeerRows(
     function_ref<void(Value, Value, ArrayRef<Value>)> store) {
   const int64_t tileM = tile.getM(), tileN = tile.getN(), dim = layout.dim;
   const int64_t mFrags = tileM / dim, nFrags = tile.getWaveN() / dim;
-  auto f32x4 = VectorType::get({4}, b.getF32Type());
   // tile.n is a multiple of 32 (TileAttr admits 32 to 512).
   const int64_t blocksPerRow = tileN / 32;
   // One M fragment (dim rows x tile.n FP32) at a time, so that the staging
@@ -562,11 +561,8 @@ void W2Emitter::storeFp8PeerRows(
       Value row = divC(item, blocksPerRow);
       Value block = remC(item, blocksPerRow);
       Value first = add(mul(row, tileN), mul(block, 32));
-      SmallVector<Value> values;
-      for (int64_t q = 0; q < 8; ++q)
-        values.push_back(vector::BitCastOp::create(
-            b, loc, f32x4, load16(lds, add(first, idx(4 * q)))));
-      store(add(row, idx(mi * dim)), add(colBase, mul(block, 32)), values);
+      store(add(row, idx(mi * dim)), add(colBase, mul(block, 32)),
+            loadF32Block(lds, first));
     });
     // The next fragment (or item) overwrites the staged rows.
     if (mi + 1 < mFrags)
