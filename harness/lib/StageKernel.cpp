@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
-#include <optional>
 
 using namespace mlir;
 
@@ -208,45 +206,6 @@ void shrinkSpecs(std::vector<StageSpec> &specs, int64_t size) {
   }
 }
 
-/// Problems of `table` that share a configuration, as a group id per
-/// problem: a kernel deduplicated across problems (an AITER table's quant
-/// kernel serves every intermediate size of one hidden size) ties them,
-/// and they must shrink to one small shape.
-std::vector<size_t> problemGroups(const TuningTable &table) {
-  std::vector<size_t> parent(table.problems.size());
-  for (size_t i = 0; i < parent.size(); ++i)
-    parent[i] = i;
-  auto find = [&](size_t i) {
-    while (parent[i] != i)
-      i = parent[i] = parent[parent[i]];
-    return i;
-  };
-  auto problemIndex = [&](const std::string &name) -> std::optional<size_t> {
-    for (size_t i = 0; i < table.problems.size(); ++i)
-      if (table.problems[i].name == name)
-        return i;
-    return std::nullopt;
-  };
-  for (const TableConfig &config : table.configs) {
-    std::optional<size_t> first;
-    for (const std::string &name : config.kernels) {
-      const TableKernel *kernel = table.findKernel(name);
-      std::optional<size_t> index =
-          kernel ? problemIndex(kernel->problem) : std::nullopt;
-      if (!index)
-        continue;
-      if (!first)
-        first = index;
-      else
-        parent[find(*index)] = find(*first);
-    }
-  }
-  std::vector<size_t> groups(parent.size());
-  for (size_t i = 0; i < parent.size(); ++i)
-    groups[i] = find(i);
-  return groups;
-}
-
 } // namespace
 
 void smallConfigSpecs(std::vector<StageSpec> &specs) {
@@ -263,17 +222,15 @@ CompileOptions smallShapeCompileOptions() {
 void smallTable(TuningTable &table) {
   static const char *const kProblemFields[] = {"hidden", "intermediate",
                                                "experts", "top_k", "ep"};
-  // One small size per group of problems that share a configuration.
-  const std::vector<size_t> groups = problemGroups(table);
-  std::map<size_t, int64_t> groupSize;
+  // One small H = I for the whole table. A configuration may take kernels
+  // of several problems (an AITER table's quant kernel serves every
+  // intermediate size of its hidden size), and kernels whose symbol does
+  // not name H or I (the sort) must not become two different kernels of
+  // one symbol: so every problem shrinks to the same size.
+  int64_t size = 0;
   for (const TableKernel &kernel : table.kernels)
-    for (size_t i = 0; i < table.problems.size(); ++i)
-      if (table.problems[i].name == kernel.problem) {
-        int64_t &size = groupSize[groups[i]];
-        size = std::max(size, smallSizeOf({stageSpecOf(table, kernel)}));
-      }
-  for (size_t p = 0; p < table.problems.size(); ++p) {
-    TableProblem &problem = table.problems[p];
+    size = std::max(size, smallSizeOf({stageSpecOf(table, kernel)}));
+  for (TableProblem &problem : table.problems) {
     std::vector<size_t> members;
     std::vector<StageSpec> specs;
     for (size_t i = 0; i < table.kernels.size(); ++i) {
@@ -284,7 +241,7 @@ void smallTable(TuningTable &table) {
     }
     if (specs.empty())
       continue;
-    shrinkSpecs(specs, groupSize[groups[p]]);
+    shrinkSpecs(specs, size);
     for (size_t j = 0; j < members.size(); ++j) {
       std::map<std::string, std::string> knobs = specs[j].fields;
       for (const char *field : kProblemFields)

@@ -1,9 +1,11 @@
 //===- SmallTableTest.cpp - one small shape per configuration ------------===//
 //
-// `moec compile --small` (smallTable) shrinks each problem of a table to a
+// `moec compile --small` (smallTable) shrinks the problems of a table to a
 // small shape. A configuration whose kernels come from several problems (an
 // AITER table's quant kernel serves every intermediate size of its hidden
-// size) must find all of them at one shape, or its layer cannot be built.
+// size) must find all of them at one shape, or its layer cannot be built;
+// and kernels whose symbol names no H (the sort) must not become two
+// kernels of one symbol: one shape for the whole table.
 //
 //===----------------------------------------------------------------------===//
 
@@ -98,11 +100,12 @@ TEST_CASE("--small gives every kernel of a configuration one shape",
     for (const TableProblem &problem : table.problems) {
       CHECK(problem.hidden <= 2048);
       CHECK(problem.hidden == problem.intermediate);
+      CHECK(problem.hidden == table.problems.front().hidden);
     }
   }
 }
 
-TEST_CASE("--small keeps unrelated problems at their own small shape",
+TEST_CASE("--small shrinks every problem of a table to one shape",
           "[tables][small]") {
   TuningTable table;
   for (const char *name : {"wide", "narrow", "other"}) {
@@ -111,7 +114,7 @@ TEST_CASE("--small keeps unrelated problems at their own small shape",
     problem.family = "tp";
     problem.hidden = 6144;
     problem.intermediate = std::string(name) == "wide" ? 2048 : 256;
-    problem.experts = 256;
+    problem.experts = std::string(name) == "other" ? 32 : 256;
     problem.topK = 8;
     table.problems.push_back(problem);
   }
@@ -125,19 +128,26 @@ TEST_CASE("--small keeps unrelated problems at their own small shape",
     table.kernels.push_back(k);
   };
   // `quant` belongs to "wide" but also serves "narrow" (the AITER import's
-  // deduplication); "other" shares nothing.
+  // deduplication). "other" shares nothing, but its sort would become the
+  // same small kernel as "wide"'s (4 experts, top-4, m_tile 32), whose
+  // symbol names no H: it must not differ from it in H.
   kernel("quant", abi::Stage::Quant, "wide", {{"waves", "4"}});
+  kernel("sort_wide", abi::Stage::Sort, "wide", {{"m_tile", "32"}});
+  kernel("sort_other", abi::Stage::Sort, "other", {{"m_tile", "32"}});
   kernel("w13_wide", abi::Stage::W13, "wide", {{"m", "32"}, {"n", "512"}});
   kernel("w13_narrow", abi::Stage::W13, "narrow", {{"m", "32"}, {"n", "64"}});
   kernel("w13_other", abi::Stage::W13, "other", {{"m", "32"}, {"n", "64"}});
-  table.configs.push_back({"a", {"quant", "w13_wide"}});
-  table.configs.push_back({"b", {"quant", "w13_narrow"}});
-  table.configs.push_back({"c", {"w13_other"}});
+  table.configs.push_back({"a", {"quant", "sort_wide", "w13_wide"}});
+  table.configs.push_back({"b", {"quant", "sort_wide", "w13_narrow"}});
+  table.configs.push_back({"c", {"sort_other", "w13_other"}});
   smallTable(table);
   REQUIRE(checkConfigsShareOneShape(table) == 3);
-  // Twice the largest tile of the group {wide, narrow}: n 512 -> 1024.
-  CHECK(table.findProblem("narrow")->hidden == 1024);
-  CHECK(table.findProblem("wide")->intermediate == 1024);
-  // "other" keeps its own: twice its K step of 256 (its N is 64).
-  CHECK(table.findProblem("other")->hidden == 512);
+  // Twice the table's largest tile: n 512 -> 1024, for every problem.
+  for (const TableProblem &problem : table.problems) {
+    INFO(problem.name);
+    CHECK(problem.hidden == 1024);
+    CHECK(problem.intermediate == 1024);
+    CHECK(problem.experts == 4);
+    CHECK(problem.topK == 4);
+  }
 }
