@@ -429,9 +429,10 @@ static bool tileFields(const std::string &text, size_t count,
 ///   moe_ck2stages_gemm{S}_{BLOCK_SIZE}x{MPerBlock}x{NPerBlock}x{KPerBlock}
 ///   _{MWaves}x{NWaves}_{CDEElementOp}_v{pipeline}_Nswizzle{0|1}_Quant{Q}
 ///   _MulRoutedWeight{0|1}[_{act}, stage 1 only]_{A}_{B}_{C}
-/// A stage-2 name with moec's dtypes (A FP8, B FP4X2, C B16) and Quant3
-/// (QuantType.per_1x32) is served by moec's W2 with m = MPerBlock, n =
-/// NPerBlock, k = KPerBlock and MWaves x NWaves waves.
+/// A stage-2 name with moec's dtypes (A F8 or FP4X2, B FP4X2, C B16) and
+/// Quant3 (QuantType.per_1x32) is served by moec's W2 (FP8 or MXFP4
+/// activations) with m = MPerBlock, n = NPerBlock, k = KPerBlock and
+/// MWaves x NWaves waves.
 template <typename Refuse>
 static bool parseCkName(const std::string &name, int stage,
                         AiterStageKnobs &out, Refuse &refuse) {
@@ -454,13 +455,14 @@ static bool parseCkName(const std::string &name, int stage,
     return refuse("family ck2stages: other stage",
                   "a CK " + p[2] + " kernel named as stage " +
                       std::to_string(stage));
-  if (a != "F8")
+  if (a != "F8" && a != "FP4X2")
     return refuse("family ck2stages: A " + a,
-                  "CK kernel with A " + a + (a == "FP4X2"
-                                                 ? " (MXFP4 activations)"
-                                                 : std::string()) +
-                      ": moec's GEMMs take FP8 activations, so no moec kernel "
-                      "of the same dtypes serves it");
+                  "CK kernel with A " + a +
+                      ": moec's GEMMs take FP8 or MXFP4 (FP4X2) activations, "
+                      "so no moec kernel of the same dtypes serves it");
+  // The row's check that stage 2 reads what stage 1 writes applies as to
+  // FlyDSL names.
+  out.aFormat = out.midFormat = a == "FP4X2" ? "fp4" : "fp8";
   if (b != "FP4X2" || c != "B16" || p[8] != "Quant3")
     return refuse("family ck2stages: dtypes",
                   "CK kernel with B " + b + ", C " + c + ", " + p[8] +

@@ -474,7 +474,7 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
   CHECK(k.refusalClass == "family opus: other stage");
 
   // CK two-stage: BLOCK_SIZE x MPerBlock x NPerBlock x KPerBlock, MWaves x
-  // NWaves; only A F8 x B FP4X2 -> B16 with Quant3 has moec's dtypes.
+  // NWaves; A F8 or FP4X2 x B FP4X2 -> B16 with Quant3 has moec's dtypes.
   const std::string ckFp8 =
       "moe_ck2stages_gemm2_256x32x128x128_1x4_MulABScaleExpertWeightShuffled_"
       "v3_Nswizzle0_Quant3_MulRoutedWeight1_F8_FP4X2_B16";
@@ -487,9 +487,19 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
   const std::string ckFp4 =
       "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_"
       "v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16";
-  CHECK_FALSE(parseAiterKernelName(ckFp4, 2, k, reason));
-  CHECK(k.refusalClass == "family ck2stages: A FP4X2");
-  CHECK_THAT(reason, Catch::Contains("A FP4X2 (MXFP4 activations)"));
+  CHECK(k.aFormat == "fp8");
+  // MXFP4 activations (A4W4): moec's W2 with FP4 A tiles, one 1x1 wave.
+  REQUIRE(parseAiterKernelName(ckFp4, 2, k, reason));
+  CHECK(k.substitutedFrom == ckFp4);
+  CHECK(k.aFormat == "fp4");
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "32"}, {"n", "32"}, {"k", "128"},
+                       {"waves", "1"}, {"orientation", "b_major"}});
+  CHECK_FALSE(parseAiterKernelName(
+      "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_"
+      "v1_Nswizzle0_Quant3_MulRoutedWeight1_I8_FP4X2_B16",
+      2, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: A I8");
   CHECK_FALSE(parseAiterKernelName(
       "moe_ck2stages_gemm1_256x128x128x128_1x4_MulABScaleShuffled_v3_"
       "Nswizzle0_Quant3_MulRoutedWeight0_silu_F8_FP4X2_B16",
