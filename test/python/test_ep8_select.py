@@ -9,6 +9,7 @@ else the largest row as a flagged fallback (above_max=largest) or a miss
 (above_max=error); the table of the smallest workspace class >= the request.
 """
 
+import importlib.util
 import os
 
 import pytest
@@ -19,46 +20,17 @@ from conftest import TABLES, run
 MAX_M = 16400
 
 
-def read_table(path):
-    kernels, configs, tables = {}, {}, []
-    with open(path) as f:
-        for line in f:
-            words = line.split()
-            if not words or words[0].startswith("#"):
-                continue
-            fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-            if words[0] == "kernel":
-                kernels[words[1]] = fields
-            elif words[0] == "config":
-                configs[words[1]] = fields["kernels"].split(",")
-            elif words[0] == "select":
-                tables.append(dict(network=fields["network"], ep=int(fields["ep"]),
-                                   workspace=int(fields["workspace"]),
-                                   above_max=fields.get("above_max", "largest"), rows=[]))
-            elif words[0] == "row":
-                tables[-1]["rows"].append((int(fields["m"]), fields["config"]))
-    for table in tables:
-        caps = [int(kernels[k]["max_tokens"]) for _, c in table["rows"] for k in configs[c]
-                if "max_tokens" in kernels[k]]
-        table["capacity"] = min(caps) if caps else None
-    return tables
-
-
-def expected(table, m):
-    """('hit'|'fallback', row_m, config) or ('miss', message)."""
-    rows = table["rows"]
-    largest = max(r for r, _ in rows)
-    key = "%s ep%d ws%d" % (table["network"], table["ep"], table["workspace"])
-    if m > largest:
-        if table["capacity"] is not None and m > table["capacity"]:
-            return ("miss", "%s: m %d is above the table's capacity of %d tokens per rank"
-                    % (key, m, table["capacity"]))
-        if table["above_max"] == "error":
-            return ("miss", "%s: m %d is above the largest row (m %d) and above_max is 'error'"
-                    % (key, m, largest))
-        return ("fallback", largest, dict(rows)[largest])
-    best = min(rows, key=lambda row: (abs(row[0] - m), -row[0]))
-    return ("hit", best[0], best[1])
+# The rule is applied by the same code as the `moec select` lit test's
+# (test/lit/Tools/Inputs/ep8_select_check.py), so both paths are held to one
+# statement of it.
+_spec = importlib.util.spec_from_file_location(
+    "ep8_select_check",
+    os.path.join(os.path.dirname(__file__), "..", "lit", "Tools", "Inputs",
+                 "ep8_select_check.py"))
+_rule = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_rule)
+read_table = _rule.parse_table
+expected = _rule.expected
 
 
 @pytest.fixture(scope="module")
