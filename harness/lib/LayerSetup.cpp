@@ -20,6 +20,21 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
   facts.problem.epSize = table.ep;
   bool found = false;
   std::string firstActivationKernel, firstGemmKernel, firstStage2Kernel;
+  // One oracle serves the whole table, so the kernels it checks must agree;
+  // `kinds` names them ("W13 kernels"), the details (may be empty) say how
+  // each is built.
+  auto disagree = [&](const std::string &kinds, const std::string &first,
+                      const std::string &firstDetail, const std::string &second,
+                      const std::string &secondDetail, const std::string &what) {
+    auto named = [](const std::string &name, const std::string &detail) {
+      return detail.empty() ? name : name + " (" + detail + ")";
+    };
+    error = "table " +
+            rt::describeTableKey(table.network, table.ep, table.workspace) +
+            ": " + kinds + " " + named(first, firstDetail) + " and " +
+            named(second, secondDetail) + " differ in " + what;
+    return false;
+  };
   for (const rt::SelectionRow &row : table.rows)
     for (uint32_t k : manifest.configs[row.config].kernels) {
       const rt::KernelInfo &kernel = manifest.kernels[k];
@@ -29,14 +44,10 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
       // One set of biases serves the table: its GEMM kernels all take them
       // or none does.
       const bool bias = emu::specFlag(spec, "bias");
-      if (!firstGemmKernel.empty() && bias != facts.bias) {
-        error = "table " +
-                rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": kernels " + firstGemmKernel + " (" +
-                (facts.bias ? "bias" : "no bias") + ") and " + kernel.name +
-                " (" + (bias ? "bias" : "no bias") + ") differ in the bias";
-        return false;
-      }
+      if (!firstGemmKernel.empty() && bias != facts.bias)
+        return disagree("kernels", firstGemmKernel,
+                        facts.bias ? "bias" : "no bias", kernel.name,
+                        bias ? "bias" : "no bias", "the bias");
       if (firstGemmKernel.empty())
         firstGemmKernel = kernel.name;
       facts.bias = bias;
@@ -44,14 +55,9 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
         // One oracle serves the table: its fused stage 2 kernels agree on
         // the combine rows' payload.
         const bool fp8 = emu::specText(spec, "payload") == "fp8";
-        if (!firstStage2Kernel.empty() && fp8 != facts.fp8PeerPayload) {
-          error = "table " +
-                  rt::describeTableKey(table.network, table.ep,
-                                       table.workspace) +
-                  ": fused W2 kernels " + firstStage2Kernel + " and " +
-                  kernel.name + " differ in the peer payload";
-          return false;
-        }
+        if (!firstStage2Kernel.empty() && fp8 != facts.fp8PeerPayload)
+          return disagree("fused W2 kernels", firstStage2Kernel, "",
+                          kernel.name, "", "the peer payload");
         if (firstStage2Kernel.empty())
           firstStage2Kernel = kernel.name;
         facts.fp8PeerPayload = fp8;
@@ -66,27 +72,19 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
           emu::specNumber(spec, "situ_linear_beta", 25.0);
       if (found && (situ != facts.situV2 ||
                     (situ && (situBeta != facts.situBeta ||
-                              situLinearBeta != facts.situLinearBeta)))) {
-        error = "table " +
-                rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": W13 kernels " + firstActivationKernel + " and " +
-                kernel.name + " differ in SiTUv2 (situ_v2 and its betas)";
-        return false;
-      }
+                              situLinearBeta != facts.situLinearBeta))))
+        return disagree("W13 kernels", firstActivationKernel, "", kernel.name,
+                        "", "SiTUv2 (situ_v2 and its betas)");
       facts.situV2 = situ;
       facts.situBeta = situBeta;
       facts.situLinearBeta = situLinearBeta;
       // One oracle serves the whole table, so its W13 kernels must agree on
       // the activation.
       const bool gptOss = emu::specFlag(spec, "gpt_oss_swiglu");
-      if (found && gptOss != facts.gptOssSwiglu) {
-        error = "table " +
-                rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": W13 kernels " + firstActivationKernel + " (" +
-                activationName(facts.gptOssSwiglu) + ") and " + kernel.name +
-                " (" + activationName(gptOss) + ") differ in the activation";
-        return false;
-      }
+      if (found && gptOss != facts.gptOssSwiglu)
+        return disagree("W13 kernels", firstActivationKernel,
+                        activationName(facts.gptOssSwiglu), kernel.name,
+                        activationName(gptOss), "the activation");
       if (!found)
         firstActivationKernel = kernel.name;
       facts.gptOssSwiglu = gptOss;
@@ -107,25 +105,17 @@ bool tableFacts(const rt::Manifest &manifest, const rt::SelectionTable &table,
         return std::string("a ") + (a ? "fp4" : "fp8") + ", mid " +
                (mid ? "fp4" : "fp8");
       };
-      if (firstActivationKernel != kernel.name && bf16 != facts.bf16Activations) {
-        error = "table " +
-                rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": W13 kernels " + firstActivationKernel + " and " +
-                kernel.name + " differ in BF16 activations (A16W4)";
-        return false;
-      }
+      if (firstActivationKernel != kernel.name && bf16 != facts.bf16Activations)
+        return disagree("W13 kernels", firstActivationKernel, "", kernel.name,
+                        "", "BF16 activations (A16W4)");
       facts.bf16Activations = bf16;
       if (firstActivationKernel != kernel.name &&
           (tokensFp4 != facts.tokensFp4 ||
-                    intermediateFp4 != facts.intermediateFp4)) {
-        error = "table " +
-                rt::describeTableKey(table.network, table.ep, table.workspace) +
-                ": W13 kernels " + firstActivationKernel + " (" +
-                formats(facts.tokensFp4, facts.intermediateFp4) + ") and " +
-                kernel.name + " (" + formats(tokensFp4, intermediateFp4) +
-                ") differ in the activation formats";
-        return false;
-      }
+           intermediateFp4 != facts.intermediateFp4))
+        return disagree("W13 kernels", firstActivationKernel,
+                        formats(facts.tokensFp4, facts.intermediateFp4),
+                        kernel.name, formats(tokensFp4, intermediateFp4),
+                        "the activation formats");
       facts.tokensFp4 = tokensFp4;
       facts.intermediateFp4 = intermediateFp4;
       facts.interleave = emu::specInteger(spec, "gate_up_interleave", 0);
