@@ -50,7 +50,8 @@ struct ReferenceArgs {
   std::optional<double> swigluLimit;
   std::string activation = "silu";
   /// The format the BF16 tokens are quantised to (fp8: A8W4, fp4: MXFP4,
-  /// A4W4) and of the intermediate between the GEMMs (empty: as the tokens).
+  /// A4W4; bf16: read as they are, A16W4) and of the intermediate between
+  /// the GEMMs (empty: as the tokens).
   std::string aFormat = "fp8", midFormat;
   double situBeta = 4.0;
   double situLinearBeta = 25.0;
@@ -396,6 +397,28 @@ Failure writeInputs(Writer &writer, const ReferenceArgs &args,
   return {};
 }
 
+/// The oracle's activation rows of one format as <stem>_<format>.npy:
+/// FP8 one byte a value and MXFP4 two E2M1 codes a byte ([rows, depth] or
+/// [rows, depth/2] uint8) with <stem>_scale.npy (E8M0 per 1x32); BF16 the
+/// values' bits ([rows, depth] uint16), which carry no scales.
+Failure writeActivationRows(Writer &writer, const std::string &stem,
+                            ActivationFormat format, int64_t rows,
+                            int64_t depth, const std::vector<uint8_t> &codes,
+                            const std::vector<uint8_t> &scales) {
+  if (format == ActivationFormat::Bf16) {
+    std::vector<uint16_t> bits(codes.size() / 2);
+    for (size_t i = 0; i < bits.size(); ++i)
+      bits[i] = uint16_t(codes[2 * i] | (codes[2 * i + 1] << 8));
+    return writer.write(stem + "_bf16.npy", NpyDtype::UInt16, {rows, depth}, bits);
+  }
+  const bool fp4 = format == ActivationFormat::Mxfp4;
+  if (Failure f = writer.write(stem + (fp4 ? "_fp4.npy" : "_fp8.npy"), NpyDtype::UInt8,
+                               {rows, activationRowBytes(format, depth)}, codes);
+      f.failed())
+    return f;
+  return writer.write(stem + "_scale.npy", NpyDtype::UInt8, {rows, depth / 32}, scales);
+}
+
 /// Output and (with --stages) stage arrays of one rank or TP group.
 Failure writeResults(Writer &writer, const std::string &prefix,
                      const MoeShape &shape, int64_t tokens, int64_t rows,
@@ -422,16 +445,8 @@ Failure writeResults(Writer &writer, const std::string &prefix,
       f.failed())
     return f;
   if (faithful) {
-    // FP8: one byte a value; MXFP4: two E2M1 codes a byte (input_fp4.npy).
-    const bool fp4 = inputFormat == ActivationFormat::Mxfp4;
-    if (Failure f = writer.write(prefix + (fp4 ? "input_fp4.npy" : "input_fp8.npy"),
-                                 NpyDtype::UInt8,
-                                 {tokens, activationRowBytes(inputFormat, H)},
-                                 r.inputCodes);
-        f.failed())
-      return f;
-    if (Failure f = writer.write(prefix + "input_scale.npy", NpyDtype::UInt8,
-                                 {tokens, H / 32}, r.inputScales);
+    if (Failure f = writeActivationRows(writer, prefix + "input", inputFormat,
+                                        tokens, H, r.inputCodes, r.inputScales);
         f.failed())
       return f;
   }
@@ -440,15 +455,9 @@ Failure writeResults(Writer &writer, const std::string &prefix,
       f.failed())
     return f;
   if (faithful) {
-    const bool fp4 = intermediateFormat == ActivationFormat::Mxfp4;
-    if (Failure f = writer.write(
-            prefix + (fp4 ? "intermediate_fp4.npy" : "intermediate_fp8.npy"),
-            NpyDtype::UInt8, {rows, activationRowBytes(intermediateFormat, I)},
-            r.intermediateCodes);
-        f.failed())
-      return f;
-    if (Failure f = writer.write(prefix + "intermediate_scale.npy", NpyDtype::UInt8,
-                                 {rows, I / 32}, r.intermediateScales);
+    if (Failure f = writeActivationRows(writer, prefix + "intermediate",
+                                        intermediateFormat, rows, I,
+                                        r.intermediateCodes, r.intermediateScales);
         f.failed())
       return f;
   }
@@ -564,14 +573,20 @@ Failure runReference(const ReferenceArgs &args) {
   if (mega && (args.aFormat != "fp8" || midFormat != "fp8"))
     return badInput("--a-format " + args.aFormat + " --mid-format " + midFormat +
                     ": the MegaMoE oracle quantises the tokens and the "
-                    "intermediate to FP8 (A8W4); MXFP4 activations (A4W4) are "
-                    "a tp and fhmoe format");
-  const ActivationFormat inputFormat = args.aFormat == "fp4"
-                                           ? ActivationFormat::Mxfp4
-                                           : ActivationFormat::Fp8E4M3;
-  const ActivationFormat intermediateFormat = midFormat == "fp4"
-                                                  ? ActivationFormat::Mxfp4
-                                                  : ActivationFormat::Fp8E4M3;
+                    "intermediate to FP8 (A8W4); MXFP4 (A4W4) and BF16 (A16W4) "
+                    "activations are tp and fhmoe formats");
+  // As a table's a_format=bf16 and mid_format=bf16: AITER's a16w4 stage 1
+  // writes a BF16 intermediate, and no stage reads BF16 rows otherwise.
+  if ((args.aFormat == "bf16") != (midFormat == "bf16"))
+    return badInput("--a-format " + args.aFormat + " --mid-format " + midFormat +
+                    ": BF16 tokens (A16W4) and a BF16 intermediate go together");
+  auto formatOf = [](const std::string &name) {
+    return name == "fp4"    ? ActivationFormat::Mxfp4
+           : name == "bf16" ? ActivationFormat::Bf16
+                            : ActivationFormat::Fp8E4M3;
+  };
+  const ActivationFormat inputFormat = formatOf(args.aFormat);
+  const ActivationFormat intermediateFormat = formatOf(midFormat);
   if (situV2 && mega)
     return badInput("--activation situ-v2: the MegaMoE networks compute SiLU "
                     "(SiTUv2 is a TP and FHMoE activation)");
@@ -779,12 +794,13 @@ void addReferenceCommand(CLI::App &app, int &exitStatus) {
                   "tp/fhmoe, faithful mode: the format the BF16 tokens are "
                   "quantised to, fp8 (A8W4, the default) or fp4 (MXFP4 with "
                   "E8M0 1x32 scales: AITER's A4W4, q_dtype_a "
-                  "torch.float4_e2m1fn_x2)")
-      ->check(CLI::IsMember({"fp8", "fp4"}));
+                  "torch.float4_e2m1fn_x2), or bf16 (read as they are: AITER's "
+                  "A16W4, q_dtype_a torch.bfloat16; with --mid-format bf16)")
+      ->check(CLI::IsMember({"fp8", "fp4", "bf16"}));
   cmd->add_option("--mid-format", args->midFormat,
                   "tp/fhmoe, faithful mode: the format of the intermediate "
-                  "between the GEMMs, fp8 or fp4 (default: --a-format's)")
-      ->check(CLI::IsMember({"fp8", "fp4"}));
+                  "between the GEMMs, fp8, fp4 or bf16 (default: --a-format's)")
+      ->check(CLI::IsMember({"fp8", "fp4", "bf16"}));
   cmd->add_option("--situ-beta", args->situBeta,
                   "situ-v2: the gate's beta (AITER's default 4)");
   cmd->add_option("--situ-linear-beta", args->situLinearBeta,
