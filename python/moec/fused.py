@@ -97,13 +97,14 @@ _FP4_ACTIVATIONS = ("torch.float4_e2m1fn_x2",)
 def _refuse_prequantised(value, what):
     """Pre-quantised FP8 rows (AITER's a8w4 path with a1_scale) are not
     an input of moec's layers: their first kernel quantises BF16 rows to
-    FP8 1x32 on the device. Refused naming the argument, with that reason."""
+    FP8 1x32 on the device (or, A16W4, W13 reads the BF16 rows). Refused
+    naming the argument, with that reason."""
     if _is_tensor(value) and str(value.dtype) in _FP8_ACTIVATIONS + _FP4_ACTIVATIONS:
         raise invalid(what, "%s rows are pre-quantised activations, which moec's layers do "
                       "not take: the layer's first kernel quantises BF16 rows to its "
                       "activation format (FP8 for A8W4, MXFP4 for A4W4) with E8M0 1x32 "
-                      "scales on the device; pass the BF16 rows (and no a1_scale)" %
-                      value.dtype)
+                      "scales on the device, or W13 reads them as they are (A16W4); pass "
+                      "the BF16 rows (and no a1_scale)" % value.dtype)
 
 
 def _numel(shape):
@@ -126,7 +127,7 @@ def _refuse_unsupported(quant_type, doweight_stage1, a1_scale, a2_scale, block_s
         raise invalid("quant_type", "%r is not supported: moec runs MXFP4 weights with E8M0 "
                       "1x32 scales (QuantType.per_1x32) and quantises the activations "
                       "itself, per 1x32, to the layer's format (FP8 for A8W4 tables, "
-                      "MXFP4 for A4W4)" % (quant_type,))
+                      "MXFP4 for A4W4; A16W4 tables read them as BF16)" % (quant_type,))
     if doweight_stage1:
         raise invalid("doweight_stage1", "not supported: moec's kernels apply the routing "
                       "weight once, to each route's W2 output in the combine; AITER's "
@@ -205,25 +206,37 @@ def _aiter_activation_format(activation, m):
 
 _Q_DTYPE_A = {"fp4": "torch.float4_e2m1fn_x2", "fp8": "torch.float8_e4m3fn",
               "bf16": "torch.bfloat16"}
+# The layer's activation format (Layer.a_format) -> its name and tokens.
+_FORMAT_TABLES = {"fp4": "an A4W4 table (MXFP4 tokens",
+                  "bf16": "an A16W4 table (BF16 tokens, no quant kernel"}
 
 
 def _check_activation_format(layer, activation, m):
-    """An A4W4 layer (MXFP4 tokens) serves exactly the calls aiter.fused_moe
-    itself runs as A4W4 (_aiter_activation_format), and refuses the others
-    naming why: moec never runs an A4W4 table where AITER would quantise
-    the tokens to BF16 or FP8. A8W4 layers quantise to FP8 whatever the
-    call, as before (docs/python.md)."""
-    if getattr(layer, "a_format", None) != "fp4":
+    """An A4W4 layer (MXFP4 tokens) or an A16W4 layer (BF16 tokens into
+    W13) serves exactly the calls aiter.fused_moe itself runs in its
+    format (_aiter_activation_format), and refuses the others naming why:
+    moec never runs an A4W4 table where AITER would take BF16 or FP8
+    tokens, nor an A16W4 table where it would quantise them. A8W4 layers
+    quantise to FP8 whatever the call, as before (docs/python.md)."""
+    served = getattr(layer, "a_format", None)
+    if served not in _FORMAT_TABLES:
         return
     wanted, why = _aiter_activation_format(activation, m)
-    if wanted == "fp4":
+    if wanted == served:
         return
     what = "hidden_states" if why.startswith("ActivationType.Swiglu") else "activation"
-    hint = (": set AITER_SITUV2_A4W4=1, as an engine serving AITER's kimik3_a4w4 table does"
-            if why.startswith("ActivationType.Situv2") and wanted == "bf16" else "")
+    hint = ""
+    if why.startswith("ActivationType.Situv2"):
+        if served == "fp4":
+            hint = (": set AITER_SITUV2_A4W4=1 (and not AITER_SITUV2_A8W4), as an engine "
+                    "serving AITER's kimik3_a4w4 table does")
+        else:
+            hint = (": unset AITER_SITUV2_A4W4 and AITER_SITUV2_A8W4, as an engine serving "
+                    "AITER's kimik3_fp4 (a16w4) table does")
     raise invalid(what, "%s: aiter.fused_moe quantises the tokens to %s (q_dtype_a %s), but "
-                  "%r is an A4W4 table (MXFP4 tokens, q_dtype_a torch.float4_e2m1fn_x2)%s" %
-                  (why, wanted.upper(), _Q_DTYPE_A[wanted], layer, hint))
+                  "%r is %s, q_dtype_a %s)%s" %
+                  (why, wanted.upper(), _Q_DTYPE_A[wanted], layer, _FORMAT_TABLES[served],
+                   _Q_DTYPE_A[served], hint))
 
 
 def _host_values(tensor, what):
@@ -393,7 +406,8 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
     (Layer.activation: ActivationType.Silu, the default, Swiglu for a
     GPT-OSS table, Situv2 for a Kimi K3 SiTUv2 table); a layer of an A4W4
     table (layer.a_format "fp4") serves only the calls AITER itself runs
-    with MXFP4 tokens (_aiter_activation_format); expert_mask (vLLM's, under expert parallelism) must
+    with MXFP4 tokens, one of an A16W4 table ("bf16") only those it runs
+    with BF16 tokens (_aiter_activation_format); expert_mask (vLLM's, under expert parallelism) must
     select the layer's experts; bias1 / bias2 go to a table compiled with
     biases. Keyword-only, moec's own: layer= (default: moec.use), out=
     (BF16 [M, H]; default a new tensor like hidden_states, or a new
