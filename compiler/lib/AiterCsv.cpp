@@ -432,7 +432,9 @@ static bool tileFields(const std::string &text, size_t count,
 /// A stage-2 name with moec's dtypes (A F8 or FP4X2, B FP4X2, C B16) and
 /// Quant3 (QuantType.per_1x32) is served by moec's W2 (FP8 or MXFP4
 /// activations) with m = MPerBlock, n = NPerBlock, k = KPerBlock and
-/// MWaves x NWaves waves.
+/// MWaves x NWaves waves. The A4W4 stage 1 (FP4X2 x FP4X2, MulABScaleShuffled,
+/// silu, MulRoutedWeight0, one M-wave) is served by moec's A4W4 W13 with n =
+/// NPerBlock intermediate columns (gate and up separated) and NWaves waves.
 template <typename Refuse>
 static bool parseCkName(const std::string &name, int stage,
                         AiterStageKnobs &out, Refuse &refuse) {
@@ -468,15 +470,65 @@ static bool parseCkName(const std::string &name, int stage,
                   "CK kernel with B " + b + ", C " + c + ", " + p[8] +
                       ": moec's GEMMs take FP4X2 weights, per_1x32 (Quant3) "
                       "scales and write B16");
-  if (stage == 1)
-    return refuse("family ck2stages: stage 1",
-                  "a CK stage-1 kernel: how its NPerBlock covers the gate "
-                  "and up rows is not mapped to moec's W13, so no W13 is "
-                  "known to be the same tile");
   if (tile[0] != 64 * waves[0] * waves[1])
     return refuse("family ck2stages: malformed",
                   "BLOCK_SIZE " + std::to_string(tile[0]) + " is not 64 x " +
                       p[4] + " waves");
+  if (stage == 1) {
+    // Stage 1 (gemm_moe_ck2stages_common_mxfp4.cuh, ck_moe_stage1_gemm:
+    // DeviceMoeGemmMXBPreShuffle with IsInputGemm; CK's
+    // gridwise_moe_mx_gemm_bpreshuffle.hpp): expert stride 2 N K with N =
+    // inter_dim, the up rows at + N K, so a workgroup's NPerBlock columns
+    // read gate rows [n0, n0 + NPerBlock) and the same up rows + I: moec's
+    // W13 with gate_up_interleave 0 and n = NPerBlock.
+    if (a != "FP4X2" || p[5] != "MulABScaleShuffled")
+      return refuse(a != "FP4X2" ? "family ck2stages: stage 1 A " + a
+                                 : "family ck2stages: stage 1 " + p[5],
+                    "a CK stage-1 kernel with A " + a + " and " + p[5] +
+                        ": only the A4W4 preshuffled stage 1 "
+                        "(MulABScaleShuffled, FP4X2 x FP4X2) is mapped to "
+                        "moec's W13");
+    if (p[9] != "MulRoutedWeight0")
+      return refuse("family ck2stages: stage 1 MulRoutedWeight1",
+                    "a CK stage 1 that applies the routing weights "
+                    "(doweight_stage1); moec applies them after W2");
+    if (p[10] != "silu")
+      return refuse("family ck2stages: stage 1 " + p[10],
+                    "CK activation op '" + p[10] +
+                        "' (ActOP " + (p[10] == "swiglu" ? "3" : "0") +
+                        "): only silu (ActivationType.Silu) is mapped to "
+                        "moec's W13");
+    if (waves[0] != 1)
+      return refuse("family ck2stages: stage 1 MWaves " + p[4],
+                    "MWaves x NWaves " + p[4] +
+                        ": CK splits M over the waves, moec's W13 waves "
+                        "split the N tile only");
+    if (tile[2] % waves[1] != 0)
+      return refuse("family ck2stages: malformed",
+                    "NPerBlock " + std::to_string(tile[2]) +
+                        " is not a multiple of NWaves");
+    out.tileM = tile[1];
+    out.aFormat = out.midFormat = "fp4";
+    out.actType = "ActivationType.Silu";
+    out.knobs = {{"m", std::to_string(tile[1])},
+                 {"n", std::to_string(tile[2])},
+                 {"k", std::to_string(tile[3])},
+                 {"waves", std::to_string(waves[1])},
+                 {"orientation", "b_major"},
+                 {"b_cache", "cached"}};
+    out.substitutedFrom = name;
+    out.notes.push_back(
+        "substituted: AITER's CK stage 1 " + name + " is served by moec's "
+        "W13 with its tile (m " + std::to_string(tile[1]) + ", n " +
+        std::to_string(tile[2]) + " intermediate columns, gate row j and up "
+        "row I + j as CK's IsInputGemm reads them, k " +
+        std::to_string(tile[3]) + ", " + std::to_string(waves[1]) +
+        " waves); CK writes a BF16 intermediate that AITER quantises to "
+        "MXFP4 for stage 2 (fused_dynamic_mxfp4_quant_moe_sort), moec's W13 "
+        "quantises in its epilogue; CK's pipeline " + p[6] + " and " + p[7] +
+        " are its own schedule");
+    return true;
+  }
   out.tileM = tile[1];
   out.knobs = {{"m", std::to_string(tile[1])},
                {"n", std::to_string(tile[2])},
@@ -531,11 +583,22 @@ static bool parseOpusName(const std::string &name, int stage,
                   "not an opus A8W4 stage-2 name (opus_moe2_afp8_wfp4_{mode}_"
                   "t{M}x{N}x{K}_sbm{n}...); moec's W2 takes FP8 x MXFP4");
   const std::string &mode = p[2];
+  // Mode fp8 (opus_moe_pipeline_stage2_a8w4_decode_main_gfx950.cuh,
+  // route_out_fp8; opus_moe_stage2_route_output_reduce_gfx950.cuh): each
+  // weighted route row rounded to BF16, then MXFP8 with one E8M0 scale per
+  // 8 columns, 2^(floor(log2 amax) - 7), row [H FP8 | H/8 scales]; the
+  // reduction dequantises and sums in FP32. moec's FP8 rows (the fused
+  // stage 2's payload = fp8, combine fp8_peer_rows) are 1x32 blocks
+  // scaled 2^ceil(log2(amax / 448)) from the FP32 value: another format.
   if (mode == "fp8")
     return refuse("family opus: fp8 route rows",
                   "opus mode fp8 writes each route's row in FP8 before its "
-                  "route reduction; moec's W2 writes BF16 route rows, not "
-                  "the same numerics");
+                  "FP32 route reduction: the weighted row rounded to BF16, "
+                  "then E4M3 with one E8M0 scale per 8 columns, "
+                  "2^(floor(log2 amax) - 7); moec's FP8 route rows (payload "
+                  "fp8, combine fp8_peer_rows) are 1x32 blocks scaled "
+                  "2^ceil(log2(amax / 448)) from the FP32 value, another "
+                  "format, and its TP W2 writes BF16 rows");
   if (mode != "atomic" && mode != "bf16")
     return refuse("family opus: malformed",
                   "opus stage-2 mode '" + mode + "' (atomic, bf16 or fp8)");
@@ -649,6 +712,119 @@ static bool parseLayoutName(const std::string &name, AiterStageKnobs &out,
   return true;
 }
 
+/// AITER's FlyDSL mxmoe names (aiter/ops/flydsl/mxfp4_kname.py, parsed
+/// without regard to the order of the parts after the tile):
+///   flydsl_mxmoe_g{1|2}_a4w4_{BM}x256x256[_f16in][_nt][_atomic][_f4out]
+///   [_cshuffle][_sk{n}][_xcd{n}]
+/// g1 (kernels/mxfp4_gemm1.py): MXFP4 tokens x MXFP4 W1, 4 waves; its BN of
+/// 256 counts rows of the [2I] weight: 128 gate rows and the same 128 up
+/// rows + I (GateMode.SEPARATED, AITER's default for these tables), SiLU
+/// and MXFP4 quantisation of the intermediate in its epilogue, written by
+/// sorted row. g2 (kernels/mxfp4_gemm2.py): MXFP4 intermediate x MXFP4 W2,
+/// BN 256 hidden columns over 4 waves, BK 256. Served by moec's A4W4 W13
+/// (n = 128) and MXFP4 W2 (n = 256) with the same BM and K step.
+template <typename Refuse>
+static bool parseMxmoeName(const std::string &name, int stage,
+                           AiterStageKnobs &out, Refuse &refuse) {
+  const std::string prefix =
+      stage == 1 ? "flydsl_mxmoe_g1_a4w4_" : "flydsl_mxmoe_g2_a4w4_";
+  if (name.rfind(prefix, 0) != 0)
+    return refuse("family flydsl_mxmoe: other stage",
+                  "not an mxmoe stage-" + std::to_string(stage) + " name (" +
+                      prefix + "...)");
+  const std::vector<std::string> p =
+      underscoreParts(name.substr(prefix.size()));
+  std::vector<int64_t> tile;
+  if (!tileFields(p[0], 3, tile))
+    return refuse("family flydsl_mxmoe: malformed",
+                  "expected {BM}x256x256 after '" + prefix + "'");
+  if (tile[1] != 256 || tile[2] != 256)
+    return refuse("family flydsl_mxmoe: malformed",
+                  "mxmoe kernels take BN = BK = 256 only (mxfp4_gemm" +
+                      std::to_string(stage) + ".py asserts it)");
+  bool f16in = false, nt = false, atomic = false, f4out = false,
+       cshuffle = false;
+  for (size_t i = 1; i < p.size(); ++i) {
+    const std::string &part = p[i];
+    int64_t value = 0;
+    if (stage == 1 && part == "f16in")
+      f16in = true;
+    else if (part == "nt")
+      nt = true;
+    else if (stage == 2 && part == "atomic")
+      atomic = true;
+    else if (stage == 2 && part == "f4out")
+      f4out = true;
+    else if (stage == 2 && part == "cshuffle")
+      cshuffle = true;
+    else if (numberedPart(part, "sk", value))
+      return refuse("family flydsl_mxmoe: _sk",
+                    "part '_" + part + "': mxmoe's split-K (kSplitK) has no "
+                    "moec counterpart");
+    else if (numberedPart(part, "xcd", value))
+      return refuse("family flydsl_mxmoe: _xcd",
+                    "part '_" + part + "': mxmoe's own tile order "
+                    "(xcd_swizzle groups of M tiles) is not mapped to moec's "
+                    "schedule");
+    else
+      return refuse("family flydsl_mxmoe: malformed",
+                    "part '_" + part + "' is not of the mxmoe g" +
+                        std::to_string(stage) + " grammar");
+  }
+  if (atomic && (f4out || cshuffle))
+    return refuse("family flydsl_mxmoe: malformed",
+                  std::string("_atomic with _") +
+                      (f4out ? "f4out" : "cshuffle") +
+                      " (AITER refuses the name)");
+  const std::string bm = std::to_string(tile[0]);
+  out.tileM = tile[0];
+  out.aFormat = out.midFormat = "fp4";
+  out.knobs = {{"m", bm},
+               {"n", stage == 1 ? "128" : "256"},
+               {"k", "256"},
+               {"waves", "4"},
+               {"orientation", "b_major"},
+               {"b_cache", nt ? "nt" : "cached"}};
+  out.substitutedFrom = name;
+  if (stage == 1) {
+    out.notes.push_back(
+        "substituted: AITER's FlyDSL mxmoe stage 1 " + name +
+        " is served by moec's W13 with its tile (m " + bm +
+        ", n 128 intermediate columns: BN 256 rows of gate and up, k 256, 4 "
+        "waves); it writes the MXFP4 intermediate by sorted row, moec's W13 "
+        "by route, the same layer; its E8M0 scale is the RoundUp of amax / "
+        "6 (mxfp4_gemm_common.py _e8m0_roundup), moec's W13 uses its own "
+        "rule (docs/numerics.md), one exponent lower for a block whose amax "
+        "significand lies in (1.5, 1.75)" +
+        (f16in ? std::string("; _f16in: the kernel quantises the BF16 "
+                             "tokens itself (the same RoundUp rule), moec's "
+                             "quant kernel does it with its own")
+               : std::string()));
+    return true;
+  }
+  out.notes.push_back(
+      "substituted: AITER's FlyDSL mxmoe stage 2 " + name +
+      " is served by moec's MXFP4 W2 with its tile (m " + bm +
+      ", n 256, k 256, 4 waves); " +
+      (atomic ? std::string("_atomic: AITER adds the weighted BF16 rows into "
+                            "the output with atomics")
+              : std::string("AITER writes BF16 rows by sorted row and sums "
+                            "the weighted rows per token "
+                            "(mxfp4_moe_scatter_reduce)")) +
+      ", moec's W2 writes each route's row and the combine sums the weighted "
+      "rows in FP32 in increasing k" +
+      (f4out ? std::string("; _f4out: AITER drops it (BF16 rows) unless BM "
+                           "128, H 7168, I 512, E 257 or 385 and "
+                           "AITER_MXFP4_INTERMEDIATE=1 (off by default), "
+                           "which round the rows to MXFP4 before the sum; "
+                           "moec keeps BF16 rows")
+             : std::string()) +
+      (cshuffle ? std::string("; _cshuffle (its epilogue's staging) not "
+                              "reproduced")
+                : std::string()));
+  return true;
+}
+
 bool parseAiterKernelName(const std::string &name, int stage,
                           AiterStageKnobs &out, std::string &reason) {
   out = AiterStageKnobs();
@@ -684,15 +860,44 @@ bool parseAiterKernelName(const std::string &name, int stage,
                     std::string("backend ") + backend +
                         ", not FlyDSL (moec compiles FlyDSL names only)");
   if (name.rfind("flydsl_mxmoe_", 0) == 0)
-    return refuse("family flydsl_mxmoe",
-                  "AITER's FlyDSL mxmoe kernels (flydsl_mxmoe_g1/_g2, with "
-                  "their own intermediate layout) have no moec counterpart");
+    return parseMxmoeName(name, stage, out, refuse);
   if (name.rfind(prefix, 0) != 0)
     return refuse("family other", "not a FlyDSL stage-" +
                                       std::to_string(stage) + " name (" +
                                       prefix + "...)");
   if (stage == 2 && name.rfind("flydsl_moe2_layout_", 0) == 0)
     return parseLayoutName(name, out, refuse);
+  // AITER's hand-tuned stage-2 production variant (moe_kernels.py,
+  // _register_production_variants_stage2): registered only on top of
+  // flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic, with persist, async
+  // copies, waves_per_eu 4 and cu_num_mul 3. The tile and dtypes are the
+  // base name's: served by moec's W2 of that name, its schedule named.
+  const std::string production = "_persist_async_w4_cumul3";
+  if (stage == 2 && name.size() > production.size() &&
+      name.compare(name.size() - production.size(), production.size(),
+                   production) == 0) {
+    const std::string base = name.substr(0, name.size() - production.size());
+    if (base != "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic")
+      return refuse("part '" + production + "'",
+                    "part '" + production + "': AITER registers this "
+                    "production variant on "
+                    "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic only");
+    std::string baseReason;
+    if (!parseAiterKernelName(base, 2, out, baseReason)) {
+      reason = baseReason;
+      return false;
+    }
+    out.substitutedFrom = name;
+    out.notes.push_back(
+        "substituted: AITER's FlyDSL production variant " + name +
+        " is served by moec's W2 of " + base +
+        " (m 64, n 128, k 256, 4 waves); its schedule is not reproduced: "
+        "a persistent grid of 3 x cu_num workgroups (cu_num_mul 3) each "
+        "over a contiguous run of M tiles, A copied to LDS asynchronously "
+        "(use_async_copy) and rocdl.waves_per_eu 4; moec launches one "
+        "workgroup per tile");
+    return true;
+  }
   std::vector<std::string> parts;
   {
     std::string rest = name.substr(prefix.size());
@@ -898,10 +1103,7 @@ bool parseAiterKernelName(const std::string &name, int stage,
   if (next() && numberedPart(*next(), "sbm", value))
     sbm = value, ++i;
   if (next())
-    return fail("_" + *next(), "not part of AITER's stage-2 grammar here "
-                               "(production variants such as "
-                               "_persist_async_w4_cumul3 have no moec "
-                               "counterpart)");
+    return fail("_" + *next(), "not part of AITER's stage-2 grammar here");
   out.sortBlockM = sbm;
   knobs["n"] = std::to_string(tn);
   knobs["waves"] = "4"; // FlyDSL stage 2: num_waves = 4
@@ -912,6 +1114,11 @@ bool parseAiterKernelName(const std::string &name, int stage,
   if (persist && bf16A)
     out.notes.push_back("_persist: moec launches one workgroup per tile "
                         "(tile.persist_cu is not set from the name)");
+  else if (persist && fp4A)
+    out.notes.push_back("_persist: AITER's MXFP4 stage 2 runs a persistent "
+                        "grid of cu_num workgroups, each over a contiguous "
+                        "run of M tiles; moec launches one workgroup per "
+                        "tile (tile.persist_cu is not set from the name)");
   else if (persist)
     out.notes.push_back("_persist: AITER ignores it for FP8 activations "
                         "(persist_m from the grid limit); moec launches one "
@@ -1078,6 +1285,11 @@ void checkKernelNames(const rt::AiterRowInfo &info, AiterStageKnobs &s1,
     addReason("kernelName1 activation format is not q_dtype_a",
               "kernelName1 reads a" + s1.aFormat + " activations, q_dtype_a is " +
                   info.qDtypeA);
+  // A stage-1 name that spells its activation (CK's _silu) computes that one.
+  if (reason1.empty() && !s1.actType.empty() && s1.actType != info.actType)
+    addReason("kernelName1 activation is not act_type",
+              "kernelName1 computes " + s1.actType + ", act_type is " +
+                  info.actType);
   if (reason1.empty() && reason2.empty() && s2.aFormat != s1.midFormat)
     addReason("kernelName2 reads another intermediate format",
               "kernelName2 reads a" + s2.aFormat + " activations, kernelName1 "

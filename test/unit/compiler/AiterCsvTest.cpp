@@ -176,10 +176,11 @@ TEST_CASE("AITER stage-2 names", "[aiter]") {
   CHECK(k.aFormat == "fp4");
   CHECK(k.substitutedFrom ==
         "flydsl_moe2_layout_afp4_wfp4_bf16_t64x256x128_reduce_sbm64_sp801");
+  // The production variant is registered on t64x128x256_atomic only.
   CHECK_FALSE(parseAiterKernelName(
-      "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic_persist_async_w4_cumul3",
+      "flydsl_moe2_afp4_wfp4_bf16_t64x256x256_atomic_persist_async_w4_cumul3",
       2, k, reason));
-  CHECK(reason.find("part '_async'") != std::string::npos);
+  CHECK(reason.find("part '_persist_async_w4_cumul3'") != std::string::npos);
 }
 
 TEST_CASE("AITER CSV merge: tags, duplicates, gfx from cu_num", "[aiter]") {
@@ -318,7 +319,8 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
         {"opus_moe2_t64", "family opus: not A8W4"},
         {"asm_moe2", "family asm"},
         {"triton_moe2", "family other"},
-        {"flydsl_mxmoe_g2_a4w4_16x256x256_atomic", "family flydsl_mxmoe"},
+        {"flydsl_mxmoe_g2_a4w4_16x256x256_atomic_sk2",
+         "family flydsl_mxmoe: _sk"},
         {"flydsl_moe2_aint8_wfp4_bf16_t32x128x256_atomic", "part '_aint8'"}}) {
     INFO(name);
     CHECK_FALSE(parseAiterKernelName(name, 2, knobs, reason));
@@ -500,11 +502,53 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
       "v1_Nswizzle0_Quant3_MulRoutedWeight1_I8_FP4X2_B16",
       2, k, reason));
   CHECK(k.refusalClass == "family ck2stages: A I8");
+  // CK stage 1, A4W4 preshuffled (DeepSeek V3's FP4 table): moec's A4W4
+  // W13 with n = NPerBlock intermediate columns (gate j, up I + j), NWaves
+  // waves, the MXFP4 intermediate stage 2 reads; the name's silu is the
+  // row's act_type.
+  const std::string ckStage1 =
+      "moe_ck2stages_gemm1_256x128x128x128_1x4_MulABScaleShuffled_v3_"
+      "Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16";
+  REQUIRE(parseAiterKernelName(ckStage1, 1, k, reason));
+  CHECK(k.substitutedFrom == ckStage1);
+  CHECK(k.tileM == 128);
+  CHECK(k.aFormat == "fp4");
+  CHECK(k.midFormat == "fp4");
+  CHECK(k.actType == "ActivationType.Silu");
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "128"}, {"n", "128"}, {"k", "128"},
+                       {"waves", "4"}, {"orientation", "b_major"},
+                       {"b_cache", "cached"}});
+  REQUIRE(k.notes.size() == 1);
+  CHECK_THAT(k.notes[0], Catch::Contains("gate row j and up row I + j"));
+  // Refused: FP8 activations (CK's A8W4 stage 1 is not mapped), another
+  // activation op, the routing weight in stage 1, M split over waves.
   CHECK_FALSE(parseAiterKernelName(
       "moe_ck2stages_gemm1_256x128x128x128_1x4_MulABScaleShuffled_v3_"
       "Nswizzle0_Quant3_MulRoutedWeight0_silu_F8_FP4X2_B16",
       1, k, reason));
-  CHECK(k.refusalClass == "family ck2stages: stage 1");
+  CHECK(k.refusalClass == "family ck2stages: stage 1 A F8");
+  CHECK(k.substitutedFrom.empty());
+  CHECK_FALSE(parseAiterKernelName(
+      "moe_ck2stages_gemm1_256x128x128x128_1x4_MulABScaleShuffled_v3_"
+      "Nswizzle0_Quant3_MulRoutedWeight0_swiglu_FP4X2_FP4X2_B16",
+      1, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: stage 1 swiglu");
+  CHECK_FALSE(parseAiterKernelName(
+      "moe_ck2stages_gemm1_256x128x128x128_1x4_MulABScaleShuffled_v3_"
+      "Nswizzle0_Quant3_MulRoutedWeight1_silu_FP4X2_FP4X2_B16",
+      1, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: stage 1 MulRoutedWeight1");
+  CHECK_FALSE(parseAiterKernelName(
+      "moe_ck2stages_gemm1_256x64x64x128_2x2_MulABScaleShuffled_v3_"
+      "Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
+      1, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: stage 1 MWaves 2x2");
+  CHECK_FALSE(parseAiterKernelName(
+      "moe_ck2stages_gemm1_256x64x64x128_2x2_MulABScale_v3_"
+      "Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
+      1, k, reason));
+  CHECK(k.refusalClass == "family ck2stages: stage 1 MulABScale");
   CHECK_FALSE(parseAiterKernelName(ckFp8, 1, k, reason));
   CHECK(k.refusalClass == "family ck2stages: other stage");
   // BLOCK_SIZE must be 64 x the waves.
@@ -515,6 +559,78 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
   CHECK(k.refusalClass == "family ck2stages: malformed");
   CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm32", 1, k, reason));
   CHECK(k.refusalClass == "family cktile");
+
+  // opus FP8 route rows: 1x8 E8M0 blocks of BF16-rounded rows, not moec's
+  // 1x32 FP8 rows.
+  CHECK_FALSE(parseAiterKernelName(
+      "opus_moe2_afp8_wfp4_fp8_t32x256x256_sbm32_occ5_rbn2304", 2, k, reason));
+  CHECK(k.refusalClass == "family opus: fp8 route rows");
+  CHECK_THAT(reason, Catch::Contains("one E8M0 scale per 8 columns"));
+  CHECK_THAT(reason, Catch::Contains("1x32 blocks"));
+
+  // FlyDSL mxmoe (GLM-5's FP4 table): g1 {BM}x256x256 is moec's A4W4 W13
+  // with 128 intermediate columns, g2 its MXFP4 W2 with n 256, k 256.
+  const std::string g1 = "flydsl_mxmoe_g1_a4w4_16x256x256_f16in_nt";
+  REQUIRE(parseAiterKernelName(g1, 1, k, reason));
+  CHECK(k.substitutedFrom == g1);
+  CHECK(k.tileM == 16);
+  CHECK(k.aFormat == "fp4");
+  CHECK(k.midFormat == "fp4");
+  CHECK(k.actType.empty());
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "16"}, {"n", "128"}, {"k", "256"},
+                       {"waves", "4"}, {"orientation", "b_major"},
+                       {"b_cache", "nt"}});
+  REQUIRE(k.notes.size() == 1);
+  CHECK_THAT(k.notes[0], Catch::Contains("_e8m0_roundup"));
+  CHECK_THAT(k.notes[0], Catch::Contains("_f16in"));
+  const std::string g2 = "flydsl_mxmoe_g2_a4w4_128x256x256_f4out";
+  REQUIRE(parseAiterKernelName(g2, 2, k, reason));
+  CHECK(k.substitutedFrom == g2);
+  CHECK(k.aFormat == "fp4");
+  CHECK(k.sortBlockM == 0);
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "128"}, {"n", "256"}, {"k", "256"},
+                       {"waves", "4"}, {"orientation", "b_major"},
+                       {"b_cache", "cached"}});
+  REQUIRE(k.notes.size() == 1);
+  CHECK_THAT(k.notes[0], Catch::Contains("_f4out: AITER drops it"));
+  REQUIRE(parseAiterKernelName("flydsl_mxmoe_g2_a4w4_16x256x256_atomic", 2, k,
+                               reason));
+  CHECK_THAT(k.notes[0], Catch::Contains("_atomic: AITER adds"));
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_mxmoe_g2_a4w4_128x256x256_atomic_f4out", 2, k, reason));
+  CHECK(k.refusalClass == "family flydsl_mxmoe: malformed");
+  CHECK_FALSE(parseAiterKernelName("flydsl_mxmoe_g1_a4w4_32x256x256_sk2", 1, k,
+                                   reason));
+  CHECK(k.refusalClass == "family flydsl_mxmoe: _sk");
+  CHECK_FALSE(parseAiterKernelName("flydsl_mxmoe_g1_a4w4_128x256x256_xcd4", 1,
+                                   k, reason));
+  CHECK(k.refusalClass == "family flydsl_mxmoe: _xcd");
+  CHECK_FALSE(parseAiterKernelName("flydsl_mxmoe_g1_a4w4_32x128x256", 1, k,
+                                   reason));
+  CHECK(k.refusalClass == "family flydsl_mxmoe: malformed");
+  CHECK_FALSE(parseAiterKernelName(g2, 1, k, reason));
+  CHECK(k.refusalClass == "family flydsl_mxmoe: other stage");
+
+  // FlyDSL's production stage-2 variant: the W2 of its base name.
+  const std::string cumul =
+      "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic_persist_async_w4_cumul3";
+  REQUIRE(parseAiterKernelName(cumul, 2, k, reason));
+  CHECK(k.substitutedFrom == cumul);
+  CHECK(k.aFormat == "fp4");
+  CHECK(k.tileM == 64);
+  CHECK(k.knobs.at("m") == "64");
+  CHECK(k.knobs.at("n") == "128");
+  CHECK(k.knobs.at("k") == "256");
+  CHECK(k.knobs.at("waves") == "4");
+  CHECK(k.knobs.count("persist_cu") == 0);
+  CHECK_THAT(k.notes.back(), Catch::Contains("cu_num_mul 3"));
+  CHECK_FALSE(parseAiterKernelName(
+      "flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic_persist_async_w4_cumul3",
+      2, k, reason));
+  CHECK(k.refusalClass == "part '_persist_async_w4_cumul3'");
+  CHECK(k.substitutedFrom.empty());
 
   // A whole row: the substituted name reaches the manifest row.
   const std::string csv =
@@ -533,6 +649,82 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
   CHECK(manifestRows[0].compiled());
   CHECK(manifestRows[0].substitutedFrom1.empty());
   CHECK(manifestRows[0].substitutedFrom2 == atomic);
+}
+
+TEST_CASE("AITER A4W4 rows of other families: CK stage 1, mxmoe, the "
+          "production stage 2",
+          "[aiter][substitution]") {
+  // The sample tables' rows (DeepSeek V3 and GLM-5 FP4): each compiles with
+  // both names recorded; a CK silu stage 1 on a Swiglu row is refused.
+  auto key = [](const char *act) {
+    return std::string(act) +
+           ",torch.bfloat16,torch.float4_e2m1fn_x2,torch.float4_e2m1fn_x2,"
+           "QuantType.per_1x32,1,0";
+  };
+  const std::string ck =
+      "moe_ck2stages_gemm1_256x128x128x128_1x4_MulABScaleShuffled_v3_"
+      "Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16";
+  const std::string cumul =
+      "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic_persist_async_w4_cumul3";
+  const std::string csv =
+      std::string(kHeader) + "\n" + "gfx950,256,4096,7168,256,257,9," +
+      key("ActivationType.Silu") + ",128,0," + ck +
+      ",flydsl_moe2_afp4_wfp4_bf16_t64x256x256_reduce_persist_sbm128\n" +
+      "gfx950,256,8192,7168,2048,33,8," + key("ActivationType.Silu") +
+      ",64,0,flydsl_moe1_afp4_wfp4_bf16_t64x128x256_w4_bnt0_fp4," + cumul +
+      "\n" + "gfx950,256,2,6144,512,257,9," + key("ActivationType.Silu") +
+      ",16,0,flydsl_mxmoe_g1_a4w4_16x256x256_f16in_nt,"
+      "flydsl_mxmoe_g2_a4w4_16x256x256_atomic\n" +
+      "gfx950,256,16384,6144,512,257,9," + key("ActivationType.Silu") +
+      ",128,0,flydsl_mxmoe_g1_a4w4_128x256x256,"
+      "flydsl_mxmoe_g2_a4w4_128x256x256_f4out\n" +
+      "gfx950,256,1,7168,256,257,9," + key("ActivationType.Swiglu") +
+      ",128,0," + ck +
+      ",flydsl_moe2_afp4_wfp4_bf16_t64x256x256_reduce_persist_sbm128\n";
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  REQUIRE(parseAiterCsv("other.csv", csv, rows, error));
+  AiterCompileOptions options;
+  options.skipUnsupported = true;
+  TuningTable table;
+  std::vector<rt::AiterRowInfo> manifestRows;
+  std::vector<std::string> unsupported;
+  const bool built = buildAiterTable(rows, target::kGfx950, options, table,
+                                     manifestRows, unsupported, error);
+  INFO(error);
+  for (const std::string &u : unsupported)
+    UNSCOPED_INFO(u);
+  REQUIRE(built);
+  REQUIRE(manifestRows.size() == 5);
+  for (size_t r = 0; r < 4; ++r)
+    CHECK(manifestRows[r].compiled());
+  CHECK(manifestRows[0].substitutedFrom1 == ck);
+  CHECK(manifestRows[0].substitutedFrom2.empty());
+  CHECK(manifestRows[1].substitutedFrom1.empty());
+  CHECK(manifestRows[1].substitutedFrom2 == cumul);
+  CHECK(manifestRows[2].substitutedFrom1 ==
+        "flydsl_mxmoe_g1_a4w4_16x256x256_f16in_nt");
+  CHECK(manifestRows[2].substitutedFrom2 ==
+        "flydsl_mxmoe_g2_a4w4_16x256x256_atomic");
+  CHECK(manifestRows[3].substitutedFrom2 ==
+        "flydsl_mxmoe_g2_a4w4_128x256x256_f4out");
+  REQUIRE(unsupported.size() == 1);
+  CHECK_THAT(unsupported[0],
+             Catch::Contains("kernelName1 computes ActivationType.Silu, "
+                             "act_type is ActivationType.Swiglu"));
+  // The CK row's W13: the MXFP4 problem, n 128 without interleave.
+  const TableProblem *problem =
+      table.findProblem("aiter_h7168_i256_e257_k9_a4_m4");
+  REQUIRE(problem);
+  bool sawCkW13 = false;
+  for (const TableKernel &kernel : table.kernels)
+    if (kernel.problem == problem->name && kernel.stage == abi::Stage::W13) {
+      sawCkW13 = true;
+      CHECK(kernel.knobs.at("n") == "128");
+      CHECK(kernel.knobs.at("k") == "128");
+      CHECK(kernel.knobs.count("gate_up_interleave") == 0);
+    }
+  CHECK(sawCkW13);
 }
 
 TEST_CASE("AITER A4W4 names: MXFP4 activations, separated gate/up, n = 32",

@@ -93,6 +93,10 @@ struct AiterStageKnobs {
   /// for stage 1, the intermediate it writes ("fp4" with _fp4, else "fp8";
   /// A4W4 without a suffix: "fp4", the format stage 2 reads).
   std::string aFormat = "fp8", midFormat = "fp8";
+  /// The act_type a stage-1 name computes when the name spells it (CK's
+  /// `_silu`): the row's act_type must be this one. Empty for names that
+  /// leave the activation to the row (FlyDSL, mxmoe).
+  std::string actType;
 };
 
 /// Parses a stage-1 (`stage` 1) or stage-2 name into moec's knobs. A part
