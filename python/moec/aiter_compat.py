@@ -55,12 +55,13 @@ _AITER_PARAMETERS = ("hidden_states", "w1", "w2", "topk_weight", "topk_ids", "ex
                      "activation", "quant_type", "doweight_stage1", "w1_scale", "w2_scale",
                      "a1_scale", "a2_scale", "block_size_M", "num_local_tokens",
                      "moe_sorting_dispatch_policy", "dtype", "hidden_pad", "intermediate_pad",
-                     "bias1", "bias2", "splitk")
+                     "bias1", "bias2", "splitk", "swiglu_limit", "beta", "linear_beta")
 _DEFAULTS = {"expert_mask": None, "activation": None, "quant_type": None,
              "doweight_stage1": False, "w1_scale": None, "w2_scale": None, "a1_scale": None,
              "a2_scale": None, "block_size_M": None, "num_local_tokens": None,
              "moe_sorting_dispatch_policy": 0, "dtype": None, "hidden_pad": 0,
-             "intermediate_pad": 0, "bias1": None, "bias2": None, "splitk": 0}
+             "intermediate_pad": 0, "bias1": None, "bias2": None, "splitk": 0,
+             "swiglu_limit": None, "beta": None, "linear_beta": None}
 
 
 class Installation:

@@ -1,7 +1,9 @@
 """moec.fused_moe: aiter.fused_moe's call, run by a moec layer."""
 
 import ctypes
+import math
 import os
+import struct
 import threading
 
 from ._capi import invalid
@@ -331,6 +333,43 @@ def _cpu_tensor_over(buffer, shape, dtype):
     return tensor
 
 
+def _float32(value):
+    return struct.unpack("f", struct.pack("f", float(value)))[0]
+
+
+def _check_activation_constants(layer, swiglu_limit, beta, linear_beta):
+    """AITER's swiglu_limit, beta and linear_beta are run-time scalars of its
+    stage-1 kernels; moec compiles them into the table's W13 kernels
+    (layer.swiglu_limit, layer.facts.situ_beta / situ_linear_beta). A value
+    the call gives must be the table's, as AITER's kernels would apply it
+    (aiter/ops/flydsl/moe_kernels.py runtime_swiglu_limit: a falsy limit
+    is 7 for SwiGLU and no clamp otherwise); None takes the table's
+    (docs/python.md: where AITER's FlyDSL kernels default otherwise)."""
+    if swiglu_limit is not None:
+        given = float(swiglu_limit)
+        applied = given if given else (7.0 if layer.activation == "gpt-oss-swiglu"
+                                       else math.inf)
+        served = layer.swiglu_limit if layer.swiglu_limit > 0 else math.inf
+        if _float32(applied) != _float32(served):
+            raise invalid("swiglu_limit", "%r clamps at %g, but %r's W13 kernels were "
+                          "compiled with %s; moec's clamp is the table's (moec compile "
+                          "--swiglu-limit), not a run-time argument" %
+                          (swiglu_limit, applied, layer,
+                           "swiglu_limit %g" % served if served != math.inf else "no clamp"))
+    for name, value, served in (("beta", beta, layer.facts.situ_beta),
+                                ("linear_beta", linear_beta, layer.facts.situ_linear_beta)):
+        # Only SiTUv2 reads the betas (AITER ignores them for other
+        # activations, and _check_activation matched the call's to the layer's).
+        if value is None or served is None:
+            continue
+        if _float32(value) != _float32(served):
+            raise invalid(name, "%r, but %r's SiTUv2 W13 kernels were compiled with %s = %g; "
+                          "moec's betas are the table's (moec compile --situ-beta / "
+                          "--situ-linear-beta), not run-time arguments" %
+                          (value, layer, "situ_beta" if name == "beta" else
+                           "situ_linear_beta", served))
+
+
 def _check_biases(layer, bias1, bias2):
     """AITER's bias1 / bias2 are for a layer whose kernels take them
     (Layer.bind_bias); refused by name for one whose kernels do not."""
@@ -393,7 +432,8 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
               activation=None, quant_type=None, doweight_stage1=False, w1_scale=None,
               w2_scale=None, a1_scale=None, a2_scale=None, block_size_M=None,
               num_local_tokens=None, moe_sorting_dispatch_policy=0, dtype=None,
-              hidden_pad=0, intermediate_pad=0, bias1=None, bias2=None, splitk=0, *,
+              hidden_pad=0, intermediate_pad=0, bias1=None, bias2=None, splitk=0,
+              swiglu_limit=None, beta=None, linear_beta=None, *,
               layer=None, out=None, m=None, stream=None):
     """aiter.fused_moe's arguments, run by a moec layer (docs/python.md).
 
@@ -404,7 +444,8 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
     (their data_ptr; the current stream of a GPU tensor) or device pointers
     (ints: then m= is required). activation must be the layer's
     (Layer.activation: ActivationType.Silu, the default, Swiglu for a
-    GPT-OSS table, Situv2 for a Kimi K3 SiTUv2 table); a layer of an A4W4
+    GPT-OSS table, Situv2 for a Kimi K3 SiTUv2 table); swiglu_limit, beta
+    and linear_beta, when given, must be the table's (None: the table's); a layer of an A4W4
     table (layer.a_format "fp4") serves only the calls AITER itself runs
     with MXFP4 tokens, one of an A16W4 table ("bf16") only those it runs
     with BF16 tokens (_aiter_activation_format); expert_mask (vLLM's, under expert parallelism) must
@@ -418,8 +459,8 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
     call = _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation,
                  quant_type, doweight_stage1, w1_scale, w2_scale, a1_scale, a2_scale,
                  block_size_M, num_local_tokens, moe_sorting_dispatch_policy, dtype,
-                 hidden_pad, intermediate_pad, bias1, bias2, splitk, layer=layer, out=out,
-                 m=m)
+                 hidden_pad, intermediate_pad, bias1, bias2, splitk, swiglu_limit, beta,
+                 linear_beta, layer=layer, out=out, m=m)
     return call.run(stream)
 
 
@@ -464,7 +505,8 @@ class _Call:
 def _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation, quant_type,
           doweight_stage1, w1_scale, w2_scale, a1_scale, a2_scale, block_size_M,
           num_local_tokens, moe_sorting_dispatch_policy, dtype, hidden_pad, intermediate_pad,
-          bias1, bias2, splitk, *, layer=None, layers=None, out=None, m=None):
+          bias1, bias2, splitk, swiglu_limit=None, beta=None, linear_beta=None, *,
+          layer=None, layers=None, out=None, m=None):
     """fused_moe's checks: a _Call, or MoecError naming the argument.
     layers: the candidates instead of moec.use's."""
     _refuse_unsupported(quant_type, doweight_stage1, a1_scale, a2_scale, block_size_M,
@@ -523,6 +565,7 @@ def _plan(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask, activation,
     chosen = _pick_layer(layer, layers, H, I, E, K, activation, m)
     _check_activation(chosen, activation)
     _check_activation_format(chosen, activation, m)
+    _check_activation_constants(chosen, swiglu_limit, beta, linear_beta)
     _check_biases(chosen, bias1, bias2)
     placement = None
     if expert_mask is not None:

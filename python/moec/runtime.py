@@ -91,7 +91,9 @@ class TableFacts:
     (the tokens' format after the quant kernel, from the first W13 kernel's
     problem: "fp8" for A8W4, "fp4" for A4W4, "bf16" for A16W4), mid_format
     (the intermediate's format, which the first W2 kernel reads), w13_bias
-    and w2_bias (the kernels take AITER's bias1 / bias2)."""
+    and w2_bias (the kernels take AITER's bias1 / bias2), situ_beta and
+    situ_linear_beta (SiTUv2's betas as compiled into the first W13
+    kernel; None for other activations)."""
 
     def __init__(self, **values):
         self.__dict__.update(values)
@@ -251,7 +253,11 @@ class Bundle:
             mid_format=_ACTIVATION_FORMATS.get(w2_problem.get("activation"),
                                                w2_problem.get("activation")),
             w13_bias=any("bias" in a for a in stages["w13"]),
-            w2_bias=any("bias" in a for a in stages["w2"]))
+            w2_bias=any("bias" in a for a in stages["w2"]),
+            situ_beta=(float(_attr_number(attrs["situ_beta"]))
+                       if "situ_v2" in attrs else None),
+            situ_linear_beta=(float(_attr_number(attrs["situ_linear_beta"]))
+                              if "situ_v2" in attrs else None))
 
 
 # ---- Devices ------------------------------------------------------------------

@@ -172,15 +172,19 @@ def no_switches(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("m,seed", [(3, 61), (29, 62)])
+@pytest.mark.parametrize("m,seed,explicit", [(3, 61, False), (29, 62, True)])
 def test_a16w4_situv2_matches_the_a16w4_oracle(kimi, device, workdir, torch, no_switches, m,
-                                               seed):
+                                               seed, explicit):
     """AITER's SiTUv2 per_1x32 call without either switch is a16w4, and so
     is moec's: the BF16 rows go straight into W13 (the selected
-    configuration has no quant kernel)."""
+    configuration has no quant kernel). `explicit`: the call passes the
+    table's betas and no clamp as AITER's beta=, linear_beta=,
+    swiglu_limit=."""
     layer, rows = kimi["a16w4"]
     assert (layer.a_format, layer.facts.mid_format, layer.activation) == \
         ("bf16", "bf16", "situ-v2")
+    beta, linear_beta = situ_betas(layer)
+    assert (layer.facts.situ_beta, layer.facts.situ_linear_beta) == (beta, linear_beta)
     assert all(r["q_dtype_a"] == "torch.bfloat16" for r in rows)
     # m = 3 takes the token-4 row, m = 29 the token-32 row: two configurations.
     selection = layer.bundle.selection(layer.network, layer.ep, layer.workspace_class, m)
@@ -194,9 +198,10 @@ def test_a16w4_situv2_matches_the_a16w4_oracle(kimi, device, workdir, torch, no_
     t = engine_tensors(torch, device, layer, o.arrays)
     out = poisoned_out(torch, device, m, layer.hidden)
     before = forwards(layer)
+    constants = dict(beta=beta, linear_beta=linear_beta, swiglu_limit=0) if explicit else {}
     result = moec.fused_moe(t["hidden"], t["w13"], t["w2"], t["weights"], t["ids"],
                             activation=SITUV2, quant_type=PER_1X32, w1_scale=t["w13_scale"],
-                            w2_scale=t["w2_scale"], layer=layer, out=out)
+                            w2_scale=t["w2_scale"], layer=layer, out=out, **constants)
     assert result is out
     bits = read_out(device, out, m, layer.hidden)
     assert forwards(layer) - before == 1
@@ -268,6 +273,16 @@ def test_a16w4_layer_refuses_what_aiter_runs_otherwise(kimi, device, workdir, to
     assert error.what == "quant_type" and "A16W4 tables read them as BF16" in error.message
     error = refused(call(a1_scale=t["w13_scale"]))
     assert error.what == "a1_scale"
+    # Run-time constants of AITER's kernels that differ from the table's:
+    # AITER's FlyDSL kernels take beta=None as 1.0, and the table has 4, 25.
+    beta, linear_beta = situ_betas(layer)
+    for name, value, served in (("beta", 1.0, beta), ("linear_beta", 1.0, linear_beta)):
+        error = refused(call(**{name: value}))
+        assert error.what == name
+        assert "compiled with %s = %g" % ({"beta": "situ_beta"}.get(
+            name, "situ_linear_beta"), served) in error.message
+    error = refused(call(swiglu_limit=7.0))
+    assert error.what == "swiglu_limit" and "compiled with no clamp" in error.message
 
     class Fp8Rows:  # AITER's pre-quantised rows (this torch may lack the dtype)
         dtype, shape = "torch.float8_e4m3fn", (m, layer.hidden)
@@ -307,9 +322,12 @@ def test_aiters_switch_picks_between_the_a16w4_and_a4w4_tables(kimi, device, wor
             if switch:
                 no_switches.setenv(switch, "1")
             counts = forwards(a16), forwards(a4)
+            # The second call passes the A4W4 table's betas as AITER's keywords.
+            betas = {} if switch is None else dict(zip(("beta", "linear_beta"),
+                                                       situ_betas(a4)))
             out = aiter_fused_moe(t["hidden"], t["w13"], t["w2"], t["weights"], t["ids"],
                                   activation=Activation.Situv2, quant_type=Quant.per_1x32,
-                                  w1_scale=t["w13_scale"], w2_scale=t["w2_scale"])
+                                  w1_scale=t["w13_scale"], w2_scale=t["w2_scale"], **betas)
             results[switch] = read_out(device, out, m, a16.hidden)
             ran = (forwards(a16) - counts[0], forwards(a4) - counts[1])
             assert ran == ((1, 0) if switch is None else (0, 1)), (switch, ran)
