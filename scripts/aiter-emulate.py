@@ -9,13 +9,17 @@ and one line of the summary: the rows it serves, the kernels' knobs that
 matter, PASS/FAIL, seconds and peak memory. Exit 0 when every run passed.
 
 Usage: scripts/aiter-emulate.py BUNDLE [--m M] [--moec PATH] [--only ID,...]
-                                [--log DIR]
+                                [--log DIR] [--jobs N]
+
+With --jobs N, N runs at a time (each emulator run uses one core); the
+summary keeps the configuration order, and each line's peak is that run's
+own resident set (os.wait4), so parallel runs do not blur it.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -33,6 +37,8 @@ def main():
                         help="comma-separated configuration ids")
     parser.add_argument("--log", default="",
                         help="directory for each run's full output")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at a time (default 1)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,45 +66,53 @@ def main():
     if args.log:
         os.makedirs(args.log, exist_ok=True)
 
+    def run_one(config_id):
+        """One `moec run --emulate`: (exit status, seconds, peak MiB, output)."""
+        with tempfile.TemporaryFile(mode="w+") as out:
+            start = time.monotonic()
+            child = subprocess.Popen(
+                [args.moec, "run", args.bundle, "--config", config_id, "--m",
+                 str(args.m), "--emulate"],
+                stdout=out, stderr=subprocess.STDOUT, text=True)
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            seconds = time.monotonic() - start
+            out.seek(0)
+            return child.returncode, seconds, usage.ru_maxrss / 1024, out.read()
+
+    def tile(symbol):
+        # The knob part of a symbol: from the tile on.
+        part = symbol.removesuffix(".kd")
+        return part[part.find("_t"):] if "_t" in part else part
+
+    chosen = [index for index in sorted(serving)
+              if not only or configs[index]["id"] in only]
     failures = 0
     print("| config | rows | problem | w13 | w2 | result | seconds | peak MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for index in sorted(serving):
-        config = configs[index]
-        if only and config["id"] not in only:
-            continue
-        stages = {kernels[k]["stage"]: kernels[k] for k in config["kernels"]}
-        w13 = stages.get("w13", {}).get("symbol", "?")
-        w2 = stages.get("w2", {}).get("symbol", "?")
-        problem = problems[index]
-        start = time.monotonic()
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        run = subprocess.run(
-            [args.moec, "run", args.bundle, "--config", config["id"], "--m",
-             str(args.m), "--emulate"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        seconds = time.monotonic() - start
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        # ru_maxrss of children is the largest so far: report it only when
-        # this run raised it, else "<= previous".
-        peak_text = f"{peak / 1024:.0f}" if peak > before else f"<= {before / 1024:.0f}"
-        verdict = "PASS" if run.returncode == 0 else f"FAIL (exit {run.returncode})"
-        failures += run.returncode != 0
-        if args.log:
-            with open(os.path.join(args.log, config["id"] + ".txt"), "w") as f:
-                f.write(run.stdout)
-        if run.returncode != 0:
-            sys.stderr.write(run.stdout[-3000:])
-        rows_text = ", ".join(serving[index][:3]) + (
-            f" (+{len(serving[index]) - 3})" if len(serving[index]) > 3 else "")
-        def tile(symbol):
-            # The knob part of a symbol: from the tile on.
-            part = symbol.removesuffix(".kd")
-            return part[part.find("_t"):] if "_t" in part else part
-        print(f"| {config['id']} | {rows_text} | {problem} | {tile(w13)} | "
-              f"{tile(w2)} | {verdict} | {seconds:.1f} | {peak_text} |",
-              flush=True)
-    total = len(serving) if not only else len(only)
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        runs = [pool.submit(run_one, configs[index]["id"]) for index in chosen]
+        # Lines come out in configuration order, each as soon as it and
+        # every earlier one have finished.
+        for index, future in zip(chosen, runs):
+            config = configs[index]
+            returncode, seconds, peak, output = future.result()
+            stages = {kernels[k]["stage"]: kernels[k] for k in config["kernels"]}
+            w13 = stages.get("w13", {}).get("symbol", "?")
+            w2 = stages.get("w2", {}).get("symbol", "?")
+            verdict = "PASS" if returncode == 0 else f"FAIL (exit {returncode})"
+            failures += returncode != 0
+            if args.log:
+                with open(os.path.join(args.log, config["id"] + ".txt"), "w") as f:
+                    f.write(output)
+            if returncode != 0:
+                sys.stderr.write(output[-3000:])
+            rows_text = ", ".join(serving[index][:3]) + (
+                f" (+{len(serving[index]) - 3})" if len(serving[index]) > 3 else "")
+            print(f"| {config['id']} | {rows_text} | {problems[index]} | {tile(w13)} | "
+                  f"{tile(w2)} | {verdict} | {seconds:.1f} | {peak:.0f} |",
+                  flush=True)
+    total = len(chosen)
     print(f"aiter-emulate: {total - failures} of {total} configurations passed "
           f"at m {args.m}")
     return 1 if failures else 0
