@@ -26,6 +26,7 @@ GemmEmitter::GemmEmitter(OpBuilder &builder, Operation *op, moe::TileAttr tile)
     : KernelEmitter(builder, op), tile(tile), shape(toLayoutShape(tile.getMfma())),
       layout(mfma::shapeInfo(shape)),
       bMajor(tile.getOrientation() == moe::MfmaOrientation::b_major),
+      stepK(tile.getK()),
       lanes(chip.wavefrontSize * tile.getWaves() * tile.getKWaves()),
       groupLanes(chip.wavefrontSize * tile.getWaves()) {}
 
@@ -34,11 +35,14 @@ Value GemmEmitter::groupLdsDword(int64_t base) {
 }
 
 Value GemmEmitter::swizzleChunk(Value chunk, Value row) {
-  // chunk ^ (row mod chunks per row): a permutation of the row's chunks
-  // (an MXFP4 A row has half the chunks of an FP8 one, a BF16 row twice).
-  return arith::XOrIOp::create(
-      b, loc, chunk,
-      remC(row, tile.getAChunksPerRow() * 4 / aElementsPerDword()));
+  // chunk ^ (row mod P): a permutation of the row's chunks (an MXFP4 A row
+  // has half the chunks of an FP8 one, a BF16 row twice). P is the largest
+  // power of two dividing the chunks per row: all of them for a tile.k
+  // step (a_swizzle needs tile.k / 16 to be a power of two), and one that
+  // keeps every chunk in its row for a K tail such as 384.
+  const int64_t chunks = stepK / 16 * 4 / aElementsPerDword();
+  return arith::XOrIOp::create(b, loc, chunk,
+                               remC(row, chunks & -chunks));
 }
 
 Value GemmEmitter::loadFp8Fragment(Value memref, Value rowDword,
@@ -225,7 +229,7 @@ void GemmEmitter::emitTileCopies(const GemmOperands &ops, Value k0,
     emitCopy(ops.aSlots, ops.aBuffer, divC(k0, aElementsPerDword()),
              /*nontemporal=*/false);
   }
-  if (tile.getBPrefetch()) {
+  if (!bRegs.empty()) {
     for (size_t i = 0; i < ops.bSlots.size(); ++i)
       forSlot(ops.bSlots[i],
               [&] { store16(bRegs[i], ops.lds, ops.bSlots[i].ldsDword); });
@@ -248,7 +252,7 @@ GemmEmitter::loadDirectBFragments(const GemmOperands &ops, Value k0) {
   SmallVector<SmallVector<Value>> directB;
   assert(ops.bRowDword.size() == ops.bTileRow.size() &&
          "b_direct needs bRowDword");
-  for (int64_t kk = 0; kk < tile.getK() / mfmaK; ++kk) {
+  for (int64_t kk = 0; kk < stepK / mfmaK; ++kk) {
     SmallVector<Value> &frags = directB.emplace_back();
     for (size_t bi = 0; bi < ops.bTileRow.size(); ++bi) {
       if (ops.bFp8) {
@@ -270,14 +274,13 @@ GemmEmitter::loadDirectBFragments(const GemmOperands &ops, Value k0) {
 }
 
 SmallVector<Value> GemmEmitter::loadNextBTile(const GemmOperands &ops,
-                                              Value k0) {
+                                              Value k0, Value loopEnd) {
   // The last step reloads its own K range rather than reading past it:
   // rows beyond belong to another expert (possibly one nobody uploaded)
-  // and would only cost bandwidth.
+  // and would only cost bandwidth; a K tail is copied by its own step.
   const int64_t tileK = tile.getK();
   SmallVector<Value> bNext;
-  Value kLast = arith::SubIOp::create(
-      b, loc, ops.kEnd ? ops.kEnd : idx(ops.depth), idx(tileK));
+  Value kLast = arith::SubIOp::create(b, loc, loopEnd, idx(tileK));
   Value kNext = arith::MinUIOp::create(b, loc, add(k0, idx(tileK)), kLast);
   Value kNextDwords = divC(kNext, ops.bFp8 ? 4 : 8);
   for (const CopySlot &slot : ops.bSlots)
@@ -295,7 +298,8 @@ void GemmEmitter::emitMfmaSubStep(const GemmOperands &ops, int64_t kk,
     emitBf16SubStep(ops, kk, bScale, directB, accs);
     return;
   }
-  const int64_t tileK = tile.getK();
+  // LDS rows of this step: stepK elements.
+  const int64_t tileK = stepK;
   const int64_t mfmaK = layout.k, dim = layout.dim;
   const size_t mFrags = ops.aTileRow.size(), bFrags = ops.bTileRow.size();
   const int64_t scaleByte = kk * (layout.k / 32) % 4;
@@ -418,7 +422,8 @@ void GemmEmitter::emitBf16SubStep(const GemmOperands &ops, int64_t kk,
                                   ArrayRef<Value> directB,
                                   MutableArrayRef<Value> accs) {
   assert(!ops.bFp8 && "BF16 A takes MXFP4 weights only");
-  const int64_t tileK = tile.getK();
+  // LDS rows of this step: stepK elements.
+  const int64_t tileK = stepK;
   const int64_t mfmaK = layout.k, dim = layout.dim;
   const mfma::ShapeInfo bf16 = mfma::shapeInfo(mfma::bf16ShapeOf(shape));
   // Four BF16 MFMAs of 8 K per lane group cover the lane's 32 K.
@@ -508,32 +513,107 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
       b, loc, accType, DenseElementsAttr::get(accType, 0.0f));
   SmallVector<Value> accInit(mFrags * bFrags, accZero);
   Value kFirst = ops.kBegin ? ops.kBegin : idx(0);
+  Value kEnd = ops.kEnd ? ops.kEnd : idx(ops.depth);
+  // With a K tail the loop runs the whole steps only, up to depth - tailK
+  // (a multiple of tile.k); the tail's step follows it.
+  const int64_t wholeEnd = ops.depth - ops.tailK;
+  Value loopEnd = kEnd;
+  if (ops.tailK)
+    loopEnd = ops.kEnd ? Value(arith::MinUIOp::create(b, loc, ops.kEnd,
+                                                      idx(wholeEnd)))
+                       : idx(wholeEnd);
+  // Scales are loaded by the word (see emitKStep); tile.k and the tail are
+  // multiples of 128.
+  assert(tileK % 128 == 0 && ops.depth % 128 == 0 && ops.tailK % 128 == 0 &&
+         "scale rows and K steps must be whole words (the verifiers)");
   // With tile.b_prefetch the next K step's weights are loaded into
   // registers while this step's MFMAs run, and carried through the loop.
+  // With a K tail a range may hold no whole step (split-K's last slice):
+  // its first load then reads the last whole step, inside the rows, and
+  // goes unused.
   const bool prefetch = tile.getBPrefetch();
   SmallVector<Value> loopInit = accInit;
-  if (prefetch)
+  if (prefetch) {
+    Value kLoad = ops.tailK ? Value(arith::MinUIOp::create(
+                                  b, loc, kFirst,
+                                  arith::SubIOp::create(b, loc, loopEnd,
+                                                        idx(tileK))))
+                            : kFirst;
     for (const CopySlot &slot : ops.bSlots)
       loopInit.push_back(load16(ops.bBuffer,
                                 add(slot.globalDword,
-                                    divC(kFirst, ops.bFp8 ? 4 : 8)),
+                                    divC(kLoad, ops.bFp8 ? 4 : 8)),
                                 ops.bNontemporal));
-  // Scales are loaded by the word (see scaleWord below); lane group g
-  // shifts its words right by 8 g bits.
-  assert(tileK % 128 == 0 && ops.depth % 128 == 0 &&
-         "scale rows and K steps must be whole words (the tile verifier)");
+  }
+  // Lane group g shifts its scale words right by 8 g bits (emitKStep).
   Value scaleShift = arith::IndexCastOp::create(b, loc, b.getI32Type(),
                                                 mul(laneGroup, 8));
-  auto kLoop = scf::ForOp::create(b, loc, kFirst,
-                                  ops.kEnd ? ops.kEnd : idx(ops.depth),
-                                  idx(tileK), loopInit);
-  OpBuilder::InsertionGuard loopGuard(b);
-  b.setInsertionPointToStart(kLoop.getBody());
-  Value k0 = kLoop.getInductionVar();
-  auto iterArgs = kLoop.getRegionIterArgs();
-  SmallVector<Value> accs(iterArgs.begin(), iterArgs.begin() + accInit.size());
-  SmallVector<Value> bRegs(iterArgs.begin() + accInit.size(), iterArgs.end());
+  SmallVector<Value> results;
+  {
+    auto kLoop = scf::ForOp::create(b, loc, kFirst, loopEnd, idx(tileK),
+                                    loopInit);
+    OpBuilder::InsertionGuard loopGuard(b);
+    b.setInsertionPointToStart(kLoop.getBody());
+    auto iterArgs = kLoop.getRegionIterArgs();
+    SmallVector<Value> accs(iterArgs.begin(),
+                            iterArgs.begin() + accInit.size());
+    SmallVector<Value> bRegs(iterArgs.begin() + accInit.size(),
+                             iterArgs.end());
+    SmallVector<Value> yielded;
+    SmallVector<Value> bNext =
+        emitKStep(ops, kLoop.getInductionVar(), bRegs, loopEnd, scaleShift,
+                  accs);
+    yielded = accs;
+    yielded.append(bNext.begin(), bNext.end());
+    scf::YieldOp::create(b, loc, yielded);
+    results.assign(kLoop.getResults().begin(),
+                   kLoop.getResults().begin() + accInit.size());
+  }
+  if (!ops.tailK)
+    return results;
+  // The K tail: one step of tailK at K = depth - tailK, after the whole
+  // steps, so every accumulator still adds its MFMAs in increasing K. Its
+  // LDS rows are tailK wide and its copies read exactly the rows' last
+  // tailK elements: nothing past a row. B is copied from global memory
+  // (the prefetched registers hold a whole step).
+  StepKScope tailStep(*this, ops.tailK);
+  GemmOperands tailOps = ops;
+  tailOps.aSlots = ops.aTailSlots;
+  tailOps.bSlots = ops.bTailSlots;
+  Value kTail = idx(wholeEnd);
+  auto emitTail = [&](SmallVector<Value> &accs) {
+    (void)emitKStep(tailOps, kTail, /*bRegs=*/{}, /*loopEnd=*/Value(),
+                    scaleShift, accs);
+  };
+  if (!ops.kEnd) {
+    emitTail(results);
+    return results;
+  }
+  // A range [kBegin, kEnd) of whole steps (split-K's slices) takes the
+  // tail when it ends past depth - tailK: the last slice, for the whole
+  // workgroup.
+  Value hasTail = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
+                                        ops.kEnd, idx(wholeEnd));
+  SmallVector<Type> accTypes(results.size(), accType);
+  auto ifTail = scf::IfOp::create(b, loc, accTypes, hasTail,
+                                  /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifTail.thenBlock());
+    SmallVector<Value> accs = results;
+    emitTail(accs);
+    scf::YieldOp::create(b, loc, accs);
+    b.setInsertionPointToStart(ifTail.elseBlock());
+    scf::YieldOp::create(b, loc, results);
+  }
+  return SmallVector<Value>(ifTail.getResults().begin(),
+                            ifTail.getResults().end());
+}
 
+SmallVector<Value> GemmEmitter::emitKStep(const GemmOperands &ops, Value k0,
+                                          ArrayRef<Value> bRegs, Value loopEnd,
+                                          Value scaleShift,
+                                          MutableArrayRef<Value> accs) {
   emitTileCopies(ops, k0, bRegs);
   SmallVector<SmallVector<Value>> directB;
   if (tile.getBDirect())
@@ -544,19 +624,19 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
   // fragment, for lane group g the one of K block k0 / 32 + g + kk * S of
   // its row (S = layout.k / 32 blocks per MFMA, g < S). As S divides 4,
   // that is byte (g + kk * S) % 4 of the row's word kk * S / 4 of this K
-  // step, and tile.k and the depth being multiples of 128 make the K
-  // step's blocks whole, aligned words. Shifted right by 8 g bits, the
-  // word holds the byte at (kk * S) % 4 in every lane: the MFMA's op_sel
-  // picks it. So one load per row and K step serves all its MFMAs, where
-  // a byte load served one MFMA. Scales come from global memory,
-  // not LDS, so with tile.scale_prefetch they are requested before the
-  // barrier and their latency overlaps the wait.
-  const int64_t subSteps = tileK / layout.k;
+  // step, and the step (tile.k or the K tail) and the depth being
+  // multiples of 128 make the K step's blocks whole, aligned words.
+  // Shifted right by 8 g bits, the word holds the byte at (kk * S) % 4 in
+  // every lane: the MFMA's op_sel picks it. So one load per row and K step
+  // serves all its MFMAs, where a byte load served one MFMA. Scales come
+  // from global memory, not LDS, so with tile.scale_prefetch they are
+  // requested before the barrier and their latency overlaps the wait.
+  const int64_t subSteps = stepK / layout.k;
   const int64_t blocksPerMfma = layout.k / 32;
   // Per A or B fragment, the row's scale words of this K step, in one
-  // load of tile.k / 32 bytes (a dwordx2 for k = 256); and per word the
+  // load of stepK / 32 bytes (a dwordx2 for k = 256); and per word the
   // lane's shifted copy. Both are created where they are first needed.
-  const int64_t wordsPerStep = tileK / 128;
+  const int64_t wordsPerStep = stepK / 128;
   std::map<std::pair<bool, size_t>, Value> scaleRows;
   std::map<std::tuple<bool, size_t, int64_t>, Value> scaleWords;
   auto scaleWord = [&](bool isA, size_t frag, int64_t kk) {
@@ -590,8 +670,8 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
       loadScales(kk, earlyA[kk], earlyB[kk]);
   gpu::BarrierOp::create(b, loc);
   SmallVector<Value> bNext;
-  if (prefetch)
-    bNext = loadNextBTile(ops, k0);
+  if (!bRegs.empty())
+    bNext = loadNextBTile(ops, k0, loopEnd);
 
   for (int64_t kk = 0; kk < subSteps; ++kk) {
     SmallVector<Value> aScale = earlyA[kk], bScale = earlyB[kk];
@@ -600,13 +680,10 @@ SmallVector<Value> GemmEmitter::emitKLoop(const GemmOperands &ops) {
     emitMfmaSubStep(ops, kk, aScale, bScale,
                     directB.empty() ? ArrayRef<Value>() : directB[kk], accs);
   }
-  // The next iteration overwrites the tiles every wave is reading.
+  // The next step (or the epilogue) overwrites the tiles every wave is
+  // reading.
   gpu::BarrierOp::create(b, loc);
-  SmallVector<Value> yielded = accs;
-  yielded.append(bNext.begin(), bNext.end());
-  scf::YieldOp::create(b, loc, yielded);
-  return SmallVector<Value>(kLoop.getResults().begin(),
-                            kLoop.getResults().begin() + accInit.size());
+  return bNext;
 }
 
 void GemmEmitter::reduceKGroups(ArrayRef<Value> accs, Value lds,
@@ -787,11 +864,11 @@ GemmEmitter::beginGemmOperands(const ExpertTile &rows, bool bFp8, int64_t depth)
 
 SmallVector<GemmEmitter::CopySlot>
 GemmEmitter::planACopy(const ExpertTile &rows, int64_t depth) {
-  // A rows are tile.k FP8 bytes: tile.k / 16 chunks of 16 bytes; MXFP4
+  // A rows are stepK FP8 bytes: stepK / 16 chunks of 16 bytes; MXFP4
   // rows half that, BF16 rows twice.
   const int64_t elementsPerDword = aElementsPerDword();
   return planCopy(
-      tile.getM(), tile.getK() / (4 * elementsPerDword),
+      tile.getM(), stepK / (4 * elementsPerDword),
       [&](Value row) { return mul(rows.aRow(row), depth / elementsPerDword); },
       /*ldsBaseDword=*/0, /*swizzle=*/tile.getASwizzle(),
       /*direct=*/tile.getAsyncA());

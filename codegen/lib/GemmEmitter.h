@@ -79,6 +79,13 @@ public:
     /// Reduction range [kBegin, kEnd) when both are set, else [0, depth).
     mlir::Value kBegin, kEnd;
     int64_t depth = 0;
+    /// K tail: when tile.k does not divide the depth, depth mod tile.k (a
+    /// multiple of 128, the verifier's rule), reduced after the whole steps
+    /// by one step of this width at K = depth - tailK, with the copy slots
+    /// aTailSlots and bTailSlots (planned for rows of tailK). A range
+    /// [kBegin, kEnd) takes the tail when kEnd passes depth - tailK.
+    int64_t tailK = 0;
+    llvm::SmallVector<CopySlot> aTailSlots, bTailSlots;
     bool bNontemporal = false;
     /// B rows are FP8 E4M3 (an FHMoE shared expert) instead of packed E2M1.
     bool bFp8 = false;
@@ -308,8 +315,8 @@ public:
   /// placement (A tile first, B tile after it), the B cache policy.
   GemmOperands beginGemmOperands(const ExpertTile &rows, bool bFp8,
                                  int64_t depth);
-  /// The A tile's copy slots: tile.m rows of `depth` FP8 bytes (`depth` / 2
-  /// with aFp4).
+  /// The A tile's copy slots: tile.m rows of stepK elements out of rows
+  /// of `depth` (FP8 bytes; half with aFp4, twice with aBf16).
   llvm::SmallVector<CopySlot> planACopy(const ExpertTile &rows, int64_t depth);
   /// Appends the A fragments' tile rows and scale rows (`fragARow` from
   /// fragmentARows) for a reduction of `depth`.
@@ -352,20 +359,30 @@ protected:
   // The steps of emitKLoop's body, at K step `k0` (index).
 
   /// Copies the A tile (through registers, or by LDS DMA with
-  /// tile.async_a) and the B tile (from `bRegs` with tile.b_prefetch; none
-  /// with tile.b_direct) into LDS.
+  /// tile.async_a) and the B tile (from `bRegs` when given: tile.b_prefetch's
+  /// registers; else from global memory; none with tile.b_direct) into LDS.
   void emitTileCopies(const GemmOperands &operands, mlir::Value k0,
                       llvm::ArrayRef<mlir::Value> bRegs);
+  /// One K step of stepK at `k0` (index): copies, barrier, the MFMAs into
+  /// `accs`, barrier. With `bRegs` (tile.b_prefetch's registers: this
+  /// step's B tile) the next step's B tile, the last whole step ending at
+  /// `loopEnd`, is loaded and returned. `scaleShift` is the lane group's
+  /// scale shift (8 x lane group, i32).
+  llvm::SmallVector<mlir::Value>
+  emitKStep(const GemmOperands &operands, mlir::Value k0,
+            llvm::ArrayRef<mlir::Value> bRegs, mlir::Value loopEnd,
+            mlir::Value scaleShift, llvm::MutableArrayRef<mlir::Value> accs);
   /// tile.b_direct: the B fragments of each MFMA sub-step, from global
   /// memory, indexed [sub-step][B fragment].
   llvm::SmallVector<llvm::SmallVector<mlir::Value>>
   loadDirectBFragments(const GemmOperands &operands, mlir::Value k0);
   /// tile.async_a: waits for this wave's LDS DMA before the barrier.
   void emitLdsDmaWait();
-  /// tile.b_prefetch: the next K step's B tile (the last step's own again),
-  /// per copy slot.
+  /// tile.b_prefetch: the next K step's B tile (the last step's own again,
+  /// the last being the one that ends at `loopEnd`), per copy slot.
   llvm::SmallVector<mlir::Value> loadNextBTile(const GemmOperands &operands,
-                                               mlir::Value k0);
+                                               mlir::Value k0,
+                                               mlir::Value loopEnd);
   /// Sub-step `kk`: reads the A and B fragments (B from `directB` when
   /// given) and issues the scaled MFMAs into `accs`.
   void emitMfmaSubStep(const GemmOperands &operands, int64_t kk,
@@ -387,7 +404,8 @@ protected:
   /// arithmetic: the scale is clamped to [2, 252], where every product is a
   /// normal BF16 and exact; code 255 (NaN) gives NaN (docs/numerics.md).
   mlir::Value upconvertFp4Word(mlir::Value word, mlir::Value scaleCode);
-  /// Chunk index `chunk` of tile row `row` after the A swizzle.
+  /// Chunk index `chunk` of tile row `row` after the A swizzle (rows of
+  /// stepK elements).
   mlir::Value swizzleChunk(mlir::Value chunk, mlir::Value row);
   /// Loads `words` aligned words of E8M0 scales (four a word) from
   /// `byteIndex` of an i8 buffer as vector<words x i32>.
@@ -440,6 +458,21 @@ protected:
   bool aBf16 = false;
   /// A elements per dword: 8 (MXFP4), 2 (BF16) or 4 (FP8).
   int64_t aElementsPerDword() const { return aFp4 ? 8 : aBf16 ? 2 : 4; }
+  /// K of the step being emitted: tile.k, or the K tail's width while
+  /// its step (and its copy plan) is emitted. The LDS tiles of a step hold
+  /// rows of stepK elements; the fragment reads, the swizzle, the scale
+  /// words and the sub-step count follow it.
+  int64_t stepK;
+  /// Sets stepK for the lifetime of the object.
+  struct StepKScope {
+    StepKScope(GemmEmitter &emitter, int64_t k)
+        : emitter(emitter), saved(emitter.stepK) {
+      emitter.stepK = k;
+    }
+    ~StepKScope() { emitter.stepK = saved; }
+    GemmEmitter &emitter;
+    int64_t saved;
+  };
   /// Set by emitTileIds when the tile body runs inside a persistent loop.
   bool inTileLoop = false;
   /// Lanes of the workgroup: tile.waves x tile.k_waves waves.

@@ -209,10 +209,12 @@ void W2Emitter::emitBody(gpu::GPUFuncOp func) {
     fragRoute.push_back(routeOfRow(add(laneRow, idx(mi * dim))));
   Value waveCol = mul(wave, waveN);
   // Split-K: grid z takes ceil(steps / S) K steps (the last slice may be
-  // shorter) and writes the partial row (route, z) of the output.
+  // shorter) and writes the partial row (route, z) of the output. A K tail
+  // counts as a step, and lies in the last slice.
   Value kSlice = splitK > 1 ? Value(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z))
                             : idx(0);
-  const int64_t sliceDepth = llvm::divideCeil(inter / tileK, splitK) * tileK;
+  const int64_t sliceDepth =
+      llvm::divideCeil(llvm::divideCeil(inter, tileK), splitK) * tileK;
   Value kBegin = mul(kSlice, sliceDepth);
   Value kEnd =
       arith::MinUIOp::create(b, loc, add(kBegin, idx(sliceDepth)), idx(inter));
@@ -609,14 +611,25 @@ SmallVector<Value> W2Emitter::emitTileGemm(const ExpertTile &rows) {
     // shared expert's tensor holds just its own rows.
     Value weightRowBase =
         bFp8 ? rows.colBase : add(mul(rows.expert, hidden), rows.colBase);
-    // B rows are tileK / 2 packed bytes (tileK / 32 chunks of 16 bytes),
-    // or tileK FP8 bytes.
-    ops.aSlots = planACopy(rows, inter);
+    // B rows of a step of `width` K are width / 2 packed bytes (width / 32
+    // chunks of 16 bytes), or width FP8 bytes.
     const int64_t bRowDwords = bFp8 ? inter / 4 : inter / 8;
-    ops.bSlots = planCopy(
-        tile.getN(), bFp8 ? tileK / 16 : tileK / 32,
-        [&](Value row) { return mul(add(weightRowBase, row), bRowDwords); },
-        ops.ldsBDword);
+    auto planBCopy = [&](int64_t width) {
+      return planCopy(
+          tile.getN(), bFp8 ? width / 16 : width / 32,
+          [&](Value row) { return mul(add(weightRowBase, row), bRowDwords); },
+          ops.ldsBDword);
+    };
+    ops.aSlots = planACopy(rows, inter);
+    ops.bSlots = planBCopy(tileK);
+    // tile.k need not divide I: the remainder (a multiple of 128, the
+    // verifier's rule) is the K tail, with copies of rows that wide.
+    if (int64_t tail = inter % tileK) {
+      StepKScope tailStep(*this, tail);
+      ops.tailK = tail;
+      ops.aTailSlots = planACopy(rows, inter);
+      ops.bTailSlots = planBCopy(tail);
+    }
     addAFragments(ops, fragARow, inter);
     for (int64_t ni = 0; ni < nFrags; ++ni) {
       ops.bTileRow.push_back(add(add(waveCol, idx(ni * dim)), laneRow));

@@ -374,6 +374,9 @@ int64_t W13Op::getPeerLdsBytes() {
   return peerLdsBytes(getPeerAttr(), getProblem(), getTile());
 }
 
+/// The K granule of W2's K tail (W2Op::verify).
+static constexpr int64_t kW2KTailGranule = 128;
+
 LogicalResult W2Op::verify() {
   ProblemAttr problem = getProblem();
   TileAttr tile = getTile();
@@ -400,10 +403,24 @@ LogicalResult W2Op::verify() {
     return emitOpError("tile.n (")
            << tile.getN() << ") must divide problem.hidden ("
            << problem.getHidden() << "), the N of W2";
-  if (problem.getIntermediate() % tile.getK() != 0)
+  // tile.k need not divide I: the K loop runs the whole steps, then one
+  // step of the remainder (the K tail). The tail must be whole granules of
+  // 128 K: whole E8M0 scale words (4 blocks of 32, which the K step loads
+  // by the word) and whole MFMAs of either shape (K 128 or 64); 128 is
+  // also the smallest tile.k, so the tail's copies are those of a legal
+  // tile.
+  const int64_t inter = problem.getIntermediate();
+  if (tile.getK() > inter)
     return emitOpError("tile.k (")
-           << tile.getK() << ") must divide problem.intermediate ("
-           << problem.getIntermediate() << "), the K of W2";
+           << tile.getK() << ") must not exceed problem.intermediate ("
+           << inter << "), the K of W2";
+  if (int64_t tail = inter % tile.getK(); tail % kW2KTailGranule != 0)
+    return emitOpError("tile.k (")
+           << tile.getK() << ") leaves a K tail of " << tail
+           << " in problem.intermediate (" << inter
+           << "), the K of W2: the tail (I mod tile.k) must be a multiple of "
+           << kW2KTailGranule
+           << " (whole E8M0 scale words and MFMAs), or tile.k divide I";
   if (getBf16Lds() && getSplitK() > 1)
     return emitOpError("bf16_lds stages the BF16 output; split_k (")
            << getSplitK() << ") writes FP32 partials";
@@ -442,8 +459,9 @@ LogicalResult W2Op::verify() {
                          "stage 2 reads receive rows");
   }
   // Split-K slices take ceil(steps / split_k) K steps each (the last may
-  // be shorter); every slice must get at least one.
-  int64_t steps = problem.getIntermediate() / tile.getK();
+  // be shorter; a K tail counts as a step); every slice must get at least
+  // one.
+  int64_t steps = llvm::divideCeil(inter, tile.getK());
   int64_t perSlice = llvm::divideCeil(steps, getSplitK());
   if ((getSplitK() - 1) * perSlice >= steps)
     return emitOpError("split_k (")

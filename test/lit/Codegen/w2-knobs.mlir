@@ -181,3 +181,31 @@ moe.w2 @w2_scale_prefetch problem(#p) tile(#moe.tile<m = 32, n = 128, scale_pref
 // CHECK-NEXT: gpu.barrier
 // CHECK: amdgpu.scaled_mfma
 moe.w2 @w2_async problem(#p) tile(#moe.tile<m = 32, n = 128, async_a = true>)
+
+// A K tail (tile.k = 256 does not divide I = 384): the loop runs the whole
+// steps, up to K 256, then the range that reaches past it (here the only
+// one; split-K's last slice) runs one step of 128 under scf.if: its scale
+// load is one word per row (vector<4xi8>, against the step's two words),
+// its LDS is the same buffer, and it ends with the barrier the epilogue
+// needs.
+#ptail = #moe.problem<hidden = 512, intermediate = 384, experts = 8, top_k = 2,
+                      ep = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>
+// CHECK-LABEL: gpu.func @w2_ktail(
+// CHECK-SAME: workgroup(%{{.*}} : memref<6144xi32, #gpu.address_space<workgroup>>)
+// CHECK: %[[LOOPEND:.*]] = arith.minui %{{.*}}, %c256{{.*}} : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[LOOPEND]] step %c256
+// CHECK: vector.load {{.*}} : memref<{{[0-9]+}}xi8, #amdgpu.address_space<fat_raw_buffer>>, vector<8xi8>
+// CHECK: amdgpu.scaled_mfma
+// CHECK: gpu.barrier
+// CHECK-NEXT: scf.yield
+// CHECK: %[[HAS_TAIL:.*]] = arith.cmpi ugt, %{{.*}}, %c256{{.*}} : index
+// CHECK: scf.if %[[HAS_TAIL]] -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>)
+// CHECK: gpu.barrier
+// CHECK: vector.load {{.*}} : memref<{{[0-9]+}}xi8, #amdgpu.address_space<fat_raw_buffer>>, vector<4xi8>
+// CHECK-NOT: vector<8xi8>
+// CHECK: amdgpu.scaled_mfma
+// CHECK: gpu.barrier
+// CHECK-NEXT: scf.yield
+// CHECK: } else {
+// CHECK: gpu.return
+moe.w2 @w2_ktail problem(#ptail) tile(#moe.tile<m = 32, n = 128>)

@@ -79,8 +79,18 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384
 moe.w2 @w problem(#moe.problem<hidden = 7040, intermediate = 2304, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 512>)
 
 // -----
-// expected-error @+1 {{tile.k (256) must divide problem.intermediate (640), the K of W2}}
-moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 256>)
+// A K tail (I mod tile.k) must be whole granules of 128 K: 576 = 2 x 256 + 64.
+// expected-error @+1 {{tile.k (256) leaves a K tail of 64 in problem.intermediate (576), the K of W2: the tail (I mod tile.k) must be a multiple of 128 (whole E8M0 scale words and MFMAs), or tile.k divide I}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 576, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 256>)
+
+// -----
+// expected-error @+1 {{tile.k (512) must not exceed problem.intermediate (384), the K of W2}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 384, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 128, k = 512>)
+
+// -----
+// A tail of 128 K counts as a K step: 640 = 2 x 256 + 128 is 3 steps.
+// expected-error @+1 {{split_k (4) leaves a K slice empty: W2 has 3 K steps of tile.k (256)}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 640, experts = 384, top_k = 6, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 16, n = 128, k = 256>) {split_k = 4 : i64}
 
 // -----
 // expected-error @+1 {{tile (m 128, n 512, k 1024) stages 393216 bytes of LDS; gfx950 has 163840}}

@@ -43,12 +43,15 @@ struct PeerKnobs {
   int64_t planCus = 1, chunkRoutes = 1;
   /// Stage 2 sends FP8 1x32 combine rows (payload = fp8, fp8_peer_rows).
   bool fp8Payload = false;
+  /// The intermediate size and stage 2's tile.k (0: the ODS default).
+  int64_t intermediate = 256, k2 = 0;
 };
 
 StageSpec peerSpec(abi::Stage stage, const PeerKnobs &k) {
   StageSpec spec;
   spec.stage = stage;
-  spec.fields = {{"hidden", "512"},        {"intermediate", "256"},
+  spec.fields = {{"hidden", "512"},
+                 {"intermediate", std::to_string(k.intermediate)},
                  {"experts", std::to_string(4 * k.ep)},
                  {"top_k", "2"},           {"ep", std::to_string(k.ep)}};
   if (stage == abi::Stage::Combine) {
@@ -72,6 +75,8 @@ StageSpec peerSpec(abi::Stage stage, const PeerKnobs &k) {
     spec.fields["work_shards"] = std::to_string(k.workShards);
   if (!w13 && k.fp8Payload)
     spec.fields["payload"] = "fp8";
+  if (!w13 && k.k2 > 0)
+    spec.fields["k"] = std::to_string(k.k2);
   if (w13) {
     spec.fields["dispatch_cus"] = std::to_string(k.dispatchCus);
     spec.fields["plan_cus"] = std::to_string(k.planCus);
@@ -180,6 +185,22 @@ TEST_CASE("fused MegaMoE layer with tile.async_a: the received rows go to "
   PeerLayerOutcome outcome = runLayer(knobs, options);
   CHECK(outcome.stats.mfmas > 0);
   CHECK(outcome.stats.ldsDmaOps > 0);
+}
+
+TEST_CASE("fused MegaMoE stage 2 with a K tail: tile.k 256 at I 384",
+          "[peer][ktail]") {
+  // The fused stage 2 reduces the receive rows over one whole K step and
+  // a tail of 128; BF16 and FP8 combine rows.
+  for (bool fp8 : {false, true}) {
+    PeerKnobs knobs{2, 16, 64, 16, 128, "b_major", 32, 16, 6, 2};
+    knobs.fp8Payload = fp8;
+    knobs.intermediate = 384;
+    knobs.k2 = 256;
+    PeerKernels kernels(knobs);
+    PeerLayerOutcome outcome = runLayer(kernels, routing(53, {9, 6}, 0.1));
+    INFO((fp8 ? "fp8 payload: " : "bf16 payload: ") << outcome.summary);
+    CHECK(outcome.stats.mfmas > 0);
+  }
 }
 
 TEST_CASE("fused MegaMoE layer at EP4 with an empty rank and few resident "

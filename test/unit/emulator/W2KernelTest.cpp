@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <map>
 
 using namespace moec;
 using namespace moec::emu;
@@ -84,15 +85,19 @@ Built build(const StageSpec &spec) {
 }
 
 /// MFMAs the kernel must issue: every non-empty tile, every N tile, every
-/// wave, K / mfmaK steps, (m / dim) x (n / waves / dim) fragments per wave.
+/// wave, K / mfmaK steps, (m / dim) x (n / waves / dim) fragments per wave;
+/// with BF16 A (A16W4) four BF16 MFMAs of 8 K per lane group replace each
+/// scaled MFMA.
 uint64_t expectedMfmas(const StageShape &s, const ref::SortedRoutes &sorted,
                        int64_t dim) {
   uint64_t validTiles = 0;
   for (int32_t e : sorted.tileExperts)
     validTiles += ref::isValidExpert(e, s.localExperts);
+  const uint64_t perScaledMfma =
+      s.midFormat == ref::ActivationFormat::Bf16 ? 4 : 1;
   return validTiles * uint64_t(s.hidden / s.tileN) *
          uint64_t(s.intermediate / s.mfmaK) *
-         uint64_t((s.tileM / dim) * (s.tileN / dim));
+         uint64_t((s.tileM / dim) * (s.tileN / dim)) * perScaledMfma;
 }
 
 /// One W2 run on rank 0's generated data and its comparison.
@@ -587,5 +592,91 @@ TEST_CASE("W2 with a bias and an FHMoE shared expert: its row is the last",
     for (int32_t e : c.data.ranks[0].sorted.tileExperts)
       sharedListed |= e == 7;
     CHECK(sharedListed);
+  }
+}
+
+TEST_CASE("W2 with a K tail (tile.k not dividing I) matches the oracle and, "
+          "without split-K, tile.k = 128 bit for bit",
+          "[w2][ktail]") {
+  // I = 384 with k = 256 (DeepSeek V4's stage 2: one step and a tail of
+  // 128), I = 896 with k = 512 (a tail of 384: 24 chunks a row, whose A
+  // swizzle is the power of two 8) and under split-K I = 640 with k = 256
+  // (2 slices) and I = 896 with k = 256 (4 slices, the last of them the
+  // tail alone); FP8, MXFP4 and BF16 A. Every
+  // MFMA adds its 128 or 64 K to the accumulator in increasing K
+  // whatever tile.k is, so a tail kernel must give exactly the outputs of
+  // k = 128 (which divides every I here); split-K slices differ in their
+  // FP32 partial sums and are held to the oracle.
+  struct TailCase {
+    Knobs k;
+    std::map<std::string, std::string> extra;
+  };
+  const std::vector<TailCase> cases = {
+      {{32, 128, 4, "m16n16k128", "b_major", "nt", 1, 256, 384}, {}},
+      {{32, 128, 4, "m32n32k64", "a_major", "cached", 1, 256, 384}, {}},
+      {{16, 128, 4, "m16n16k128", "b_major", "nt", 1, 256, 384, true, true,
+        true},
+       {}},
+      {{32, 128, 4, "m16n16k128", "b_major", "nt", 1, 256, 384},
+       {{"b_direct", "true"}}},
+      {{32, 128, 4, "m16n16k128", "b_major", "nt", 1, 256, 384},
+       {{"bf16_lds", "true"}, {"a_swizzle", "true"}}},
+      {{64, 256, 4, "m16n16k128", "a_major", "cached", 1, 512, 896},
+       {{"a_swizzle", "true"}}},
+      {{16, 128, 4, "m16n16k128", "b_major", "nt", 2, 256, 640, false, true},
+       {}},
+      // MXFP4 A (A4W4) and BF16 A (A16W4): rows of half and twice the FP8
+      // bytes, the same K tail.
+      {{32, 128, 4, "m16n16k128", "b_major", "nt", 1, 256, 384},
+       {{"activation", "f4E2M1FN"}}},
+      {{32, 128, 4, "m32n32k64", "a_major", "cached", 1, 256, 384, true},
+       {{"activation", "f4E2M1FN"}}},
+      {{32, 128, 4, "m16n16k128", "b_major", "nt", 1, 256, 384, false, true},
+       {{"activation", "bf16"}}},
+      {{32, 128, 4, "m32n32k64", "a_major", "cached", 1, 512, 896},
+       {{"activation", "bf16"}, {"a_swizzle", "true"}}},
+      {{32, 128, 4, "m32n32k64", "a_major", "cached", 4, 256, 896, true},
+       {}},
+  };
+  for (const TailCase &tc : cases) {
+    REQUIRE(tc.k.inter % tc.k.k != 0);
+    const int64_t hidden = 2 * std::max(tc.k.n, 256);
+    StageSpec spec = w2Spec(tc.k, hidden, tc.k.inter, 8, 2, 2);
+    for (const auto &[field, value] : tc.extra)
+      spec.fields[field] = value;
+    Built tail = build(spec);
+    DataOptions options;
+    options.seed = 47;
+    options.tokens = 40;
+    options.invalidFraction = 0.2;
+    options.emptyTiles = 1;
+    const Case c = runCase(tail, options);
+    std::string extras;
+    for (const auto &[field, value] : tc.extra)
+      extras += " " + field + "=" + value;
+    INFO(describe(tc.k) << " I=" << tc.k.inter << extras << ": "
+                        << c.outcome.summary);
+    CHECK(c.outcome.pass);
+    CHECK(c.outcome.elementsChecked > 0);
+    CHECK(c.outcome.listedRowsUnwritten == 0);
+    CHECK(c.outcome.unlistedRowsWritten == 0);
+    CHECK(c.outcome.relL2 <
+          (tc.k.splitK > 1 ? kW2SplitRelL2Bound : kW2RelL2Bound));
+    // No out-of-bounds access, race or uninitialised read.
+    CHECK(c.outcome.run.totalFindings() == 0);
+    CHECK((c.outcome.run.stats.ldsDmaOps > 0) == tc.k.asyncA);
+    if (tc.k.splitK > 1)
+      continue;
+    StageSpec whole = spec;
+    whole.fields["k"] = "128";
+    Built dividing = build(whole);
+    const Case d = runCase(dividing, options);
+    CHECK(d.outcome.pass);
+    REQUIRE(c.rows().bf16.size() == d.rows().bf16.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < c.rows().bf16.size(); ++i)
+      differing += c.rows().bf16[i] != d.rows().bf16[i];
+    CHECK(differing == 0);
+    CHECK(c.rows().written == d.rows().written);
   }
 }

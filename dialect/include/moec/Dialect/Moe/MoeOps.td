@@ -34,6 +34,15 @@ def Moe_W2Op : Moe_StageOp<"w2"> {
     `num_sorted` (i32). Grid: (H / tile.n, num_sorted / tile.m, 1);
     workgroup: 64 * tile.waves lanes.
 
+    tile.k need not divide I (at most I): the K loop runs the floor(I /
+    tile.k) whole steps, then one step of the remainder, the K tail, which
+    must be a multiple of 128 (whole words of four E8M0 scales, whole MFMAs
+    of either shape; 128 is the smallest tile.k). Its copies read exactly
+    the rows' last I mod tile.k elements, into the same LDS tiles; every
+    accumulator still adds its MFMAs in increasing K, so the result is the
+    one of a tile.k that divides I (I = 384 with tile.k = 256: one step and
+    a tail of 128).
+
     With `shared_fp8_expert` (FHMoE) the last logical expert
     (problem.experts - 1) is a shared expert with native FP8 E4M3 weights
     and E8M0 1x32 scales, passed as two more arguments `b_shared` (FP8
@@ -41,7 +50,8 @@ def Moe_W2Op : Moe_StageOp<"w2"> {
     routed experts. Its tiles run the same schedule with FP8 B fragments.
 
     With `split_k` S > 1 the reduction is split over S workgroups (grid z):
-    each sums I / S of K and writes its FP32 partial row to `out`, which is
+    each sums ceil(steps / S) K steps (the last slice fewer; a K tail is a
+    step of the last slice) and writes its FP32 partial row to `out`, which is
     then FP32 [num_routes, S, H]; `moe.combine` with the same `split_k` adds
     the S partials of a route in increasing order before weighting, so the
     result does not depend on scheduling (no atomics).
