@@ -337,37 +337,70 @@ def _float32(value):
     return struct.unpack("f", struct.pack("f", float(value)))[0]
 
 
+# What AITER's fused_moe passes its stage-1 kernels for an argument the call
+# leaves out (aiter/fused_moe.py at e4048607a5, fused_moe_2stages): the betas
+# 1.0 to FlyDSL's stage 1, the only SiTUv2 stage 1 moec serves (opus's, which
+# would get 4 and 25, is refused); the clamp through runtime_swiglu_limit
+# (aiter/ops/flydsl/moe_kernels.py): 7 for Swiglu, none otherwise.
+_AITER_ABSENT_BETA = 1.0
+
+
+def _aiter_clamp(layer, swiglu_limit):
+    """The clamp AITER's kernels apply for `swiglu_limit` (None or falsy:
+    7 for Swiglu, none otherwise), as runtime_swiglu_limit encodes it."""
+    if swiglu_limit:
+        return float(swiglu_limit)
+    return 7.0 if layer.activation == "gpt-oss-swiglu" else math.inf
+
+
+def _clamp_text(limit):
+    return "swiglu_limit %g" % limit if limit != math.inf else "no clamp"
+
+
 def _check_activation_constants(layer, swiglu_limit, beta, linear_beta):
     """AITER's swiglu_limit, beta and linear_beta are run-time scalars of its
     stage-1 kernels; moec compiles them into the table's W13 kernels
-    (layer.swiglu_limit, layer.facts.situ_beta / situ_linear_beta). A value
-    the call gives must be the table's, as AITER's kernels would apply it
-    (aiter/ops/flydsl/moe_kernels.py runtime_swiglu_limit: a falsy limit
-    is 7 for SwiGLU and no clamp otherwise); None takes the table's
-    (docs/python.md: where AITER's FlyDSL kernels default otherwise)."""
-    if swiglu_limit is not None:
-        given = float(swiglu_limit)
-        applied = given if given else (7.0 if layer.activation == "gpt-oss-swiglu"
-                                       else math.inf)
-        served = layer.swiglu_limit if layer.swiglu_limit > 0 else math.inf
-        if _float32(applied) != _float32(served):
-            raise invalid("swiglu_limit", "%r clamps at %g, but %r's W13 kernels were "
-                          "compiled with %s; moec's clamp is the table's (moec compile "
-                          "--swiglu-limit), not a run-time argument" %
-                          (swiglu_limit, applied, layer,
-                           "swiglu_limit %g" % served if served != math.inf else "no clamp"))
-    for name, value, served in (("beta", beta, layer.facts.situ_beta),
-                                ("linear_beta", linear_beta, layer.facts.situ_linear_beta)):
+    (layer.swiglu_limit, layer.facts.situ_beta / situ_linear_beta). The call
+    must mean the table's, as AITER would apply it, given or not: an absent
+    one is AITER's default (_AITER_ABSENT_BETA, _aiter_clamp), never the
+    table's, so a layer compiled otherwise refuses it (docs/python.md)."""
+    applied = _aiter_clamp(layer, swiglu_limit)
+    served = layer.swiglu_limit if layer.swiglu_limit > 0 else math.inf
+    if _float32(applied) != _float32(served):
+        if swiglu_limit is None:
+            aiter_default = "7" if layer.activation == "gpt-oss-swiglu" else "0"
+            raise invalid("swiglu_limit", "absent, which AITER's kernels apply as %s, but "
+                          "%r's W13 kernels were compiled with %s; pass swiglu_limit=%g as "
+                          "the model does, or compile the table with --swiglu-limit %s" %
+                          (_clamp_text(applied), layer, _clamp_text(served),
+                           served if served != math.inf else 0, aiter_default))
+        raise invalid("swiglu_limit", "%r clamps at %g, but %r's W13 kernels were "
+                      "compiled with %s; moec's clamp is the table's (moec compile "
+                      "--swiglu-limit), not a run-time argument" %
+                      (swiglu_limit, applied, layer, _clamp_text(served)))
+    served_betas = (layer.facts.situ_beta, layer.facts.situ_linear_beta)
+    if served_betas[0] is None or served_betas[1] is None:
         # Only SiTUv2 reads the betas (AITER ignores them for other
         # activations, and _check_activation matched the call's to the layer's).
-        if value is None or served is None:
+        return
+    for name, value, served in (("beta", beta, served_betas[0]),
+                                ("linear_beta", linear_beta, served_betas[1])):
+        applied = _AITER_ABSENT_BETA if value is None else value
+        if _float32(applied) == _float32(served):
             continue
-        if _float32(value) != _float32(served):
-            raise invalid(name, "%r, but %r's SiTUv2 W13 kernels were compiled with %s = %g; "
-                          "moec's betas are the table's (moec compile --situ-beta / "
-                          "--situ-linear-beta), not run-time arguments" %
-                          (value, layer, "situ_beta" if name == "beta" else
-                           "situ_linear_beta", served))
+        if value is None:
+            raise invalid(name, "absent, which AITER's fused_moe passes its FlyDSL stage 1 as "
+                          "%g, but %r's SiTUv2 W13 kernels were compiled with situ_beta = %g, "
+                          "situ_linear_beta = %g; pass beta=%g, linear_beta=%g as the model "
+                          "does, or compile the table with --situ-beta %g --situ-linear-beta %g" %
+                          (_AITER_ABSENT_BETA, layer, served_betas[0], served_betas[1],
+                           served_betas[0], served_betas[1], _AITER_ABSENT_BETA,
+                           _AITER_ABSENT_BETA))
+        raise invalid(name, "%r, but %r's SiTUv2 W13 kernels were compiled with %s = %g; "
+                      "moec's betas are the table's (moec compile --situ-beta / "
+                      "--situ-linear-beta), not run-time arguments" %
+                      (value, layer, "situ_beta" if name == "beta" else
+                       "situ_linear_beta", served))
 
 
 def _check_biases(layer, bias1, bias2):
@@ -445,7 +478,9 @@ def fused_moe(hidden_states, w1, w2, topk_weight, topk_ids, expert_mask=None,
     (ints: then m= is required). activation must be the layer's
     (Layer.activation: ActivationType.Silu, the default, Swiglu for a
     GPT-OSS table, Situv2 for a Kimi K3 SiTUv2 table); swiglu_limit, beta
-    and linear_beta, when given, must be the table's (None: the table's); a layer of an A4W4
+    and linear_beta must mean the table's as AITER applies them, given or
+    not (None: AITER's default, betas 1 and the clamp of
+    runtime_swiglu_limit, not the table's); a layer of an A4W4
     table (layer.a_format "fp4") serves only the calls AITER itself runs
     with MXFP4 tokens, one of an A16W4 table ("bf16") only those it runs
     with BF16 tokens (_aiter_activation_format); expert_mask (vLLM's, under expert parallelism) must

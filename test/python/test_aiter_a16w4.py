@@ -17,7 +17,9 @@ A16W4 kernel test measures 2.36e-3) and every element within the
 oracle's own bound; the FP8-token and MXFP4-token oracles of the same
 inputs are farther than that bound. The calls AITER would run in another
 format are refused by name with nothing launched, and so is an A16W4 call
-to the A4W4 table of the same model.
+to the A4W4 table of the same model. A call without beta / linear_beta
+means AITER's 1 and 1: the table compiled with 4 and 25 refuses it, the
+same rows compiled with 1 and 1 serve it.
 """
 
 import csv
@@ -179,7 +181,8 @@ def test_a16w4_situv2_matches_the_a16w4_oracle(kimi, device, workdir, torch, no_
     is moec's: the BF16 rows go straight into W13 (the selected
     configuration has no quant kernel). `explicit`: the call passes the
     table's betas and no clamp as AITER's beta=, linear_beta=,
-    swiglu_limit=."""
+    swiglu_limit= (the betas are passed in both: AITER's are 1 and 1
+    when absent, test_absent_betas_mean_aiters_one_and_one)."""
     layer, rows = kimi["a16w4"]
     assert (layer.a_format, layer.facts.mid_format, layer.activation) == \
         ("bf16", "bf16", "situ-v2")
@@ -198,7 +201,9 @@ def test_a16w4_situv2_matches_the_a16w4_oracle(kimi, device, workdir, torch, no_
     t = engine_tensors(torch, device, layer, o.arrays)
     out = poisoned_out(torch, device, m, layer.hidden)
     before = forwards(layer)
-    constants = dict(beta=beta, linear_beta=linear_beta, swiglu_limit=0) if explicit else {}
+    constants = dict(beta=beta, linear_beta=linear_beta)
+    if explicit:
+        constants["swiglu_limit"] = 0
     result = moec.fused_moe(t["hidden"], t["w13"], t["w2"], t["weights"], t["ids"],
                             activation=SITUV2, quant_type=PER_1X32, w1_scale=t["w13_scale"],
                             w2_scale=t["w2_scale"], layer=layer, out=out, **constants)
@@ -274,11 +279,16 @@ def test_a16w4_layer_refuses_what_aiter_runs_otherwise(kimi, device, workdir, to
     error = refused(call(a1_scale=t["w13_scale"]))
     assert error.what == "a1_scale"
     # Run-time constants of AITER's kernels that differ from the table's:
-    # AITER's FlyDSL kernels take beta=None as 1.0, and the table has 4, 25.
+    # The table has 4, 25; AITER's FlyDSL stage 1 takes an absent beta as 1.0.
     beta, linear_beta = situ_betas(layer)
+    error = refused(call())
+    assert error.what == "beta" and "absent" in error.message
+    assert "pass beta=4, linear_beta=25" in error.message
     for name, value, served in (("beta", 1.0, beta), ("linear_beta", 1.0, linear_beta)):
-        error = refused(call(**{name: value}))
-        assert error.what == name
+        given = dict(beta=beta, linear_beta=linear_beta)
+        given[name] = value
+        error = refused(call(**given))
+        assert error.what == name and "absent" not in error.message
         assert "compiled with %s = %g" % ({"beta": "situ_beta"}.get(
             name, "situ_linear_beta"), served) in error.message
     error = refused(call(swiglu_limit=7.0))
@@ -322,9 +332,9 @@ def test_aiters_switch_picks_between_the_a16w4_and_a4w4_tables(kimi, device, wor
             if switch:
                 no_switches.setenv(switch, "1")
             counts = forwards(a16), forwards(a4)
-            # The second call passes the A4W4 table's betas as AITER's keywords.
-            betas = {} if switch is None else dict(zip(("beta", "linear_beta"),
-                                                       situ_betas(a4)))
+            # Each call passes its table's betas as AITER's keywords.
+            betas = dict(zip(("beta", "linear_beta"),
+                             situ_betas(a16 if switch is None else a4)))
             out = aiter_fused_moe(t["hidden"], t["w13"], t["w2"], t["weights"], t["ids"],
                                   activation=Activation.Situv2, quant_type=Quant.per_1x32,
                                   w1_scale=t["w13_scale"], w2_scale=t["w2_scale"], **betas)
@@ -348,6 +358,70 @@ def test_aiters_switch_picks_between_the_a16w4_and_a4w4_tables(kimi, device, wor
     assert error.what == "activation"
     assert "quantises the tokens to BF16 (q_dtype_a torch.bfloat16)" in error.message
     assert "is an A4W4 table (MXFP4 tokens, q_dtype_a torch.float4_e2m1fn_x2)" in error.message
+
+
+def test_absent_betas_mean_aiters_one_and_one(kimi, device, workdir, torch, no_switches):
+    """A call without beta / linear_beta is AITER's betas 1 and 1
+    (fused_moe_2stages, aiter/fused_moe.py at e4048607a5, for its FlyDSL
+    stage 1): the table compiled with 4 and 25 refuses it naming both
+    values and the fixes, with nothing launched; the same rows compiled
+    `--situ-beta 1 --situ-linear-beta 1` serve it, matching the oracle
+    with betas 1 and 1 and not the one with 4 and 25."""
+    layer, _ = kimi["a16w4"]
+    m, seed = 7, 65
+    o = kimi_oracle(workdir, layer, m, seed, "bf16")
+    t = engine_tensors(torch, device, layer, o.arrays)
+    out = poisoned_out(torch, device, m, layer.hidden)
+
+    def call(target):
+        return moec.fused_moe(t["hidden"], t["w13"], t["w2"], t["weights"], t["ids"],
+                              activation=SITUV2, quant_type=PER_1X32, w1_scale=t["w13_scale"],
+                              w2_scale=t["w2_scale"], layer=target, out=out)
+
+    before = forwards(layer)
+    error = refused(lambda: call(layer))
+    assert error.what == "beta"
+    assert "absent, which AITER's fused_moe passes its FlyDSL stage 1 as 1" in error.message
+    assert "compiled with situ_beta = 4, situ_linear_beta = 25" in error.message
+    assert "pass beta=4, linear_beta=25 as the model does" in error.message
+    assert "compile the table with --situ-beta 1 --situ-linear-beta 1" in error.message
+    device.synchronize()
+    assert forwards(layer) == before
+    assert np.all(np.frombuffer(out._moec_buffer.download(), np.uint16) == 0xFFFF)
+
+    path = os.path.join(workdir, "kimik3-a16w4-b1.moeb")
+    status, text = run("compile", os.path.join(workdir, "kimik3-a16w4.csv"),
+                       "--skip-unsupported", "--small", "--allow-spills", "-q",
+                       "--situ-beta", 1, "--situ-linear-beta", 1, "-o", path)
+    assert status == 0, text
+    bundle = moec.Bundle(path)
+    (network, ep, workspace, _), = bundle.tables()
+    ones = moec.Layer(bundle, device, network, ep, workspace)
+    assert situ_betas(ones) == (1.0, 1.0) == (ones.facts.situ_beta, ones.facts.situ_linear_beta)
+    os.makedirs(os.path.join(workdir, "b1"), exist_ok=True)
+    o1 = kimi_oracle(os.path.join(workdir, "b1"), ones, m, seed, "bf16")
+    for name, array in o.arrays.items():  # the same seeded inputs
+        assert np.array_equal(array, o1.arrays[name]), name
+    assert call(ones) is out
+    bits = read_out(device, out, m, ones.hidden)
+    rel = o1.compare(bits)
+    far = rel_l2_against_betas(o, bits)
+    print("A16W4 betas 1, 1: rel L2 %.3g against their oracle, %.3g against 4, 25's" %
+          (rel, far))
+    assert far > TOLERANCE
+
+
+def rel_l2_against_betas(oracle, bits):
+    """`bits` against `oracle` (its own betas) with no bound asserted."""
+    out_dir = os.path.join(oracle.directory, "vs-betas")
+    os.makedirs(out_dir, exist_ok=True)
+    moec.npy.save(os.path.join(out_dir, "output.npy"), np.ascontiguousarray(bits))
+    status, text = run("reference", "--family", "tp", *oracle.flags, "--inputs",
+                       os.path.join(oracle.directory, "in"), "--compare", out_dir, "-o",
+                       os.path.join(oracle.directory, "oracle-vs-betas"))
+    match = re.search(r"relative L2 ([0-9.eE+-]+)", text)
+    assert match, text
+    return float(match.group(1))
 
 
 def test_a_silu_a16w4_table_is_refused_for_aiters_silu_call(workdir, device, no_switches):

@@ -67,11 +67,12 @@ def a4w4_oracle(workdir, tag, layer, m, seed, activation, a_format="fp4"):
     return Oracle(directory, "tp", flags)
 
 
-def aiter_call(torch, device, layer, arrays, m, activation):
+def aiter_call(torch, device, layer, arrays, m, activation, **keywords):
     """aiter.fused_moe's A4W4 call with torch tensors over emulated device
     memory: BF16 hidden states, MXFP4 w1 / w2 (uint8: this torch has no
     float4_e2m1fn_x2) and E8M0 scales prepared for the layer, FP32 weights,
-    int32 ids, QuantType.per_1x32; the output poisoned (0xFFFF: NaN).
+    int32 ids, QuantType.per_1x32, `keywords` (beta=, linear_beta=); the
+    output poisoned (0xFFFF: NaN).
     Returns the output's BF16 bits and the forwards launched."""
     H, I, E = layer.hidden, layer.intermediate, layer.local_experts
     packed = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
@@ -90,7 +91,7 @@ def aiter_call(torch, device, layer, arrays, m, activation):
     before = layer.read_status()[1]
     result = moec.fused_moe(hidden, w["w13"], w["w2"], weights, ids, activation=activation,
                             quant_type=QuantType(), w1_scale=w["w13_scale"],
-                            w2_scale=w["w2_scale"], layer=layer, out=out)
+                            w2_scale=w["w2_scale"], layer=layer, out=out, **keywords)
     device.synchronize()
     assert result is out
     bits = np.frombuffer(out._moec_buffer.download(), np.uint16).reshape(m, H)
@@ -176,7 +177,10 @@ def test_kimik3_situv2_a4w4_needs_aiters_switch(a4w4, device, workdir, torch, mo
     assert "to FP8 (q_dtype_a torch.float8_e4m3fn)" in error.value.message
     assert layer.read_status()[1] == before  # nothing launched
     monkeypatch.delenv("AITER_SITUV2_A8W4")
-    bits, launched = aiter_call(torch, device, layer, o.arrays, m, SITUV2)
+    # Kimi K3's betas, as the model passes them (absent: AITER's 1 and 1).
+    betas = dict(beta=layer.facts.situ_beta, linear_beta=layer.facts.situ_linear_beta)
+    assert betas == dict(beta=4.0, linear_beta=25.0)
+    bits, launched = aiter_call(torch, device, layer, o.arrays, m, SITUV2, **betas)
     assert launched == 1
     assert o.compare(bits) <= TOLERANCE
     # SiLU is not what the table computes.

@@ -25,7 +25,7 @@ import pytest
 
 import moec
 import moec.aiter_compat
-from conftest import ROOT, Oracle, run, torch_on_device
+from conftest import ROOT, TABLES, Oracle, run, torch_on_device
 from test_fused_moe import POISON, prepare_checkpoint
 
 INPUTS = os.path.join(ROOT, "test", "lit", "Tools", "Inputs")
@@ -166,6 +166,40 @@ def compiled(workdir):
     return compile_table
 
 
+def variant(workdir, source, old, new, small=False):
+    """The table `source` with `old` replaced by `new` on every line that
+    has it, compiled (--small for a tuning table): a table the engine's
+    call means as it stands."""
+    with open(source) as f:
+        text = f.read()
+    assert old in text, (source, old)
+    name = "engines-%s-%s" % (os.path.basename(source)[:-len(".table")],
+                              "".join(c if c.isalnum() else "_" for c in new or "none"))
+    table = os.path.join(workdir, name + ".table")
+    with open(table, "w") as f:
+        f.write(text.replace(old, new))
+    out = os.path.join(workdir, name + ".moeb")
+    status, text = run("compile", "-q", *(["--small", "--allow-spills"] if small else []),
+                       table, "-o", out)
+    assert status == 0, text
+    return out
+
+
+def situ_oracle(workdir, layer, m, seed, beta, linear_beta):
+    """`moec reference` of the layer's problem, SiTUv2 with these betas
+    (conftest's oracle has no beta flags)."""
+    directory = os.path.join(workdir, "engines-situ-m%d-s%d-b%g-lb%g" % (m, seed, beta,
+                                                                        linear_beta))
+    flags = ["--interleave", 0, "--swiglu-limit", 0, "--activation", "situ-v2",
+             "--situ-beta", beta, "--situ-linear-beta", linear_beta]
+    status, text = run("reference", "--family", "tp", "--hidden", layer.hidden,
+                       "--intermediate", layer.intermediate, "--experts", layer.experts,
+                       "--topk", layer.top_k, "--m", m, "--seed", seed, "--invalid-fraction",
+                       0.1, *flags, "--write-inputs", "-o", os.path.join(directory, "in"))
+    assert status == 0, text
+    return Oracle(directory, "tp", flags)
+
+
 class Inputs:
     """An oracle's tokens, routing and the given experts' prepared weights,
     as torch tensors over emulated device memory."""
@@ -214,6 +248,15 @@ def _sglang(torch, x, activation, b13=None, b2=None, expert_mask=None):
     return sglang_fused_experts_none_to_aiter(torch, dispatch_output, quant_info, runner_config)
 
 
+def _aiter(x, **keywords):
+    """aiter.fused_moe's SiTUv2 per_1x32 call with keywords an engine adds."""
+    from aiter import ActivationType, QuantType
+    from aiter.fused_moe import fused_moe
+    return fused_moe(x.hidden, x.w["w13"], x.w["w2"], x.weights, x.ids,
+                     activation=ActivationType.Situv2, quant_type=QuantType.per_1x32,
+                     w1_scale=x.w["w13_scale"], w2_scale=x.w["w2_scale"], **keywords)
+
+
 # ---- vLLM -----------------------------------------------------------------------------
 
 def test_vllm_positional_call(bundle_path, device, oracle, torch, stand_in_aiter):
@@ -234,15 +277,20 @@ def test_vllm_positional_call(bundle_path, device, oracle, torch, stand_in_aiter
 
 
 @pytest.mark.parametrize("placement", ["linear", "round_robin"])
-def test_vllm_expert_mask(bundle_path, device, oracle, torch, stand_in_aiter, placement):
+def test_vllm_expert_mask(workdir, device, oracle, torch, stand_in_aiter, placement):
     """flash at EP2: each rank's vLLM call with the expert_mask vLLM builds
     (determine_expert_map, linear or round-robin placement) and that rank's
     experts' weights; each rank's partial output matches the oracle of the
-    layer restricted to that rank's experts."""
-    bundle = moec.Bundle(bundle_path("flash_ep2"))
+    layer restricted to that rank's experts. vLLM's call passes no
+    swiglu_limit, which AITER applies to SiLU as no clamp (flash_ep2's own
+    clamp 10 refuses it: test_activation_and_expert_mask_refusals), so the
+    table runs without its clamp."""
+    bundle = moec.Bundle(variant(workdir, os.path.join(TABLES, "flash_ep2.table"),
+                                 " swiglu_limit=10", "", small=True))
     ranks = [moec.Layer(bundle, device, "flash", ep=2, ep_rank=r) for r in range(2)]
+    assert ranks[0].swiglu_limit == 0
     H, I, E, K, m = ranks[0].hidden, ranks[0].intermediate, ranks[0].experts, ranks[0].top_k, 19
-    o = oracle("tp", H, I, E, K, m, 32, interleave=0, swiglu=ranks[0].swiglu_limit)
+    o = oracle("tp", H, I, E, K, m, 32, interleave=0)
     for layer in ranks:
         moec.aiter_compat.install(layer)
         local, expert_map, expert_mask = vllm_determine_expert_map(
@@ -289,25 +337,57 @@ def test_vllm_gpt_oss_swiglu(compiled, device, oracle, torch, stand_in_aiter):
     assert o.compare(_bits(out)) < 0.01
 
 
-def test_vllm_situv2(compiled, device, oracle, torch, stand_in_aiter):
+def test_vllm_situv2(compiled, workdir, device, oracle, torch, stand_in_aiter):
     """A SiTUv2 table (Kimi K3, AITER's ActivationType.Situv2 = 3 in
-    csrc/include/aiter_enum.h at aiter e4048607): vLLM's call with Situv2
-    runs it against the SiTUv2 oracle; Silu is refused naming both sides,
-    never run as SiLU."""
-    bundle = moec.Bundle(compiled("situv2-tp"))
-    layer = moec.Layer(bundle, device, "situ")
+    csrc/include/aiter_enum.h at aiter e4048607): vLLM's call passes no
+    betas, which AITER's fused_moe passes its FlyDSL stage 1 as 1.0 and 1.0
+    (fused_moe_2stages, aiter/fused_moe.py). The table compiled with 4 and
+    25 refuses it naming both values and the fixes, and serves the call
+    that passes beta=4, linear_beta=25 (against the oracle with 4 and 25);
+    the same table compiled with betas 1 and 1 serves vLLM's call against
+    the oracle with 1 and 1, far from the one with 4 and 25. Silu is
+    refused naming both sides, never run as SiLU."""
+    source = os.path.join(INPUTS, "situv2-tp.table")
+    layer = moec.Layer(moec.Bundle(compiled("situv2-tp")), device, "situ")
     assert layer.activation == "situ-v2"
+    assert (layer.facts.situ_beta, layer.facts.situ_linear_beta) == (4.0, 25.0)
     H, I, E, K, m = layer.hidden, layer.intermediate, layer.experts, layer.top_k, 13
-    o = oracle("tp", H, I, E, K, m, 36, interleave=0, activation="situ-v2")
-    x = Inputs(torch, device, layer, o.arrays)
-    moec.aiter_compat.install(layer)
+    o425 = situ_oracle(workdir, layer, m, 36, 4, 25)
+    x = Inputs(torch, device, layer, o425.arrays)
+    installation = moec.aiter_compat.install(layer)
     with pytest.raises(moec.MoecError) as error:
         _vllm(torch, x, activation_method=0)  # Silu
     assert error.value.what == "activation"
     assert "ActivationType.Silu" in str(error.value) and "ActivationType.Situv2" in str(error.value)
-    out = _vllm(torch, x, activation_method=3)  # ActivationType.Situv2
-    assert o.compare(_bits(out)) < 0.01
-    # The same output is far from a SiLU layer's: the check can tell them apart.
+    with pytest.raises(moec.MoecError) as error:
+        _vllm(torch, x, activation_method=3)  # ActivationType.Situv2, no betas
+    message = str(error.value)
+    assert error.value.what == "beta" and "\n" not in message
+    assert "absent, which AITER's fused_moe passes its FlyDSL stage 1 as 1" in message
+    assert "compiled with situ_beta = 4, situ_linear_beta = 25" in message
+    assert "pass beta=4, linear_beta=25 as the model does" in message
+    assert "--situ-beta 1 --situ-linear-beta 1" in message
+    assert layer.read_status()[1] == 0 and installation.calls == {"moec": 0, "aiter": 0}
+    # linear_beta left out alone is refused as well.
+    with pytest.raises(moec.MoecError) as error:
+        _aiter(x, beta=4.0)
+    assert error.value.what == "linear_beta" and "absent" in str(error.value)
+    out = _aiter(x, beta=4.0, linear_beta=25.0)  # an engine passing the model's betas
+    assert o425.compare(_bits(out)) < 0.01
+    moec.aiter_compat.uninstall()
+
+    ones = moec.Layer(moec.Bundle(variant(workdir, source, "situ_v2=true",
+                                          "situ_v2=true situ_beta=1 situ_linear_beta=1")),
+                      device, "situ")
+    assert (ones.facts.situ_beta, ones.facts.situ_linear_beta) == (1.0, 1.0)
+    o11 = situ_oracle(workdir, ones, m, 36, 1, 1)
+    moec.aiter_compat.install(ones)
+    out = _vllm(torch, Inputs(torch, device, ones, o11.arrays), activation_method=3)
+    assert o11.compare(_bits(out)) < 0.01
+    # The betas change the function: the same output is far from 4 and 25's,
+    # and from a SiLU layer's.
+    with pytest.raises(AssertionError):
+        Oracle(o11.directory, "tp", o425.flags).compare(_bits(out), tag="as-4-25")
     silu = oracle("tp", H, I, E, K, m, 36, interleave=0)
     with pytest.raises(AssertionError):
         silu.compare(_bits(out), tag="as-silu")
@@ -369,6 +449,15 @@ def test_activation_and_expert_mask_refusals(bundle_path, compiled, device, torc
         return error.value
 
     before = layer.read_status()[1]
+    # The table clamps at 10; a call without swiglu_limit is AITER's SiLU
+    # without a clamp (runtime_swiglu_limit).
+    assert layer.swiglu_limit == 10
+    error = refused()
+    assert error.what == "swiglu_limit" and "\n" not in str(error)
+    for words in ("absent, which AITER's kernels apply as no clamp", "swiglu_limit 10",
+                  "pass swiglu_limit=10 as the model does", "--swiglu-limit 0"):
+        assert words in str(error), str(error)
+    call["swiglu_limit"] = 10.0
     # rank 0's block, a mask of 3 experts, a fused shared expert, a pointer
     for mask, words in (([1] * 4 + [0] * 4 + [0], ["[0, 1, 2, 3]", "[4, 5, 6, 7]", "rank 1"]),
                         ([0] * 5 + [1] * 3 + [0], ["[5, 6, 7]"]),
