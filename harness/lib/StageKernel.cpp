@@ -6,12 +6,14 @@
 
 #include "moec/Compiler/Pipeline.h"
 #include "moec/Compiler/Registration.h"
+#include "moec/Compiler/StageBuilder.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -206,10 +208,52 @@ void shrinkSpecs(std::vector<StageSpec> &specs, int64_t size) {
   }
 }
 
+/// The K tail (I mod tile.k) of the W2 kernel among `specs` at its own
+/// problem; 0 when tile.k divides I or there is no W2.
+int64_t w2KTailOf(const std::vector<StageSpec> &specs) {
+  for (const StageSpec &spec : specs) {
+    if (spec.stage != abi::Stage::W2)
+      continue;
+    const int64_t inter = specInteger(spec, "intermediate", 0);
+    const int64_t k = specInteger(spec, "k", 256);
+    if (inter > 0 && k > 0 && inter % k != 0)
+      return inter % k;
+  }
+  return 0;
+}
+
+/// Whether the verifiers accept the moe op of every spec.
+bool specsVerify(const std::vector<StageSpec> &specs) {
+  MLIRContext context;
+  prepareContext(context);
+  OpBuilder builder(&context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(builder.getUnknownLoc());
+  builder.setInsertionPointToEnd(module->getBody());
+  for (const StageSpec &spec : specs) {
+    StageDescription description;
+    std::string error;
+    if (!buildStageOp(builder, spec, description, error))
+      return false;
+  }
+  return true;
+}
+
 } // namespace
 
 void smallConfigSpecs(std::vector<StageSpec> &specs) {
-  shrinkSpecs(specs, smallSizeOf(specs));
+  const int64_t size = smallSizeOf(specs);
+  const int64_t tail = w2KTailOf(specs);
+  shrinkSpecs(specs, size);
+  if (tail == 0)
+    return;
+  // A W2 K tail (tile.k not dividing I) would vanish at I = size, a
+  // multiple of tile.k: keep it with I = size + tail where every kernel
+  // of the configuration accepts that I (a W13's tile.n must divide it).
+  std::vector<StageSpec> withTail = specs;
+  for (StageSpec &spec : withTail)
+    spec.fields["intermediate"] = std::to_string(size + tail);
+  if (specsVerify(withTail))
+    specs = std::move(withTail);
 }
 
 CompileOptions smallShapeCompileOptions() {

@@ -195,7 +195,8 @@ void addRunCommand(CLI::App &app, int &exitStatus) {
                   "`moec select` name it) instead of the one the key selects");
   cmd->add_flag("--small", args->small,
                 "same knobs at a small problem (H = I = 2 max(n, k), 4 experts "
-                "per rank, top_k <= 4)");
+                "per rank, top_k <= 4; a W2 K tail, I mod k, is kept: I = that "
+                "+ the tail where every kernel accepts it)");
   cmd->add_option("--invalid-fraction", args->invalidFraction,
                   "fraction of routing slots made invalid")
       ->check(CLI::Range(0.0, 1.0));

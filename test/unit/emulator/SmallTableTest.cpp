@@ -151,3 +151,38 @@ TEST_CASE("--small shrinks every problem of a table to one shape",
     CHECK(problem.topK == 4);
   }
 }
+
+TEST_CASE("moec run --small keeps a W2 K tail where every kernel accepts it",
+          "[small][ktail]") {
+  // DeepSeek V4's stage 2 t32x128x256 at I 384 (one K step and a tail of
+  // 128) behind a W13 of tile.n 64 or 256.
+  auto spec = [](abi::Stage stage, int64_t inter, const char *n) {
+    StageSpec s;
+    s.stage = stage;
+    s.fields = {{"hidden", "7168"}, {"intermediate", std::to_string(inter)},
+                {"experts", "384"}, {"top_k", "6"}, {"ep", "1"},
+                {"m", "32"},        {"n", n}};
+    return s;
+  };
+  auto smallIntermediates = [](std::vector<StageSpec> specs) {
+    smallConfigSpecs(specs);
+    std::set<int64_t> inter;
+    for (const StageSpec &s : specs) {
+      CHECK(specInteger(s, "hidden", 0) == 512);
+      inter.insert(specInteger(s, "intermediate", 0));
+    }
+    return inter;
+  };
+  // 2 max(n, k) = 512, plus the tail: 640 = 2 x 256 + 128.
+  CHECK(smallIntermediates({spec(abi::Stage::W13, 384, "64"),
+                            spec(abi::Stage::W2, 384, "128")}) ==
+        std::set<int64_t>{640});
+  // A W13 of tile.n 256 does not divide 640: the tail is dropped.
+  CHECK(smallIntermediates({spec(abi::Stage::W13, 384, "256"),
+                            spec(abi::Stage::W2, 384, "128")}) ==
+        std::set<int64_t>{512});
+  // tile.k dividing I: I = 2 max(n, k) as before.
+  CHECK(smallIntermediates({spec(abi::Stage::W13, 768, "64"),
+                            spec(abi::Stage::W2, 768, "128")}) ==
+        std::set<int64_t>{512});
+}

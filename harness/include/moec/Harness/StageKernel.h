@@ -86,8 +86,10 @@ mlir::LogicalResult buildKernelIR(mlir::MLIRContext &context,
 /// fast emulation; the stages still chain: hidden and intermediate become
 /// 2 * the largest max(n, k) over the kernels (divisible by every tile; at
 /// least k x k_waves of a W13 with tile.k_waves), 4 local experts per rank at the same EP, top_k capped at 4, and
-/// shrinkPeerFields. Fields that are missing or not integers are left for
-/// buildStageOp to report.
+/// shrinkPeerFields. A W2 K tail (I mod tile.k at the real I) is kept: I
+/// becomes that size + the tail when every kernel's verifier accepts it
+/// (else the tail is dropped). Fields that are missing or not integers are
+/// left for buildStageOp to report.
 void smallConfigSpecs(std::vector<StageSpec> &specs);
 
 /// smallConfigSpecs over a whole table: per problem, every kernel of the
