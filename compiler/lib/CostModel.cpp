@@ -183,6 +183,7 @@ StagePrediction predictStage(const GemmStageShape &shape,
 }
 
 double predictPeerExchange(int64_t hidden, int64_t topK, int64_t ep, int64_t m,
+                           double returnBytesPerHidden,
                            const CostModelParameters &p) {
   if (ep <= 1)
     return 0;
@@ -190,8 +191,8 @@ double predictPeerExchange(int64_t hidden, int64_t topK, int64_t ep, int64_t m,
   // the links run in parallel.
   double us = p.exchangeFixedUs;
   if (p.peerBytesPerSecond > 0)
-    us += double(m) * double(topK) * double(hidden) * 3 / double(ep) /
-          p.peerBytesPerSecond * 1e6;
+    us += double(m) * double(topK) * double(hidden) *
+          (1 + returnBytesPerHidden) / double(ep) / p.peerBytesPerSecond * 1e6;
   return us;
 }
 

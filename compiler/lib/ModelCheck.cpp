@@ -234,8 +234,13 @@ void addFigureEntries(const std::vector<PublishedFigure> &figures,
     } else {
       const TableRow &row = rowFor(*selection, figure.m);
       entry.config = row.config;
-      for (const std::string &kernel : table->findConfig(row.config)->kernels)
+      for (const std::string &kernel : table->findConfig(row.config)->kernels) {
         entry.kernels.push_back(pool.add(*table, kernel, table->path + ":"));
+        const TableKernel *stage = table->findKernel(kernel);
+        auto payload = stage->knobs.find("payload");
+        if (payload != stage->knobs.end() && payload->second == "fp8")
+          entry.returnBytesPerHidden = 1 + 1.0 / 32;
+      }
       entry.series.push_back("selection " + selection->network + " ep" +
                              std::to_string(selection->ep) + " ws" +
                              std::to_string(selection->workspace));
@@ -573,6 +578,7 @@ double predictEntry(const ModelCheckData &data, const ModelCheckEntry &entry,
   return predictKernels(data.kernels, entry.kernels, entry.m, parameters,
                         *data.chip) +
          predictPeerExchange(entry.hidden, entry.topK, entry.ep, entry.m,
+                             entry.returnBytesPerHidden,
                              parameters);
 }
 

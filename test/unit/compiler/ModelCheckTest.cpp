@@ -116,6 +116,37 @@ TEST_CASE("model-check: the chip's CU count bounds the tiles a CU runs",
         Approx(113.912).epsilon(1e-6));
 }
 
+TEST_CASE("model-check: the peer exchange prices the return payload",
+          "[modelcheck]") {
+  // DeepSeek V4 Pro at EP8, 2048 tokens per rank: 2048 x 6 routes of
+  // H 7168 over 1e11 B/s per link, 1/8 of them on each link, plus 100 us.
+  // Out: 1 FP8 byte per element; back: 2 BF16 bytes (330.30144 us of
+  // bytes), or an FP8 byte and an E8M0 scale per 32 (223.6416 us).
+  moec::CostModelParameters p;
+  p.peerBytesPerSecond = 1e11;
+  p.exchangeFixedUs = 100;
+  CHECK(moec::predictPeerExchange(7168, 6, 8, 2048, 2, p) ==
+        Approx(430.30144).epsilon(1e-9));
+  CHECK(moec::predictPeerExchange(7168, 6, 8, 2048, 1 + 1.0 / 32, p) ==
+        Approx(323.6416).epsilon(1e-9));
+  CHECK(moec::predictPeerExchange(7168, 6, 1, 2048, 2, p) == 0);
+  // predictEntry adds it to the kernels for an EP entry, with the entry's
+  // payload.
+  moec::ModelCheckData data;
+  data.chip = &moec::target::kGfx950;
+  data.kernels = {otherKernel()};
+  moec::ModelCheckEntry entry;
+  entry.kernels = {0};
+  entry.m = 2048;
+  entry.hidden = 7168;
+  entry.topK = 6;
+  entry.ep = 8;
+  p.otherKernelUs = 5;
+  CHECK(moec::predictEntry(data, entry, p) == Approx(435.30144).epsilon(1e-9));
+  entry.returnBytesPerHidden = 1 + 1.0 / 32;
+  CHECK(moec::predictEntry(data, entry, p) == Approx(328.6416).epsilon(1e-9));
+}
+
 TEST_CASE("model-check: figures, summary and its statistics", "[modelcheck]") {
   std::vector<moec::PublishedFigure> figures;
   std::string error;

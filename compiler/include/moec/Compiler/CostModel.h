@@ -57,8 +57,9 @@ struct CostModelParameters {
   /// An expert-parallel layer's token exchange (predictPeerExchange): bytes
   /// per second over one peer link, both directions (0: not modelled) and
   /// a fixed time per layer (the handshakes and work lists of the fused
-  /// stages). Equal for every candidate of one selection, so it does not
-  /// change the tuner's choice.
+  /// stages). Every candidate of one selection class has the class's peer
+  /// payload (the tuner does not search it), so the term is equal for all
+  /// of them and does not change the tuner's choice.
   double peerBytesPerSecond = 0;
   double exchangeFixedUs = 0;
 };
@@ -134,11 +135,14 @@ StagePrediction predictStage(const GemmStageShape &shape,
 
 /// The token exchange of an expert-parallel layer at key m: every rank
 /// sends its m x topK routes' FP8 rows (hidden bytes) to the experts'
-/// ranks and receives their BF16 results back (2 x hidden bytes); each
-/// peer's 1 / ep share crosses that peer's own link (MI355X's links are
-/// point to point), so the time is m topK hidden 3 / ep over one link's
-/// `peerBytesPerSecond`; plus the fixed time. 0 for ep 1.
+/// ranks and receives their results back, `returnBytesPerHidden` bytes per
+/// hidden element (2 for BF16 rows; 1 + 1/32 for FP8 rows with an E8M0
+/// scale per 32 values, `#moe.peer<payload = fp8>`); each peer's 1 / ep
+/// share crosses that peer's own link (MI355X's links are point to point),
+/// so the time is m topK hidden (1 + returnBytesPerHidden) / ep over one
+/// link's `peerBytesPerSecond`; plus the fixed time. 0 for ep 1.
 double predictPeerExchange(int64_t hidden, int64_t topK, int64_t ep, int64_t m,
+                           double returnBytesPerHidden,
                            const CostModelParameters &parameters);
 
 } // namespace moec

@@ -84,6 +84,10 @@ struct ModelCheckEntry {
   /// An expert-parallel layer (ep > 1) also pays predictPeerExchange of
   /// these.
   int64_t hidden = 0, topK = 0, ep = 1;
+  /// Bytes per hidden element of each route's returned row: 2 (BF16), or
+  /// 1 + 1/32 when the configuration's stage 2 sends FP8 1x32 rows
+  /// (`payload=fp8`).
+  double returnBytesPerHidden = 2;
   double measuredUs = 0;
   /// The measurement bounds the predicted quantity from above (TP4
   /// moe-block times include gating, the shared expert and the all-reduce).
