@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <iostream>
 
 namespace {
@@ -175,6 +177,41 @@ const char *activationFormatOf(const moec::rt::KernelInfo &k) {
   return "-";
 }
 
+/// The activation a kernel's epilogue applies between its gate and up
+/// GEMMs, from the stage op's attributes: "silu", "silu<=L" (SwiGLU
+/// clamped at L, DeepSeek V4), "gptoss<=L" (GPT-OSS SwiGLU), "situv2(B,LB)"
+/// (Kimi K3's SiTUv2 with its betas); "-" for a kernel without one.
+std::string activationOf(const moec::rt::KernelInfo &k) {
+  auto attribute = [&](const char *name) -> const std::string * {
+    for (const auto &[key, value] : k.attributes)
+      if (key == name)
+        return &value;
+    return nullptr;
+  };
+  // Float attributes print as "1.000000e+01 : f32"; strtod stops at the
+  // type.
+  auto number = [&](const char *name) {
+    const std::string *value = attribute(name);
+    return value ? std::strtod(value->c_str(), nullptr) : 0.0;
+  };
+  auto text = [](double v) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%g", v);
+    return std::string(buffer);
+  };
+  const std::string *limit = attribute("swiglu_limit");
+  const double clamp = number("swiglu_limit");
+  if (attribute("situ_v2"))
+    return "situv2(" + text(number("situ_beta")) + "," +
+           text(number("situ_linear_beta")) + ")" +
+           (clamp > 0 ? "<=" + text(clamp) : "");
+  if (attribute("gpt_oss_swiglu"))
+    return "gptoss<=" + text(clamp);
+  if (!limit)
+    return "-";
+  return clamp > 0 ? "silu<=" + text(clamp) : "silu";
+}
+
 int runInspect(const InspectArgs &args) {
   std::string error;
   auto bundle = moec::cli::openBundleOrReport(args.bundle);
@@ -196,6 +233,7 @@ int runInspect(const InspectArgs &args) {
                     {"symbol", k.symbol},
                     {"stage", k.stage},
                     {"activation_format", activationFormatOf(k)},
+                    {"activation", activationOf(k)},
                     {"arch_vgpr", moec::target::architectedVgprCount(
                                       k.resources.vgpr, k.resources.agpr)},
                     {"workgroup_size", k.launch.workgroupSize[0]},
@@ -235,8 +273,8 @@ int runInspect(const InspectArgs &args) {
   int nameWidth = 6;
   for (const moec::rt::KernelInfo &k : manifest.kernels)
     nameWidth = std::max(nameWidth, static_cast<int>(k.name.size()));
-  std::printf("%-*s %7s %4s %4s %4s %4s %7s %7s %6s %4s %10s %5s\n",
-              nameWidth, "kernel", "stage", "act", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
+  std::printf("%-*s %7s %4s %-13s %4s %4s %4s %7s %7s %6s %4s %10s %5s\n",
+              nameWidth, "kernel", "stage", "act", "activation", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spills",
               "wg", "waves/SIMD", "occ%");
   for (const moec::rt::KernelInfo &k : manifest.kernels) {
     moec::target::OccupancyEstimate occ = occupancyOf(chip, k);
@@ -247,9 +285,9 @@ int runInspect(const InspectArgs &args) {
                   moec::target::occupancyLimiterName(occ.limiter));
     // `vgpr` is the unified count (.vgpr_count, AGPRs included): the VGPR
     // column is its architected part, so VGPR + AGPR is what is allocated.
-    std::printf("%-*s %7s %4s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
+    std::printf("%-*s %7s %4s %-13s %4u %4u %4u %7u %7u %6s %4u %10s %5.1f\n",
                 nameWidth, k.name.c_str(), moec::rt::stageName(k.stage),
-                activationFormatOf(k),
+                activationFormatOf(k), activationOf(k).c_str(),
                 moec::target::architectedVgprCount(r.vgpr, r.agpr), r.agpr, r.sgpr,
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);
