@@ -101,13 +101,21 @@ def oracle(workdir, request):
                                  "-%s-e%d-k%d" % (family, experts, top_k))
         flags = ["--interleave", interleave, "--swiglu-limit", swiglu, "--activation",
                  activation]
-        status, text = run("reference", "--family", family, "--hidden", hidden,
-                           "--intermediate", intermediate, "--experts", experts, "--topk", top_k,
-                           "--m", m, "--seed", seed, "--invalid-fraction", 0.1, *flags,
-                           "--write-inputs", "-o", os.path.join(directory, "in"))
-        assert status == 0, text
-        return Oracle(directory, family, flags)
+        return reference_oracle(directory, family, hidden, intermediate, experts, top_k, m,
+                                seed, flags)
     return make
+
+
+def reference_oracle(directory, family, hidden, intermediate, experts, top_k, m, seed, flags):
+    """One layer's seeded inputs (a tenth of the routes invalid) written by
+    `moec reference --write-inputs` with FLAGS into DIRECTORY/in, and the
+    Oracle that compares outputs with it under the same FLAGS."""
+    status, text = run("reference", "--family", family, "--hidden", hidden,
+                       "--intermediate", intermediate, "--experts", experts, "--topk", top_k,
+                       "--m", m, "--seed", seed, "--invalid-fraction", 0.1, *flags,
+                       "--write-inputs", "-o", os.path.join(directory, "in"))
+    assert status == 0, text
+    return Oracle(directory, family, flags)
 
 
 def bf16_to_float(bits):

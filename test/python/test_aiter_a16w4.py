@@ -32,7 +32,7 @@ import pytest
 
 import moec
 import moec.aiter_compat
-from conftest import ROOT, TABLES, TOLERANCE, Oracle, run, torch_on_device
+from conftest import ROOT, TABLES, TOLERANCE, Oracle, reference_oracle, run, torch_on_device
 
 AITER = os.path.join(TABLES, "aiter")
 SWITCHES = ("AITER_SITUV2_A4W4", "AITER_SITUV2_A8W4")
@@ -105,12 +105,8 @@ def kimi_oracle(workdir, layer, m, seed, a_format):
     flags = ["--interleave", layer.gate_up_interleave, "--swiglu-limit", layer.swiglu_limit,
              "--activation", "situ-v2", "--situ-beta", beta, "--situ-linear-beta",
              linear_beta, "--a-format", a_format, "--mid-format", a_format]
-    status, text = run("reference", "--family", "tp", "--hidden", layer.hidden,
-                       "--intermediate", layer.intermediate, "--experts", layer.experts,
-                       "--topk", layer.top_k, "--m", m, "--seed", seed, "--invalid-fraction",
-                       0.1, *flags, "--write-inputs", "-o", os.path.join(directory, "in"))
-    assert status == 0, text
-    return Oracle(directory, "tp", flags)
+    return reference_oracle(directory, "tp", layer.hidden, layer.intermediate, layer.experts,
+                            layer.top_k, m, seed, flags)
 
 
 def rel_l2_against(oracle, bits, a_format):

@@ -22,7 +22,7 @@ import pytest
 
 import moec
 from moec.fused import _aiter_activation_format
-from conftest import TABLES, TOLERANCE, Oracle, run, torch_on_device
+from conftest import TABLES, TOLERANCE, reference_oracle, run, torch_on_device
 
 AITER = os.path.join(TABLES, "aiter")
 
@@ -59,12 +59,8 @@ def a4w4_oracle(workdir, tag, layer, m, seed, activation, a_format="fp4"):
     flags = ["--interleave", layer.gate_up_interleave, "--swiglu-limit", layer.swiglu_limit,
              "--activation", activation, "--a-format", a_format,
              "--mid-format", layer.facts.mid_format]
-    status, text = run("reference", "--family", "tp", "--hidden", layer.hidden,
-                       "--intermediate", layer.intermediate, "--experts", layer.experts,
-                       "--topk", layer.top_k, "--m", m, "--seed", seed, "--invalid-fraction",
-                       0.1, *flags, "--write-inputs", "-o", os.path.join(directory, "in"))
-    assert status == 0, text
-    return Oracle(directory, "tp", flags)
+    return reference_oracle(directory, "tp", layer.hidden, layer.intermediate, layer.experts,
+                            layer.top_k, m, seed, flags)
 
 
 def aiter_call(torch, device, layer, arrays, m, activation, **keywords):

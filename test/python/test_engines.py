@@ -25,7 +25,7 @@ import pytest
 
 import moec
 import moec.aiter_compat
-from conftest import ROOT, TABLES, Oracle, run, torch_on_device
+from conftest import ROOT, TABLES, Oracle, reference_oracle, run, torch_on_device
 from test_fused_moe import POISON, prepare_checkpoint
 
 INPUTS = os.path.join(ROOT, "test", "lit", "Tools", "Inputs")
@@ -192,12 +192,8 @@ def situ_oracle(workdir, layer, m, seed, beta, linear_beta):
                                                                         linear_beta))
     flags = ["--interleave", 0, "--swiglu-limit", 0, "--activation", "situ-v2",
              "--situ-beta", beta, "--situ-linear-beta", linear_beta]
-    status, text = run("reference", "--family", "tp", "--hidden", layer.hidden,
-                       "--intermediate", layer.intermediate, "--experts", layer.experts,
-                       "--topk", layer.top_k, "--m", m, "--seed", seed, "--invalid-fraction",
-                       0.1, *flags, "--write-inputs", "-o", os.path.join(directory, "in"))
-    assert status == 0, text
-    return Oracle(directory, "tp", flags)
+    return reference_oracle(directory, "tp", layer.hidden, layer.intermediate, layer.experts,
+                            layer.top_k, m, seed, flags)
 
 
 class Inputs:

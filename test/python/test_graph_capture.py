@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import moec
-from conftest import Oracle, run
+from conftest import reference_oracle
 from test_fused_moe import POISON, check_zero_rows, prepare_checkpoint
 
 NAMES = ("hidden_states", "topk_ids", "topk_weights")
@@ -21,12 +21,8 @@ def oracle_case(workdir, tag, layer, m, seed):
     import os
     directory = os.path.join(workdir, "graph-capture-%s-seed%d" % (tag, seed))
     flags = ["--interleave", 0, "--swiglu-limit", layer.swiglu_limit, "--activation", "silu"]
-    status, text = run("reference", "--family", "tp", "--hidden", layer.hidden,
-                       "--intermediate", layer.intermediate, "--experts", layer.experts,
-                       "--topk", layer.top_k, "--m", m, "--seed", seed, "--invalid-fraction",
-                       0.1, *flags, "--write-inputs", "-o", os.path.join(directory, "in"))
-    assert status == 0, text
-    return Oracle(directory, "tp", flags)
+    return reference_oracle(directory, "tp", layer.hidden, layer.intermediate, layer.experts,
+                            layer.top_k, m, seed, flags)
 
 
 def needs_capture():
