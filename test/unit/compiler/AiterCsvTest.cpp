@@ -24,6 +24,32 @@ constexpr const char *kNames =
     "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w3_gui_fp8,"
     "flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic";
 
+/// What buildAiterTable makes of a CSV with --skip-unsupported on gfx950.
+struct SkippingBuild {
+  TuningTable table;
+  std::vector<rt::AiterRowInfo> manifestRows;
+  std::vector<std::string> unsupported;
+};
+
+/// Parses CSV (FILE names it in messages) and builds it skipping the rows
+/// moec cannot compile; REQUIREs both, with the error and every refusal
+/// printed when the build fails.
+SkippingBuild buildSkipping(const char *file, const std::string &csv) {
+  std::vector<AiterCsvRow> rows;
+  std::string error;
+  REQUIRE(parseAiterCsv(file, csv, rows, error));
+  AiterCompileOptions options;
+  options.skipUnsupported = true;
+  SkippingBuild out;
+  const bool built = buildAiterTable(rows, target::kGfx950, options, out.table,
+                                     out.manifestRows, out.unsupported, error);
+  INFO(error);
+  for (const std::string &u : out.unsupported)
+    UNSCOPED_INFO(u);
+  REQUIRE(built);
+  return out;
+}
+
 } // namespace
 
 TEST_CASE("AITER stage-1 names: the interleaved N tile is 2x the columns",
@@ -681,20 +707,9 @@ TEST_CASE("AITER A4W4 rows of other families: CK stage 1, mxmoe, the "
       "gfx950,256,1,7168,256,257,9," + key("ActivationType.Swiglu") +
       ",128,0," + ck +
       ",flydsl_moe2_afp4_wfp4_bf16_t64x256x256_reduce_persist_sbm128\n";
-  std::vector<AiterCsvRow> rows;
-  std::string error;
-  REQUIRE(parseAiterCsv("other.csv", csv, rows, error));
-  AiterCompileOptions options;
-  options.skipUnsupported = true;
-  TuningTable table;
-  std::vector<rt::AiterRowInfo> manifestRows;
-  std::vector<std::string> unsupported;
-  const bool built = buildAiterTable(rows, target::kGfx950, options, table,
-                                     manifestRows, unsupported, error);
-  INFO(error);
-  for (const std::string &u : unsupported)
-    UNSCOPED_INFO(u);
-  REQUIRE(built);
+  SkippingBuild built = buildSkipping("other.csv", csv);
+  TuningTable &table = built.table;
+  std::vector<rt::AiterRowInfo> &manifestRows = built.manifestRows;
   REQUIRE(manifestRows.size() == 5);
   for (size_t r = 0; r < 4; ++r)
     CHECK(manifestRows[r].compiled());
@@ -708,8 +723,8 @@ TEST_CASE("AITER A4W4 rows of other families: CK stage 1, mxmoe, the "
         "flydsl_mxmoe_g2_a4w4_16x256x256_atomic");
   CHECK(manifestRows[3].substitutedFrom2 ==
         "flydsl_mxmoe_g2_a4w4_128x256x256_f4out");
-  REQUIRE(unsupported.size() == 1);
-  CHECK_THAT(unsupported[0],
+  REQUIRE(built.unsupported.size() == 1);
+  CHECK_THAT(built.unsupported[0],
              Catch::Contains("kernelName1 computes ActivationType.Silu, "
                              "act_type is ActivationType.Swiglu"));
   // The CK row's W13: the MXFP4 problem, n 128 without interleave.
@@ -776,26 +791,15 @@ TEST_CASE("AITER A4W4 names: MXFP4 activations, separated gate/up, n = 32",
       "gfx950,256,2,3584,384,896,16," + key +
       ",32,0,flydsl_moe1_afp4_wfp4_bf16_t32x32x256_w4_fp4,"
       "flydsl_moe2_afp8_wfp4_bf16_t32x128x128_atomic\n";
-  std::vector<AiterCsvRow> rows;
-  std::string error;
-  REQUIRE(parseAiterCsv("a4.csv", csv, rows, error));
-  AiterCompileOptions options;
-  options.skipUnsupported = true;
-  TuningTable table;
-  std::vector<rt::AiterRowInfo> manifestRows;
-  std::vector<std::string> unsupported;
-  const bool built = buildAiterTable(rows, target::kGfx950, options, table,
-                                     manifestRows, unsupported, error);
-  INFO(error);
-  for (const std::string &u : unsupported)
-    UNSCOPED_INFO(u);
-  REQUIRE(built);
+  SkippingBuild built = buildSkipping("a4.csv", csv);
+  TuningTable &table = built.table;
+  std::vector<rt::AiterRowInfo> &manifestRows = built.manifestRows;
   REQUIRE(manifestRows.size() == 2);
   CHECK(manifestRows[0].compiled());
   CHECK(manifestRows[0].substitutedFrom2 ==
         "flydsl_moe2_layout_afp4_wfp4_bf16_t32x128x128_atomic_sbm32");
-  REQUIRE(unsupported.size() == 1);
-  CHECK_THAT(unsupported[0],
+  REQUIRE(built.unsupported.size() == 1);
+  CHECK_THAT(built.unsupported[0],
              Catch::Contains("kernelName2 reads afp8 activations, "
                              "kernelName1 writes an fp4 intermediate"));
   const TableProblem *problem =
@@ -869,24 +873,13 @@ TEST_CASE("AITER A16W4 names: BF16 activations and intermediate, no quant",
       "gfx950,256,128,3584,512,896,16," + fp8Key +
       ",32,0,flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w4_xcd1,"
       "flydsl_moe2_abf16_wfp4_bf16_t32x128x128_atomic_bnt2_persist\n";
-  std::vector<AiterCsvRow> rows;
-  std::string error;
-  REQUIRE(parseAiterCsv("a16.csv", csv, rows, error));
-  AiterCompileOptions options;
-  options.skipUnsupported = true;
-  TuningTable table;
-  std::vector<rt::AiterRowInfo> manifestRows;
-  std::vector<std::string> unsupported;
-  const bool built = buildAiterTable(rows, target::kGfx950, options, table,
-                                     manifestRows, unsupported, error);
-  INFO(error);
-  for (const std::string &u : unsupported)
-    UNSCOPED_INFO(u);
-  REQUIRE(built);
+  SkippingBuild built = buildSkipping("a16.csv", csv);
+  TuningTable &table = built.table;
+  std::vector<rt::AiterRowInfo> &manifestRows = built.manifestRows;
   REQUIRE(manifestRows.size() == 2);
   CHECK(manifestRows[0].compiled());
-  REQUIRE(unsupported.size() == 1);
-  CHECK_THAT(unsupported[0],
+  REQUIRE(built.unsupported.size() == 1);
+  CHECK_THAT(built.unsupported[0],
              Catch::Contains("kernelName1 reads abf16 activations, q_dtype_a "
                              "is torch.float8_e4m3fn"));
   const TableProblem *problem = table.findProblem("aiter_h3584_i512_e896_k16_a16");
