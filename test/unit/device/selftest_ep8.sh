@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# CTest selftest-emulated-ep8: the expert-parallel tables over a whole node
-# (tuning_tables/*_ep8.table: Flash and DeepSeek V4 Pro at EP8), compiled,
-# then `moec selftest --device emulated --small`: eight ranks in one process
-# through the layer API and the emulated HIP device, against the oracle,
-# with random, hot-rank, unequal and empty-rank routing around every
-# configuration boundary, and repeated forwards bit for bit, for the
-# unfused networks and the fused ones (flash-fused, dsv4-pro-fused: a
-# device per rank, one symmetric buffer each). Kept apart from
-# selftest-emulated, which the eight ranks would triple (318 s here on the
-# 2-core machine with the fused networks, 2026-12-02; 110 s before).
-#   selftest_ep8.sh MOEC EMULATED_HIP TABLES_DIR WORKDIR
+# CTest selftest-emulated-ep8-*: one network of an expert-parallel table over
+# a whole node (tuning_tables/*_ep8.table: Flash and DeepSeek V4 Pro at EP8),
+# `moec selftest --device emulated --small --network N`: eight ranks in one
+# process through the layer API and the emulated HIP device, against the
+# oracle, with random, hot-rank, unequal and empty-rank routing around every
+# configuration boundary, and repeated forwards bit for bit. The fused
+# networks (flash-fused, dsv4-pro-fused) put a device per rank with one
+# symmetric buffer each. One entry per network, so that no single entry
+# carries a whole table: the four together took 489 s of a 2-core CTest
+# run in one entry (2026-12-02) and outgrew its timeout on a slower runner.
+#   selftest_ep8.sh MOEC EMULATED_HIP BUNDLE NETWORK WORKDIR
+# BUNDLE is compiled by the runtime-ep8-bundles fixture (test/unit/runtime).
 set -euo pipefail
-moec=$1 emulated=$2 tables=$3 work=$4
-rm -rf "$work" && mkdir -p "$work"
+moec=$1 emulated=$2 bundle=$3 network=$4 work=$5
 export MOEC_EMULATED_HIP_LIBRARY="$emulated"
-ran=0
-for table in "$tables"/*_ep8.table; do
-  name=$(basename "$table" .table)
-  "$moec" compile -q "$table" -o "$work/$name.moeb"
-  "$moec" selftest "$work/$name.moeb" --device emulated --small --max-m 64 \
-    --repeat 6 | tee "$work/$name.out"
-  grep -q "ranks on devices 0,1,2,3,4,5,6,7$" "$work/$name.out" ||
-    { echo "$name: no table ran on eight ranks"; exit 1; }
-  ran=$((ran + 1))
-done
-[ "$ran" = 2 ] || { echo "expected 2 EP8 tables, ran $ran"; exit 1; }
+[ -f "$bundle" ] || { echo "$bundle: missing (runtime-ep8-bundles)"; exit 1; }
+mkdir -p "$work"
+out=$work/$network.out
+"$moec" selftest "$bundle" --device emulated --small --max-m 64 \
+  --network "$network" --repeat 6 | tee "$out"
+grep -q "^$network ep8 .*: ranks on devices 0,1,2,3,4,5,6,7$" "$out" ||
+  { echo "$network: no table ran on eight ranks"; exit 1; }
+if grep ": ranks on devices" "$out" | grep -v "^$network ep8 "; then
+  echo "$network: a table of another network ran"
+  exit 1
+fi

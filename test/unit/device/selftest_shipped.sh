@@ -10,7 +10,7 @@ rm -rf "$work" && mkdir -p "$work"
 export MOEC_EMULATED_HIP_LIBRARY="$emulated"
 for table in "$tables"/*.table; do
   name=$(basename "$table" .table)
-  # The EP8 tables run in selftest-emulated-ep8 (selftest_ep8.sh).
+  # The EP8 tables run in selftest-emulated-ep8-* (selftest_ep8.sh).
   [[ $name == *_ep8 ]] && continue
   "$moec" compile -q "$table" -o "$work/$name.moeb"
   "$moec" selftest "$work/$name.moeb" --device emulated --small --max-m 64 \
