@@ -16,6 +16,7 @@
 #include "moec/Dialect/Moe/MoeTarget.h"
 #include "moec/bundle.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -546,6 +547,109 @@ static bool parseCkName(const std::string &name, int stage,
   return true;
 }
 
+/// AITER's opus A8W4 stage 1 (csrc/opus_moe/opus_moe_common.py, the
+/// OPUS_A8W4_STAGE1_INSTANCES catalogue; the traits and pipelines in
+/// csrc/opus_moe/include/gfx950/a8w4/stage1/):
+///   opus_moe1_afp8_wfp4_bf16_t{M}x{N}_{pair|gs}[_{setting}...][_fp8]
+/// Both pipelines read the FlyDSL _gui weight layout (gate and up
+/// interleaved in 16-row blocks), step K by 256 (two 16x16x128 scaled
+/// MFMAs), clamp by the caller's runtime swiglu_limit, apply the row's
+/// activation (the caller's, not the name's) in FP32 and write the FP8 intermediate with one E8M0 scale per 32
+/// columns, 2^ceil(log2(amax / 448)) (the trailing _fp8 is the tuner's
+/// profile suffix; the kernel always writes FP8). `pair` with kw{n}: a
+/// workgroup of 32 intermediate columns, two waves (one 16-column half
+/// each) per K group, H cut over n groups whose FP32 sums are reduced in
+/// LDS: moec's W13 n 32, waves 2, k_waves n. `gs` (gate/up group split):
+/// N counts gate and up rows, N / 2 intermediate columns per workgroup,
+/// bt{n} threads (256 without it), one K group: moec's W13 n N / 2, waves
+/// bt / 64. The other settings are launch and schedule choices.
+template <typename Refuse>
+static bool parseOpusStage1Name(const std::string &name, AiterStageKnobs &out,
+                                Refuse &refuse) {
+  std::vector<std::string> p =
+      underscoreParts(name.substr(std::string("opus_moe1_").size()));
+  std::vector<int64_t> tile;
+  if (p.size() < 5 || p[0] != "afp8" || p[1] != "wfp4" || p[2] != "bf16" ||
+      p[3].size() < 2 || p[3][0] != 't' ||
+      !tileFields(p[3].substr(1), 2, tile) ||
+      (p[4] != "pair" && p[4] != "gs"))
+    return refuse("family opus: stage 1 not A8W4",
+                  "not an opus A8W4 stage-1 name (opus_moe1_afp8_wfp4_bf16_"
+                  "t{M}x{N}_{pair|gs}...); moec's W13 takes FP8 x MXFP4");
+  const bool groupSplit = p[4] == "gs";
+  if (p.back() == "fp8")
+    p.pop_back();
+  int64_t kWaves = 1, threads = 256, value = 0;
+  std::string schedule;
+  for (size_t i = 5; i < p.size(); ++i) {
+    const std::string &part = p[i];
+    if (!groupSplit && numberedPart(part, "kw", value)) {
+      kWaves = value;
+    } else if (groupSplit && numberedPart(part, "bt", value)) {
+      threads = value;
+    } else if (part == "stream" || part == "k1lead" || part == "mmajor" ||
+               part == "reverse" || numberedPart(part, "m", value) ||
+               numberedPart(part, "qgb", value) ||
+               numberedPart(part, "k", value) ||
+               numberedPart(part, "aff", value) ||
+               numberedPart(part, "p", value)) {
+      schedule += "_" + part;
+    } else {
+      return refuse("family opus: stage 1 part '_" + part + "'",
+                    "part '_" + part + "' is not an opus stage-1 setting "
+                    "moec knows (kw, bt, m, qgb, stream, k, aff, p, k1lead, "
+                    "mmajor, reverse)");
+    }
+  }
+  const int64_t columns = groupSplit ? tile[1] / 2 : 32;
+  const int64_t waves = groupSplit ? threads / 64 : 2;
+  if (!llvm::is_contained({1, 2, 4}, kWaves))
+    return refuse("family opus: stage 1 kw" + std::to_string(kWaves),
+                  "opus 'pair' with " + std::to_string(kWaves) +
+                      " K-wave groups (" + std::to_string(2 * kWaves) +
+                      " waves): moec's W13 splits K over 1, 2 or 4 wave "
+                      "groups");
+  if (!llvm::is_contained({32, 64, 128, 256, 512}, columns))
+    return refuse("family opus: stage 1 N " + std::to_string(tile[1]),
+                  "opus 'gs' with N " + std::to_string(tile[1]) +
+                      " gate/up rows is " + std::to_string(columns) +
+                      " intermediate columns per workgroup: moec's W13 "
+                      "tile.n is 32, 64, 128, 256 or 512");
+  if (threads % 64 != 0 || !llvm::is_contained({1, 2, 4, 8}, waves) ||
+      (columns / waves) % 16 != 0)
+    return refuse("family opus: stage 1 bt" + std::to_string(threads),
+                  std::to_string(threads) + " threads over " +
+                      std::to_string(columns) +
+                      " columns: moec's W13 gives each of 1, 2, 4 or 8 "
+                      "waves a multiple of 16 columns");
+  out.tileM = tile[0];
+  out.knobs = {{"m", std::to_string(tile[0])},
+               {"n", std::to_string(columns)},
+               {"k", "256"},
+               {"waves", std::to_string(waves)},
+               {"gate_up_interleave", "16"},
+               {"orientation", "b_major"},
+               {"b_cache", "cached"}};
+  if (kWaves > 1)
+    out.knobs["k_waves"] = std::to_string(kWaves);
+  out.substitutedFrom = name;
+  out.notes.push_back(
+      "substituted: AITER's opus stage 1 " + name + " is served by moec's "
+      "W13 with its tile (m " + std::to_string(tile[0]) + ", " +
+      std::to_string(columns) + " intermediate columns of the 16-row "
+      "interleaved gate/up weight, K steps of 256, " + std::to_string(waves) +
+      " waves" +
+      (kWaves > 1 ? " per K group, " + std::to_string(kWaves) + " K groups"
+                  : std::string()) +
+      ")" +
+      (schedule.empty() ? std::string()
+                        : "; opus's settings " + schedule +
+                              " (launch bounds, cache policy, K-loop start, "
+                              "tile order) are not reproduced, so FP32 sums "
+                              "may be added in another order"));
+  return true;
+}
+
 /// AITER's opus names (csrc/opus_moe/opus_moe_common.py, the Stage1/Stage2
 /// instance tables). Stage 2:
 ///   opus_moe2_a{A}_w{W}_{atomic|bf16|fp8}_t{M}x{N}x{K}_sbm{n}[_...]
@@ -553,8 +657,7 @@ static bool parseCkName(const std::string &name, int stage,
 /// ws{n}, bt{n}, rbn{n}, small, ring{n}). atomic and bf16 (per-route BF16
 /// rows, then opus's route reduction) are served by moec's W2 (per-route
 /// BF16 rows, then the combine); fp8 writes the route rows in FP8 and is
-/// refused. Stage 1 (opus_moe1_a{A}_w{W}_{out}_t{M}x{N}_{pair|gs}...) names
-/// no K step: refused.
+/// refused. Stage 1: parseOpusStage1Name.
 template <typename Refuse>
 static bool parseOpusName(const std::string &name, int stage,
                           AiterStageKnobs &out, Refuse &refuse) {
@@ -568,11 +671,7 @@ static bool parseOpusName(const std::string &name, int stage,
                   "not an opus stage-" + std::to_string(stage) + " name (" +
                       prefix + "...)");
   if (stage == 1)
-    return refuse("family opus: stage 1",
-                  "an opus stage-1 kernel: its t{M}x{N} names no K step and "
-                  "its N is opus's own gate/up blocking ('pair' with k_wave, "
-                  "'gs' group split), so no moec W13 is known to be the same "
-                  "tile");
+    return parseOpusStage1Name(name, out, refuse);
   const std::vector<std::string> p =
       underscoreParts(name.substr(prefix.size()));
   std::vector<int64_t> tile;
@@ -628,6 +727,61 @@ static bool parseOpusName(const std::string &name, int stage,
       (launch.empty() ? std::string()
                       : "; opus's launch settings " + launch +
                             " are not reproduced"));
+  return true;
+}
+
+/// AITER's CK-tile names, cktile_a8w4_bm{32|64}: written by AITER's tuner
+/// (csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py) with the block M
+/// only. fused_moe never passes the name to the kernel: for kernelName2 it
+/// runs cktile_moe_stage2, whose C++ picks the instance from the dtypes and
+/// block_m (csrc/ck_tile_gemm_moe_2stages/moe_cktile2stages_common.py, the
+/// a8w4 heuristic: 32 -> instance 1, 64 -> instance 3, anything else a
+/// check failure), and those instances are M x 256 x 256 with 256 threads,
+/// four waves side by side along N, the 16x16x128 scaled MFMA. Stage 2
+/// multiplies by the routing weight and adds BF16 into the output with
+/// atomics. So stage 2 is moec's W2 of that tile. fused_moe has no CK-tile
+/// branch for kernelName1 (aiter/fused_moe.py at e4048607a5: is_cktile2
+/// only): such a row runs a heuristic FlyDSL pair for both stages instead
+/// of its named kernels, so moec refuses it rather than guess.
+template <typename Refuse>
+static bool parseCktileName(const std::string &name, int stage,
+                            AiterStageKnobs &out, Refuse &refuse) {
+  if (stage == 1)
+    return refuse("family cktile: stage 1",
+                  "AITER's fused_moe does not run a CK-tile stage-1 name: "
+                  "a row naming one runs a heuristic FlyDSL pair for both "
+                  "stages instead of its named kernels (aiter/fused_moe.py "
+                  "at e4048607a5), which moec does not guess");
+  const std::vector<std::string> p =
+      underscoreParts(name.substr(std::string("cktile_").size()));
+  int64_t blockM = 0;
+  if (p.size() != 2 || p[0] != "a8w4" || !numberedPart(p[1], "bm", blockM))
+    return refuse("family cktile: not a8w4",
+                  "not a CK-tile A8W4 name (cktile_a8w4_bm{M}): AITER's "
+                  "tuner writes no other, and moec maps only that one");
+  if (blockM != 32 && blockM != 64)
+    return refuse("family cktile: block m",
+                  "block M " + std::to_string(blockM) +
+                      ": AITER's A8W4 CK-tile heuristic has instances for "
+                      "block M 32 and 64 only");
+  out.tileM = blockM;
+  out.knobs = {{"m", std::to_string(blockM)},
+               {"n", "256"},
+               {"k", "256"},
+               {"waves", "4"},
+               {"orientation", "b_major"},
+               {"b_cache", "cached"}};
+  out.substitutedFrom = name;
+  out.notes.push_back(
+      "substituted: AITER's CK-tile stage 2 " + name + " runs the A8W4 "
+      "instance of block M " + std::to_string(blockM) + " (tile " +
+      std::to_string(blockM) + " x 256 x 256, four waves along N), served by "
+      "moec's W2 of that tile; CK-tile adds each routing-weighted row into "
+      "the output with BF16 atomics, moec's W2 writes each route's BF16 row "
+      "and the combine applies the weights and sums in FP32; moec's W2 "
+      "applies the intermediate's E8M0 scales (the CK-tile source read for "
+      "this mapping, a later CK than AITER's pin, does not read A scales in "
+      "its MXFP4 pipeline, and AITER's tuner times it with unit scales)");
   return true;
 }
 
@@ -849,10 +1003,7 @@ bool parseAiterKernelName(const std::string &name, int stage,
   if (name.rfind("opus_", 0) == 0)
     return parseOpusName(name, stage, out, refuse);
   if (name.rfind("cktile_", 0) == 0)
-    return refuse("family cktile",
-                  "backend cktile: CK-tile kernels are not mapped to "
-                  "moec's (the sample tables' names, cktile_a8w4_bm32 and "
-                  "_bm64, give only the block M, no tile N or K)");
+    return parseCktileName(name, stage, out, refuse);
   for (auto [other, backend] :
        {std::pair<const char *, const char *>{"ck_", "ck"}, {"asm", "asm"}})
     if (name.rfind(other, 0) == 0)

@@ -133,7 +133,8 @@ TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
   CHECK(reason.find("part '_xcd3'") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
                                    1, k, reason));
-  CHECK(reason.find("an opus stage-1 kernel") != std::string::npos);
+  CHECK(reason.find("opus 'pair' with 7 K-wave groups (14 waves)") !=
+        std::string::npos);
   // t32x32 with _gui (registered for tile m 32): 16 columns, half a block.
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe1_afp8_wfp4_bf16_t32x32x256_gui_fp8", 1, k, reason));
@@ -141,7 +142,8 @@ TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
   CHECK(reason.find("an interleaved N of 32 is 16 intermediate columns, half "
                     "a 1x32 FP8 scale block") != std::string::npos);
   CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm64", 1, k, reason));
-  CHECK(reason.find("backend cktile") != std::string::npos);
+  CHECK(reason.find("does not run a CK-tile stage-1 name") !=
+        std::string::npos);
   // Out of the registry's order: _gui before _bnt0 is not an AITER name.
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_gui_bnt0_fp8", 1, k,
@@ -341,7 +343,7 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
        {std::pair<const char *, const char *>{
             "moe_ck2stages_gemm2_64x32x32x128_1x1_v1",
             "family ck2stages: malformed"},
-        {"cktile_moe2_t32", "family cktile"},
+        {"cktile_moe2_t32", "family cktile: not a8w4"},
         {"opus_moe2_t64", "family opus: not A8W4"},
         {"asm_moe2", "family asm"},
         {"triton_moe2", "family other"},
@@ -377,7 +379,7 @@ TEST_CASE("AITER one-stage and other-family rows are refused by name",
       {"kernelName1 family other", 1}, // fmoe_one_stage
       {"kernelName2 empty (a one-stage row)", 1},
       {"kernelName2 family ck2stages: malformed", 1},
-      {"kernelName1 family cktile", 1},
+      {"kernelName1 family cktile: stage 1", 1},
       {"kernelName2 family opus: not A8W4", 1},
       {"kernelName1 family asm", 1}};
   CHECK(byReason == expected);
@@ -494,7 +496,7 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
   CHECK(k.substitutedFrom.empty());
   CHECK_FALSE(parseAiterKernelName(
       "opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8", 1, k, reason));
-  CHECK(k.refusalClass == "family opus: stage 1");
+  CHECK(k.refusalClass == "family opus: stage 1 kw7");
   CHECK_FALSE(parseAiterKernelName(
       "opus_moe2_layout_afp8_wfp4_atomic_t32x128x256_sbm32", 2, k, reason));
   CHECK(k.refusalClass == "family opus: layout");
@@ -584,7 +586,7 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
       2, k, reason));
   CHECK(k.refusalClass == "family ck2stages: malformed");
   CHECK_FALSE(parseAiterKernelName("cktile_a8w4_bm32", 1, k, reason));
-  CHECK(k.refusalClass == "family cktile");
+  CHECK(k.refusalClass == "family cktile: stage 1");
 
   // opus FP8 route rows: 1x8 E8M0 blocks of BF16-rounded rows, not moec's
   // 1x32 FP8 rows.
@@ -892,5 +894,82 @@ TEST_CASE("AITER A16W4 names: BF16 activations and intermediate, no quant",
     const TableKernel *kernel = table.findKernel(name);
     REQUIRE(kernel);
     CHECK(kernel->stage != abi::Stage::Quant);
+  }
+}
+
+// CK-tile stage 2 (cktile_a8w4_bm{32|64}: AITER's A8W4 instance of that
+// block M, tile M x 256 x 256, four waves along N) is moec's W2 of that
+// tile; other block Ms and names are refused. Opus stage 1: 'pair' kw{n}
+// is W13 n 32, 2 waves, k_waves n; 'gs' is W13 n N / 2, bt / 64 waves;
+// 7 K groups or 192 columns have no moec tile.
+TEST_CASE("AITER CK-tile stage 2 and opus stage 1 names",
+          "[aiter][substitution]") {
+  AiterStageKnobs k;
+  std::string reason;
+  INFO(reason);
+  for (int blockM : {32, 64}) {
+    const std::string name = "cktile_a8w4_bm" + std::to_string(blockM);
+    REQUIRE(parseAiterKernelName(name, 2, k, reason));
+    CHECK(k.knobs == std::map<std::string, std::string>{
+                         {"m", std::to_string(blockM)}, {"n", "256"},
+                         {"k", "256"}, {"waves", "4"},
+                         {"orientation", "b_major"}, {"b_cache", "cached"}});
+    CHECK(k.tileM == blockM);
+    CHECK(k.substitutedFrom == name);
+    REQUIRE(k.notes.size() == 1);
+    CHECK_THAT(k.notes[0], Catch::Contains("BF16 atomics"));
+  }
+  for (auto [name, cls] : {std::pair<const char *, const char *>{
+                               "cktile_a8w4_bm16", "family cktile: block m"},
+                           {"cktile_a8w4_bm128", "family cktile: block m"},
+                           {"cktile_a16w4_bm32", "family cktile: not a8w4"},
+                           {"cktile_a8w4_bm32_x", "family cktile: not a8w4"}}) {
+    INFO(name);
+    CHECK_FALSE(parseAiterKernelName(name, 2, k, reason));
+    CHECK(k.refusalClass == cls);
+    CHECK(k.substitutedFrom.empty());
+  }
+
+  REQUIRE(parseAiterKernelName(
+      "opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw2_m3_fp8", 1, k, reason));
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "32"}, {"n", "32"}, {"k", "256"},
+                       {"waves", "2"}, {"k_waves", "2"},
+                       {"gate_up_interleave", "16"},
+                       {"orientation", "b_major"}, {"b_cache", "cached"}});
+  CHECK(k.midFormat == "fp8");
+  CHECK(k.actType.empty()); // the row's act_type, as for FlyDSL names
+  REQUIRE(k.notes.size() == 1);
+  CHECK_THAT(k.notes[0], Catch::Contains("2 K groups") &&
+                             Catch::Contains("_m3"));
+  REQUIRE(parseAiterKernelName(
+      "opus_moe1_afp8_wfp4_bf16_t64x256_gs_qgb3_stream_k8_bt128_fp8", 1, k,
+      reason));
+  CHECK(k.knobs == std::map<std::string, std::string>{
+                       {"m", "64"}, {"n", "128"}, {"k", "256"},
+                       {"waves", "2"}, {"gate_up_interleave", "16"},
+                       {"orientation", "b_major"}, {"b_cache", "cached"}});
+  CHECK(k.tileM == 64);
+  REQUIRE(parseAiterKernelName(
+      "opus_moe1_afp8_wfp4_bf16_t32x512_gs_aff32_p2_fp8", 1, k, reason));
+  CHECK(k.knobs.at("n") == "256");
+  CHECK(k.knobs.at("waves") == "4");
+  for (auto [name, cls] :
+       {std::pair<const char *, const char *>{
+            "opus_moe1_afp8_wfp4_bf16_t32x384_gs_qgb6_stream_k8_bt128_fp8",
+            "family opus: stage 1 N 384"},
+        {"opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
+         "family opus: stage 1 kw7"},
+        {"opus_moe1_afp8_wfp4_bf16_t32x64_gs_bt256_fp8",
+         "family opus: stage 1 bt256"},
+        {"opus_moe1_afp8_wfp4_bf16_t32x256_gs_zz3_fp8",
+         "family opus: stage 1 part '_zz3'"},
+        {"opus_moe1_afp8_wfp4_bf16_t32x256_gs_kw2_fp8",
+         "family opus: stage 1 part '_kw2'"},
+        {"opus_moe1_abf16_wfp4_bf16_t32x256_gs_fp8",
+         "family opus: stage 1 not A8W4"}}) {
+    INFO(name);
+    CHECK_FALSE(parseAiterKernelName(name, 1, k, reason));
+    CHECK(k.refusalClass == cls);
   }
 }
