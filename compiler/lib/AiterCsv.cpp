@@ -603,18 +603,18 @@ static bool parseOpusStage1Name(const std::string &name, AiterStageKnobs &out,
   }
   const int64_t columns = groupSplit ? tile[1] / 2 : 32;
   const int64_t waves = groupSplit ? threads / 64 : 2;
-  if (!llvm::is_contained({1, 2, 4}, kWaves))
+  if (kWaves < 1 || kWaves > 8)
     return refuse("family opus: stage 1 kw" + std::to_string(kWaves),
                   "opus 'pair' with " + std::to_string(kWaves) +
                       " K-wave groups (" + std::to_string(2 * kWaves) +
-                      " waves): moec's W13 splits K over 1, 2 or 4 wave "
+                      " waves): moec's W13 splits K over 1 to 8 wave "
                       "groups");
-  if (!llvm::is_contained({32, 64, 128, 256, 512}, columns))
+  if (columns < 32 || columns > 512 || columns % 32 != 0)
     return refuse("family opus: stage 1 N " + std::to_string(tile[1]),
                   "opus 'gs' with N " + std::to_string(tile[1]) +
                       " gate/up rows is " + std::to_string(columns) +
                       " intermediate columns per workgroup: moec's W13 "
-                      "tile.n is 32, 64, 128, 256 or 512");
+                      "tile.n is a multiple of 32 from 32 to 512");
   if (threads % 64 != 0 || !llvm::is_contained({1, 2, 4, 8}, waves) ||
       (columns / waves) % 16 != 0)
     return refuse("family opus: stage 1 bt" + std::to_string(threads),

@@ -154,8 +154,11 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                bool bDirect, int64_t kWaves) {
   if (!llvm::is_contained({16, 32, 64, 128}, m))
     return emitError() << "tile.m must be one of 16, 32, 64, 128, got " << m;
-  if (!llvm::is_contained({32, 64, 128, 256, 512}, n))
-    return emitError() << "tile.n must be one of 32, 64, 128, 256, 512, got "
+  // Whole 1x32 quantisation blocks per tile (W13's epilogue finds each
+  // block's amax inside one tile); AITER's opus stage 1 has 192.
+  if (n < 32 || n > 512 || n % 32 != 0)
+    return emitError() << "tile.n must be a multiple of 32 from 32 to 512, "
+                          "got "
                        << n;
   if (k < 128 || k % 128 != 0)
     return emitError() << "tile.k must be a positive multiple of 128, got "
@@ -211,9 +214,10 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile.async_a cannot be combined with "
                           "tile.a_swizzle: the LDS DMA writes a wave's 16-byte "
                           "chunks contiguously in lane order";
-  if (!llvm::is_contained({1, 2, 4}, kWaves))
-    return emitError() << "tile.k_waves must be one of 1, 2, 4, got "
-                       << kWaves;
+  // The groups' waves must fit one workgroup (verifyOnTarget) and their
+  // tiles the LDS (W13Op::getLdsBytes); AITER's opus stage 1 has 7.
+  if (kWaves < 1 || kWaves > 8)
+    return emitError() << "tile.k_waves must be from 1 to 8, got " << kWaves;
   return success();
 }
 

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <numeric>
 
 using namespace mlir;
 
@@ -182,16 +183,18 @@ namespace {
 
 /// The small H and I of a set of kernels that run together: twice the
 /// largest tile N or K step; a W13 with tile.k_waves W reduces H in W
-/// ranges of whole K steps.
+/// ranges of whole K steps. Rounded up to a multiple of every tile N and
+/// K range, which tiles of other than powers of two (N 192, W 7) need.
 int64_t smallSizeOf(const std::vector<StageSpec> &specs) {
-  int64_t size = 0;
-  for (const StageSpec &spec : specs)
-    size = std::max({size,
-                     2 * std::max(specInteger(spec, "n", 128),
-                                  specInteger(spec, "k", 256)),
-                     specInteger(spec, "k", 256) *
-                         specInteger(spec, "k_waves", 1)});
-  return size;
+  int64_t size = 0, multiple = 1;
+  for (const StageSpec &spec : specs) {
+    const int64_t n = specInteger(spec, "n", 128);
+    const int64_t k = specInteger(spec, "k", 256);
+    const int64_t kRange = k * specInteger(spec, "k_waves", 1);
+    size = std::max({size, 2 * std::max(n, k), kRange});
+    multiple = std::lcm(std::lcm(multiple, n), kRange);
+  }
+  return (size + multiple - 1) / multiple * multiple;
 }
 
 /// Rewrites `specs` to H = I = `size` and the small expert, top-k and

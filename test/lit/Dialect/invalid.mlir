@@ -24,8 +24,12 @@ moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 8, 
 moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 48, n = 128>)
 
 // -----
-// expected-error @+1 {{tile.n must be one of 32, 64, 128, 256, 512, got 96}}
-moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 96>)
+// expected-error @+1 {{tile.n must be a multiple of 32 from 32 to 512, got 80}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 80>)
+
+// -----
+// expected-error @+1 {{tile.n must be a multiple of 32 from 32 to 512, got 544}}
+moe.w2 @w problem(#moe.problem<hidden = 5120, intermediate = 2304, experts = 384, top_k = 6, ep = 4, activation = f8E4M3FN, weight = f4E2M1FN, output = bf16>) tile(#moe.tile<m = 32, n = 544>)
 
 // -----
 // expected-error @+1 {{tile.k must be a positive multiple of 128, got 192}}
@@ -328,8 +332,8 @@ moe.sort @sort_shared_ep problem(#moe.problem<hidden = 512, intermediate = 256, 
 moe.combine @combine_shared_k1 problem(#moe.problem<hidden = 512, intermediate = 256, experts = 9, top_k = 1, activation = bf16, weight = f4E2M1FN, output = bf16>) tile(#moe.combine_tile<blocks = 0, waves = 4>) {shared_last_route}
 
 // -----
-// expected-error @+1 {{tile.k_waves must be one of 1, 2, 4, got 3}}
-moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 64, k_waves = 3>)
+// expected-error @+1 {{tile.k_waves must be from 1 to 8, got 9}}
+moe.w13 @w problem(#moe.problem<hidden = 512, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 64, k_waves = 9>)
 
 // -----
 // expected-error @+1 {{tile.k_waves (2) applies to moe.w13 only}}

@@ -1,8 +1,14 @@
 // The rules of tile.k_waves on moe.w13 (AITER's _kw{n}), one error each.
 // RUN: moe-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{tile.k_waves must be one of 1, 2, 4, got 3}}
-moe.w13 @w problem(#moe.problem<hidden = 1536, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 32, waves = 2, k_waves = 3>)
+// expected-error @+1 {{tile.k_waves must be from 1 to 8, got 0}}
+moe.w13 @w problem(#moe.problem<hidden = 1536, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 32, waves = 2, k_waves = 0>)
+
+// -----
+// Seven groups (opus's 'pair_kw7') of 2 waves each: 2048 is eight K steps
+// of 256, not a multiple of 7 x 256.
+// expected-error @+1 {{'moe.w13' op problem.hidden (2048) must be a multiple of tile.k_waves (7) x tile.k (256)}}
+moe.w13 @w problem(#moe.problem<hidden = 2048, intermediate = 256, experts = 8, top_k = 2, activation = f8E4M3FN, weight = f4E2M1FN, output = f8E4M3FN>) tile(#moe.tile<m = 32, n = 32, waves = 2, k_waves = 7>)
 
 // -----
 // Each group must reduce whole K steps: 768 / (2 x 256) is not whole.

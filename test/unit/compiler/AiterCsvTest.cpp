@@ -131,9 +131,9 @@ TEST_CASE("AITER stage-1 names: parts moec cannot honour are named",
       "flydsl_moe1_afp8_wfp4_bf16_t32x128x256_w4_gui_xcd3_fp8", 1, k,
       reason));
   CHECK(reason.find("part '_xcd3'") != std::string::npos);
-  CHECK_FALSE(parseAiterKernelName("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
+  CHECK_FALSE(parseAiterKernelName("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw9_m3_fp8",
                                    1, k, reason));
-  CHECK(reason.find("opus 'pair' with 7 K-wave groups (14 waves)") !=
+  CHECK(reason.find("opus 'pair' with 9 K-wave groups (18 waves)") !=
         std::string::npos);
   // t32x32 with _gui (registered for tile m 32): 16 columns, half a block.
   CHECK_FALSE(parseAiterKernelName(
@@ -495,8 +495,8 @@ TEST_CASE("AITER names of other families: moec's own kernel of the same tile "
   CHECK(k.refusalClass == "family opus: fp8 route rows");
   CHECK(k.substitutedFrom.empty());
   CHECK_FALSE(parseAiterKernelName(
-      "opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8", 1, k, reason));
-  CHECK(k.refusalClass == "family opus: stage 1 kw7");
+      "opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw9_m3_fp8", 1, k, reason));
+  CHECK(k.refusalClass == "family opus: stage 1 kw9");
   CHECK_FALSE(parseAiterKernelName(
       "opus_moe2_layout_afp8_wfp4_atomic_t32x128x256_sbm32", 2, k, reason));
   CHECK(k.refusalClass == "family opus: layout");
@@ -900,8 +900,9 @@ TEST_CASE("AITER A16W4 names: BF16 activations and intermediate, no quant",
 // CK-tile stage 2 (cktile_a8w4_bm{32|64}: AITER's A8W4 instance of that
 // block M, tile M x 256 x 256, four waves along N) is moec's W2 of that
 // tile; other block Ms and names are refused. Opus stage 1: 'pair' kw{n}
-// is W13 n 32, 2 waves, k_waves n; 'gs' is W13 n N / 2, bt / 64 waves;
-// 7 K groups or 192 columns have no moec tile.
+// is W13 n 32, 2 waves, k_waves n (the sample's kw7 included); 'gs' is
+// W13 n N / 2, bt / 64 waves (the sample's N 384: 192 columns); 9 K groups
+// or 200 columns have no moec tile.
 TEST_CASE("AITER CK-tile stage 2 and opus stage 1 names",
           "[aiter][substitution]") {
   AiterStageKnobs k;
@@ -954,12 +955,31 @@ TEST_CASE("AITER CK-tile stage 2 and opus stage 1 names",
       "opus_moe1_afp8_wfp4_bf16_t32x512_gs_aff32_p2_fp8", 1, k, reason));
   CHECK(k.knobs.at("n") == "256");
   CHECK(k.knobs.at("waves") == "4");
+  // The sample table's own: 7 K groups of 2 waves (14 waves, 896
+  // threads); 192 columns over 2 and over 4 waves.
+  REQUIRE(parseAiterKernelName(
+      "opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8", 1, k, reason));
+  CHECK(k.knobs.at("n") == "32");
+  CHECK(k.knobs.at("waves") == "2");
+  CHECK(k.knobs.at("k_waves") == "7");
+  REQUIRE(parseAiterKernelName(
+      "opus_moe1_afp8_wfp4_bf16_t32x384_gs_qgb6_stream_k8_bt128_fp8", 1, k,
+      reason));
+  CHECK(k.knobs.at("n") == "192");
+  CHECK(k.knobs.at("waves") == "2");
+  CHECK(k.knobs.count("k_waves") == 0);
+  REQUIRE(parseAiterKernelName(
+      "opus_moe1_afp8_wfp4_bf16_t64x384_gs_qgb3_aff192_mmajor_fp8", 1, k,
+      reason));
+  CHECK(k.knobs.at("n") == "192");
+  CHECK(k.knobs.at("waves") == "4");
+  CHECK(k.tileM == 64);
   for (auto [name, cls] :
        {std::pair<const char *, const char *>{
-            "opus_moe1_afp8_wfp4_bf16_t32x384_gs_qgb6_stream_k8_bt128_fp8",
-            "family opus: stage 1 N 384"},
-        {"opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8",
-         "family opus: stage 1 kw7"},
+            "opus_moe1_afp8_wfp4_bf16_t32x400_gs_qgb6_fp8",
+            "family opus: stage 1 N 400"},
+        {"opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw9_m3_fp8",
+         "family opus: stage 1 kw9"},
         {"opus_moe1_afp8_wfp4_bf16_t32x64_gs_bt256_fp8",
          "family opus: stage 1 bt256"},
         {"opus_moe1_afp8_wfp4_bf16_t32x256_gs_zz3_fp8",

@@ -138,9 +138,10 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
   let summary = "tile configuration of one GEMM stage";
   let description = [{
     The tuning knobs of a GEMM stage. `m`, `n`, `k` are the workgroup tile
-    (rows of the sorted route list, output columns, reduction step); `waves`
-    is the number of 64-lane waves per workgroup, which split the N tile
-    evenly. `mfma` picks the scaled MFMA instruction, `orientation` which
+    (rows of the sorted route list: 16, 32, 64 or 128; output columns: a
+    multiple of 32 from 32 to 512, whole 1x32 quantisation blocks; reduction
+    step: a multiple of 128); `waves` is the number of 64-lane waves per
+    workgroup, which split the N tile evenly. `mfma` picks the scaled MFMA instruction, `orientation` which
     operand feeds its A source (`b_major` puts the weights there, so each lane
     ends up owning consecutive output columns), and `b_cache` the cache policy
     of weight loads (`nt` marks them non-temporal: weights are streamed once
@@ -209,7 +210,8 @@ def Moe_TileAttr : Moe_Attr<"Tile", "tile"> {
     they still overlap the barrier. `b_prefetch` combines with it
     unchanged (the prefetched B registers go to LDS as before).
 
-    `k_waves` W > 1 (slice-K inside the workgroup, AITER's `_kw{W}`) adds W
+    `k_waves` W > 1 (1 to 8; slice-K inside the workgroup, AITER's `_kw{W}`
+    and opus's `pair_kw{W}`) adds W
     groups of `waves` waves: the reduction dimension is cut into W
     contiguous ranges, each walked by one group with its own A and B tiles
     in LDS, and the groups' FP32 partial sums are added in LDS, in
