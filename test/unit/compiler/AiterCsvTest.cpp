@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 
 using namespace moec;
 
@@ -48,6 +49,22 @@ SkippingBuild buildSkipping(const char *file, const std::string &csv) {
     UNSCOPED_INFO(u);
   REQUIRE(built);
   return out;
+}
+
+/// Parses NAME as a stage-STAGE kernel name (REQUIREd to be served) and
+/// checks the knobs named in EXPECTED; other knobs are not looked at.
+AiterStageKnobs knobsOf(const std::string &name, int stage,
+                        const std::map<std::string, std::string> &expected) {
+  AiterStageKnobs k;
+  std::string reason;
+  const bool parsed = parseAiterKernelName(name, stage, k, reason);
+  INFO(name << ": " << reason);
+  REQUIRE(parsed);
+  for (const auto &[knob, value] : expected) {
+    INFO(name << " knob " << knob);
+    CHECK((k.knobs.count(knob) ? k.knobs.at(knob) : "(absent)") == value);
+  }
+  return k;
 }
 
 } // namespace
@@ -836,15 +853,10 @@ TEST_CASE("AITER A16W4 names: BF16 activations and intermediate, no quant",
   CHECK(k.knobs.at("k") == "128");
   // _kw{n}: tile.k_waves = n over 4 / n N-waves (AITER's a16wmix gemm1
   // keeps 4 waves in all).
-  REQUIRE(parseAiterKernelName(
-      "flydsl_moe1_abf16_wfp4_bf16_t32x32x256_w3_xcd1_kw2", 1, k, reason));
-  CHECK(k.knobs.at("k_waves") == "2");
-  CHECK(k.knobs.at("waves") == "2");
-  CHECK(k.knobs.at("n") == "32");
-  REQUIRE(parseAiterKernelName(
-      "flydsl_moe1_abf16_wfp4_bf16_t32x32x128_w4_kw4", 1, k, reason));
-  CHECK(k.knobs.at("k_waves") == "4");
-  CHECK(k.knobs.at("waves") == "1");
+  knobsOf("flydsl_moe1_abf16_wfp4_bf16_t32x32x256_w3_xcd1_kw2", 1,
+          {{"k_waves", "2"}, {"waves", "2"}, {"n", "32"}});
+  knobsOf("flydsl_moe1_abf16_wfp4_bf16_t32x32x128_w4_kw4", 1,
+          {{"k_waves", "4"}, {"waves", "1"}});
   // An A16W4 stage 1 never requantises.
   CHECK_FALSE(parseAiterKernelName(
       "flydsl_moe1_abf16_wfp4_bf16_t32x128x256_w4_fp8", 1, k, reason));
@@ -951,29 +963,17 @@ TEST_CASE("AITER CK-tile stage 2 and opus stage 1 names",
                        {"waves", "2"}, {"gate_up_interleave", "16"},
                        {"orientation", "b_major"}, {"b_cache", "cached"}});
   CHECK(k.tileM == 64);
-  REQUIRE(parseAiterKernelName(
-      "opus_moe1_afp8_wfp4_bf16_t32x512_gs_aff32_p2_fp8", 1, k, reason));
-  CHECK(k.knobs.at("n") == "256");
-  CHECK(k.knobs.at("waves") == "4");
+  knobsOf("opus_moe1_afp8_wfp4_bf16_t32x512_gs_aff32_p2_fp8", 1,
+          {{"n", "256"}, {"waves", "4"}});
   // The sample table's own: 7 K groups of 2 waves (14 waves, 896
   // threads); 192 columns over 2 and over 4 waves.
-  REQUIRE(parseAiterKernelName(
-      "opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8", 1, k, reason));
-  CHECK(k.knobs.at("n") == "32");
-  CHECK(k.knobs.at("waves") == "2");
-  CHECK(k.knobs.at("k_waves") == "7");
-  REQUIRE(parseAiterKernelName(
-      "opus_moe1_afp8_wfp4_bf16_t32x384_gs_qgb6_stream_k8_bt128_fp8", 1, k,
-      reason));
-  CHECK(k.knobs.at("n") == "192");
-  CHECK(k.knobs.at("waves") == "2");
-  CHECK(k.knobs.count("k_waves") == 0);
-  REQUIRE(parseAiterKernelName(
-      "opus_moe1_afp8_wfp4_bf16_t64x384_gs_qgb3_aff192_mmajor_fp8", 1, k,
-      reason));
-  CHECK(k.knobs.at("n") == "192");
-  CHECK(k.knobs.at("waves") == "4");
-  CHECK(k.tileM == 64);
+  knobsOf("opus_moe1_afp8_wfp4_bf16_t32x384_pair_kw7_m3_fp8", 1,
+          {{"n", "32"}, {"waves", "2"}, {"k_waves", "7"}});
+  knobsOf("opus_moe1_afp8_wfp4_bf16_t32x384_gs_qgb6_stream_k8_bt128_fp8", 1,
+          {{"n", "192"}, {"waves", "2"}, {"k_waves", "(absent)"}});
+  CHECK(knobsOf("opus_moe1_afp8_wfp4_bf16_t64x384_gs_qgb3_aff192_mmajor_fp8",
+                1, {{"n", "192"}, {"waves", "4"}})
+            .tileM == 64);
   for (auto [name, cls] :
        {std::pair<const char *, const char *>{
             "opus_moe1_afp8_wfp4_bf16_t32x400_gs_qgb6_fp8",
