@@ -554,9 +554,10 @@ static bool parseCkName(const std::string &name, int stage,
 /// Both pipelines read the FlyDSL _gui weight layout (gate and up
 /// interleaved in 16-row blocks), step K by 256 (two 16x16x128 scaled
 /// MFMAs), clamp by the caller's runtime swiglu_limit, apply the row's
-/// activation (the caller's, not the name's) in FP32 and write the FP8 intermediate with one E8M0 scale per 32
-/// columns, 2^ceil(log2(amax / 448)) (the trailing _fp8 is the tuner's
-/// profile suffix; the kernel always writes FP8). `pair` with kw{n}: a
+/// activation (the caller's, not the name's) in FP32 and write the FP8
+/// intermediate with one E8M0 scale per 32 columns, 2^ceil(log2(amax /
+/// 448)) (the trailing _fp8 is the tuner's profile suffix; the kernel
+/// always writes FP8). `pair` with kw{n}: a
 /// workgroup of 32 intermediate columns, two waves (one 16-column half
 /// each) per K group, H cut over n groups whose FP32 sums are reduced in
 /// LDS: moec's W13 n 32, waves 2, k_waves n. `gs` (gate/up group split):

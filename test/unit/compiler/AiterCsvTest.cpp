@@ -919,7 +919,6 @@ TEST_CASE("AITER CK-tile stage 2 and opus stage 1 names",
           "[aiter][substitution]") {
   AiterStageKnobs k;
   std::string reason;
-  INFO(reason);
   for (int blockM : {32, 64}) {
     const std::string name = "cktile_a8w4_bm" + std::to_string(blockM);
     REQUIRE(parseAiterKernelName(name, 2, k, reason));
