@@ -59,6 +59,7 @@ rt::KernelInfo kernelInfo(const CompiledKernel &kernel, uint32_t codeObject,
   info.contentHash = kernel.contentHash;
   info.tableNames = kernel.tableNames;
   info.weightLayout = kernel.abi.weightLayout;
+  info.isaRepairs = kernel.isaRepairs;
   if (!kernel.kernelIr.empty()) {
     info.ir.object = irObject;
     info.ir.hash = hashHex(kernel.kernelIr.data(), kernel.kernelIr.size());

@@ -2,16 +2,13 @@
 
 #include "moec/Compiler/CodeObjectMetadata.h"
 
-#include "llvm/BinaryFormat/ELF.h"
+#include "moec/Isa/KernelMetadata.h"
+
 #include "llvm/BinaryFormat/MsgPackDocument.h"
-#include "llvm/Object/ELF.h"
-#include "llvm/Object/ELFTypes.h"
 
 using namespace llvm;
 
 namespace {
-
-using ELF64LE = object::ELF64LE;
 
 /// Reads an unsigned integer field of a kernel map; absent fields are 0
 /// (the backend omits, for example, .agpr_count on chips without AGPRs).
@@ -76,49 +73,24 @@ Expected<moec::CodeObjectKernel> readKernel(msgpack::MapDocNode &kernel) {
 
 Expected<std::vector<moec::CodeObjectKernel>>
 moec::readKernelResources(ArrayRef<uint8_t> hsaco) {
-  auto file = object::ELFFile<ELF64LE>::create(
-      StringRef(reinterpret_cast<const char *>(hsaco.data()), hsaco.size()));
-  if (!file)
-    return file.takeError();
-  if (file->getHeader().e_machine != ELF::EM_AMDGPU)
-    return createStringError("not an AMDGPU code object");
-  auto sections = file->sections();
-  if (!sections)
-    return sections.takeError();
-
-  for (const auto &section : *sections) {
-    if (section.sh_type != ELF::SHT_NOTE)
-      continue;
-    Error noteError = Error::success();
-    for (const auto &note : file->notes(section, noteError)) {
-      if (note.getName() != "AMDGPU" || note.getType() != ELF::NT_AMDGPU_METADATA)
-        continue;
-      ArrayRef<uint8_t> desc = note.getDesc(section.sh_addralign);
-      msgpack::Document document;
-      if (!document.readFromBlob(
-              StringRef(reinterpret_cast<const char *>(desc.data()), desc.size()),
-              /*Multi=*/false))
-        return createStringError("malformed NT_AMDGPU_METADATA msgpack");
-      msgpack::DocNode &root = document.getRoot();
-      if (root.getKind() != msgpack::Type::Map)
-        return createStringError("NT_AMDGPU_METADATA root is not a map");
-      auto kernels = root.getMap().find("amdhsa.kernels");
-      if (kernels == root.getMap().end() ||
-          kernels->second.getKind() != msgpack::Type::Array)
-        return createStringError("NT_AMDGPU_METADATA has no amdhsa.kernels");
-      std::vector<CodeObjectKernel> result;
-      for (msgpack::DocNode &kernel : kernels->second.getArray()) {
-        if (kernel.getKind() != msgpack::Type::Map)
-          return createStringError("amdhsa.kernels entry is not a map");
-        auto resources = readKernel(kernel.getMap());
-        if (!resources)
-          return resources.takeError();
-        result.push_back(std::move(*resources));
-      }
-      return result;
-    }
-    if (noteError)
-      return std::move(noteError);
+  msgpack::Document document;
+  if (Error error = isacheck::readAmdgpuMetadata(hsaco, document))
+    return std::move(error);
+  msgpack::DocNode &root = document.getRoot();
+  if (root.getKind() != msgpack::Type::Map)
+    return createStringError("NT_AMDGPU_METADATA root is not a map");
+  auto kernels = root.getMap().find("amdhsa.kernels");
+  if (kernels == root.getMap().end() ||
+      kernels->second.getKind() != msgpack::Type::Array)
+    return createStringError("NT_AMDGPU_METADATA has no amdhsa.kernels");
+  std::vector<CodeObjectKernel> result;
+  for (msgpack::DocNode &kernel : kernels->second.getArray()) {
+    if (kernel.getKind() != msgpack::Type::Map)
+      return createStringError("amdhsa.kernels entry is not a map");
+    auto resources = readKernel(kernel.getMap());
+    if (!resources)
+      return resources.takeError();
+    result.push_back(std::move(*resources));
   }
-  return createStringError("no NT_AMDGPU_METADATA note in the code object");
+  return result;
 }

@@ -75,27 +75,53 @@ moec::translateToLLVMIR(gpu::GPUModuleOp gpuModule, llvm::LLVMContext &context,
   return std::move(module);
 }
 
-llvm::Expected<std::vector<uint8_t>>
-moec::compileKernel(ModuleOp kernelIR, llvm::StringRef kernelName,
-                    const CompileTarget &target) {
-  // Lower a clone holding just this kernel, so the caller's kernel IR stays
-  // intact (the emulator and other kernels still need it).
+namespace {
+
+/// lowerKernelIRToLLVM on a clone holding just kernel `kernelName`, then
+/// `emit` on its LLVM IR.
+template <typename Result, typename Emit>
+llvm::Expected<Result> lowerOneKernel(ModuleOp kernelIR,
+                                      llvm::StringRef kernelName,
+                                      const moec::CompileTarget &target,
+                                      Emit emit) {
+  // A clone, so the caller's kernel IR stays intact (the emulator and
+  // other kernels still need it).
   OwningOpRef<ModuleOp> single = ModuleOp::create(kernelIR.getLoc());
   single.get()->setAttrs(kernelIR->getAttrDictionary());
   auto source = kernelIR.lookupSymbol<gpu::GPUModuleOp>(kernelName);
   if (!source)
     return llvm::createStringError("no gpu.module @" + kernelName.str());
   single->getBody()->push_back(source->clone());
-  if (failed(lowerKernelIRToLLVM(*single, target)))
+  if (failed(moec::lowerKernelIRToLLVM(*single, target)))
     return llvm::createStringError("lowering kernel @" + kernelName.str() +
                                    " to the LLVM dialect failed");
   auto lowered = single->lookupSymbol<gpu::GPUModuleOp>(kernelName);
   llvm::LLVMContext context;
-  auto module = translateToLLVMIR(lowered, context, target);
+  auto module = moec::translateToLLVMIR(lowered, context, target);
   if (!module)
     return module.takeError();
-  auto object = emitObject(**module, target);
-  if (!object)
-    return object.takeError();
-  return linkHsaco(*object);
+  return emit(**module);
+}
+
+} // namespace
+
+llvm::Expected<std::vector<uint8_t>>
+moec::compileKernel(ModuleOp kernelIR, llvm::StringRef kernelName,
+                    const CompileTarget &target) {
+  return lowerOneKernel<std::vector<uint8_t>>(
+      kernelIR, kernelName, target,
+      [&](llvm::Module &module) -> llvm::Expected<std::vector<uint8_t>> {
+        auto object = emitObject(module, target);
+        if (!object)
+          return object.takeError();
+        return linkHsaco(*object);
+      });
+}
+
+llvm::Expected<std::string>
+moec::compileKernelAssembly(ModuleOp kernelIR, llvm::StringRef kernelName,
+                            const CompileTarget &target) {
+  return lowerOneKernel<std::string>(
+      kernelIR, kernelName, target,
+      [&](llvm::Module &module) { return emitAssembly(module, target); });
 }

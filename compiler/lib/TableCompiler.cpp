@@ -10,6 +10,9 @@
 #include "moec/Compiler/StageBuilder.h"
 #include "moec/Dialect/Moe/MoeDialect.h"
 #include "moec/Dialect/Moe/MoeTarget.h"
+#include "moec/Isa/Verify.h"
+
+#include "IsaGate.h"
 #include "moec/bundle.h"
 #include "moec/hash.h"
 
@@ -49,6 +52,35 @@ namespace {
 std::string lineField(const SourceLine &where, const char *field) {
   return where.file + ":" + std::to_string(where.line) + ": field '" + field +
          "': ";
+}
+
+/// The ISA gate's repairs as the compile cache keeps them beside the
+/// repaired code object: one "address wait_states rule" line each.
+std::vector<uint8_t> encodeRepairs(const std::vector<rt::IsaRepairInfo> &repairs) {
+  std::string text;
+  for (const rt::IsaRepairInfo &r : repairs)
+    text += std::to_string(r.address) + " " + std::to_string(r.waitStates) +
+            " " + r.rule + "\n";
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+/// encodeRepairs read back; a malformed line (a damaged cache) is dropped.
+std::vector<rt::IsaRepairInfo> decodeRepairs(const std::vector<uint8_t> &bytes) {
+  std::vector<rt::IsaRepairInfo> out;
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(reinterpret_cast<const char *>(bytes.data()), bytes.size())
+      .split(lines, '\n', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef line : lines) {
+    auto [address, rest] = line.split(' ');
+    auto [waits, rule] = rest.split(' ');
+    rt::IsaRepairInfo r;
+    if (address.getAsInteger(10, r.address) || waits.getAsInteger(10, r.waitStates) ||
+        rule.empty())
+      continue;
+    r.rule = rule.str();
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 moe::PeerTransportAttr peerOf(Operation *op) {
@@ -331,8 +363,12 @@ CompileStatus compileTable(const TuningTable &table,
     for (const auto &[name, value] : kernel.attributes)
       description += ";" + name + "=" + value;
     const std::string key = CompileCache::key(kernel.kernelIr, description);
+    const std::string repairKey =
+        CompileCache::key(kernel.kernelIr, description + ";isa-repairs");
     if (std::optional<std::vector<uint8_t>> cached = cache.load(key)) {
       kernel.hsaco = std::move(*cached);
+      if (std::optional<std::vector<uint8_t>> repairs = cache.load(repairKey))
+        kernel.isaRepairs = decodeRepairs(*repairs);
       ++fromCache;
       time.fromCache = true;
       time.cacheSeconds = secondsSince(phase);
@@ -380,6 +416,24 @@ CompileStatus compileTable(const TuningTable &table,
                     " bytes of LDS; " + target.chip.name + " has " +
                     std::to_string(target.chip.ldsBytesPerCu);
       return;
+    }
+    if (options.verifyIsa) {
+      isacheck::KernelExpectation expected;
+      for (const abi::KernelArgInfo &arg : kernel.abi.args)
+        expected.args.push_back(arg.kind);
+      expected.workgroupSize = kernel.abi.workgroupSize;
+      if (llvm::Error e = applyIsaGate(*module, kernel.symbol, target, expected,
+                                       kernel.hsaco, kernel.isaRepairs)) {
+        kernelError = where + llvm::toString(std::move(e));
+        return;
+      }
+      // A repaired code object replaces the cached one, with its repairs
+      // beside it, so a cache hit needs no second repair and still says
+      // what was repaired.
+      if (!kernel.isaRepairs.empty()) {
+        cache.store(key, kernel.hsaco);
+        cache.store(repairKey, encodeRepairs(kernel.isaRepairs));
+      }
     }
     kernel.contentHash = hashHex(kernel.hsaco.data(), kernel.hsaco.size());
     kernel.name = kernel.symbol + "_" + kernel.contentHash.substr(0, 8);

@@ -216,8 +216,8 @@ bool packKernelArguments(const KernelInfo &kernel, const KernelArgValue *args,
               argKindName(args[i].kind);
       return false;
     }
-    const size_t size = expected.kind == ArgKind::I32 ? 4 : 8;
-    const size_t offset = (kernarg.size() + size - 1) / size * size;
+    const size_t size = abi::kernargSize(expected.kind);
+    const size_t offset = abi::kernargOffset(unsigned(kernarg.size()), expected.kind);
     kernarg.resize(offset + size, 0);
     switch (expected.kind) {
     case ArgKind::Buffer:

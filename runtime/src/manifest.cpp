@@ -409,7 +409,7 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
                          {"name", "symbol", "code_object", "stage",
                           "attributes", "abi", "launch", "resources",
                           "content_hash", "table_names", "ir",
-                          "weight_layout"},
+                          "weight_layout", "isa_repairs"},
                          error) ||
         !readString(entry, "name", where, true, kernel.name, error) ||
         !readString(entry, "symbol", where, true, kernel.symbol, error) ||
@@ -461,6 +461,24 @@ bool parseKernels(const Json &root, uint32_t codeObjectCount, Manifest &m,
           return false;
         }
         kernel.tableNames.push_back((*names)[n].get<std::string>());
+      }
+    }
+    if (const Json *repairs = findField(entry, "isa_repairs")) {
+      const std::string repairsPath = fieldPath(where, "isa_repairs");
+      if (!expectArray(*repairs, repairsPath, error))
+        return false;
+      for (size_t r = 0; r < repairs->size(); ++r) {
+        const std::string at = indexPath(repairsPath, r);
+        IsaRepairInfo repair;
+        if (!expectObject((*repairs)[r], at, error) ||
+            !knownFieldsOnly((*repairs)[r], at,
+                             {"address", "wait_states", "rule"}, error) ||
+            !readU32((*repairs)[r], "address", at, true, repair.address, error) ||
+            !readU32((*repairs)[r], "wait_states", at, true, repair.waitStates,
+                     error) ||
+            !readString((*repairs)[r], "rule", at, true, repair.rule, error))
+          return false;
+        kernel.isaRepairs.push_back(std::move(repair));
       }
     }
     const Json *ir = nullptr;
@@ -718,6 +736,14 @@ Json serializeKernel(const KernelInfo &kernel) {
     out["launch"]["grid"] = grid;
   if (kernel.ir.present())
     out["ir"] = {{"object", kernel.ir.object}, {"hash", kernel.ir.hash}};
+  if (!kernel.isaRepairs.empty()) {
+    Json repairs = Json::array();
+    for (const IsaRepairInfo &r : kernel.isaRepairs)
+      repairs.push_back({{"address", r.address},
+                         {"wait_states", r.waitStates},
+                         {"rule", r.rule}});
+    out["isa_repairs"] = repairs;
+  }
   if (!kernel.weightLayout.empty())
     out["weight_layout"] = kernel.weightLayout;
   return out;

@@ -10,6 +10,8 @@ The layers (docs/architecture.md, "Folders"):
                      (moec/abi/), never a runtime header, never linking it
   emulator/, device/ run the IR they are given: never the compiler,
                      codegen, dialect or harness headers
+  isa/               reads machine code: LLVM (MC, Object), target, abi;
+                     never MLIR, the runtime or the compiler side
   selftest/          a library under the CLI: never a tools/ or CLI11
                      header, MLIR or LLVM, never moec_reference_cli
   report/            a library under the CLI: never a tools/ or CLI11
@@ -67,6 +69,10 @@ def rules(root):
          lambda inc: inc.startswith(COMPILER_SIDE[:4])),
         ("device", "the emulated device runs the IR it is given: no compiler side",
          lambda inc: inc.startswith(COMPILER_SIDE[:4])),
+        ("isa", "the ISA verifier reads machine code: LLVM, target and abi "
+         "only",
+         lambda inc: inc.startswith("mlir/") or inc in runtime or
+         inc.startswith(COMPILER_SIDE + ("moec/Report/", "moec/Selftest/"))),
         ("selftest", "the self-test is a library under the CLI: no tools/, "
          "CLI11, MLIR or LLVM header",
          lambda inc: inc in tools or inc.startswith(("CLI/", "mlir/", "llvm/"))),
@@ -84,6 +90,8 @@ FORBIDDEN_LINKS = {
     "device": {"MoeCompiler", "MoeCodegen", "MoeDialect", "MoeHarness"},
     "runtime": {"MLIR", "LLVM", "MoeCompiler", "MoeCodegen", "MoeDialect"},
     "selftest": {"moec_reference_cli"},
+    "isa": {"MLIR", "moec_runtime", "moec_runtime_shared", "MoeCompiler",
+            "MoeCodegen", "MoeDialect"},
 }
 
 

@@ -30,6 +30,7 @@ struct CompileArgs {
   std::string table;
   std::string output;
   bool allowSpills = false;
+  bool noIsaGate = false;
   bool quiet = false;
   bool small = false;
   unsigned jobs = 0;
@@ -184,6 +185,7 @@ int runCompile(const CompileArgs &args) {
   CompileOptions options =
       args.small ? emu::smallShapeCompileOptions() : CompileOptions();
   options.allowSpills |= args.allowSpills;
+  options.verifyIsa = !args.noIsaGate;
   options.jobs = args.jobs;
   options.target = &CompileTarget::of(*chip);
   if (!args.noCache) {
@@ -298,6 +300,10 @@ void addCompileCommand(CLI::App &app, int &exitStatus) {
       ->required();
   cmd->add_flag("--allow-spills", args->allowSpills,
                 "accept kernels that spill registers or use scratch");
+  cmd->add_flag("--no-isa-gate", args->noIsaGate,
+                "accept kernels that fail the gfx950 ISA checks (hazards, "
+                "waits, kernel ABI, resources; docs/isa-verification.md): "
+                "for inspecting a failing kernel, never for serving");
   cmd->add_flag("-q,--quiet", args->quiet, "print nothing on success");
   cmd->add_option("-j,--jobs", args->jobs,
                   "kernels compiled in parallel (0: every core); the bundle "

@@ -212,6 +212,28 @@ std::string activationOf(const moec::rt::KernelInfo &k) {
   return clamp > 0 ? "silu<=" + text(clamp) : "silu";
 }
 
+/// The hazards the compiler's ISA gate repaired, kernel by kernel
+/// (docs/isa-verification.md, "Repair").
+void printIsaRepairs(const moec::rt::Manifest &manifest) {
+  size_t repairs = 0, kernels = 0;
+  for (const moec::rt::KernelInfo &k : manifest.kernels) {
+    repairs += k.isaRepairs.size();
+    kernels += !k.isaRepairs.empty();
+  }
+  if (repairs == 0) {
+    std::printf("\nISA gate repairs: none\n");
+    return;
+  }
+  std::printf("\nISA gate repairs: %zu hazard(s) in %zu kernel(s), s_nops "
+              "inserted before the instruction (addresses of LLVM's code)\n",
+              repairs, kernels);
+  for (const moec::rt::KernelInfo &k : manifest.kernels)
+    for (const moec::rt::IsaRepairInfo &r : k.isaRepairs)
+      std::printf("  %s: 0x%x: +%u wait state%s (%s)\n", k.name.c_str(),
+                  r.address, r.waitStates, r.waitStates == 1 ? "" : "s",
+                  r.rule.c_str());
+}
+
 int runInspect(const InspectArgs &args) {
   std::string error;
   auto bundle = moec::cli::openBundleOrReport(args.bundle);
@@ -241,6 +263,8 @@ int runInspect(const InspectArgs &args) {
                     {"occupancy_limiter",
                      moec::target::occupancyLimiterName(occ.limiter)},
                     {"resource_ceiling_percent", occ.resourceCeilingPercent}});
+      // The hazards the compiler's ISA gate repaired (empty: none fired).
+      entry["isa_repairs"] = stored[i].value("isa_repairs", nlohmann::json::array());
       if (args.isa) {
         auto summary = isaOf(*bundle, k);
         if (!summary) {
@@ -292,6 +316,7 @@ int runInspect(const InspectArgs &args) {
                 r.ldsBytes, r.privateSegmentBytes, spills,
                 k.launch.workgroupSize[0], waves, occ.resourceCeilingPercent);
   }
+  printIsaRepairs(manifest);
   if (!args.isa)
     return moec::cli::kSuccess;
   std::printf("\nmain loops (from each kernel's disassembly; counts are "

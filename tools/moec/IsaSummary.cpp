@@ -2,49 +2,16 @@
 
 #include "IsaSummary.h"
 
+#include "moec/Isa/Decoder.h"
+
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/MC/MCAsmInfo.h"
-#include "llvm/MC/MCContext.h"
-#include "llvm/MC/MCDisassembler/MCDisassembler.h"
-#include "llvm/MC/MCInst.h"
-#include "llvm/MC/MCInstPrinter.h"
-#include "llvm/MC/MCInstrAnalysis.h"
-#include "llvm/MC/MCInstrInfo.h"
-#include "llvm/MC/MCRegisterInfo.h"
-#include "llvm/MC/MCSubtargetInfo.h"
-#include "llvm/MC/MCTargetOptions.h"
-#include "llvm/MC/TargetRegistry.h"
-#include "llvm/Object/ELFObjectFile.h"
-#include "llvm/Support/raw_ostream.h"
-#include "llvm/TargetParser/Triple.h"
-
-#include <memory>
-#include <mutex>
-
-extern "C" {
-void LLVMInitializeAMDGPUTargetInfo();
-void LLVMInitializeAMDGPUTargetMC();
-void LLVMInitializeAMDGPUDisassembler();
-}
 
 using namespace llvm;
 
 namespace moec::cli {
 
 namespace {
-
-/// One decoded instruction: its address, size, mnemonic, operand text and,
-/// for a branch with a known target, that target.
-struct DecodedInst {
-  uint64_t address = 0;
-  uint64_t size = 0;
-  std::string mnemonic;
-  std::string operands;
-  bool isBranch = false;
-  bool hasTarget = false;
-  uint64_t target = 0;
-};
 
 /// Bytes one lane moves in a memory instruction, from its mnemonic's
 /// width token ("dwordx4", "ubyte", "b128", "u16"); 0 when none is found.
@@ -81,7 +48,7 @@ std::string bufferResource(StringRef operands) {
   return "?";
 }
 
-void countInstruction(const DecodedInst &inst, LoopCounts &counts) {
+void countInstruction(const isacheck::Instruction &inst, LoopCounts &counts) {
   StringRef m = inst.mnemonic;
   ++counts.instructions;
   if (m.starts_with("v_mfma_scale_")) {
@@ -155,114 +122,17 @@ std::string formatWidths(const std::map<unsigned, unsigned> &byWidth) {
 
 Expected<IsaSummary> summarizeKernelIsa(ArrayRef<uint8_t> elf, StringRef symbol,
                                         StringRef mcpu) {
-  static std::once_flag initialized;
-  std::call_once(initialized, [] {
-    LLVMInitializeAMDGPUTargetInfo();
-    LLVMInitializeAMDGPUTargetMC();
-    LLVMInitializeAMDGPUDisassembler();
-  });
-  const Triple triple("amdgcn-amd-amdhsa");
-  std::string error;
-  const Target *target = TargetRegistry::lookupTarget(triple, error);
-  if (!target)
-    return createStringError(error);
-  std::unique_ptr<MCRegisterInfo> mri(target->createMCRegInfo(triple));
-  MCTargetOptions options;
-  std::unique_ptr<MCAsmInfo> mai(target->createMCAsmInfo(*mri, triple, options));
-  std::unique_ptr<MCSubtargetInfo> sti(
-      target->createMCSubtargetInfo(triple, mcpu, ""));
-  std::unique_ptr<MCInstrInfo> mii(target->createMCInstrInfo());
-  if (!mri || !mai || !sti || !mii)
-    return createStringError("no AMDGPU MC layer for " + mcpu.str());
-  MCContext context(triple, mai.get(), mri.get(), sti.get());
-  std::unique_ptr<MCDisassembler> disassembler(
-      target->createMCDisassembler(*sti, context));
-  std::unique_ptr<MCInstPrinter> printer(target->createMCInstPrinter(
-      triple, mai->getAssemblerDialect(), *mai, *mii, *mri));
-  std::unique_ptr<MCInstrAnalysis> analysis(target->createMCInstrAnalysis(mii.get()));
-  if (!disassembler || !printer)
-    return createStringError("no AMDGPU disassembler for " + mcpu.str());
-
-  auto object = object::ObjectFile::createELFObjectFile(MemoryBufferRef(
-      StringRef(reinterpret_cast<const char *>(elf.data()), elf.size()),
-      symbol));
-  if (!object)
-    return object.takeError();
-  // Manifests name the kernel descriptor ("name.kd"); the code is "name".
-  symbol.consume_back(".kd");
+  Expected<isacheck::DecodedKernel> kernel = isacheck::decodeKernel(elf, symbol, mcpu);
+  if (!kernel)
+    return kernel.takeError();
   IsaSummary summary;
-  StringRef code;
-  uint64_t sectionAddress = 0;
-  bool found = false;
-  for (const object::SymbolRef &sym : (*object)->symbols()) {
-    Expected<StringRef> name = sym.getName();
-    Expected<object::SymbolRef::Type> type = sym.getType();
-    if (!name || !type) {
-      consumeError(name.takeError());
-      consumeError(type.takeError());
-      continue;
-    }
-    if (*name != symbol || *type != object::SymbolRef::ST_Function)
-      continue;
-    Expected<uint64_t> address = sym.getAddress();
-    Expected<object::section_iterator> section = sym.getSection();
-    if (!address || !section || *section == (*object)->section_end()) {
-      consumeError(address.takeError());
-      consumeError(section.takeError());
-      return createStringError("symbol '" + symbol.str() + "' has no code");
-    }
-    Expected<StringRef> contents = (*section)->getContents();
-    if (!contents)
-      return contents.takeError();
-    code = *contents;
-    sectionAddress = (*section)->getAddress();
-    summary.begin = *address;
-    summary.end = *address + object::ELFSymbolRef(sym).getSize();
-    found = true;
-    break;
-  }
-  if (!found)
-    return createStringError("no function symbol '" + symbol.str() + "'");
-  if (summary.begin < sectionAddress ||
-      summary.end - sectionAddress > code.size() || summary.end < summary.begin)
-    return createStringError("symbol '" + symbol.str() +
-                             "' lies outside its section");
-
-  std::vector<DecodedInst> insts;
-  ArrayRef<uint8_t> bytes(reinterpret_cast<const uint8_t *>(code.data()),
-                          code.size());
-  for (uint64_t address = summary.begin; address < summary.end;) {
-    MCInst inst;
-    uint64_t size = 0;
-    ArrayRef<uint8_t> at = bytes.slice(address - sectionAddress,
-                                       summary.end - address);
-    if (disassembler->getInstruction(inst, size, at, address, nulls()) !=
-            MCDisassembler::Success ||
-        size == 0) {
-      ++summary.undecoded;
-      address += 4;
-      continue;
-    }
-    DecodedInst decoded;
-    decoded.address = address;
-    decoded.size = size;
-    std::string text;
-    raw_string_ostream os(text);
-    printer->printInst(&inst, address, "", *sti, os);
-    os.flush();
-    StringRef trimmed = StringRef(text).trim();
-    auto [mnemonic, rest] = trimmed.split(' ');
-    decoded.mnemonic = mnemonic.str();
-    decoded.operands = (" " + rest.trim()).str();
-    decoded.isBranch = mii->get(inst.getOpcode()).isBranch();
-    if (decoded.isBranch && analysis)
-      decoded.hasTarget =
-          analysis->evaluateBranch(inst, address, size, decoded.target);
-    if (StringRef(decoded.mnemonic).starts_with("v_mfma_scale_"))
+  summary.begin = kernel->begin;
+  summary.end = kernel->end;
+  summary.undecoded = kernel->undecoded;
+  const std::vector<isacheck::Instruction> &insts = kernel->instructions;
+  for (const isacheck::Instruction &inst : insts)
+    if (inst.scaledMfma)
       ++summary.scaledMfma;
-    insts.push_back(std::move(decoded));
-    address += size;
-  }
   summary.instructions = insts.size();
 
   // Loops: [target, end of the backward branch). The main loop is the one
@@ -276,13 +146,13 @@ Expected<IsaSummary> summarizeKernelIsa(ArrayRef<uint8_t> elf, StringRef symbol,
     LoopCounts counts;
   };
   std::vector<Loop> loops;
-  for (const DecodedInst &inst : insts)
-    if (inst.isBranch && inst.hasTarget && inst.target <= inst.address &&
+  for (const isacheck::Instruction &inst : insts)
+    if (inst.kind == isacheck::InstClass::Branch && inst.hasTarget && inst.target <= inst.address &&
         inst.target >= summary.begin)
       loops.push_back({inst.target, inst.address + inst.size, {}});
   summary.loops = loops.size();
   for (Loop &loop : loops)
-    for (const DecodedInst &inst : insts)
+    for (const isacheck::Instruction &inst : insts)
       if (inst.address >= loop.begin && inst.address < loop.end)
         countInstruction(inst, loop.counts);
   for (size_t i = 0; i < loops.size(); ++i) {

@@ -17,6 +17,10 @@
 //  - persistent and handshaking grids (fused stages, persistent combine,
 //    persistent GEMMs) fit the workgroups the chip keeps resident at once,
 //    at both ends of every row's m range.
+// With --isa, also every kernel's machine code through the ISA verifier
+// (docs/isa-verification.md): waits, hazards, resources and the kernel ABI
+// against the manifest; a plain code object (an ELF file) gets the machine
+// code checks alone.
 // One line per problem naming the table, row and kernel; exit 1 when there
 // is any, 2 on bad input.
 //
@@ -25,6 +29,10 @@
 #include "CommandSupport.h"
 #include "Commands.h"
 
+#include "llvm/ADT/StringExtras.h"
+
+#include "moec/Isa/Decoder.h"
+#include "moec/Isa/Verify.h"
 #include "moec/Report/BundleAnalysis.h"
 #include "moec/bundle.h"
 #include "moec/kernel_occupancy.h"
@@ -34,6 +42,8 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -50,6 +60,7 @@ struct VerifyArgs {
   std::string bundle;
   std::string overrides;
   bool allowSpills = false;
+  bool isa = false;
 };
 
 struct CBundleCloser {
@@ -60,8 +71,9 @@ using CBundle = std::unique_ptr<moec_bundle_t, CBundleCloser>;
 class Verifier {
 public:
   Verifier(const rt::Manifest &manifest, const target::TargetInfo &chip,
-           moec_bundle_t *api, bool allowSpills)
-      : manifest_(manifest), chip_(chip), api_(api), allowSpills_(allowSpills) {}
+           moec_bundle_t *api, bool allowSpills, bool isa)
+      : manifest_(manifest), chip_(chip), api_(api), allowSpills_(allowSpills),
+        isa_(isa) {}
 
   /// False on bad input (an attribute that does not parse).
   bool run(std::string &error) {
@@ -83,6 +95,7 @@ public:
     return rows;
   }
   size_t residencyChecks() const { return residencyChecks_; }
+  size_t isaInstructions() const { return isaInstructions_; }
 
 private:
   void problem(const std::string &where, const std::string &what) {
@@ -154,6 +167,33 @@ private:
       problem(where, "its code object is not an ELF image");
     else if (std::strcmp(info.symbol, kernel.symbol.c_str()) != 0)
       problem(where, "the C API reports symbol " + std::string(info.symbol));
+    else if (isa_)
+      checkIsa(where, kernel,
+               llvm::ArrayRef(static_cast<const uint8_t *>(data), size));
+  }
+
+  /// The ISA verifier on the kernel's code object, with the arguments the
+  /// runtime packs from the manifest and its workgroup size.
+  void checkIsa(const std::string &where, const rt::KernelInfo &kernel,
+                llvm::ArrayRef<uint8_t> object) {
+    isacheck::KernelExpectation expected;
+    for (const rt::KernelArgInfo &arg : kernel.abi)
+      expected.args.push_back(arg.kind);
+    const auto &wg = kernel.launch.workgroupSize;
+    expected.workgroupSize = wg[0] * wg[1] * wg[2];
+    llvm::Expected<isacheck::KernelVerification> checked =
+        isacheck::verifyKernel(object, kernel.symbol, chip_, expected);
+    if (!checked) {
+      problem(where, "its code object cannot be decoded: " +
+                         llvm::toString(checked.takeError()));
+      return;
+    }
+    isaInstructions_ += checked->instructions;
+    for (const isacheck::Finding &finding : checked->findings)
+      problem(where, (finding.address ? "0x" + llvm::utohexstr(finding.address,
+                                                               true) + ": "
+                                      : std::string()) +
+                         finding.rule + ": " + finding.message);
   }
 
   /// One public-API selection; `status` is the C status.
@@ -380,13 +420,71 @@ private:
   const target::TargetInfo &chip_;
   moec_bundle_t *api_;
   bool allowSpills_;
+  bool isa_;
+  size_t isaInstructions_ = 0;
   std::vector<KernelFacts> facts_;
   std::vector<std::string> firstUser_;
   int problems_ = 0;
   size_t residencyChecks_ = 0;
 };
 
+/// `moec verify --isa FILE` on a code object outside a bundle: its
+/// machine code (no kernel ABI: nothing says what the runtime writes).
+int verifyCodeObjectFile(const VerifyArgs &args,
+                         const std::vector<uint8_t> &object) {
+  llvm::Expected<std::vector<std::string>> kernels = isacheck::listKernels(object);
+  if (!kernels) {
+    std::cerr << "moec: " << args.bundle << ": "
+              << llvm::toString(kernels.takeError()) << "\n";
+    return kBadInput;
+  }
+  // The chip from the ELF header's e_flags.
+  const uint32_t flags =
+      object.size() >= 52 ? uint32_t(object[48]) | uint32_t(object[49]) << 8
+                          : 0;
+  const target::TargetInfo *chip = nullptr;
+  for (const target::TargetInfo *candidate : target::kKnownTargets)
+    if (candidate->elfMach == (flags & target::kElfMachMask)) {
+      chip = candidate;
+      break;
+    }
+  if (!chip) {
+    std::cerr << "moec: " << args.bundle
+              << ": a code object for a chip moec does not know\n";
+    return kBadInput;
+  }
+  size_t problems = 0, instructions = 0;
+  for (const std::string &kernel : *kernels) {
+    llvm::Expected<isacheck::KernelVerification> checked =
+        isacheck::verifyKernel(object, kernel, *chip, std::nullopt);
+    if (!checked) {
+      std::cerr << "moec: " << args.bundle << ": " << kernel << ": "
+                << llvm::toString(checked.takeError()) << "\n";
+      return kBadInput;
+    }
+    instructions += checked->instructions;
+    problems += checked->findings.size();
+    std::cout << isacheck::formatFindings(kernel, checked->findings);
+  }
+  std::cout << args.bundle << ": " << kernels->size() << " kernel"
+            << (kernels->size() == 1 ? "" : "s") << ", " << instructions
+            << " instructions on " << chip->arch << ": " << problems
+            << " problem" << (problems == 1 ? "" : "s") << "\n";
+  return problems == 0 ? kSuccess : kCheckFailed;
+}
+
 int runVerify(const VerifyArgs &args) {
+  if (args.isa) {
+    std::ifstream in(args.bundle, std::ios::binary);
+    std::vector<uint8_t> head(4);
+    if (in && in.read(reinterpret_cast<char *>(head.data()), 4) &&
+        std::memcmp(head.data(), "\x7f" "ELF", 4) == 0) {
+      in.seekg(0);
+      std::vector<uint8_t> object((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+      return verifyCodeObjectFile(args, object);
+    }
+  }
   std::unique_ptr<rt::Bundle> bundle = openBundleOrReport(args.bundle);
   if (!bundle)
     return kBadInput;
@@ -421,7 +519,7 @@ int runVerify(const VerifyArgs &args) {
     std::cerr << "moec: " << error << "\n";
     return kBadInput;
   }
-  Verifier verifier(manifest, *chip, api.get(), args.allowSpills);
+  Verifier verifier(manifest, *chip, api.get(), args.allowSpills, args.isa);
   if (!verifier.run(error)) {
     std::cerr << "moec: " << args.bundle << ": " << error << "\n";
     return kBadInput;
@@ -435,6 +533,10 @@ int runVerify(const VerifyArgs &args) {
             << ", " << counted(manifest.selection.size(), "table") << ", "
             << counted(verifier.rowCount(), "row") << ", "
             << counted(verifier.residencyChecks(), "resident-grid check")
+            << (args.isa ? ", " + counted(verifier.isaInstructions(),
+                                          "instruction") +
+                               " through the ISA checks"
+                         : std::string())
             << " on " << chip->arch << ": " << counted(problems, "problem")
             << "\n";
   return problems == 0 ? kSuccess : kCheckFailed;
@@ -453,5 +555,9 @@ void addVerifyCommand(CLI::App &app, int &exitStatus) {
                   "would (docs/selection.md)");
   cmd->add_flag("--allow-spills", args->allowSpills,
                 "do not count spills and scratch as problems");
+  cmd->add_flag("--isa", args->isa,
+                "also check every kernel's machine code: waits, hazards, "
+                "resources, kernel ABI (docs/isa-verification.md); given a "
+                "code object instead of a bundle, its machine code alone");
   cmd->callback([args, &exitStatus] { exitStatus = runVerify(*args); });
 }

@@ -70,6 +70,15 @@ struct KernelIrInfo {
   bool present() const { return object != kNoKernelIr; }
 };
 
+/// A hazard the compiler's ISA gate repaired in a kernel
+/// (docs/isa-verification.md): `waitStates` inserted as s_nops before the
+/// instruction at `address` of the code LLVM emitted, because `rule` fired.
+struct IsaRepairInfo {
+  uint32_t address = 0;
+  uint32_t waitStates = 0;
+  std::string rule;
+};
+
 /// One kernel of the bundle.
 struct KernelInfo {
   std::string name;       ///< readable config name with a content-hash suffix
@@ -92,6 +101,8 @@ struct KernelInfo {
   /// The tuning-table kernels this binary serves (deduplicated).
   std::vector<std::string> tableNames;
   KernelIrInfo ir;
+  /// The hazards the ISA gate repaired in this kernel; empty: none fired.
+  std::vector<IsaRepairInfo> isaRepairs;
 };
 
 /// Where a table row's configuration came from.

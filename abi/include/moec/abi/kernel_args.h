@@ -37,6 +37,21 @@ struct KernelArgInfo {
   std::string shape;
 };
 
+/// Bytes of one argument in the kernarg segment: buffers are 8-byte
+/// pointers, i32 4 bytes, i64 8 bytes.
+inline constexpr unsigned kernargSize(ArgKind kind) noexcept {
+  return kind == ArgKind::I32 ? 4 : 8;
+}
+
+/// Where the next argument of `kind` goes when the arguments so far end at
+/// byte `end`: at its natural alignment (its size). The runtime packs
+/// kernargs by this rule and the ISA verifier checks each code object's
+/// metadata against it.
+inline constexpr unsigned kernargOffset(unsigned end, ArgKind kind) noexcept {
+  const unsigned size = kernargSize(kind);
+  return (end + size - 1) / size * size;
+}
+
 /// The manifest's spelling of a kind: "buffer", "i32", "i64".
 inline const char *argKindName(ArgKind kind) noexcept {
   switch (kind) {

@@ -72,6 +72,13 @@ llvm::Expected<std::vector<uint8_t>>
 compileKernel(mlir::ModuleOp kernelIR, llvm::StringRef kernelName,
               const CompileTarget &target);
 
+/// compileKernel's code as AMDGPU assembly (emitAssembly) instead of a
+/// code object: the same lowering, so the same instructions. The ISA gate
+/// repairs hazards in it and assembles it again (IsaGate.cpp).
+llvm::Expected<std::string>
+compileKernelAssembly(mlir::ModuleOp kernelIR, llvm::StringRef kernelName,
+                      const CompileTarget &target);
+
 } // namespace moec
 
 #endif // MOEC_COMPILER_PIPELINE_H

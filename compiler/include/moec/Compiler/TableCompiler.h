@@ -51,6 +51,8 @@ struct CompiledKernel {
   /// XXH64 of the HSACO, 16 hex digits.
   std::string contentHash;
   SourceLine where;
+  /// The hazards the ISA gate repaired (CompileOptions::verifyIsa).
+  std::vector<rt::IsaRepairInfo> isaRepairs;
 };
 
 /// Where one kernel's compile time went: wall seconds on the thread that
@@ -143,6 +145,11 @@ struct CompileOptions {
   const CompileTarget *target = nullptr;
   /// Accept kernels that spill registers (the resource gate otherwise fails).
   bool allowSpills = false;
+  /// The ISA gate: every code object through the ISA verifier (waits,
+  /// hazards, resources, kernel ABI; docs/isa-verification.md); a kernel
+  /// with a finding fails the compile. `moec compile --no-isa-gate` turns
+  /// it off.
+  bool verifyIsa = true;
   /// Applied by compileTableToBundle to the table as read, before anything
   /// is compiled (`moec compile --small` shrinks every problem with it).
   std::function<void(TuningTable &)> rewriteTable;

@@ -10,6 +10,8 @@
 #ifndef MOEC_TARGET_TARGET_INFO_H
 #define MOEC_TARGET_TARGET_INFO_H
 
+#include "moec/target/hazard_rules.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -95,6 +97,10 @@ struct TargetInfo {
   /// 32x32x64 (0 on a chip without scaled MFMA).
   uint32_t scaledMfma16x16x128Fp8Cycles;
   uint32_t scaledMfma32x32x64Fp8Cycles;
+  /// The software-visible hazards of the ISA (hazard_rules.h), which the
+  /// ISA verifier checks every code object against; null where moec has no
+  /// table for the ISA (its code objects are then verified without them).
+  const HazardTable *hazards;
 
   /// Wave slots per CU (simdsPerCu * maxWavesPerSimd).
   constexpr uint32_t maxWavesPerCu() const {
@@ -138,6 +144,7 @@ inline constexpr TargetInfo kGfx950 = {
     /*ldsBytesPerCuCycle=*/128,
     /*scaledMfma16x16x128Fp8Cycles=*/32,
     /*scaledMfma32x32x64Fp8Cycles=*/64,
+    /*hazards=*/&kGfx950Hazards,
 };
 
 /// mi350p: Instinct MI350P, the PCIe part of the gfx950 ISA (CDNA4): four
@@ -189,6 +196,7 @@ inline constexpr TargetInfo kGfx942 = {
     /*ldsBytesPerCuCycle=*/128,
     /*scaledMfma16x16x128Fp8Cycles=*/0,
     /*scaledMfma32x32x64Fp8Cycles=*/0,
+    /*hazards=*/nullptr,
 };
 
 /// ELF facts shared by every AMDGPU code object (llvm/BinaryFormat/ELF.h):
