@@ -185,7 +185,7 @@ int runCompile(const CompileArgs &args) {
   CompileOptions options =
       args.small ? emu::smallShapeCompileOptions() : CompileOptions();
   options.allowSpills |= args.allowSpills;
-  options.verifyIsa = !args.noIsaGate;
+  options.verifyIsa = options.verifyIsa && !args.noIsaGate;
   options.jobs = args.jobs;
   options.target = &CompileTarget::of(*chip);
   if (!args.noCache) {
