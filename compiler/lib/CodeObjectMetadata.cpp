@@ -74,20 +74,12 @@ Expected<moec::CodeObjectKernel> readKernel(msgpack::MapDocNode &kernel) {
 Expected<std::vector<moec::CodeObjectKernel>>
 moec::readKernelResources(ArrayRef<uint8_t> hsaco) {
   msgpack::Document document;
-  if (Error error = isacheck::readAmdgpuMetadata(hsaco, document))
-    return std::move(error);
-  msgpack::DocNode &root = document.getRoot();
-  if (root.getKind() != msgpack::Type::Map)
-    return createStringError("NT_AMDGPU_METADATA root is not a map");
-  auto kernels = root.getMap().find("amdhsa.kernels");
-  if (kernels == root.getMap().end() ||
-      kernels->second.getKind() != msgpack::Type::Array)
-    return createStringError("NT_AMDGPU_METADATA has no amdhsa.kernels");
+  auto kernels = isacheck::readAmdhsaKernels(hsaco, document);
+  if (!kernels)
+    return kernels.takeError();
   std::vector<CodeObjectKernel> result;
-  for (msgpack::DocNode &kernel : kernels->second.getArray()) {
-    if (kernel.getKind() != msgpack::Type::Map)
-      return createStringError("amdhsa.kernels entry is not a map");
-    auto resources = readKernel(kernel.getMap());
+  for (msgpack::MapDocNode *kernel : *kernels) {
+    auto resources = readKernel(*kernel);
     if (!resources)
       return resources.takeError();
     result.push_back(std::move(*resources));

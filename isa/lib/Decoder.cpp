@@ -2,6 +2,8 @@
 
 #include "moec/Isa/Decoder.h"
 
+#include "McLayer.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
@@ -249,33 +251,22 @@ void setMfmaPasses(Instruction &inst) {
 
 Expected<DecodedKernel> decodeKernel(ArrayRef<uint8_t> elf, StringRef symbol,
                                      StringRef mcpu) {
-  static std::once_flag initialized;
-  std::call_once(initialized, [] {
-    LLVMInitializeAMDGPUTargetInfo();
-    LLVMInitializeAMDGPUTargetMC();
-    LLVMInitializeAMDGPUDisassembler();
-  });
-  const Triple triple("amdgcn-amd-amdhsa");
-  std::string error;
-  const Target *target = TargetRegistry::lookupTarget(triple, error);
-  if (!target)
-    return createStringError(error);
-  std::unique_ptr<MCRegisterInfo> mri(target->createMCRegInfo(triple));
-  MCTargetOptions options;
-  std::unique_ptr<MCAsmInfo> mai(
-      target->createMCAsmInfo(*mri, triple, options));
-  std::unique_ptr<MCSubtargetInfo> sti(
-      target->createMCSubtargetInfo(triple, mcpu, ""));
-  std::unique_ptr<MCInstrInfo> mii(target->createMCInstrInfo());
-  if (!mri || !mai || !sti || !mii)
-    return createStringError("no AMDGPU MC layer for " + mcpu.str());
-  MCContext context(triple, mai.get(), mri.get(), sti.get());
+  auto layer = McLayer::create(mcpu, "");
+  if (!layer)
+    return layer.takeError();
+  const Target *target = (*layer)->target;
+  const Triple &triple = (*layer)->triple;
+  MCRegisterInfo *mri = (*layer)->registers.get();
+  MCAsmInfo *mai = (*layer)->asmInfo.get();
+  MCSubtargetInfo *sti = (*layer)->subtarget.get();
+  MCInstrInfo *mii = (*layer)->instructions.get();
+  MCContext context(triple, mai, mri, sti);
   std::unique_ptr<MCDisassembler> disassembler(
       target->createMCDisassembler(*sti, context));
   std::unique_ptr<MCInstPrinter> printer(target->createMCInstPrinter(
       triple, mai->getAssemblerDialect(), *mai, *mii, *mri));
   std::unique_ptr<MCInstrAnalysis> analysis(
-      target->createMCInstrAnalysis(mii.get()));
+      target->createMCInstrAnalysis(mii));
   if (!disassembler || !printer)
     return createStringError("no AMDGPU disassembler for " + mcpu.str());
 

@@ -73,9 +73,8 @@ std::string readText(msgpack::MapDocNode &map, StringRef field) {
 
 } // namespace
 
-Expected<KernelAbiMetadata> readKernelAbi(ArrayRef<uint8_t> elf,
-                                          StringRef symbol) {
-  msgpack::Document document;
+Expected<std::vector<msgpack::MapDocNode *>>
+readAmdhsaKernels(ArrayRef<uint8_t> elf, msgpack::Document &document) {
   if (Error error = readAmdgpuMetadata(elf, document))
     return std::move(error);
   msgpack::DocNode &root = document.getRoot();
@@ -85,11 +84,25 @@ Expected<KernelAbiMetadata> readKernelAbi(ArrayRef<uint8_t> elf,
   if (kernels == root.getMap().end() ||
       kernels->second.getKind() != msgpack::Type::Array)
     return createStringError("NT_AMDGPU_METADATA has no amdhsa.kernels");
-  symbol.consume_back(".kd");
+  std::vector<msgpack::MapDocNode *> out;
   for (msgpack::DocNode &node : kernels->second.getArray()) {
     if (node.getKind() != msgpack::Type::Map)
       return createStringError("amdhsa.kernels entry is not a map");
-    msgpack::MapDocNode &kernel = node.getMap();
+    out.push_back(&node.getMap());
+  }
+  return out;
+}
+
+Expected<KernelAbiMetadata> readKernelAbi(ArrayRef<uint8_t> elf,
+                                          StringRef symbol) {
+  msgpack::Document document;
+  Expected<std::vector<msgpack::MapDocNode *>> kernels =
+      readAmdhsaKernels(elf, document);
+  if (!kernels)
+    return kernels.takeError();
+  symbol.consume_back(".kd");
+  for (msgpack::MapDocNode *node : *kernels) {
+    msgpack::MapDocNode &kernel = *node;
     KernelAbiMetadata out;
     out.name = readText(kernel, ".name");
     out.symbol = readText(kernel, ".symbol");

@@ -9,6 +9,8 @@
 
 #include "moec/Isa/Repair.h"
 
+#include "McLayer.h"
+
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/MC/MCAsmBackend.h"
@@ -27,7 +29,6 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Triple.h"
 
@@ -158,25 +159,16 @@ Expected<std::string> insertNops(StringRef asmText, const DecodedKernel &kernel,
 Expected<std::vector<uint8_t>> assembleObject(StringRef asmText,
                                               StringRef mcpu,
                                               StringRef features) {
-  static std::once_flag initialized;
-  std::call_once(initialized, [] {
-    LLVMInitializeAMDGPUTargetInfo();
-    LLVMInitializeAMDGPUTargetMC();
-    LLVMInitializeAMDGPUAsmParser();
-  });
-  const Triple triple("amdgcn-amd-amdhsa");
-  std::string error;
-  const Target *target = TargetRegistry::lookupTarget(triple, error);
-  if (!target)
-    return createStringError(error);
-  MCTargetOptions options;
-  std::unique_ptr<MCRegisterInfo> mri(target->createMCRegInfo(triple));
-  std::unique_ptr<MCAsmInfo> mai(target->createMCAsmInfo(*mri, triple, options));
-  std::unique_ptr<MCSubtargetInfo> sti(
-      target->createMCSubtargetInfo(triple, mcpu, features));
-  std::unique_ptr<MCInstrInfo> mii(target->createMCInstrInfo());
-  if (!mri || !mai || !sti || !mii)
-    return createStringError("no AMDGPU MC layer for " + mcpu.str());
+  auto layer = McLayer::create(mcpu, features);
+  if (!layer)
+    return layer.takeError();
+  const Target *target = (*layer)->target;
+  const Triple &triple = (*layer)->triple;
+  const MCTargetOptions &options = (*layer)->options;
+  MCRegisterInfo *mri = (*layer)->registers.get();
+  MCAsmInfo *mai = (*layer)->asmInfo.get();
+  MCSubtargetInfo *sti = (*layer)->subtarget.get();
+  MCInstrInfo *mii = (*layer)->instructions.get();
 
   SourceMgr sources;
   std::string diagnostics;
@@ -190,7 +182,7 @@ Expected<std::vector<uint8_t>> assembleObject(StringRef asmText,
       &diagnostics);
   sources.AddNewSourceBuffer(MemoryBuffer::getMemBufferCopy(asmText, "kernel.s"),
                              SMLoc());
-  MCContext context(triple, mai.get(), mri.get(), sti.get(), &sources,
+  MCContext context(triple, mai, mri, sti, &sources,
                     &options);
   std::unique_ptr<MCObjectFileInfo> fileInfo(
       target->createMCObjectFileInfo(context, /*PIC=*/true));

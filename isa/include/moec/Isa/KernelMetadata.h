@@ -25,6 +25,13 @@ namespace moec::isacheck {
 llvm::Error readAmdgpuMetadata(llvm::ArrayRef<uint8_t> elf,
                                llvm::msgpack::Document &document);
 
+/// The kernels of the code object's metadata (`amdhsa.kernels`, each a
+/// map), parsed into `document`, which owns them; fails naming what is
+/// missing or malformed.
+llvm::Expected<std::vector<llvm::msgpack::MapDocNode *>>
+readAmdhsaKernels(llvm::ArrayRef<uint8_t> elf,
+                  llvm::msgpack::Document &document);
+
 /// One entry of a kernel's `.args`.
 struct KernargEntry {
   std::string name;
