@@ -18,7 +18,7 @@ Findings checkKernelAbi(const KernelAbiMetadata &metadata,
                         const target::TargetInfo &chip) {
   Findings findings;
   auto add = [&](const char *rule, std::string message) {
-    findings.push_back({rule, 0, std::move(message), 0});
+    findings.push_back({rule, kWholeKernel, std::move(message), 0});
   };
   std::vector<const KernargEntry *> explicitArgs;
   unsigned explicitEnd = 0, hiddenBegin = ~0u;

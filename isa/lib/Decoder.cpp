@@ -86,6 +86,13 @@ namespace {
 /// The 32-bit unit a register name of LLVM's AMDGPU register table stands
 /// for ("VGPR12", "AGPR3", "SGPR5", "TTMP2", "VCC_LO", ...), if it is one.
 std::optional<RegUnit> unitOfName(StringRef name) {
+  // Encoding variants carry a lower-case suffix ("M0_gfxpre11",
+  // "FLAT_SCR_LO_vi"): the unit is the same register.
+  for (size_t i = 0; i + 1 < name.size(); ++i)
+    if (name[i] == '_' && llvm::isLower(name[i + 1])) {
+      name = name.take_front(i);
+      break;
+    }
   auto numbered = [&](StringRef prefix, RegUnit base,
                       unsigned limit) -> std::optional<RegUnit> {
     if (!name.starts_with(prefix))
@@ -369,8 +376,9 @@ Expected<DecodedKernel> decodeKernel(ArrayRef<uint8_t> elf, StringRef symbol,
     for (MCPhysReg r : desc.implicit_uses())
       inst.regs.push_back({unitMap.units(r), false, -1});
     inst.immediate = firstImm;
+    // gfx9 reads only SIMM16[3:0] of s_nop: `s_nop 16` waits 1 state.
     if (inst.kind == InstClass::Nop && firstImm >= 0)
-      inst.nopCount = unsigned(firstImm);
+      inst.nopCount = unsigned(firstImm & 0xf);
     if (inst.kind == InstClass::Waitcnt && firstImm >= 0) {
       // gfx9 encoding: vmcnt [3:0] and [15:14], expcnt [6:4], lgkmcnt [11:8].
       const uint64_t imm = uint64_t(firstImm);

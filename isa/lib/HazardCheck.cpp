@@ -34,6 +34,19 @@ bool isValuKind(InstClass k) {
          k == InstClass::LaneAccess || k == InstClass::AccMove;
 }
 
+bool isDot(const Instruction &inst) {
+  return llvm::StringRef(inst.mnemonic).starts_with("v_dot");
+}
+
+/// A DOT's accumulator (SrcC): MC operand 6 of the VOP3P and VOP3 forms
+/// (each source follows its modifiers), 3 of the VOP2 forms (v_dot2c_*
+/// e32, the tied destination); null when it is an inline constant.
+const RegOperand *dotSrcC(const Instruction &inst) {
+  if (const RegOperand *c = inst.operand(6))
+    return c;
+  return inst.operand(3);
+}
+
 bool isMemoryKind(InstClass k) {
   return k == InstClass::VmemLoad || k == InstClass::VmemStore ||
          k == InstClass::LdsDma || k == InstClass::DsRead ||
@@ -109,6 +122,11 @@ Units producedBy(const Instruction &inst, HazardProducer producer) {
     return {};
   case HazardProducer::ValuWriteVgpr:
     return isValuKind(k) ? filter(inst.defs(), reg::isVectorReg) : Units{};
+  case HazardProducer::NonDotValuWriteVgpr:
+    return isValuKind(k) && !isDot(inst) ? filter(inst.defs(), reg::isVectorReg)
+                                         : Units{};
+  case HazardProducer::DotWrite:
+    return isValuKind(k) && isDot(inst) ? explicitDefs(inst) : Units{};
   case HazardProducer::ValuWriteSgpr:
     return isValuKind(k) ? filter(inst.defs(), isSgprOrVcc) : Units{};
   case HazardProducer::ValuWriteExec:
@@ -171,6 +189,8 @@ std::vector<Units> consumedBy(const Instruction &inst, HazardConsumer consumer) 
   case HazardConsumer::XdlMfmaSrcCOtherOpcode:
     return k == InstClass::Mfma && inst.xdl ? one(inst.mfmaSrcC())
                                             : std::vector<Units>{};
+  case HazardConsumer::MfmaSrcCFull:
+    return k == InstClass::Mfma ? one(inst.mfmaSrcC()) : std::vector<Units>{};
   case HazardConsumer::NonXdlMfmaSrcCOverlap:
     return k == InstClass::Mfma && !inst.xdl ? one(inst.mfmaSrcC())
                                              : std::vector<Units>{};
@@ -185,6 +205,16 @@ std::vector<Units> consumedBy(const Instruction &inst, HazardConsumer consumer) 
                                             : std::vector<Units>{};
   case HazardConsumer::VectorWrite:
     if (isValuKind(k) || k == InstClass::VmemLoad || k == InstClass::DsRead) {
+      Units defs = filter(inst.defs(), reg::isVectorReg);
+      return defs.empty() ? std::vector<Units>{} : std::vector<Units>{defs};
+    }
+    return {};
+  case HazardConsumer::VectorReadUnlessDotAccumulate:
+    return isValuKind(k) || k == InstClass::Mfma || isMemoryKind(k)
+               ? explicitUses(reg::isVectorReg)
+               : std::vector<Units>{};
+  case HazardConsumer::OtherOpcodeValuWrite:
+    if (isValuKind(k) || k == InstClass::Mfma) {
       Units defs = filter(inst.defs(), reg::isVectorReg);
       return defs.empty() ? std::vector<Units>{} : std::vector<Units>{defs};
     }
@@ -282,7 +312,18 @@ bool related(const HazardRule &rule, const Instruction &p, const Units &produced
     // opcode) or are the other-opcode rule's.
     return produced != operand;
   case HazardConsumer::XdlMfmaSrcCOtherOpcode:
-    return produced == operand && p.mnemonic != c.mnemonic;
+    // MC opcodes, not mnemonics: the FP8 and FP4 forms of
+    // v_mfma_scale_f32_16x16x128_f8f6f4 print alike and do not forward.
+    return produced == operand && p.opcode != c.opcode;
+  case HazardConsumer::MfmaSrcCFull:
+    return produced == operand;
+  case HazardConsumer::VectorReadUnlessDotAccumulate:
+    if (p.opcode == c.opcode)
+      if (const RegOperand *acc = dotSrcC(c))
+        return sorted(acc->units) != operand;
+    return true;
+  case HazardConsumer::OtherOpcodeValuWrite:
+    return p.opcode != c.opcode;
   default:
     return true;
   }

@@ -80,8 +80,9 @@ Expected<std::vector<NopRepair>> planNopRepairs(const Findings &findings) {
   std::map<uint64_t, NopRepair> byAddress;
   for (const Finding &f : findings) {
     if (!isHazardRule(f.rule) || f.missingWaitStates == 0)
-      return createStringError("0x" + utohexstr(f.address, true) + ": " +
-                               f.rule + " is not repaired by wait states");
+      return createStringError(
+          (f.atInstruction() ? "0x" + utohexstr(f.address, true) + ": " : "") +
+          f.rule + " is not repaired by wait states");
     NopRepair &r = byAddress[f.address];
     if (f.missingWaitStates > r.waitStates) {
       r = {f.address, f.missingWaitStates, f.rule};

@@ -72,7 +72,7 @@ Findings checkResources(const DecodedKernel &kernel) {
   DescriptorGrant grant;
   std::string error;
   if (!decodeDescriptor(kernel.descriptor, grant, error)) {
-    findings.push_back({"resource.descriptor", 0, error, 0});
+    findings.push_back({"resource.descriptor", kWholeKernel, error, 0});
     return findings;
   }
   int maxVgpr = -1, maxAgpr = -1, maxSgpr = -1;

@@ -18,7 +18,7 @@ verifyKernel(llvm::ArrayRef<uint8_t> elf, llvm::StringRef symbol,
   out.instructions = kernel->instructions.size();
   Findings &findings = out.findings;
   if (kernel->undecoded)
-    findings.push_back({"decode", 0,
+    findings.push_back({"decode", kWholeKernel,
                         std::to_string(kernel->undecoded) +
                             " words the disassembler cannot decode",
                         0});
@@ -52,7 +52,7 @@ std::string formatFindings(llvm::StringRef kernel, const Findings &findings) {
   std::string out;
   for (const Finding &f : findings) {
     out += kernel.str() + ": ";
-    if (f.address)
+    if (f.atInstruction())
       out += "0x" + llvm::utohexstr(f.address, true) + ": ";
     out += f.rule + ": " + f.message + "\n";
   }

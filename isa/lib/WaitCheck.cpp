@@ -25,6 +25,7 @@
 
 #include <array>
 #include <deque>
+#include <set>
 
 namespace moec::isacheck {
 
@@ -138,9 +139,12 @@ void step(const Instruction &inst, State &state, Findings *findings) {
   }
   // Reads and overwrites of registers still being written.
   if (findings) {
+    // A register named by two operands (v_add v2, v1, v1) is one read.
+    std::set<std::pair<bool, RegUnit>> checked;
     for (const RegOperand &op : inst.regs)
       for (RegUnit u : op.units)
-        if (u != reg::kExecLo && u != reg::kExecHi && u != reg::kMode)
+        if (u != reg::kExecLo && u != reg::kExecHi && u != reg::kMode &&
+            checked.insert({op.isDef, u}).second)
           checkUnit(inst, u, op.isDef, state, findings);
     if (k == InstClass::DsRead && state.vm.after[reg::kLdsByDma] != kIdle)
       findings->push_back(

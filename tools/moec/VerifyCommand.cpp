@@ -190,7 +190,7 @@ private:
     }
     isaInstructions_ += checked->instructions;
     for (const isacheck::Finding &finding : checked->findings)
-      problem(where, (finding.address ? "0x" + llvm::utohexstr(finding.address,
+      problem(where, (finding.atInstruction() ? "0x" + llvm::utohexstr(finding.address,
                                                                true) + ": "
                                       : std::string()) +
                          finding.rule + ": " + finding.message);

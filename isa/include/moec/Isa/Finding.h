@@ -9,16 +9,23 @@
 
 namespace moec::isacheck {
 
+/// The address of a finding about the whole kernel (its descriptor, say)
+/// rather than one instruction. Not 0: a relocatable object's first
+/// kernel starts at address 0.
+inline constexpr uint64_t kWholeKernel = ~uint64_t(0);
+
 /// One problem in one kernel: the rule that fired (its id, as
-/// docs/isa-verification.md lists it), the instruction it fired at (0 for
-/// a whole-kernel fact such as the descriptor) and a one-line message.
+/// docs/isa-verification.md lists it), the instruction it fired at
+/// (kWholeKernel for a whole-kernel fact) and a one-line message.
 struct Finding {
   std::string rule;
-  uint64_t address = 0;
+  uint64_t address = kWholeKernel;
   std::string message;
   /// Hazards: the wait states missing before the instruction at `address`
   /// (what an s_nop there must add); 0 for other checks.
   unsigned missingWaitStates = 0;
+
+  bool atInstruction() const { return address != kWholeKernel; }
 };
 
 using Findings = std::vector<Finding>;

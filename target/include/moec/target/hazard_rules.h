@@ -29,6 +29,8 @@ enum class HazardProducer : uint8_t {
   NonXdlMfmaWrite,   ///< a non-XDL (f64) MFMA's destination
   XdlMfmaSrcCRead,   ///< an XDL MFMA's SrcC, read late in its passes (WAR)
   ValuWriteVgpr,     ///< a VALU writing a VGPR or AGPR (not an MFMA)
+  NonDotValuWriteVgpr, ///< the same, not a DOT (v_dot*): DOT has its own rules
+  DotWrite,          ///< a DOT VALU's (v_dot*) destination
   ValuWriteSgpr,     ///< a VALU writing an SGPR or VCC (v_cmp, v_readlane)
   ValuWriteExec,     ///< a VALU writing EXEC (v_cmpx)
   TransWriteVgpr,    ///< a transcendental VALU's destination
@@ -44,11 +46,16 @@ enum class HazardConsumer : uint8_t {
   XdlMfmaSrcCOverlap, ///< an XDL MFMA's SrcC overlapping, not equal to, the register
   NonXdlMfmaSrcCOverlap, ///< a non-XDL MFMA's SrcC overlapping the register
   XdlMfmaSrcCOtherOpcode, ///< an XDL MFMA of another opcode, SrcC equal to it
+  MfmaSrcCFull,       ///< any MFMA whose SrcC equals the register
   MfmaAnyOperand,     ///< any register an MFMA reads
   MfmaExec,           ///< any MFMA (it reads EXEC)
   VectorRead,         ///< a VALU, VMEM or LDS instruction reading the register
   VectorWrite,        ///< a VALU, VMEM load or LDS read writing the register
   ValuWrite,          ///< a VALU writing the register
+  VectorReadUnlessDotAccumulate, ///< a VALU (an MFMA included), VMEM or LDS
+                      ///< instruction reading it, except the producer's own
+                      ///< DOT opcode reading it as its accumulator (SrcC)
+  OtherOpcodeValuWrite, ///< a VALU (an MFMA included) of another opcode writing it
   NonTransValuRead,   ///< a VALU that is not transcendental reading it
   VmemSgprRead,       ///< a VMEM instruction reading the SGPR (resource, offset)
   ValuSgprRead,       ///< a VALU reading the SGPR (explicit, or VCC)
@@ -115,6 +122,12 @@ inline constexpr HazardRule kGfx950HazardRules[] = {
      {4, 6, 10, 18},
      "llvm-project PR 218363: accumulator forwarding holds only along one "
      "MFMA opcode; another opcode needs the overlapped-SrcC wait states"},
+    {"mfma-2pass-write-srcc-full", HazardProducer::XdlMfmaWrite,
+     HazardConsumer::MfmaSrcCFull, HazardRelation::ReadAfterWrite,
+     {2, 0, 0, 0},
+     "LLVM checkMAIHazards90A, GFX940_SMFMA4x4WritesVGPRFullSrcCWaitStates "
+     "(a 2-pass MFMA's result as the whole SrcC of the next, even of the "
+     "same opcode)"},
     {"nonxdl-write-srcab", HazardProducer::NonXdlMfmaWrite,
      HazardConsumer::MfmaSrcAB, HazardRelation::ReadAfterWrite, {4, 6, 10, 18},
      "LLVM checkMAIHazards90A, "
@@ -148,10 +161,19 @@ inline constexpr HazardRule kGfx950HazardRules[] = {
      {1, 3, 7, 15},
      "LLVM checkMAIVALUHazards, SMFMA{4x4,16x16,32x32}ReadVgprVALUWarWaitStates "
      "(XDL readers on gfx940 and later)"},
-    {"valu-write-mfma-read", HazardProducer::ValuWriteVgpr,
+    {"valu-write-mfma-read", HazardProducer::NonDotValuWriteVgpr,
      HazardConsumer::MfmaAnyOperand, HazardRelation::ReadAfterWrite,
      {2, 2, 2, 2},
      "LLVM checkMAIHazards90A, LegacyVALUNotDotWritesVGPRWaitStates"},
+    {"dot-write-vector-read", HazardProducer::DotWrite,
+     HazardConsumer::VectorReadUnlessDotAccumulate,
+     HazardRelation::ReadAfterWrite, {3, 3, 3, 3},
+     "LLVM checkMAIVALUHazards, DotWriteSameDotReadSrcAB and "
+     "DotWriteDifferentVALURead (gfx90a and later)"},
+    {"dot-write-valu-write", HazardProducer::DotWrite,
+     HazardConsumer::OtherOpcodeValuWrite, HazardRelation::WriteAfterWrite,
+     {3, 3, 3, 3},
+     "LLVM checkMAIVALUHazards, DotWriteDifferentVALUWrite (gfx90a and later)"},
     {"valu-write-exec-mfma", HazardProducer::ValuWriteExec,
      HazardConsumer::MfmaExec, HazardRelation::ReadAfterWrite, {4, 4, 4, 4},
      "LLVM checkMAIHazards90A, VALUWritesExecWaitStates"},
