@@ -3,6 +3,7 @@
 #include "moec/hash.h"
 
 #include "byte_io.h"
+#include "grid_check.h"
 
 #include <cerrno>
 #include <cstring>
@@ -424,6 +425,10 @@ bool Bundle::applySelectionOverrides(std::string_view overrideJson,
     if (!mergeSelectionOverrides(tables, overrides, manifest_.configs.size(), result,
                                  error))
       return false;
+    if (!detail::checkGridRulesAtRows(manifest_, tables, error)) {
+      error = "override: " + error;
+      return false;
+    }
     Selector rebuilt;
     if (!Selector::build(std::move(tables), manifest_.configs.size(), rebuilt, error))
       return false;

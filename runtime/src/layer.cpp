@@ -11,6 +11,7 @@
 #include "moec/layer.h"
 
 #include "moec/grid_rule.h"
+#include "kernel_attributes.h"
 #include "moec/abi/peer_protocol.h"
 
 #include <algorithm>
@@ -19,6 +20,13 @@
 
 namespace moec::rt {
 namespace {
+
+using detail::alignUp;
+using detail::attribute;
+using detail::integerParameter;
+using detail::leadingInteger;
+using detail::parameter;
+using detail::sortedCapacity;
 
 /// Where an argument's value comes from.
 enum class Source : uint8_t {
@@ -68,67 +76,6 @@ struct Region {
 };
 
 constexpr uint64_t kRegionAlignment = 256;
-uint64_t alignUp(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
-/// The text of attribute `name` of a kernel ("" when absent).
-std::string_view attribute(const KernelInfo &kernel, std::string_view name) {
-  for (const auto &[key, value] : kernel.attributes)
-    if (key == name)
-      return value;
-  return {};
-}
-
-/// The value of `key = value` inside an attribute's `<...>` ("" if absent).
-std::string_view parameter(std::string_view text, std::string_view key) {
-  size_t open = text.find('<');
-  if (open == std::string_view::npos)
-    return {};
-  size_t position = open + 1;
-  while (position < text.size()) {
-    while (position < text.size() && text[position] == ' ')
-      ++position;
-    size_t equals = text.find('=', position);
-    if (equals == std::string_view::npos)
-      return {};
-    std::string_view name = text.substr(position, equals - position);
-    while (!name.empty() && name.back() == ' ')
-      name.remove_suffix(1);
-    size_t start = equals + 1;
-    while (start < text.size() && text[start] == ' ')
-      ++start;
-    size_t end = start;
-    int depth = 0;
-    while (end < text.size() && !(depth == 0 && (text[end] == ',' || text[end] == '>'))) {
-      if (text[end] == '<')
-        ++depth;
-      if (text[end] == '>')
-        --depth;
-      ++end;
-    }
-    if (name == key)
-      return text.substr(start, end - start);
-    position = end + 1;
-  }
-  return {};
-}
-
-/// A leading unsigned integer of `text` ("16 : i64" -> 16); -1 if none.
-int64_t leadingInteger(std::string_view text) {
-  int64_t value = 0;
-  size_t i = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && value < (int64_t(1) << 40))
-    value = value * 10 + (text[i++] - '0');
-  return i == 0 ? -1 : value;
-}
-
-int64_t integerParameter(std::string_view text, std::string_view key,
-                         int64_t fallback) {
-  std::string_view value = parameter(text, key);
-  int64_t parsed = leadingInteger(value);
-  return parsed < 0 ? fallback : parsed;
-}
 
 /// The fused transport of a kernel's `#moe.peer`.
 struct PeerParams {
@@ -264,13 +211,6 @@ bool sourceOf(Stage role, bool /*peerKernel*/, std::string_view name,
     return false;
   }
   return false;
-}
-
-/// Padded length of the sorted route list: every route local, each
-/// non-empty expert padded to the tile.
-uint64_t sortedCapacity(uint64_t routes, uint64_t localExperts, uint64_t tile) {
-  const uint64_t padded = routes + std::min(routes, localExperts) * (tile - 1);
-  return alignUp(padded, tile);
 }
 
 } // namespace

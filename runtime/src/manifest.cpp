@@ -1,6 +1,7 @@
 //===- manifest.cpp - manifest schema v1 parsing and validation -*- C++ -*-===//
 #include "moec/manifest.h"
 
+#include "grid_check.h"
 #include "json_fields.h"
 #include "moec/selection.h"
 #include "moec/target/target_info.h"
@@ -1028,7 +1029,8 @@ bool parseManifest(std::string_view jsonText, uint32_t codeObjectCount,
         !parseNumerics(root, m, error) || !parseSources(root, m, error) ||
         !parseKernels(root, codeObjectCount, m, error) ||
         !parseConfigs(root, m, error) || !parseSelection(root, m, error) ||
-        !parseAiterRows(root, m, error))
+        !parseAiterRows(root, m, error) ||
+        !detail::checkGridRulesAtRows(m, m.selection, error))
       return false;
     out = std::move(m);
     return true;

@@ -642,6 +642,48 @@ TEST_CASE("a grid rule that does not compile makes the manifest invalid", "[grid
   CHECK(manifestError("x", "E / m + 0") == "");
 }
 
+/// The open-time error of the layer manifest whose quant kernel (H 256,
+/// top-2, one table of rows m 16 and 40) has grid.x `rule`.
+std::string layerManifestError(const std::string &rule) {
+  nlohmann::json json = moec::test::quantLayerManifest(0, false);
+  json["kernels"][0]["launch"]["grid"]["x"] = rule;
+  json["selection"][0]["rows"] = {{{"m", 16}, {"config", 0}}, {{"m", 40}, {"config", 0}}};
+  Manifest manifest;
+  std::string error;
+  return parseManifest(json.dump(), 2, manifest, error) ? "" : error;
+}
+
+TEST_CASE("a layer kernel's grid rule must give a count at every row it serves",
+          "[grid][bundle]") {
+  CHECK(layerManifestError("num_tokens") == "");
+  CHECK(layerManifestError("ceil(num_tokens * H / 8192)") == "");
+  CHECK(layerManifestError("num_sorted / 2") == "");
+  const std::string table = "selection[0] (flash ep1 ws16), ";
+  CHECK(layerManifestError("-5") ==
+        table + "row 0 (M 1 to 16), at M 1: kernel moe_quant_aaaa0004: grid.x = -5 "
+                "(rule '-5'), expected 1 .. 4294967295");
+  // Non-positive only at the row's first M, or only at its last.
+  CHECK(layerManifestError("num_tokens - 20") ==
+        table + "row 0 (M 1 to 16), at M 1: kernel moe_quant_aaaa0004: grid.x = -19 "
+                "(rule 'num_tokens - 20'), expected 1 .. 4294967295");
+  CHECK(layerManifestError("20 - num_tokens") ==
+        table + "row 1 (M 17 to 40), at M 40: kernel moe_quant_aaaa0004: grid.x = -20 "
+                "(rule '20 - num_tokens'), expected 1 .. 4294967295");
+  CHECK(layerManifestError("16 - num_tokens") ==
+        table + "row 0 (M 1 to 16), at M 16: kernel moe_quant_aaaa0004: grid.x = 0 "
+                "(rule '16 - num_tokens'), expected 1 .. 4294967295");
+  // A rule that does not evaluate (not a whole number, a name the layer
+  // does not give) is left to the launch, which names it.
+  CHECK(layerManifestError("num_tokens / 2") == "");
+  CHECK(layerManifestError("E / 2") == "");
+  // A kernel no layer runs (no #moe.problem) takes the engine's names.
+  nlohmann::json plain = moec::test::sampleManifest();
+  plain["kernels"][0]["launch"]["grid"]["x"] = "-5";
+  Manifest manifest;
+  std::string error;
+  CHECK(parseManifest(plain.dump(), 2, manifest, error));
+}
+
 TEST_CASE("parseManifest compiles the rules computeLaunchGrid evaluates", "[grid][bundle]") {
   nlohmann::json json = moec::test::sampleManifest();
   json["kernels"][1]["launch"]["grid"].erase("z"); // a missing rule stays missing
