@@ -33,7 +33,9 @@
 #
 # Exit status: 0 every step passed; 1 a step failed (one line on stderr
 # names it and its log; what was written so far stays in the folder); 2 bad
-# usage or a missing input.
+# usage or a missing input; 3 nothing failed, but a self-test skipped tables
+# it was asked to run (too few devices for a fused table's EP ranks): those
+# steps are INCOMPLETE in steps.log and README.txt says which.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
@@ -101,7 +103,9 @@ started=$(date -u +%s)
 
 # step NAME FILE COMMAND...: runs it with stdout in FILE and stderr in
 # FILE's name with .stderr, one line in steps.log; on failure the one-line
-# message and exit 1.
+# message and exit 1. A self-test's exit 4 (it passed what it ran but
+# skipped tables) is INCOMPLETE: recorded in `incomplete`, not a pass.
+incomplete=()
 step() {
   local name=$1 file=$2
   shift 2
@@ -110,8 +114,14 @@ step() {
   "$@" > "$file" 2> "${file%.*}.stderr"
   local status=$?
   local seconds=$(($(date -u +%s) - begin))
-  printf '%s\t%s\t%ss\t%s\n' "$([ $status = 0 ] && echo ok || echo FAILED)" \
-    "$name" "$seconds" "${file#$out/}" >> "$log"
+  local verdict=FAILED
+  [ $status = 0 ] && verdict=ok
+  if [ $status = 4 ] && [[ $name == selftest* ]]; then
+    verdict=INCOMPLETE status=0
+    incomplete+=("$name")
+    echo "hardware-day: step '$name' skipped tables: $(tail -1 "$file")" >&2
+  fi
+  printf '%s\t%s\t%ss\t%s\n' "$verdict" "$name" "$seconds" "${file#$out/}" >> "$log"
   if [ $status != 0 ]; then
     echo "hardware-day: step '$name' failed (exit $status); see ${file#$out/} and its .stderr in $out" >&2
     write_readme "stopped at step '$name' (exit $status)"
@@ -141,7 +151,7 @@ write_readme() {
     echo "date (UTC):      $(date -u +%FT%TZ), $(($(date -u +%s) - started)) s"
     echo "tables:          $tables"
     echo
-    echo "steps.log: one line per step: ok/FAILED, the step, its seconds, its output;"
+    echo "steps.log: one line per step: ok/FAILED/INCOMPLETE, the step, its seconds, its output;"
     echo "  each step's stderr (progress, messages) is in the file of the same name with .stderr."
     echo "Per table, in TABLE/:"
     echo "  compile-shipped.txt       moec compile of tuning_tables/TABLE.table"
@@ -201,5 +211,11 @@ for name in $tables; do
   step "report $name" "$dir/report.txt" "$moec" report "$dir/measured.moeb" \
     -o "$dir/report.html" "${report_args[@]}"
 done
+if [ ${#incomplete[@]} -gt 0 ]; then
+  what=$(printf '%s, ' "${incomplete[@]}")
+  write_readme "INCOMPLETE: nothing failed, but ${#incomplete[@]} self-test step(s) skipped tables: ${what%, }"
+  echo "hardware-day: INCOMPLETE: ${what%, } skipped tables (see steps.log); send back $out" >&2
+  exit 3
+fi
 write_readme "every step passed"
 echo "hardware-day: every step passed in $(($(date -u +%s) - started)) s; send back $out" >&2

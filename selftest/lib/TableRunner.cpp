@@ -30,9 +30,17 @@ SelftestStatus SelftestRunner::run() {
     if (status == SelftestStatus::NoDevice || status == SelftestStatus::BadInput)
       return status;
   }
-  line(formatLine("%d passed, %d failed, %d skipped", passed_, failed_,
-                  skipped_));
-  return failed_ ? SelftestStatus::Failed : SelftestStatus::Passed;
+  // The last line says whether everything asked for ran: a skip is not a
+  // pass, and a script reading only the exit status must be able to tell.
+  std::string verdict =
+      formatLine("%d passed, %d failed, %d skipped", passed_, failed_, skipped_);
+  if (skipped_ && !failed_)
+    verdict += formatLine(": INCOMPLETE, %d table(s) not run (exit %d)",
+                          skipped_, int(SelftestStatus::Incomplete));
+  line(verdict);
+  if (failed_)
+    return SelftestStatus::Failed;
+  return skipped_ ? SelftestStatus::Incomplete : SelftestStatus::Passed;
 }
 
 SelftestStatus SelftestRunner::checkTables() const {

@@ -54,8 +54,13 @@ every_table "$work/device1.out" ": ranks on devices 1,2$"
 expect " 0 failed, 0 skipped" "$work/device1.out"
 # Too few devices: every fused table is skipped with the reason, and the
 # unfused ranks (every network) share the first device.
-gpu 2 --device 1 --max-m 1 > "$work/skip.out"
+status=0
+gpu 2 --device 1 --max-m 1 > "$work/skip.out" || status=$?
 cat "$work/skip.out"
+# Skipping is not passing: exit 4 and the last line says so.
+[ $status = 4 ] || { echo "a run that skipped tables exited $status, not 4"; exit 1; }
+tail -1 "$work/skip.out" | grep -Eq '^[0-9]+ passed, 0 failed, [1-9][0-9]* skipped: INCOMPLETE, [1-9][0-9]* table\(s\) not run \(exit 4\)$' ||
+  { echo "last line: $(tail -1 "$work/skip.out")"; exit 1; }
 expect "SKIP flash-fused ep2 ws16: fused ranks need a device each: 2 devices (devices 1 to 2), the HIP library reports 2" "$work/skip.out"
 if grep -E "^(PASS|FAIL) flash-fused|^flash-fused.*ranks on" "$work/skip.out"; then
   echo "a fused table ran on too few devices"

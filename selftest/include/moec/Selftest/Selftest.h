@@ -87,10 +87,13 @@ inline bool runsAsCompiled(const SelftestOptions &options) {
 
 /// How a self-test ended; the CLI's exit status is its value (docs/cli.md).
 enum class SelftestStatus : int {
-  Passed = 0,   ///< every case passed (or was skipped)
+  Passed = 0,   ///< every table asked for ran, and every case passed
   Failed = 1,   ///< a case failed, or the saved cases could not be written
   BadInput = 2, ///< bad options, bundle or table
   NoDevice = 3, ///< the HIP library or a device could not be opened
+  /// Every case that ran passed, but a table asked for was skipped (fused
+  /// ranks without a device each): not a pass, since it was not run.
+  Incomplete = 4,
 };
 
 /// Where a self-test's text goes: `line` a line of its report (the case
