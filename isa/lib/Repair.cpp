@@ -209,7 +209,7 @@ Expected<std::vector<uint8_t>> assembleObject(StringRef asmText,
     return createStringError("no AMDGPU assembly parser");
   parser->setTargetParser(*targetParser);
   if (parser->Run(/*NoInitialTextSection=*/false) || !diagnostics.empty())
-    return createStringError("the assembler refused the repaired kernel: " +
+    return createStringError("the assembler refused the assembly: " +
                              (diagnostics.empty() ? std::string("an error")
                                                   : diagnostics));
   return std::vector<uint8_t>(buffer.begin(), buffer.end());
@@ -245,6 +245,90 @@ Error checkOnlyNopsAdded(const DecodedKernel &original,
   if (original.descriptor != repaired.descriptor)
     return createStringError("the repaired kernel's descriptor differs");
   return Error::success();
+}
+
+namespace {
+
+/// Rounds of repair before giving up. One suffices when every finding is a
+/// hazard: added s_nops only lengthen distances. A second covers a loop's
+/// alignment padding moving.
+constexpr unsigned kMaxRepairRounds = 3;
+
+std::string describe(const Findings &findings) {
+  const Finding &first = findings.front();
+  return std::to_string(findings.size()) + " finding(s), the first " +
+         (first.atInstruction() ? "at 0x" + utohexstr(first.address, true) + ", "
+                                : std::string()) +
+         first.rule + ": " + first.message;
+}
+
+/// For each non-s_nop instruction of `now` (a repair of `original`), the
+/// address it had in `original`. checkOnlyNopsAdded has matched them.
+std::map<uint64_t, uint64_t> originalAddresses(const DecodedKernel &original,
+                                               const DecodedKernel &now) {
+  std::map<uint64_t, uint64_t> out;
+  size_t i = 0;
+  for (const Instruction &inst : now.instructions) {
+    if (inst.kind == InstClass::Nop)
+      continue;
+    while (i < original.instructions.size() &&
+           original.instructions[i].kind == InstClass::Nop)
+      ++i;
+    if (i == original.instructions.size())
+      break;
+    out[inst.address] = original.instructions[i++].address;
+  }
+  return out;
+}
+
+} // namespace
+
+Expected<HazardRepair> repairHazards(ArrayRef<uint8_t> object, StringRef symbol,
+                                     StringRef mcpu, StringRef asmText,
+                                     Findings findings, BuildObject build,
+                                     CheckObject check) {
+  auto original = decodeKernel(object, symbol, mcpu);
+  if (!original)
+    return original.takeError();
+  DecodedKernel current = *original;
+  std::string currentText = asmText.str();
+  HazardRepair out;
+  for (unsigned round = 0; round < kMaxRepairRounds; ++round) {
+    auto plan = planNopRepairs(findings);
+    if (!plan) {
+      consumeError(plan.takeError());
+      return createStringError(describe(findings));
+    }
+    const std::map<uint64_t, uint64_t> back = originalAddresses(*original, current);
+    for (const NopRepair &r : *plan) {
+      auto at = back.find(r.address);
+      out.repairs.push_back(
+          {at == back.end() ? r.address : at->second, r.waitStates, r.rule});
+    }
+    auto repairedText = insertNops(currentText, current, *plan);
+    if (!repairedText)
+      return createStringError(describe(findings) + "; the repair failed: " +
+                               toString(repairedText.takeError()));
+    auto built = build(*repairedText);
+    if (!built)
+      return built.takeError();
+    auto decoded = decodeKernel(*built, symbol, mcpu);
+    if (!decoded)
+      return decoded.takeError();
+    if (Error e = checkOnlyNopsAdded(*original, *decoded))
+      return createStringError("the repair is unsound: " + toString(std::move(e)));
+    auto again = check(*built);
+    if (!again)
+      return again.takeError();
+    findings = std::move(*again);
+    out.object = std::move(*built);
+    current = std::move(*decoded);
+    currentText = std::move(*repairedText);
+    if (findings.empty())
+      return out;
+  }
+  return createStringError(describe(findings) + " after " +
+                           std::to_string(kMaxRepairRounds) + " rounds of repair");
 }
 
 } // namespace moec::isacheck

@@ -32,6 +32,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include "moec/Isa/Decoder.h"
+#include "moec/Isa/Repair.h"
 #include "moec/Isa/Verify.h"
 #include "moec/Report/BundleAnalysis.h"
 #include "moec/bundle.h"
@@ -61,6 +62,8 @@ struct VerifyArgs {
   std::string overrides;
   bool allowSpills = false;
   bool isa = false;
+  /// --repair OUT: the repaired code object of an assembly input.
+  std::string repairOutput;
 };
 
 struct CBundleCloser {
@@ -428,6 +431,18 @@ private:
   size_t residencyChecks_ = 0;
 };
 
+/// The chip a code object is for, from its ELF header's e_flags; null
+/// for one moec does not know.
+const target::TargetInfo *chipOfObject(const std::vector<uint8_t> &object) {
+  const uint32_t flags =
+      object.size() >= 52 ? uint32_t(object[48]) | uint32_t(object[49]) << 8
+                          : 0;
+  for (const target::TargetInfo *candidate : target::kKnownTargets)
+    if (candidate->elfMach == (flags & target::kElfMachMask))
+      return candidate;
+  return nullptr;
+}
+
 /// `moec verify --isa FILE` on a code object outside a bundle: its
 /// machine code (no kernel ABI: nothing says what the runtime writes).
 int verifyCodeObjectFile(const VerifyArgs &args,
@@ -438,16 +453,7 @@ int verifyCodeObjectFile(const VerifyArgs &args,
               << llvm::toString(kernels.takeError()) << "\n";
     return kBadInput;
   }
-  // The chip from the ELF header's e_flags.
-  const uint32_t flags =
-      object.size() >= 52 ? uint32_t(object[48]) | uint32_t(object[49]) << 8
-                          : 0;
-  const target::TargetInfo *chip = nullptr;
-  for (const target::TargetInfo *candidate : target::kKnownTargets)
-    if (candidate->elfMach == (flags & target::kElfMachMask)) {
-      chip = candidate;
-      break;
-    }
+  const target::TargetInfo *chip = chipOfObject(object);
   if (!chip) {
     std::cerr << "moec: " << args.bundle
               << ": a code object for a chip moec does not know\n";
@@ -473,7 +479,117 @@ int verifyCodeObjectFile(const VerifyArgs &args,
   return problems == 0 ? kSuccess : kCheckFailed;
 }
 
+/// The processor an assembly file names in `.amdgcn_target
+/// "amdgcn-amd-amdhsa--gfx950"` (and its features after a ':'), or
+/// gfx950 when it names none.
+std::pair<std::string, std::string> assemblyTarget(llvm::StringRef text) {
+  size_t at = text.find(".amdgcn_target");
+  if (at == llvm::StringRef::npos)
+    return {"gfx950", ""};
+  llvm::StringRef line = text.substr(at).take_until([](char c) { return c == '\n'; });
+  llvm::StringRef quoted = line.drop_until([](char c) { return c == '"'; })
+                               .drop_front()
+                               .take_until([](char c) { return c == '"'; });
+  llvm::StringRef processor = quoted.rsplit("--").second;
+  auto [arch, features] = processor.split(':');
+  std::string featureList;
+  for (llvm::StringRef rest = features; !rest.empty();) {
+    auto [feature, tail] = rest.split(':');
+    // "xnack-" in a target id is "-xnack" to the assembler.
+    if (feature.size() > 1 && (feature.back() == '+' || feature.back() == '-'))
+      featureList += (featureList.empty() ? "" : ",") +
+                     std::string(1, feature.back()) + feature.drop_back().str();
+    rest = tail;
+  }
+  return {arch.empty() ? "gfx950" : arch.str(), featureList};
+}
+
+/// `moec verify --isa KERNEL.s [--repair OUT]`: the assembly assembled
+/// through MC in process, then checked as a code object; with --repair,
+/// the hazards of its one kernel repaired with s_nops (as the compile gate
+/// repairs moec's kernels) and the repaired object written to OUT.
+int verifyAssemblyFile(const VerifyArgs &args, const std::string &text) {
+  const auto [arch, features] = assemblyTarget(text);
+  llvm::Expected<std::vector<uint8_t>> object =
+      isacheck::assembleObject(text, arch, features);
+  if (!object) {
+    std::cerr << "moec: " << args.bundle << ": "
+              << llvm::toString(object.takeError()) << "\n";
+    return kBadInput;
+  }
+  if (args.repairOutput.empty())
+    return verifyCodeObjectFile(args, *object);
+  const target::TargetInfo *chip = chipOfObject(*object);
+  llvm::Expected<std::vector<std::string>> kernels = isacheck::listKernels(*object);
+  if (!chip || !kernels || kernels->size() != 1) {
+    if (!kernels)
+      llvm::consumeError(kernels.takeError());
+    std::cerr << "moec: " << args.bundle
+              << ": --repair needs assembly of one kernel for a chip moec knows\n";
+    return kBadInput;
+  }
+  const std::string &kernel = kernels->front();
+  auto check = [&](llvm::ArrayRef<uint8_t> code) -> llvm::Expected<isacheck::Findings> {
+    auto checked = isacheck::verifyKernel(code, kernel, *chip, std::nullopt);
+    if (!checked)
+      return checked.takeError();
+    return std::move(checked->findings);
+  };
+  llvm::Expected<isacheck::Findings> findings = check(*object);
+  if (!findings) {
+    std::cerr << "moec: " << args.bundle << ": " << kernel << ": "
+              << llvm::toString(findings.takeError()) << "\n";
+    return kBadInput;
+  }
+  std::cout << isacheck::formatFindings(kernel, *findings);
+  std::vector<uint8_t> repaired = *object;
+  size_t repairs = 0;
+  if (!findings->empty()) {
+    auto build = [&](llvm::StringRef asmText) {
+      return isacheck::assembleObject(asmText, arch, features);
+    };
+    auto result = isacheck::repairHazards(*object, kernel, arch, text,
+                                          std::move(*findings), build, check);
+    if (!result) {
+      std::cout << args.bundle << ": not repaired: "
+                << llvm::toString(result.takeError()) << "\n";
+      return kCheckFailed;
+    }
+    for (const isacheck::NopRepair &r : result->repairs)
+      std::cout << kernel << ": 0x" << llvm::utohexstr(r.address, true)
+                << ": repaired: +" << r.waitStates << " wait state"
+                << (r.waitStates == 1 ? "" : "s") << " (" << r.rule << ")\n";
+    repairs = result->repairs.size();
+    repaired = std::move(result->object);
+  }
+  std::string error;
+  if (!cli::writeFileAtomically(args.repairOutput, repaired.data(),
+                                repaired.size(), error)) {
+    std::cerr << "moec: " << error << "\n";
+    return kBadInput;
+  }
+  std::cout << args.repairOutput << ": 1 kernel, " << repairs << " repair"
+            << (repairs == 1 ? "" : "s") << ", then 0 problems\n";
+  return kSuccess;
+}
+
 int runVerify(const VerifyArgs &args) {
+  if (!args.repairOutput.empty() &&
+      (!args.isa || !llvm::StringRef(args.bundle).ends_with(".s"))) {
+    std::cerr << "moec: " << args.bundle
+              << ": --repair needs --isa and an assembly file (.s)\n";
+    return kBadInput;
+  }
+  if (args.isa && llvm::StringRef(args.bundle).ends_with(".s")) {
+    std::ifstream in(args.bundle, std::ios::binary);
+    if (!in) {
+      std::cerr << "moec: " << args.bundle << ": cannot open\n";
+      return kBadInput;
+    }
+    const std::string text((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+    return verifyAssemblyFile(args, text);
+  }
   if (args.isa) {
     std::ifstream in(args.bundle, std::ios::binary);
     std::vector<uint8_t> head(4);
@@ -558,6 +674,12 @@ void addVerifyCommand(CLI::App &app, int &exitStatus) {
   cmd->add_flag("--isa", args->isa,
                 "also check every kernel's machine code: waits, hazards, "
                 "resources, kernel ABI (docs/isa-verification.md); given a "
-                "code object instead of a bundle, its machine code alone");
+                "code object instead of a bundle, its machine code alone; "
+                "given assembly (.s), assembled first");
+  cmd->add_option("--repair", args->repairOutput,
+                  "with --isa on assembly of one kernel: insert the s_nops "
+                  "its hazards need, as the compile gate does, and write the "
+                  "repaired code object (the original plus s_nops, passing "
+                  "the checks) to this file");
   cmd->callback([args, &exitStatus] { exitStatus = runVerify(*args); });
 }

@@ -16,6 +16,7 @@
 #include "moec/Isa/Finding.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -48,6 +49,35 @@ llvm::Expected<std::vector<uint8_t>> assembleObject(llvm::StringRef asmText,
 /// as printed (a branch's target offset aside), with only `s_nop`s added.
 llvm::Error checkOnlyNopsAdded(const DecodedKernel &original,
                                const DecodedKernel &repaired);
+
+/// A kernel's code object after its hazards were repaired, and what was
+/// inserted, at the addresses of the unrepaired code.
+struct HazardRepair {
+  std::vector<uint8_t> object;
+  std::vector<NopRepair> repairs;
+};
+
+/// Builds a code object from assembly text (assembles it; the compiler
+/// also links it).
+using BuildObject =
+    llvm::function_ref<llvm::Expected<std::vector<uint8_t>>(llvm::StringRef)>;
+/// Runs the ISA checks on one kernel of a code object.
+using CheckObject =
+    llvm::function_ref<llvm::Expected<Findings>(llvm::ArrayRef<uint8_t>)>;
+
+/// Repairs kernel `symbol` of `object`, whose code `asmText` assembles to
+/// and whose checks gave `findings` (not empty): the s_nops planned for
+/// them go into the text, `build` makes an object of it, the kernel must be
+/// the original but for s_nops, and `check` runs again; up to three rounds
+/// (a second covers a loop's alignment padding moving). Fails where a
+/// finding is not a hazard, or where findings remain; the message starts
+/// with the number of findings and the first of them.
+llvm::Expected<HazardRepair> repairHazards(llvm::ArrayRef<uint8_t> object,
+                                           llvm::StringRef symbol,
+                                           llvm::StringRef mcpu,
+                                           llvm::StringRef asmText,
+                                           Findings findings, BuildObject build,
+                                           CheckObject check);
 
 } // namespace moec::isacheck
 
