@@ -183,8 +183,10 @@ InstClass classify(StringRef m, StringRef operands, const MCInstrDesc &desc) {
     return InstClass::Smem;
   if (m.starts_with("buffer_") || m.starts_with("global_") ||
       m.starts_with("flat_") || m.starts_with("scratch_")) {
-    // gfx950 spells the LDS DMA as a load with an `lds` modifier.
-    if (operands.ends_with(" lds") || operands.contains(" lds "))
+    // gfx950 spells the LDS DMA as a buffer load with an `lds` modifier or
+    // as global_load_lds_* (no destination VGPR: M0 gives the LDS address).
+    if (operands.ends_with(" lds") || operands.contains(" lds ") ||
+        m.contains("_load_lds_"))
       return InstClass::LdsDma;
     if (m.contains("atomic"))
       return desc.getNumDefs() ? InstClass::VmemLoad : InstClass::VmemStore;
