@@ -592,9 +592,10 @@ void writeAnchorSection(std::ostream &out, const rt::Manifest &manifest,
     if (figure.ep == 8 && figure.quantity == "layer")
       anchor.push_back(&figure);
   out << "<section class=\"measure\" id=\"anchor-ep8\"><h2>EP8 beside the "
-         "published MegaMoEV2 baselines</h2>\n<p class=\"note\">Per-layer "
+         "published MegaMoE latency guard</h2>\n<p class=\"note\">Per-layer "
          "times at EP8 published for the same network shape (FlyDSL's "
-         "MegaMoEV2 CI baselines, tuning_tables/published/), beside the cost "
+         "MegaMoE CI latency guard, which MegaMoEV2 must meet: "
+         "tuning_tables/published/), beside the cost "
          "model's predicted time of the row the selector picks at that many "
          "tokens per rank, in the smallest workspace class that holds it. "
          "Only like is compared with like: the same hidden size, "
