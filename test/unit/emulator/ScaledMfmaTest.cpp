@@ -1,6 +1,6 @@
 //===- ScaledMfmaTest.cpp - MFMA lane layouts against hand-computed cases -===//
 //
-// The expected results use the layout as FACTS.md ("Scaled MFMA") states it,
+// The expected results use the layout as docs/targets.md ("Scaled-MFMA lane layout") states it,
 // written out again here, not moec/target/mfma_layout.h: a wrong table would
 // disagree with this test. Every random case uses random per-block scales
 // and mixed FP8 x FP4 operands, since uniform scales hide a wrong K order.
@@ -33,7 +33,7 @@ Geometry geometry(mfma::Shape shape) {
                                          : Geometry{shape, 16, 128, 4, 4};
 }
 
-/// FACTS.md: FP8 byte e of lane group g holds k = (K/2)(e/16) + 16g + e%16;
+/// docs/targets.md: FP8 byte e of lane group g holds k = (K/2)(e/16) + 16g + e%16;
 /// FP4 element e holds k = 32g + e.
 int factsK(const Geometry &geo, mfma::OperandFormat format, int lane, int e) {
   const int g = lane / geo.dim;
@@ -42,7 +42,7 @@ int factsK(const Geometry &geo, mfma::OperandFormat format, int lane, int e) {
   return 32 * g + e;
 }
 
-/// FACTS.md: acc[4i+j] -> m = 8i + 4g + j (32x32); acc[j] -> m = 4g + j (16x16).
+/// docs/targets.md: acc[4i+j] -> m = 8i + 4g + j (32x32); acc[j] -> m = 4g + j (16x16).
 int factsAccRow(const Geometry &geo, int lane, int acc) {
   const int g = lane / geo.dim;
   if (geo.dim == 32)
@@ -87,7 +87,7 @@ double decode(mfma::OperandFormat format, uint8_t code) {
 }
 
 /// Lane registers (32 bytes per lane) and per-lane scale bytes of a matrix,
-/// placed with the FACTS.md formulas.
+/// placed with the formulas of docs/targets.md.
 void toLanes(const Geometry &geo, const Matrix &m, std::vector<uint8_t> &regs,
              std::vector<uint8_t> &scales) {
   regs.assign(64 * 32, 0);
@@ -180,7 +180,7 @@ struct SingleProduct {
 
 } // namespace
 
-TEST_CASE("32x32x64: one FP8 x FP4 product lands where FACTS.md says",
+TEST_CASE("32x32x64: one FP8 x FP4 product lands where docs/targets.md says",
           "[mfma]") {
   // A[m=5][k=37] = 1.5 (FP8): k = 32*(e/16) + 16g + e%16 gives g = 0,
   // e = 21, so lane 5 byte 21. Its scale (row 5, block 1) sits in lane
@@ -196,7 +196,7 @@ TEST_CASE("32x32x64: one FP8 x FP4 product lands where FACTS.md says",
   p.check(mfma::Shape::M32N32K64, 0.25f, /*hitLane=*/41, /*hitAcc=*/1, -9.0f);
 }
 
-TEST_CASE("16x16x128: one FP8 x FP4 product lands where FACTS.md says",
+TEST_CASE("16x16x128: one FP8 x FP4 product lands where docs/targets.md says",
           "[mfma]") {
   // A[m=3][k=100]: k = 64*(e/16) + 16g + e%16 gives e/16 = 1, g = 2,
   // e = 20: lane 3 + 32 = 35 byte 20; scale (row 3, block 3) in lane
@@ -267,7 +267,7 @@ TEST_CASE("random mixed-format operands with random per-block scales",
 
 TEST_CASE("a permuted K order is visible with per-block scales", "[mfma]") {
   // Guard for the test itself: swapping the two FP8 16-byte chunks of every
-  // lane (the "contiguous FP8" trap of FACTS.md) must change the result.
+  // lane (the "contiguous FP8" trap docs/targets.md names) must change the result.
   const Geometry geo = geometry(mfma::Shape::M32N32K64);
   Matrix a = randomMatrix(geo, mfma::OperandFormat::Fp8, 77);
   Matrix b = randomMatrix(geo, mfma::OperandFormat::Fp4, 78);

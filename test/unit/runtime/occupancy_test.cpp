@@ -85,7 +85,7 @@ TEST_CASE("gfx942 facts", "[occupancy]") {
   CHECK(e.limiter == OccupancyLimiter::Lds);
 }
 
-TEST_CASE("VGPR limit follows the FACTS.md table", "[occupancy]") {
+TEST_CASE("VGPR limit follows the table of docs/targets.md", "[occupancy]") {
   // N <= 64: 8, <= 72: 7, <= 80: 6, <= 96: 5, <= 128: 4, <= 168: 3, <= 256: 2, <= 512: 1.
   struct Case {
     uint32_t vgpr, waves;

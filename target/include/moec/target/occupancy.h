@@ -1,7 +1,7 @@
 //===- occupancy.h - resident waves of a kernel on a chip -------*- C++ -*-===//
 //
 // The occupancy model of LLVM's GCNSubtarget::computeOccupancy for
-// gfx90a/gfx942/gfx950 (docs/FACTS.md "Occupancy"), over a TargetInfo.
+// gfx90a/gfx942/gfx950 (docs/targets.md, "Occupancy"), over a TargetInfo.
 // Plain C++17, header-only.
 //
 // Registers: on these chips the architected VGPRs and the AGPRs share one
@@ -125,7 +125,7 @@ constexpr uint32_t wavesForSgprs(uint32_t sgprs) {
 
 } // namespace detail
 
-/// The occupancy model (docs/FACTS.md "Occupancy"):
+/// The occupancy model (docs/targets.md, "Occupancy"):
 ///  - registers: N = the unified count (`.vgpr_count`, AGPRs included);
 ///    waves = min(totalVgprs / alignTo(N, granule), maxWaves);
 ///  - SGPRs: LLVM's table (<= 80: 10, <= 88: 9, <= 100: 8, else 7), capped;
