@@ -480,12 +480,12 @@ int verifyCodeObjectFile(const VerifyArgs &args,
 }
 
 /// The processor an assembly file names in `.amdgcn_target
-/// "amdgcn-amd-amdhsa--gfx950"` (and its features after a ':'), or
-/// gfx950 when it names none.
+/// "amdgcn-amd-amdhsa--gfx950"` and its features after a ':' (as the
+/// assembler spells them); an empty processor when it names none.
 std::pair<std::string, std::string> assemblyTarget(llvm::StringRef text) {
   size_t at = text.find(".amdgcn_target");
   if (at == llvm::StringRef::npos)
-    return {"gfx950", ""};
+    return {};
   llvm::StringRef line = text.substr(at).take_until([](char c) { return c == '\n'; });
   llvm::StringRef quoted = line.drop_until([](char c) { return c == '"'; })
                                .drop_front()
@@ -501,7 +501,7 @@ std::pair<std::string, std::string> assemblyTarget(llvm::StringRef text) {
                      std::string(1, feature.back()) + feature.drop_back().str();
     rest = tail;
   }
-  return {arch.empty() ? "gfx950" : arch.str(), featureList};
+  return {arch.str(), featureList};
 }
 
 /// `moec verify --isa KERNEL.s [--repair OUT]`: the assembly assembled
@@ -510,6 +510,13 @@ std::pair<std::string, std::string> assemblyTarget(llvm::StringRef text) {
 /// repairs moec's kernels) and the repaired object written to OUT.
 int verifyAssemblyFile(const VerifyArgs &args, const std::string &text) {
   const auto [arch, features] = assemblyTarget(text);
+  // The chip comes from the file, as a code object's from its ELF header.
+  if (arch.empty()) {
+    std::cerr << "moec: " << args.bundle
+              << ": names no processor (.amdgcn_target \"amdgcn-amd-amdhsa--"
+                 "PROCESSOR\", as llvm-mc -filetype=asm writes it)\n";
+    return kBadInput;
+  }
   llvm::Expected<std::vector<uint8_t>> object =
       isacheck::assembleObject(text, arch, features);
   if (!object) {
